@@ -1,0 +1,168 @@
+package decision
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+// The traffic annotations Istio's injector and users set on a pod.
+const (
+	IncludeInboundPorts     = "traffic.sidecar.istio.io/includeInboundPorts"
+	ExcludeInboundPorts     = "traffic.sidecar.istio.io/excludeInboundPorts"
+	IncludeOutboundIPRanges = "traffic.sidecar.istio.io/includeOutboundIPRanges"
+	ExcludeOutboundIPRanges = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
+	IncludeOutboundPorts    = "traffic.sidecar.istio.io/includeOutboundPorts"
+	ExcludeOutboundPorts    = "traffic.sidecar.istio.io/excludeOutboundPorts"
+	// Interception parity that is not implemented yet: a pod asking for it
+	// fails rather than run with less capture than it asked for.
+	ExcludeInterfaces        = "traffic.sidecar.istio.io/excludeInterfaces"
+	RerouteVirtualInterfaces = "istio.io/reroute-virtual-interfaces"
+	KubevirtInterfaces       = "traffic.sidecar.istio.io/kubevirtInterfaces"
+)
+
+// InvalidError is a pod setting that cannot be honoured: it names the
+// annotation (or variable), the value and what is allowed.
+type InvalidError struct {
+	Field   string
+	Value   string
+	Problem string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("%s=%q: %s", e.Field, e.Value, e.Problem)
+}
+
+// UnsupportedError is a valid setting this version cannot program yet.
+type UnsupportedError struct {
+	Field string
+	Value string
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s=%q is not supported yet by istio-cni; the pod would run with less capture than it asks for", e.Field, e.Value)
+}
+
+// redirect builds the spec of a pod that must be redirected.
+func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Decision, error) {
+	ann := pod.Metadata.Annotations
+	switch mode := ann[InterceptionMode]; mode {
+	case "", interceptRedirect:
+	case interceptNone:
+		return skip(InterceptNone), nil
+	case interceptTProxy:
+		return Decision{}, &UnsupportedError{Field: InterceptionMode, Value: mode}
+	default:
+		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
+	}
+	for _, key := range []string{ExcludeInterfaces, RerouteVirtualInterfaces, KubevirtInterfaces} {
+		if v, ok := ann[key]; ok && strings.TrimSpace(v) != "" {
+			return Decision{}, &UnsupportedError{Field: key, Value: v}
+		}
+	}
+	if on, err := envBool(env, envDNSCapture); err != nil {
+		return Decision{}, err
+	} else if on {
+		return Decision{}, &UnsupportedError{Field: "istio-proxy env " + envDNSCapture, Value: env[envDNSCapture]}
+	}
+	dual, err := envBool(env, envDualStack)
+	if err != nil {
+		return Decision{}, err
+	}
+	spec := iptables.DefaultSpec()
+	if err := applyAnnotations(&spec, ann); err != nil {
+		return Decision{}, err
+	}
+	if err := applyProxyIDs(&spec, proxy); err != nil {
+		return Decision{}, err
+	}
+	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual}, nil
+}
+
+// applyAnnotations overrides the default spec with the traffic annotations.
+// The always-excluded ports stay excluded whatever the pod says.
+func applyAnnotations(spec *iptables.Spec, ann map[string]string) error {
+	var err error
+	if v, ok := ann[IncludeInboundPorts]; ok {
+		if spec.InboundPorts, err = parsePortsOrAll(IncludeInboundPorts, v); err != nil {
+			return err
+		}
+	}
+	if spec.InboundExclude, err = parsePortsAnn(ann, ExcludeInboundPorts); err != nil {
+		return err
+	}
+	spec.InboundExclude = dedup(append(spec.InboundExclude,
+		iptables.ProxyStatusPort, iptables.ProxyHealthPort, iptables.ProxyMetricsPort))
+	if v, ok := ann[IncludeOutboundIPRanges]; ok {
+		if spec.OutboundIPs, err = parsePrefixesOrAll(IncludeOutboundIPRanges, v); err != nil {
+			return err
+		}
+	}
+	if v, ok := ann[ExcludeOutboundIPRanges]; ok {
+		if spec.OutboundIPExclude, err = ParsePrefixes(ExcludeOutboundIPRanges, v); err != nil {
+			return err
+		}
+	}
+	if spec.OutboundPorts, err = parsePortsAnn(ann, IncludeOutboundPorts); err != nil {
+		return err
+	}
+	if spec.OutboundExclude, err = parsePortsAnn(ann, ExcludeOutboundPorts); err != nil {
+		return err
+	}
+	spec.OutboundExclude = dedup(append(spec.OutboundExclude, iptables.ProxyStatusPort))
+	return nil
+}
+
+// applyProxyIDs takes the proxy's uid and gid from its security context; 0
+// or unset keeps Istio's 1337, as upstream does.
+func applyProxyIDs(spec *iptables.Spec, proxy *kube.Container) error {
+	sc := proxy.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+		dst  *uint32
+	}{
+		{"istio-proxy securityContext.runAsUser", sc.RunAsUser, &spec.ProxyUID},
+		{"istio-proxy securityContext.runAsGroup", sc.RunAsGroup, &spec.ProxyGID},
+	} {
+		if f.v == nil || *f.v == 0 {
+			continue
+		}
+		if *f.v < 0 || *f.v > math.MaxUint32 {
+			return &InvalidError{f.name, strconv.FormatInt(*f.v, 10), "want an id from 1 to 4294967295"}
+		}
+		*f.dst = uint32(*f.v)
+	}
+	return nil
+}
+
+func envBool(env map[string]string, name string) (bool, error) {
+	v, ok := env[name]
+	if !ok || v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &InvalidError{"istio-proxy env " + name, v, "want true or false"}
+	}
+	return b, nil
+}
+
+func dedup(ports []uint16) []uint16 {
+	seen := make(map[uint16]bool, len(ports))
+	out := ports[:0:0]
+	for _, p := range ports {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,184 @@
+package iptables
+
+import "net/netip"
+
+// ChainID names a chain in a table.
+type ChainID struct {
+	Table string
+	Name  string
+}
+
+// Ruleset is everything one address family must hold for a pod: the chains we
+// own and every rule, in order, including the jumps from built-in chains.
+type Ruleset struct {
+	Family Family
+	Chains []ChainID
+	Rules  []Rule
+}
+
+// Model is what a pod's network namespace must hold, one ruleset per family
+// in use. A nil ruleset means that family is left alone.
+type Model struct {
+	V4 *Ruleset
+	V6 *Ruleset
+}
+
+// Rulesets returns the non-nil rulesets, IPv4 first.
+func (m Model) Rulesets() []*Ruleset {
+	var out []*Ruleset
+	for _, rs := range []*Ruleset{m.V4, m.V6} {
+		if rs != nil {
+			out = append(out, rs)
+		}
+	}
+	return out
+}
+
+// Build returns the model for a spec: the families are those the pod has
+// addresses in.
+func Build(spec Spec, v4, v6 bool) Model {
+	var m Model
+	if v4 {
+		rs := BuildFamily(spec, IPv4)
+		m.V4 = &rs
+	}
+	if v6 {
+		rs := BuildFamily(spec, IPv6)
+		m.V6 = &rs
+	}
+	return m
+}
+
+// familyAddrs are the per-family addresses the sidecar rules refer to.
+type familyAddrs struct {
+	// passthrough is the source Envoy binds for inbound passthrough
+	// connections to the app (127.0.0.6, ::6).
+	passthrough netip.Prefix
+	loopback    netip.Prefix
+}
+
+func addrsOf(f Family) familyAddrs {
+	if f == IPv6 {
+		return familyAddrs{netip.MustParsePrefix("::6/128"), netip.MustParsePrefix("::1/128")}
+	}
+	return familyAddrs{netip.MustParsePrefix("127.0.0.6/32"), netip.MustParsePrefix("127.0.0.1/32")}
+}
+
+// BuildFamily renders a spec into the rules of one family. The order is
+// istio-iptables' for REDIRECT mode; each rule says why it is there.
+func BuildFamily(spec Spec, fam Family) Ruleset {
+	b := &builder{rs: Ruleset{Family: fam}, fam: fam, addrs: addrsOf(fam)}
+	for _, c := range []string{ChainInbound, ChainRedirect, ChainInRedirect, ChainOutput} {
+		b.rs.Chains = append(b.rs.Chains, ChainID{TableNat, c})
+	}
+	// The tunnel (HBONE) port is the proxy's own inbound listener.
+	b.add(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, spec.TunnelPort, false), Target: Return{}})
+	// The two redirect chains send captured traffic to the proxy's listeners.
+	b.add(Rule{Chain: ChainRedirect, Proto: TCP, Target: Redirect{spec.OutboundPort}})
+	b.add(Rule{Chain: ChainInRedirect, Proto: TCP, Target: Redirect{spec.InboundPort}})
+	b.inbound(spec)
+	b.outbound(spec)
+	return b.rs
+}
+
+type builder struct {
+	rs    Ruleset
+	fam   Family
+	addrs familyAddrs
+}
+
+func (b *builder) add(r Rule) {
+	r.Table = TableNat
+	b.rs.Rules = append(b.rs.Rules, r)
+}
+
+func dport(p Proto, port uint16, not bool) []Match {
+	return []Match{DPort{Proto: p, Port: port, Not: not}}
+}
+
+func owner(k OwnerKind, id uint32, not bool) []Match {
+	return []Match{Owner{Kind: k, ID: id, Not: not}}
+}
+
+// inbound captures TCP arriving at the pod. With no inbound ports there is no
+// jump from PREROUTING at all.
+func (b *builder) inbound(spec Spec) {
+	if spec.InboundPorts.None() {
+		return
+	}
+	b.add(Rule{Chain: Prerouting, Proto: TCP, Target: Jump{ChainInbound}})
+	if spec.InboundPorts.All {
+		for _, p := range spec.InboundExclude {
+			b.add(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, p, false), Target: Return{}})
+		}
+		b.add(Rule{Chain: ChainInbound, Proto: TCP, Target: Jump{ChainInRedirect}})
+		return
+	}
+	for _, p := range spec.InboundPorts.List {
+		b.add(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, p, false), Target: Jump{ChainInRedirect}})
+	}
+}
+
+// outbound captures what the pod sends. All traffic enters ISTIO_OUTPUT; the
+// chain returns early for what must not be captured.
+func (b *builder) outbound(spec Spec) {
+	lo := Iface{Name: Loopback}
+	b.add(Rule{Chain: Output, Target: Jump{ChainOutput}})
+	// Excluded ports go direct, for TCP and for UDP.
+	for _, p := range spec.OutboundExclude {
+		b.add(Rule{Chain: ChainOutput, Proto: TCP, Matches: dport(TCP, p, false), Target: Return{}})
+		b.add(Rule{Chain: ChainOutput, Proto: UDP, Matches: dport(UDP, p, false), Target: Return{}})
+	}
+	// Envoy's inbound passthrough connects to the app from 127.0.0.6 (::6).
+	b.add(Rule{Chain: ChainOutput, Src: Addr{Prefix: b.addrs.passthrough}, Out: lo, Target: Return{}})
+	loopbackIncluded := includesLoopback(spec.OutboundIPs)
+	for _, o := range []struct {
+		kind OwnerKind
+		id   uint32
+	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+		// The proxy calling a service VIP that resolves back to this pod:
+		// send it through inbound capture (app -> Envoy -> Envoy -> app).
+		b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: b.addrs.loopback, Not: true}, Out: lo, Proto: TCP,
+			Matches: append(dport(TCP, spec.TunnelPort, true), owner(o.kind, o.id, false)...),
+			Target:  Jump{ChainInRedirect}})
+		// The app talking to itself over lo is not captured, unless the
+		// user explicitly captures loopback destinations.
+		if !loopbackIncluded {
+			b.add(Rule{Chain: ChainOutput, Out: lo, Matches: owner(o.kind, o.id, true), Target: Return{}})
+		}
+		// The proxy's own traffic is never captured again (no loops).
+		b.add(Rule{Chain: ChainOutput, Matches: owner(o.kind, o.id, false), Target: Return{}})
+	}
+	// Traffic to localhost is the app talking to the proxy or to itself.
+	b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: b.addrs.loopback}, Target: Return{}})
+	for _, p := range spec.OutboundIPExclude {
+		if b.inFamily(p) {
+			b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: p.Masked()}, Target: Return{}})
+		}
+	}
+	for _, p := range spec.OutboundPorts {
+		b.add(Rule{Chain: ChainOutput, Proto: TCP, Matches: dport(TCP, p, false), Target: Jump{ChainRedirect}})
+	}
+	if spec.OutboundIPs.All {
+		b.add(Rule{Chain: ChainOutput, Target: Jump{ChainRedirect}})
+		return
+	}
+	for _, p := range spec.OutboundIPs.List {
+		if b.inFamily(p) {
+			b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: p.Masked()}, Target: Jump{ChainRedirect}})
+		}
+	}
+}
+
+func (b *builder) inFamily(p netip.Prefix) bool {
+	return p.Addr().Is4() == (b.fam == IPv4)
+}
+
+func includesLoopback(p Prefixes) bool {
+	for _, pfx := range p.List {
+		if pfx.Addr().IsLoopback() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,124 @@
+package iptables
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
+	}
+	return out
+}
+
+// goldenSpecs are the annotation cases of istio-cni's sidecar mode, as specs.
+func goldenSpecs() map[string]Spec {
+	with := func(f func(*Spec)) Spec { s := DefaultSpec(); f(&s); return s }
+	return map[string]Spec{
+		"default": DefaultSpec(),
+		"include-inbound-ports": with(func(s *Spec) {
+			s.InboundPorts = Ports{List: []uint16{80, 8080}}
+		}),
+		"no-inbound": with(func(s *Spec) { s.InboundPorts = Ports{} }),
+		"exclude-inbound-ports": with(func(s *Spec) {
+			s.InboundExclude = []uint16{22, 15020, 15021, 15090}
+		}),
+		"outbound-ip-ranges": with(func(s *Spec) {
+			s.OutboundIPs = Prefixes{List: prefixes("10.0.0.0/8", "fd00::/8")}
+			s.OutboundIPExclude = prefixes("10.96.0.1/32", "fd00:1::/64")
+		}),
+		"exclude-outbound-ip-ranges": with(func(s *Spec) {
+			s.OutboundIPExclude = prefixes("169.254.169.254/32", "192.168.0.0/16")
+		}),
+		"outbound-ports": with(func(s *Spec) {
+			s.OutboundPorts = []uint16{3306}
+			s.OutboundExclude = []uint16{5432, 15020}
+		}),
+		"loopback-included": with(func(s *Spec) {
+			s.OutboundIPs = Prefixes{List: prefixes("127.0.0.0/8")}
+		}),
+		"no-outbound-ips": with(func(s *Spec) { s.OutboundIPs = Prefixes{} }),
+		"custom-ids": with(func(s *Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for name, spec := range goldenSpecs() {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			for _, rs := range Build(spec, true, true).Rulesets() {
+				text, err := Plan(rs, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.WriteString("# " + rs.Family.String() + "\n")
+				b.Write(text)
+			}
+			checkGolden(t, filepath.Join("testdata", name+".golden"), b.String())
+		})
+	}
+}
+
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/iptables -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the rendered rules (run go test ./pkg/iptables -update if the change is intended)\n--- got\n%s--- want\n%s", path, got, want)
+	}
+}
+
+// upstreamDefault is istio-cni's nat table for a default sidecar pod, as
+// iptables-save prints it (quoted in the product's requirements).
+const upstreamDefault = `-A PREROUTING -p tcp -j ISTIO_INBOUND
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15008 -j RETURN
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15020 -j RETURN
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15021 -j RETURN
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15090 -j RETURN
+-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A ISTIO_OUTPUT -p tcp -m tcp --dport 15020 -j RETURN
+-A ISTIO_OUTPUT -p udp -m udp --dport 15020 -j RETURN
+-A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+`
+
+// TestUpstreamParity reads the upstream listing as iptables-save output and
+// checks that the default model matches it exactly.
+func TestUpstreamParity(t *testing.T) {
+	save := "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_INBOUND - [0:0]\n" +
+		":ISTIO_IN_REDIRECT - [0:0]\n:ISTIO_OUTPUT - [0:0]\n:ISTIO_REDIRECT - [0:0]\n" + upstreamDefault + "COMMIT\n"
+	obs, err := ParseSave([]byte(save))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := BuildFamily(DefaultSpec(), IPv4)
+	if d := Diff(&rs, obs); len(d) != 0 {
+		t.Errorf("default pod differs from upstream:\n%s", strings.Join(d, "\n"))
+	}
+}

@@ -1,0 +1,217 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Table names and the built-in chains we hook.
+const (
+	TableNat   = "nat"
+	Prerouting = "PREROUTING"
+	Output     = "OUTPUT"
+)
+
+// The chains this product owns. Every chain whose name starts with ChainPrefix
+// is treated as ours when cleaning up, so chains of older or newer versions go
+// too.
+const (
+	ChainPrefix     = "ISTIO_"
+	ChainInbound    = "ISTIO_INBOUND"
+	ChainInRedirect = "ISTIO_IN_REDIRECT"
+	ChainOutput     = "ISTIO_OUTPUT"
+	ChainRedirect   = "ISTIO_REDIRECT"
+)
+
+// Proto is the -p match.
+type Proto uint8
+
+const (
+	AnyProto Proto = iota
+	TCP
+	UDP
+)
+
+func (p Proto) String() string {
+	switch p {
+	case TCP:
+		return "tcp"
+	case UDP:
+		return "udp"
+	}
+	return ""
+}
+
+// Addr is an -s or -d match; the zero value matches any address.
+type Addr struct {
+	Prefix netip.Prefix
+	Not    bool
+}
+
+// Iface is an -i or -o match; the zero value matches any interface.
+type Iface struct {
+	Name IfName
+	Not  bool
+}
+
+// IfName is a network interface name that passed ParseIfName.
+type IfName string
+
+var ifNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
+
+// ParseIfName accepts what the kernel accepts as an interface name and
+// iptables as a match: at most 15 characters of [A-Za-z0-9_.-].
+func ParseIfName(s string) (IfName, error) {
+	if !ifNameRE.MatchString(s) {
+		return "", fmt.Errorf("invalid interface name %q: want 1 to 15 characters of [A-Za-z0-9_.-]", s)
+	}
+	return IfName(s), nil
+}
+
+// Loopback is the pod's loopback interface.
+const Loopback IfName = "lo"
+
+// Match is an extension match (-m ...), rendered from typed fields.
+type Match interface {
+	tokens() []string
+}
+
+// DPort matches a TCP or UDP destination port (-m tcp --dport N).
+type DPort struct {
+	Proto Proto
+	Port  uint16
+	Not   bool
+}
+
+func (m DPort) tokens() []string {
+	t := []string{"-m", m.Proto.String()}
+	if m.Not {
+		t = append(t, "!")
+	}
+	return append(t, "--dport", strconv.Itoa(int(m.Port)))
+}
+
+// OwnerKind says which id of the sending socket an Owner match tests.
+type OwnerKind uint8
+
+const (
+	UID OwnerKind = iota
+	GID
+)
+
+// Owner matches locally generated packets by socket owner (-m owner).
+type Owner struct {
+	Kind OwnerKind
+	ID   uint32
+	Not  bool
+}
+
+func (m Owner) tokens() []string {
+	t := []string{"-m", "owner"}
+	if m.Not {
+		t = append(t, "!")
+	}
+	opt := "--uid-owner"
+	if m.Kind == GID {
+		opt = "--gid-owner"
+	}
+	return append(t, opt, strconv.FormatUint(uint64(m.ID), 10))
+}
+
+// Target is what a rule does (-j ...).
+type Target interface {
+	tokens() []string
+}
+
+// Jump continues in another chain.
+type Jump struct{ Chain string }
+
+func (t Jump) tokens() []string { return []string{"-j", t.Chain} }
+
+// Return leaves the current chain.
+type Return struct{}
+
+func (Return) tokens() []string { return []string{"-j", "RETURN"} }
+
+// Redirect sends the packet to a local port (nat REDIRECT).
+type Redirect struct{ ToPort uint16 }
+
+func (t Redirect) tokens() []string {
+	return []string{"-j", "REDIRECT", "--to-ports", strconv.Itoa(int(t.ToPort))}
+}
+
+// Rule is one rule of a chain. Its fields follow the order in which
+// iptables-save prints them, so a rendered rule reads back unchanged.
+type Rule struct {
+	Table   string
+	Chain   string
+	Src     Addr
+	Dst     Addr
+	In      Iface
+	Out     Iface
+	Proto   Proto
+	Matches []Match
+	Target  Target
+}
+
+// Spec renders the rule's specification: everything after "-A CHAIN", in the
+// canonical form iptables-save prints.
+func (r Rule) Spec() string {
+	var t []string
+	addr := func(opt string, a Addr) {
+		if !a.Prefix.IsValid() {
+			return
+		}
+		if a.Not {
+			t = append(t, "!")
+		}
+		t = append(t, opt, a.Prefix.String())
+	}
+	iface := func(opt string, i Iface) {
+		if i.Name == "" {
+			return
+		}
+		if i.Not {
+			t = append(t, "!")
+		}
+		t = append(t, opt, string(i.Name))
+	}
+	addr("-s", r.Src)
+	addr("-d", r.Dst)
+	iface("-i", r.In)
+	iface("-o", r.Out)
+	if r.Proto != AnyProto {
+		t = append(t, "-p", r.Proto.String())
+	}
+	for _, m := range r.Matches {
+		t = append(t, m.tokens()...)
+	}
+	t = append(t, r.Target.tokens()...)
+	return strings.Join(t, " ")
+}
+
+// JumpTarget is the chain the rule jumps to, or "".
+func (r Rule) JumpTarget() string {
+	if j, ok := r.Target.(Jump); ok {
+		return j.Chain
+	}
+	return ""
+}
+
+// safeToken is every token our renderer may emit. iptables-restore splits
+// lines on white space and treats quotes specially; a token outside this set
+// would mean a value reached a rule untyped.
+var safeToken = regexp.MustCompile(`^(!|\[0:0\]|[A-Za-z0-9_.:/,-]+)$`)
+
+// checkTokens rejects a rendered line holding anything but safe tokens.
+func checkTokens(line string) error {
+	for _, tok := range strings.Split(line, " ") {
+		if !safeToken.MatchString(tok) {
+			return fmt.Errorf("refusing to render unsafe token %q in %q", tok, line)
+		}
+	}
+	return nil
+}

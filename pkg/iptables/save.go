@@ -1,0 +1,129 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// Observed is a family's tables as iptables-save printed them.
+type Observed struct {
+	Tables map[string]*ObservedTable
+}
+
+// ObservedTable is one table: its chains in printed order and each chain's
+// rule specifications (the text after "-A CHAIN ").
+type ObservedTable struct {
+	Chains []string
+	Rules  map[string][]string
+}
+
+// ParseSave reads iptables-save output.
+func ParseSave(out []byte) (*Observed, error) {
+	obs := &Observed{Tables: map[string]*ObservedTable{}}
+	var cur *ObservedTable
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "*"):
+			cur = &ObservedTable{Rules: map[string][]string{}}
+			obs.Tables[line[1:]] = cur
+		case line == "COMMIT":
+			cur = nil
+		case cur == nil:
+			return nil, fmt.Errorf("iptables-save line %d: %q outside a table", n, line)
+		case strings.HasPrefix(line, ":"):
+			name, _, _ := strings.Cut(line[1:], " ")
+			cur.Chains = append(cur.Chains, name)
+		case strings.HasPrefix(line, "-A "):
+			chain, spec, _ := strings.Cut(line[3:], " ")
+			cur.Rules[chain] = append(cur.Rules[chain], spec)
+		default:
+			return nil, fmt.Errorf("iptables-save line %d: unexpected %q", n, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading iptables-save output: %w", err)
+	}
+	return obs, nil
+}
+
+// jumpTarget is the chain an observed rule jumps to: the word after its last
+// "-j" or "-g". Quoted words (comments) are skipped.
+func jumpTarget(spec string) string {
+	toks := splitQuoted(spec)
+	for i := len(toks) - 2; i >= 0; i-- {
+		if toks[i] == "-j" || toks[i] == "-g" {
+			return toks[i+1]
+		}
+	}
+	return ""
+}
+
+// splitQuoted splits on spaces, keeping double-quoted words whole.
+func splitQuoted(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, escaped := false, false
+	for _, r := range s {
+		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\' && quoted:
+			escaped = true
+		case r == '"':
+			quoted = !quoted
+			cur.WriteRune(r)
+		case r == ' ' && !quoted:
+			if cur.Len() > 0 {
+				out = append(out, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// owned reports whether a chain is ours.
+func owned(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
+
+// OwnedChains lists the chains of ours present in a table.
+func (t *ObservedTable) OwnedChains() []string {
+	var out []string
+	for _, c := range t.Chains {
+		if owned(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Empty reports whether the family holds nothing of ours.
+func (o *Observed) Empty() bool {
+	if o == nil {
+		return true
+	}
+	for _, t := range o.Tables {
+		if len(t.OwnedChains()) > 0 {
+			return false
+		}
+		for chain, rules := range t.Rules {
+			for _, r := range rules {
+				if !owned(chain) && owned(jumpTarget(r)) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,96 @@
+// Package iptables turns a typed redirect spec into the rule model for a pod's
+// network namespace. It is pure: the model renders the iptables-restore input
+// that programs the rules, the expectation that CHECK compares against, and the
+// cleanup. Only typed values (ports, prefixes, ids, validated names) are ever
+// rendered; nothing from an annotation reaches a rule as text.
+package iptables
+
+import "net/netip"
+
+// Family is an IP address family; each has its own tables.
+type Family uint8
+
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+func (f Family) String() string {
+	if f == IPv6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// Ports selects TCP ports: all of them, a list, or none (the zero value).
+type Ports struct {
+	All  bool
+	List []uint16
+}
+
+// None reports whether the selection captures nothing.
+func (p Ports) None() bool { return !p.All && len(p.List) == 0 }
+
+// Prefixes selects destinations: all of them, a list, or none (the zero value).
+type Prefixes struct {
+	All  bool
+	List []netip.Prefix
+}
+
+// Spec is how one pod's traffic is sent through its proxy, as Istio's sidecar
+// injector and istio-iptables define it (REDIRECT mode).
+type Spec struct {
+	// ProxyUID and ProxyGID identify the proxy's own traffic, which must never
+	// be captured again.
+	ProxyUID uint32
+	ProxyGID uint32
+
+	// OutboundPort receives captured outbound traffic (Envoy 15001),
+	// InboundPort captured inbound traffic (15006).
+	OutboundPort uint16
+	InboundPort  uint16
+	// TunnelPort (HBONE, 15008) is never captured inbound, and never looped
+	// back through inbound capture.
+	TunnelPort uint16
+
+	// InboundPorts are captured inbound; InboundExclude are skipped when
+	// InboundPorts is All.
+	InboundPorts   Ports
+	InboundExclude []uint16
+
+	// OutboundPorts are always captured, whatever the destination;
+	// OutboundExclude are never captured (TCP and UDP).
+	OutboundPorts   []uint16
+	OutboundExclude []uint16
+
+	// OutboundIPs are the destinations captured outbound; OutboundIPExclude
+	// are returned before that.
+	OutboundIPs       Prefixes
+	OutboundIPExclude []netip.Prefix
+}
+
+// Istio's fixed ports and ids: the defaults of a sidecar pod.
+const (
+	DefaultProxyID      = 1337
+	DefaultOutboundPort = 15001
+	DefaultInboundPort  = 15006
+	DefaultTunnelPort   = 15008
+	ProxyStatusPort     = 15020 // pilot-agent status: never captured either way
+	ProxyHealthPort     = 15021 // health checks, reached by the kubelet
+	ProxyMetricsPort    = 15090 // Envoy's Prometheus endpoint
+)
+
+// DefaultSpec is the spec of a pod that carries no traffic annotation.
+func DefaultSpec() Spec {
+	return Spec{
+		ProxyUID:        DefaultProxyID,
+		ProxyGID:        DefaultProxyID,
+		OutboundPort:    DefaultOutboundPort,
+		InboundPort:     DefaultInboundPort,
+		TunnelPort:      DefaultTunnelPort,
+		InboundPorts:    Ports{All: true},
+		InboundExclude:  []uint16{ProxyStatusPort, ProxyHealthPort, ProxyMetricsPort},
+		OutboundExclude: []uint16{ProxyStatusPort},
+		OutboundIPs:     Prefixes{All: true},
+	}
+}

@@ -1,0 +1,50 @@
+// Package kube reads pods from the Kubernetes API. It decodes only the fields
+// the redirect decision needs, into small local types: the plugin is exec'd
+// for every pod sandbox, and the full API types would cost every pod their
+// start-up time.
+package kube
+
+// Pod is the subset of a core/v1 Pod the decision reads.
+type Pod struct {
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     PodSpec    `json:"spec"`
+}
+
+// ObjectMeta is the subset of metadata the decision reads.
+type ObjectMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	UID         string            `json:"uid"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// PodSpec is the subset of the pod spec the decision reads.
+type PodSpec struct {
+	HostNetwork    bool        `json:"hostNetwork,omitempty"`
+	Containers     []Container `json:"containers"`
+	InitContainers []Container `json:"initContainers,omitempty"`
+}
+
+// Container is the subset of a container the decision reads.
+type Container struct {
+	Name            string           `json:"name"`
+	Args            []string         `json:"args,omitempty"`
+	Env             []EnvVar         `json:"env,omitempty"`
+	SecurityContext *SecurityContext `json:"securityContext,omitempty"`
+	// RestartPolicy "Always" on an init container makes it a native sidecar.
+	RestartPolicy *string `json:"restartPolicy,omitempty"`
+}
+
+// EnvVar is a container's literal environment variable.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value,omitempty"`
+}
+
+// SecurityContext is the subset of a container's security context the
+// decision reads.
+type SecurityContext struct {
+	RunAsUser  *int64 `json:"runAsUser,omitempty"`
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+}
