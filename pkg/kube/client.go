@@ -1,0 +1,176 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ErrorKind classifies why a pod could not be read.
+type ErrorKind uint8
+
+const (
+	// Unavailable: the API did not answer, or answered with an error worth
+	// retrying (timeouts, 429, 5xx), until the time budget ran out.
+	Unavailable ErrorKind = iota
+	// NotFound: the API has no such pod.
+	NotFound
+	// Denied: 401 or 403; the plugin's credentials are wrong or lack rights.
+	Denied
+	// BadResponse: a 200 whose body is not a pod, or another 4xx.
+	BadResponse
+)
+
+// APIError is a failed pod lookup. It names the pod and the last error.
+type APIError struct {
+	Kind     ErrorKind
+	Pod      string
+	Attempts int
+	Err      error
+}
+
+func (e *APIError) Error() string {
+	switch e.Kind {
+	case NotFound:
+		return fmt.Sprintf("pod %s not found in the API", e.Pod)
+	case Denied:
+		return fmt.Sprintf("reading pod %s: the API denied the plugin's credentials: %v", e.Pod, e.Err)
+	case BadResponse:
+		return fmt.Sprintf("reading pod %s: %v", e.Pod, e.Err)
+	}
+	return fmt.Sprintf("reading pod %s: API unavailable after %d attempts: %v", e.Pod, e.Attempts, e.Err)
+}
+
+func (e *APIError) Unwrap() error { return e.Err }
+
+// Timeouts bound a lookup: each attempt has its own timeout and the retries
+// share a total budget that must stay far below the kubelet's two-minute
+// runtime request timeout.
+type Timeouts struct {
+	Attempt time.Duration
+	Total   time.Duration
+}
+
+// Client reads pods with one GET each, retrying with backoff.
+type Client struct {
+	http     *http.Client
+	host     string
+	timeouts Timeouts
+	// sleep waits between attempts; tests replace it.
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// NewClient builds a client from a kubeconfig file (server, CA, token or
+// client certificate, as client-go reads them).
+func NewClient(kubeconfig string, t Timeouts) (*Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building API client from %s: %w", kubeconfig, err)
+	}
+	host := strings.TrimSuffix(cfg.Host, "/")
+	if !strings.Contains(host, "://") {
+		host = "https://" + host
+	}
+	return &Client{http: hc, host: host, timeouts: t, sleep: sleepCtx}, nil
+}
+
+// Backoff between attempts: doubling from backoffMin up to backoffMax.
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+// GetPod reads one pod. Errors are *APIError.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+	id := namespace + "/" + name
+	ctx, cancel := context.WithTimeout(ctx, c.timeouts.Total)
+	defer cancel()
+	u := c.host + "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(name)
+	wait := backoffMin
+	for attempt := 1; ; attempt++ {
+		pod, retry, err := c.getOnce(ctx, u)
+		if err == nil {
+			return pod, nil
+		}
+		if !retry {
+			err.Pod = id
+			return nil, err
+		}
+		if ctx.Err() != nil || c.sleep(ctx, wait) != nil {
+			return nil, &APIError{Kind: Unavailable, Pod: id, Attempts: attempt, Err: err.Err}
+		}
+		wait = min(2*wait, backoffMax)
+	}
+}
+
+// getOnce makes one attempt; retry says whether another may succeed.
+func (c *Client) getOnce(ctx context.Context, u string) (*Pod, bool, *APIError) {
+	actx, cancel := context.WithTimeout(ctx, c.timeouts.Attempt)
+	defer cancel()
+	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, &APIError{Kind: BadResponse, Err: err}
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, true, &APIError{Kind: Unavailable, Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, true, &APIError{Kind: Unavailable, Err: fmt.Errorf("reading response: %w", err)}
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+		var pod Pod
+		if err := json.Unmarshal(body, &pod); err != nil {
+			return nil, false, &APIError{Kind: BadResponse, Err: fmt.Errorf("decoding pod: %w", err)}
+		}
+		return &pod, false, nil
+	case code == http.StatusNotFound:
+		return nil, false, &APIError{Kind: NotFound, Err: statusError(resp, body)}
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return nil, false, &APIError{Kind: Denied, Err: statusError(resp, body)}
+	case code == http.StatusTooManyRequests || code >= 500:
+		return nil, true, &APIError{Kind: Unavailable, Err: statusError(resp, body)}
+	default:
+		return nil, false, &APIError{Kind: BadResponse, Err: statusError(resp, body)}
+	}
+}
+
+// statusError renders an API error response: the Status message when the
+// body is one, else the HTTP status.
+func statusError(resp *http.Response, body []byte) error {
+	var st struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		return fmt.Errorf("%s: %s", resp.Status, st.Message)
+	}
+	return errors.New(resp.Status)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,122 @@
+package plugin
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// opBudget bounds the work in the pod's namespace after the pod lookup.
+const opBudget = 30 * time.Second
+
+// outcome is what one ADD or CHECK decided, for its log line.
+type outcome struct {
+	pod      string
+	decision decision.Decision
+	families string
+}
+
+// Add redirects the pod's traffic if it must be, then passes the previous
+// result through. It fails, and programs nothing, whenever it cannot be sure
+// a pod that must be redirected is.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	start := p.deps.Now()
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	log, closeLog := newLogger(conf, p.deps.Stderr)
+	defer closeLog()
+	var out outcome
+	err = p.add(args, conf, &out)
+	logOutcome(log, "ADD", args, out, p.deps.Now().Sub(start), err)
+	if err != nil {
+		return err
+	}
+	return printResult(conf, p.deps.stdout())
+}
+
+func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
+	m, ok, err := p.model(args, conf, out)
+	if err != nil || !ok {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
+	defer cancel()
+	if err := p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, m); err != nil {
+		return netnsError(out.pod, err)
+	}
+	return nil
+}
+
+// model decides for the pod named in CNI_ARGS and, when it must be
+// redirected, returns its rule model. ok=false means pass through.
+func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables.Model, bool, error) {
+	ns, name, isPod, err := podID(args.Args)
+	if err != nil {
+		return iptables.Model{}, false, err
+	}
+	if !isPod {
+		out.decision.Reason = decision.NotKubernetes
+		return iptables.Model{}, false, nil
+	}
+	out.pod = ns + "/" + name
+	if d, decided := decision.Namespace(ns, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
+		out.decision = d
+		return iptables.Model{}, false, nil
+	}
+	getter, err := p.deps.NewPodGetter(conf)
+	if err != nil {
+		return iptables.Model{}, false, podError(err)
+	}
+	pod, err := getter.GetPod(context.Background(), ns, name)
+	if err != nil {
+		return iptables.Model{}, false, podError(err)
+	}
+	if out.decision, err = decision.Pod(pod); err != nil {
+		return iptables.Model{}, false, decisionError(out.pod, err)
+	}
+	if !out.decision.Redirect {
+		return iptables.Model{}, false, nil
+	}
+	v4, v6, err := families(conf, out.decision.DualStack, func() (bool, error) {
+		return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns)
+	})
+	if err != nil {
+		return iptables.Model{}, false, netnsError(out.pod, err)
+	}
+	out.families = familyNames(v4, v6)
+	return iptables.Build(out.decision.Spec, v4, v6), true, nil
+}
+
+func familyNames(v4, v6 bool) string {
+	switch {
+	case v4 && v6:
+		return "ipv4,ipv6"
+	case v6:
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// logOutcome writes the one line per verb: pod, decision, duration, error.
+func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, d time.Duration, err error) {
+	attrs := []any{
+		"verb", verb, "container", args.ContainerID, "pod", out.pod,
+		"redirect", out.decision.Redirect, "reason", string(out.decision.Reason),
+		"duration_ms", float64(d.Microseconds()) / 1000,
+	}
+	if out.families != "" {
+		attrs = append(attrs, "families", out.families)
+	}
+	if err != nil {
+		log.Error(verb+" failed", append(attrs, "error", err.Error())...)
+		return
+	}
+	log.Info(verb, attrs...)
+}

@@ -1,0 +1,48 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Check verifies that a pod that must be redirected holds exactly the rules
+// its model says, reading them from its namespace. Pods that are not ours to
+// redirect pass.
+func (p *Plugin) Check(args *skel.CmdArgs) error {
+	start := p.deps.Now()
+	conf, err := parseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	log, closeLog := newLogger(conf, p.deps.Stderr)
+	defer closeLog()
+	var out outcome
+	err = p.check(args, conf, &out)
+	logOutcome(log, "CHECK", args, out, p.deps.Now().Sub(start), err)
+	return err
+}
+
+func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
+	if conf.PrevResult == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, errPrefix+": field \"prevResult\": required for CHECK", "")
+	}
+	m, ok, err := p.model(args, conf, out)
+	if err != nil || !ok {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
+	defer cancel()
+	diffs, err := p.deps.NewPodNetwork(conf).Check(ctx, args.Netns, m)
+	if err != nil {
+		return netnsError(out.pod, err)
+	}
+	if len(diffs) > 0 {
+		return types.NewError(ErrRulesMismatch,
+			fmt.Sprintf("pod %s: redirect rules missing or different: %s", out.pod, strings.Join(diffs, "; ")), "")
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/podnet"
+)
+
+// Plugin-specific CNI error codes (the spec reserves 100 and up for
+// plugins). Well-known codes are used where they fit: 4 for missing
+// environment, 6 for undecodable input, 7 for a bad config, 8 for a netns
+// that cannot be entered, 11 when the API cannot answer now.
+const (
+	ErrPodNotFound   uint = 100 // the API has no such pod
+	ErrAPIDenied     uint = 101 // 401 or 403: the plugin's kubeconfig is wrong or lacks rights
+	ErrPodSettings   uint = 102 // a traffic annotation or proxy setting is invalid
+	ErrUnsupported   uint = 103 // a valid setting this version cannot program yet
+	ErrRules         uint = 104 // iptables failed or read back differently; rolled back
+	ErrRulesMismatch uint = 105 // CHECK: the pod's rules are missing or differ
+)
+
+// podError maps a pod lookup failure to its CNI error.
+func podError(err error) error {
+	var apiErr *kube.APIError
+	if !errors.As(err, &apiErr) {
+		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	}
+	code := types.ErrTryAgainLater
+	switch apiErr.Kind {
+	case kube.NotFound:
+		code = ErrPodNotFound
+	case kube.Denied:
+		code = ErrAPIDenied
+	}
+	return types.NewError(code, apiErr.Error(), "")
+}
+
+// decisionError maps an invalid or unsupported pod setting.
+func decisionError(pod string, err error) error {
+	var unsupported *decision.UnsupportedError
+	if errors.As(err, &unsupported) {
+		return types.NewError(ErrUnsupported, fmt.Sprintf("pod %s: %v", pod, err), "")
+	}
+	return types.NewError(ErrPodSettings, fmt.Sprintf("pod %s: %v", pod, err), "")
+}
+
+// netnsError maps a failure inside the pod's namespace.
+func netnsError(pod string, err error) error {
+	if errors.Is(err, podnet.ErrNoNetns) {
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("pod %s: %v", pod, err), "")
+	}
+	return types.NewError(ErrRules, fmt.Sprintf("pod %s: programming the redirect: %v", pod, err), "")
+}

@@ -1,0 +1,24 @@
+package plugin
+
+import (
+	"io"
+	"log/slog"
+	"os"
+)
+
+// newLogger logs JSON lines to stderr (never stdout, which carries the CNI
+// result) and, if configured, appends them to a file. The returned func
+// closes the file.
+func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
+	w, closeFn := stderr, func() {}
+	if conf.LogFile != "" {
+		//nolint:gosec // the path comes from the node's CNI config, written by root
+		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err == nil {
+			w, closeFn = io.MultiWriter(stderr, f), func() { _ = f.Close() }
+		} else {
+			defer slog.New(slog.NewJSONHandler(stderr, nil)).Warn("cannot open log_file; logging to stderr only", "log_file", conf.LogFile, "error", err)
+		}
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: conf.logLevel})).With("plugin", "istio-cni"), closeFn
+}

@@ -1,0 +1,79 @@
+// Package plugin implements the istio-cni CNI verbs. Every verb is a thin
+// sequence: parse the config, decide from the pod, and hand the rule model
+// to the pod network. The OS and the API come in through Deps.
+package plugin
+
+import (
+	"context"
+	"io"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// PodGetter reads one pod from the API.
+type PodGetter interface {
+	GetPod(ctx context.Context, namespace, name string) (*kube.Pod, error)
+}
+
+// PodNetwork is the OS step: a pod's network namespace.
+type PodNetwork interface {
+	Program(ctx context.Context, netns string, m iptables.Model) error
+	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	Cleanup(ctx context.Context, netns string) error
+	HasIPv6(netns string) (bool, error)
+}
+
+// Deps are the plugin's seams.
+type Deps struct {
+	// NewPodGetter builds the API client; it is called only when a pod
+	// must be read.
+	NewPodGetter func(conf *Config) (PodGetter, error)
+	// NewPodNetwork builds the namespace programmer for a config.
+	NewPodNetwork func(conf *Config) PodNetwork
+	// Stdout receives the CNI result; Stderr the log lines.
+	Stdout io.Writer
+	Stderr io.Writer
+	Now    func() time.Time
+}
+
+func (d Deps) stdout() io.Writer {
+	if d.Stdout == nil {
+		return os.Stdout
+	}
+	return d.Stdout
+}
+
+// Plugin runs the CNI verbs with its dependencies.
+type Plugin struct {
+	deps Deps
+}
+
+// New returns a plugin wired to the real API, namespaces and iptables.
+func New() *Plugin {
+	return NewWithDeps(Deps{
+		NewPodGetter: func(c *Config) (PodGetter, error) {
+			return kube.NewClient(c.Kubeconfig, c.timeouts)
+		},
+		NewPodNetwork: func(c *Config) PodNetwork {
+			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.backend}}
+		},
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
+		Now:    time.Now,
+	})
+}
+
+// NewWithDeps returns a plugin with the given seams (for tests).
+func NewWithDeps(d Deps) *Plugin { return &Plugin{deps: d} }
+
+// Funcs are the verbs for skel.PluginMainFuncs.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, Status: p.Status, GC: p.GC}
+}

@@ -1,0 +1,133 @@
+// Package podnet is the plugin's one OS step: it enters a pod's network
+// namespace and programs, checks or removes the redirect there.
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// Netns programs pods' network namespaces with a Programmer.
+type Netns struct {
+	Programmer *xtables.Programmer
+}
+
+// passthroughV6 is the source Envoy binds for IPv6 inbound passthrough.
+// IPv4 has all of 127/8 on lo; IPv6 has only ::1, so the plugin adds it, as
+// istio-iptables does.
+var passthroughV6 = &net.IPNet{IP: net.ParseIP("::6"), Mask: net.CIDRMask(128, 128)}
+
+// ErrNoNetns means the namespace path does not exist (any more).
+var ErrNoNetns = errors.New("network namespace does not exist")
+
+// do runs fn inside the namespace at path, on a locked OS thread; iptables
+// processes started there inherit the namespace.
+func do(path string, fn func() error) error {
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		var missing ns.NSPathNotExistErr
+		if errors.As(err, &missing) {
+			return fmt.Errorf("%s: %w", path, ErrNoNetns)
+		}
+		return fmt.Errorf("opening network namespace %s: %w", path, err)
+	}
+	defer netns.Close()
+	return netns.Do(func(ns.NetNS) error { return fn() })
+}
+
+// Program installs the model in the namespace and verifies it; on failure
+// nothing of ours is left behind.
+func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) error {
+	return do(path, func() error {
+		if m.V6 != nil {
+			if err := addPassthroughV6(); err != nil {
+				return err
+			}
+		}
+		return n.Programmer.Apply(ctx, m)
+	})
+}
+
+// Check lists how the namespace differs from the model.
+func (n *Netns) Check(ctx context.Context, path string, m iptables.Model) ([]string, error) {
+	var diffs []string
+	err := do(path, func() error {
+		var err error
+		if diffs, err = n.Programmer.Check(ctx, m); err != nil {
+			return err
+		}
+		if m.V6 != nil {
+			ok, err := hasPassthroughV6()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				diffs = append(diffs, "lo lacks "+passthroughV6.String())
+			}
+		}
+		return nil
+	})
+	return diffs, err
+}
+
+// Cleanup removes everything of ours from both families.
+func (n *Netns) Cleanup(ctx context.Context, path string) error {
+	return do(path, func() error {
+		return n.Programmer.Cleanup(ctx, iptables.IPv4, iptables.IPv6)
+	})
+}
+
+// HasIPv6 reports whether any interface in the namespace has a global IPv6
+// address: the fallback when the runtime passed no prevResult.
+func (n *Netns) HasIPv6(path string) (bool, error) {
+	var found bool
+	err := do(path, func() error {
+		addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+		if err != nil {
+			return fmt.Errorf("listing addresses: %w", err)
+		}
+		for _, a := range addrs {
+			if a.IP.IsGlobalUnicast() {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found, err
+}
+
+func addPassthroughV6() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding lo: %w", err)
+	}
+	if err := netlink.AddrReplace(lo, &netlink.Addr{IPNet: passthroughV6}); err != nil {
+		return fmt.Errorf("adding %s to lo: %w", passthroughV6, err)
+	}
+	return nil
+}
+
+func hasPassthroughV6() (bool, error) {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return false, fmt.Errorf("finding lo: %w", err)
+	}
+	addrs, err := netlink.AddrList(lo, netlink.FAMILY_V6)
+	if err != nil {
+		return false, fmt.Errorf("listing lo addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.IP.Equal(passthroughV6.IP) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

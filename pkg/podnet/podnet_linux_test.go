@@ -1,0 +1,314 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	goipt "github.com/coreos/go-iptables/iptables"
+	"github.com/vishvananda/netlink"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// These tests program real network namespaces with both iptables backends.
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+}
+
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	return n
+}
+
+var backends = []xtables.Backend{xtables.Legacy, xtables.NFT}
+
+func forEachBackend(t *testing.T, f func(t *testing.T, b xtables.Backend)) {
+	requireRoot(t)
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) { f(t, b) })
+	}
+}
+
+func netnsFor(b xtables.Backend, r xtables.Runner) *Netns {
+	if r == nil {
+		r = xtables.ExecRunner{}
+	}
+	return &Netns{Programmer: &xtables.Programmer{Runner: r, Backend: b}}
+}
+
+// ipt is go-iptables in the namespace: an independent reader of the rules.
+func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f func(*goipt.IPTables)) {
+	t.Helper()
+	proto, name := goipt.ProtocolIPv4, "iptables-"+string(b)
+	if fam == iptables.IPv6 {
+		proto, name = goipt.ProtocolIPv6, "ip6tables-"+string(b)
+	}
+	path, err := xtables.LookPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = n.Do(func(ns.NetNS) error {
+		i, err := goipt.New(goipt.IPFamily(proto), goipt.Path(path))
+		if err != nil {
+			return err
+		}
+		f(i)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProgramDefaultBothFamilies(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		m := iptables.Build(iptables.DefaultSpec(), true, true)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			ipt(t, n, b, fam, func(i *goipt.IPTables) {
+				chains, err := i.ListChains("nat")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range []string{iptables.ChainInbound, iptables.ChainInRedirect, iptables.ChainOutput, iptables.ChainRedirect} {
+					if !slices.Contains(chains, c) {
+						t.Errorf("%s: chain %s missing, have %v", fam, c, chains)
+					}
+				}
+				ok, err := i.Exists("nat", iptables.ChainRedirect, "-p", "tcp", "-j", "REDIRECT", "--to-ports", "15001")
+				if err != nil || !ok {
+					t.Errorf("%s: outbound REDIRECT to 15001 missing (%v)", fam, err)
+				}
+			})
+		}
+		diffs, err := net.Check(ctx, n.Path(), m)
+		if err != nil || len(diffs) != 0 {
+			t.Errorf("Check after Program: %v %v", diffs, err)
+		}
+	})
+}
+
+func TestProgramTwiceSameRules(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		m := iptables.Build(iptables.DefaultSpec(), true, false)
+		for i := 0; i < 2; i++ {
+			if err := net.Program(ctx, n.Path(), m); err != nil {
+				t.Fatalf("Program #%d: %v", i+1, err)
+			}
+		}
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
+			for _, chain := range []string{iptables.Prerouting, iptables.Output} {
+				rules, err := i.List("nat", chain)
+				if err != nil {
+					t.Fatal(err)
+				}
+				jumps := 0
+				for _, r := range rules {
+					if strings.Contains(r, "-j ISTIO_") {
+						jumps++
+					}
+				}
+				if jumps != 1 {
+					t.Errorf("%s has %d jumps into our chains after two ADDs, want 1: %v", chain, jumps, rules)
+				}
+			}
+		})
+	})
+}
+
+func TestProgramReplacesOtherSpec(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		if err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil {
+			t.Fatal(err)
+		}
+		spec := iptables.DefaultSpec()
+		spec.InboundPorts = iptables.Ports{}
+		spec.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+		m := iptables.Build(spec, true, false)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+			t.Errorf("after re-programming: %v %v", diffs, err)
+		}
+	})
+}
+
+// foreign adds rules that are not ours: they must survive everything we do.
+const foreign = "*nat\n:FOREIGN - [0:0]\n-A PREROUTING -p udp -j FOREIGN\n-A OUTPUT -p udp -j FOREIGN\n-A FOREIGN -j RETURN\nCOMMIT\n"
+
+func TestCleanupKeepsForeignRules(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		r := xtables.ExecRunner{}
+		restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+		if err := n.Do(func(ns.NetNS) error {
+			_, err := r.Run(ctx, []byte(foreign), restore, "--noflush")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		net := netnsFor(b, nil)
+		if err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true)); err != nil {
+			t.Fatal(err)
+		}
+		if err := net.Cleanup(ctx, n.Path()); err != nil {
+			t.Fatal(err)
+		}
+		if err := net.Cleanup(ctx, n.Path()); err != nil {
+			t.Fatalf("second Cleanup: %v", err)
+		}
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
+			chains, _ := i.ListChains("nat")
+			for _, c := range chains {
+				if strings.HasPrefix(c, iptables.ChainPrefix) {
+					t.Errorf("chain %s left after Cleanup", c)
+				}
+			}
+			for _, chain := range []string{iptables.Prerouting, iptables.Output} {
+				if ok, _ := i.Exists("nat", chain, "-p", "udp", "-j", "FOREIGN"); !ok {
+					t.Errorf("foreign rule in %s removed", chain)
+				}
+			}
+		})
+	})
+}
+
+func TestCheckDetectsTampering(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		m := iptables.Build(iptables.DefaultSpec(), true, false)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
+			if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+				t.Fatal(err)
+			}
+		})
+		diffs, err := net.Check(ctx, n.Path(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(diffs) != 1 || !strings.Contains(diffs[0], "missing rule") {
+			t.Errorf("Check after deleting the catch-all: %v", diffs)
+		}
+	})
+}
+
+// failingRestore runs every command for real but reports the restores
+// numbered in fail as failed, as if iptables-restore died after committing.
+type failingRestore struct {
+	xtables.ExecRunner
+	fail map[int]bool
+	seen int
+}
+
+func (f *failingRestore) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	out, err := f.ExecRunner.Run(ctx, stdin, name, args...)
+	if strings.HasSuffix(name, "-restore") {
+		if f.seen++; f.fail[f.seen] {
+			return nil, errors.New("injected restore failure")
+		}
+	}
+	return out, err
+}
+
+func TestFailedApplyLeavesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		// Both attempts for IPv6 fail after IPv4 succeeded: both families
+		// must be rolled back.
+		net := netnsFor(b, &failingRestore{fail: map[int]bool{2: true, 3: true}})
+		err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true))
+		if err == nil || !strings.Contains(err.Error(), "injected") {
+			t.Fatalf("Program = %v, want the injected failure", err)
+		}
+		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			var obs *iptables.Observed
+			if err := n.Do(func(ns.NetNS) error {
+				var err error
+				obs, err = netnsFor(b, nil).Programmer.Read(ctx, fam)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !obs.Empty() {
+				t.Errorf("%s: rules left after a failed ADD", fam)
+			}
+		}
+	})
+}
+
+func TestApplyRetriesOneFailedRestore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, &failingRestore{fail: map[int]bool{1: true}})
+		m := iptables.Build(iptables.DefaultSpec(), true, false)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatalf("one failed restore is reconciled by the second attempt: %v", err)
+		}
+		if diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+			t.Errorf("Check: %v %v", diffs, err)
+		}
+	})
+}
+
+func TestIPv6PassthroughAddress(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		m := iptables.Build(iptables.DefaultSpec(), true, true)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		var has bool
+		if err := n.Do(func(ns.NetNS) error { var err error; has, err = hasPassthroughV6(); return err }); err != nil || !has {
+			t.Fatalf("::6 on lo after an IPv6 ADD: %v %v", has, err)
+		}
+		if err := n.Do(func(ns.NetNS) error {
+			lo, _ := netlink.LinkByName("lo")
+			return netlink.AddrDel(lo, &netlink.Addr{IPNet: passthroughV6})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		diffs, err := net.Check(ctx, n.Path(), m)
+		if err != nil || len(diffs) != 1 || !strings.Contains(diffs[0], "::6") {
+			t.Errorf("Check without ::6 = %v, %v", diffs, err)
+		}
+	})
+}
+
+func TestMissingNetns(t *testing.T) {
+	requireRoot(t)
+	err := netnsFor(xtables.Auto, nil).Cleanup(context.Background(), "/var/run/netns/does-not-exist")
+	if !errors.Is(err, ErrNoNetns) {
+		t.Errorf("Cleanup of a missing netns = %v, want ErrNoNetns", err)
+	}
+}

@@ -1,0 +1,80 @@
+package xtables
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// Backend selects the iptables implementation.
+//
+// Auto uses the node's own iptables-restore and iptables-save: whichever the
+// node's alternatives (Debian, Ubuntu, RHEL) point `iptables` at, nft or
+// legacy, so the pod's rules live where the node's tools and anyone running
+// `iptables-save` in the pod's namespace look for them. It costs no extra
+// process, which matters because every pod pays for the plugin's start-up.
+// Legacy and NFT pin one implementation for nodes whose default differs from
+// what the rest of the node uses.
+type Backend string
+
+const (
+	Auto   Backend = "auto"
+	Legacy Backend = "legacy"
+	NFT    Backend = "nft"
+)
+
+// Backends lists the valid values, for error messages.
+const Backends = "auto, legacy or nft"
+
+// ParseBackend validates a configured backend; "" means Auto.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case "":
+		return Auto, nil
+	case Auto, Legacy, NFT:
+		return b, nil
+	}
+	return "", fmt.Errorf("unknown iptables backend %q: want %s", s, Backends)
+}
+
+// Commands are the two programs used for one family.
+type Commands struct {
+	Restore string
+	Save    string
+}
+
+// CommandsFor names the restore and save programs of a family.
+func (b Backend) CommandsFor(f iptables.Family) Commands {
+	base := "iptables"
+	if f == iptables.IPv6 {
+		base = "ip6tables"
+	}
+	switch b {
+	case Legacy:
+		base += "-legacy"
+	case NFT:
+		base += "-nft"
+	}
+	return Commands{Restore: base + "-restore", Save: base + "-save"}
+}
+
+// sbinDirs are searched after PATH: container runtimes may exec plugins with
+// a PATH that lacks the sbin directories where iptables lives.
+var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
+
+// LookPath finds a program in PATH or the sbin directories.
+func LookPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range sbinDirs {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in PATH or %v", name, sbinDirs)
+}

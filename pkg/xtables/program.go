@@ -1,0 +1,125 @@
+package xtables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// LockWaitSeconds bounds the wait for the xtables lock that iptables-legacy
+// shares node-wide; the caller's context bounds the whole operation.
+const LockWaitSeconds = 10
+
+// Programmer applies, verifies and removes rule models in the current
+// network namespace.
+type Programmer struct {
+	Runner  Runner
+	Backend Backend
+}
+
+// Apply makes the namespace hold the model and verifies it by reading the
+// rules back. The first attempt assumes a fresh namespace (one restore, one
+// save); if the read-back differs (a repeated ADD, leftovers) it reconciles
+// from what it read. If the rules still differ, everything of ours is removed
+// again and the error says what differed.
+func (p *Programmer) Apply(ctx context.Context, m iptables.Model) error {
+	var applied []iptables.Family
+	for _, rs := range m.Rulesets() {
+		applied = append(applied, rs.Family)
+		if err := p.applyFamily(ctx, rs); err != nil {
+			if rbErr := p.Cleanup(ctx, applied...); rbErr != nil {
+				err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Programmer) applyFamily(ctx context.Context, rs *iptables.Ruleset) error {
+	var observed *iptables.Observed // nil: a fresh namespace
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		text, err := iptables.Plan(rs, observed)
+		if err != nil {
+			return err
+		}
+		restoreErr := p.restore(ctx, rs.Family, text)
+		if observed, err = p.Read(ctx, rs.Family); err != nil {
+			return errors.Join(restoreErr, err)
+		}
+		diff := iptables.Diff(rs, observed)
+		switch {
+		case restoreErr != nil:
+			lastErr = restoreErr
+		case len(diff) > 0:
+			lastErr = fmt.Errorf("%s rules differ after iptables-restore: %s", rs.Family, strings.Join(diff, "; "))
+		default:
+			return nil
+		}
+	}
+	return lastErr
+}
+
+// Check compares the namespace with the model and lists the differences.
+func (p *Programmer) Check(ctx context.Context, m iptables.Model) ([]string, error) {
+	var diffs []string
+	for _, rs := range m.Rulesets() {
+		observed, err := p.Read(ctx, rs.Family)
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range iptables.Diff(rs, observed) {
+			diffs = append(diffs, rs.Family.String()+": "+d)
+		}
+	}
+	return diffs, nil
+}
+
+// Cleanup removes every chain of ours and every jump into one from the given
+// families, whatever model put them there.
+func (p *Programmer) Cleanup(ctx context.Context, families ...iptables.Family) error {
+	var errs []error
+	for _, f := range families {
+		observed, err := p.Read(ctx, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if observed.Empty() {
+			continue
+		}
+		text, err := iptables.Plan(nil, observed)
+		if err == nil {
+			err = p.restore(ctx, f, text)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Read returns a family's tables as iptables-save prints them.
+func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Observed, error) {
+	name, err := LookPath(p.Backend.CommandsFor(f).Save)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.Runner.Run(ctx, nil, name)
+	if err != nil {
+		return nil, err
+	}
+	return iptables.ParseSave(out)
+}
+
+func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte) error {
+	name, err := LookPath(p.Backend.CommandsFor(f).Restore)
+	if err != nil {
+		return err
+	}
+	_, err = p.Runner.Run(ctx, text, name, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	return err
+}

@@ -1,0 +1,39 @@
+// Package xtables programs and reads the rule model in the current network
+// namespace with the node's iptables-restore and iptables-save. It is the only
+// package that runs iptables; callers enter the pod's namespace first.
+package xtables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+)
+
+// Runner runs a command: the seam between the rule logic and the OS, so tests
+// can record what would run.
+type Runner interface {
+	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+}
+
+// ExecRunner runs commands for real, on the calling OS thread's namespaces.
+type ExecRunner struct{}
+
+// Run executes name with args, feeding stdin; the error carries stderr.
+func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return nil, fmt.Errorf("%s: %w: %s", name, err, msg)
+	}
+	return stdout.Bytes(), nil
+}

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// launcher forks every child from one goroutine locked to its OS thread.
+// Pdeathsig fires when the *thread* that forked the child exits, not the
+// process: a child forked from an ordinary thread would be killed as soon as
+// some other goroutine locks that thread (netns code does) and exits with it
+// still locked. A dedicated locked thread lives exactly as long as the cluster,
+// so the children die with the test process and not before.
+type launcher struct {
+	reqs chan *exec.Cmd
+	errs chan error
+}
+
+func newLauncher() *launcher {
+	l := &launcher{reqs: make(chan *exec.Cmd), errs: make(chan error)}
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: when close() ends the loop the thread exits,
+		// SIGKILLing (via Pdeathsig) any child that Stop failed to reap.
+		for cmd := range l.reqs {
+			l.errs <- cmd.Start()
+		}
+	}()
+	return l
+}
+
+func (l *launcher) start(cmd *exec.Cmd) error {
+	l.reqs <- cmd
+	return <-l.errs
+}
+
+func (l *launcher) close() { close(l.reqs) }
+
+// proc is one child process, its log file and its exit.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed once the process has been reaped
+	err  error         // Wait's result; valid after done
+}
+
+// startProc runs bin in its own process group with stdout and stderr
+// appended to logPath.
+func startProc(l *launcher, name, bin string, args []string, logPath string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child holds its own copy
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := l.start(cmd); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitError describes an unexpected exit, with the tail of the log.
+func (p *proc) exitError() error {
+	return fmt.Errorf("%s (pid %d) exited: %v\n--- tail of %s ---\n%s", p.name, p.pid(), p.err, p.log, logTail(p.log, 30))
+}
+
+// stop sends SIGTERM to the process it started, waits up to grace, then
+// sends SIGKILL. os.Process signals through a pidfd, so a recycled PID is
+// never hit.
+func (p *proc) stop(grace time.Duration) error {
+	if p.exited() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM %s (pid %d): %w", p.name, p.pid(), err)
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGKILL %s (pid %d): %w", p.name, p.pid(), err)
+	}
+	t.Reset(10 * time.Second)
+	select {
+	case <-p.done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%s (pid %d) still running 10s after SIGKILL", p.name, p.pid())
+	}
+}
+
+// freePorts asks the kernel for n distinct free ports on 127.0.0.1. They are
+// free when this returns; another process could take one before our child
+// binds it, which then fails start-up with "address already in use".
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer ln.Close() // held until all are picked, so they differ
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// logTail returns the last n lines of the file at path (at most 16 KiB).
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	defer f.Close()
+	const max = 16 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		if _, err := f.Seek(-max, io.SeekEnd); err != nil {
+			return fmt.Sprintf("(cannot read log: %v)", err)
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(cannot read log: %v)", err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "(log is empty)"
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}

@@ -1,0 +1,191 @@
+// Command testproxy is a small static binary for integration and e2e tests.
+// It stands in for Istio's sidecar proxy ("proxy") and for a plain workload
+// ("server"); each answers every TCP connection with one line and closes, so a
+// test can see where a connection landed after iptables REDIRECT. "client"
+// dials and prints whatever the peer sent.
+//
+//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
+//	testproxy server --port PORT [--name server] [--ready-file PATH]
+//	testproxy client --addr HOST:PORT [--timeout 5s]
+//
+// Lines written to the peer:
+//
+//	proxy listener=<outbound|inbound> orig=<ip:port|none> peer=<ip:port> uid=<uid>
+//	server name=<name> local=<ip:port> peer=<ip:port>
+//
+// The ready file is written (atomically) once every listener is bound; it holds
+// one "listener=<name> addr=<ip:port>" line per listener, so tests that pass
+// port 0 can learn the bound port.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+const usage = `usage:
+  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
+  testproxy server --port PORT [--name NAME] [--ready-file PATH]
+  testproxy client --addr HOST:PORT [--timeout 5s]
+`
+
+// errUsage marks a command-line mistake the flag package has already reported.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one subcommand until it finishes or ctx is cancelled and
+// returns the exit code: 0 success (or a clean stop), 1 failure, 2 bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "proxy":
+		err = runProxy(ctx, args[1:], stderr)
+	case "server":
+		err = runServer(ctx, args[1:], stderr)
+	case "client":
+		err = runClient(ctx, args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "testproxy: unknown command %q\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	default:
+		fmt.Fprintf(stderr, "testproxy %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("proxy", stderr)
+	outbound := portValue{port: 15001}
+	inbound := portValue{port: 15006}
+	fs.Var(&outbound, "outbound-port", "port of the outbound listener (0 picks a free port)")
+	fs.Var(&inbound, "inbound-port", "port of the inbound listener (0 picks a free port)")
+	readyFile := fs.String("ready-file", "", "file written once both listeners are up")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return serve(ctx, []endpoint{
+		{name: "outbound", port: outbound.port, reply: proxyReply("outbound")},
+		{name: "inbound", port: inbound.port, reply: proxyReply("inbound")},
+	}, *readyFile, stderr)
+}
+
+func runServer(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("server", stderr)
+	var port portValue
+	fs.Var(&port, "port", "port to listen on (required; 0 picks a free port)")
+	name := fs.String("name", "server", "name reported in every reply")
+	readyFile := fs.String("ready-file", "", "file written once the listener is up")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if !port.set {
+		fmt.Fprintln(stderr, "testproxy server: --port is required")
+		fs.Usage()
+		return errUsage
+	}
+	return serve(ctx, []endpoint{
+		{name: "server", port: port.port, reply: serverReply(*name)},
+	}, *readyFile, stderr)
+}
+
+func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("client", stderr)
+	addr := fs.String("addr", "", "HOST:PORT to dial (required)")
+	timeout := fs.Duration("timeout", 5*time.Second, "limit for the whole exchange: dial and read until EOF")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *addr == "" {
+		fmt.Fprintln(stderr, "testproxy client: --addr is required")
+		fs.Usage()
+		return errUsage
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "testproxy client: --timeout must be positive, got %s\n", *timeout)
+		return errUsage
+	}
+	return dialAndCopy(ctx, *addr, *timeout, stdout)
+}
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("testproxy "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse parses flags and rejects positional arguments.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage // already printed by fs
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// portValue is a TCP port flag; set records whether the user gave it.
+type portValue struct {
+	port uint16
+	set  bool
+}
+
+func (p *portValue) String() string { return strconv.Itoa(int(p.port)) }
+
+func (p *portValue) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return fmt.Errorf("want a port number 0-65535, got %q", s)
+	}
+	p.port, p.set = uint16(n), true
+	return nil
+}
+
+// dialAndCopy dials addr and copies everything the peer sends to out until
+// EOF; timeout bounds the whole exchange.
+func dialAndCopy(ctx context.Context, addr string, timeout time.Duration, out io.Writer) error {
+	deadline := time.Now().Add(timeout)
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err // already names the address
+	}
+	defer c.Close()
+	if err := c.SetDeadline(deadline); err != nil {
+		return fmt.Errorf("read %s: %w", addr, err)
+	}
+	if _, err := io.Copy(out, c); err != nil {
+		return fmt.Errorf("read %s: %w", addr, err)
+	}
+	return nil
+}
