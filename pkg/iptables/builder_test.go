@@ -46,7 +46,7 @@ func goldenSpecs() map[string]Spec {
 			s.OutboundIPs = Prefixes{List: prefixes("127.0.0.0/8")}
 		}),
 		"no-outbound-ips": with(func(s *Spec) { s.OutboundIPs = Prefixes{} }),
-		"custom-ids": with(func(s *Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
+		"custom-ids":      with(func(s *Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
 	}
 }
 

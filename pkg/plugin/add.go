@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -72,7 +73,7 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 	}
 	getter, err := p.deps.NewPodGetter(conf)
 	if err != nil {
-		return iptables.Model{}, false, podError(err)
+		return iptables.Model{}, false, podError(fmt.Errorf("reading pod %s: %w", out.pod, err))
 	}
 	pod, err := getter.GetPod(context.Background(), ns, name)
 	if err != nil {

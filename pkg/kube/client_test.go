@@ -1,0 +1,149 @@
+package kube
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const testToken = "plugin-token"
+
+// serve starts a TLS API stand-in and a client configured for it through a
+// kubeconfig file, as the plugin gets one.
+func serve(t *testing.T, tm Timeouts, h http.HandlerFunc) (*Client, *atomic.Int32) {
+	t.Helper()
+	var calls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if got := r.Header.Get("Authorization"); got != "Bearer "+testToken {
+			http.Error(w, "bad token "+got, http.StatusUnauthorized)
+			return
+		}
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %s}}]
+users: [{name: u, user: {token: %s}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, srv.URL, base64.StdEncoding.EncodeToString(ca), testToken)
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(path, tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.sleep = func(ctx context.Context, d time.Duration) error { return ctx.Err() }
+	return c, &calls
+}
+
+var fast = Timeouts{Attempt: 200 * time.Millisecond, Total: time.Second}
+
+func TestGetPod(t *testing.T) {
+	c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/namespaces/team-a/pods/web-1" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"kind":"Pod","metadata":{"name":"web-1","namespace":"team-a","annotations":{"a":"b"}},
+			"spec":{"containers":[{"name":"istio-proxy","securityContext":{"runAsUser":1000}}]}}`)
+	})
+	pod, err := c.GetPod(context.Background(), "team-a", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Metadata.Name != "web-1" || pod.Metadata.Annotations["a"] != "b" ||
+		*pod.Spec.Containers[0].SecurityContext.RunAsUser != 1000 || calls.Load() != 1 {
+		t.Errorf("decoded %+v after %d calls", pod, calls.Load())
+	}
+}
+
+func TestGetPodErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    int
+		kind      ErrorKind
+		wantCalls int32
+	}{
+		{"not found", http.StatusNotFound, NotFound, 1},
+		{"forbidden", http.StatusForbidden, Denied, 1},
+		{"bad request", http.StatusBadRequest, BadResponse, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, `{"kind":"Status","message":"the server says no"}`)
+			})
+			_, err := c.GetPod(context.Background(), "ns", "p")
+			var apiErr *APIError
+			if !errors.As(err, &apiErr) || apiErr.Kind != tc.kind || apiErr.Pod != "ns/p" {
+				t.Fatalf("err = %#v, want kind %d for ns/p", err, tc.kind)
+			}
+			if calls.Load() != tc.wantCalls {
+				t.Errorf("%d calls, want %d (no retry)", calls.Load(), tc.wantCalls)
+			}
+		})
+	}
+}
+
+func TestGetPodRetriesUntilAnswer(t *testing.T) {
+	var n atomic.Int32
+	c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= 2 {
+			http.Error(w, "etcd leader changed", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":[]}}`)
+	})
+	if _, err := c.GetPod(context.Background(), "ns", "p"); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() != 3 {
+		t.Errorf("%d calls, want 3", calls.Load())
+	}
+}
+
+func TestGetPodGivesUpWithinBudget(t *testing.T) {
+	// Every attempt hangs until its own timeout; the total budget ends it.
+	c, calls := serve(t, Timeouts{Attempt: 100 * time.Millisecond, Total: 450 * time.Millisecond},
+		func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c.sleep = sleepCtx
+	_, err := c.GetPod(context.Background(), "ns", "p")
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable {
+		t.Fatalf("err = %v, want Unavailable", err)
+	}
+	if calls.Load() < 2 || apiErr.Attempts != int(calls.Load()) {
+		t.Errorf("%d calls, %d attempts reported: each attempt must time out on its own and be retried", calls.Load(), apiErr.Attempts)
+	}
+}
+
+func TestGetPodUnreachable(t *testing.T) {
+	c, _ := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {})
+	c.host = "https://127.0.0.1:1" // nothing listens on port 1
+	_, err := c.GetPod(context.Background(), "ns", "p")
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable || apiErr.Attempts < 2 {
+		t.Fatalf("err = %v, want Unavailable after retries", err)
+	}
+}
+
+func TestNewClientBadKubeconfig(t *testing.T) {
+	if _, err := NewClient(filepath.Join(t.TempDir(), "missing"), fast); err == nil {
+		t.Error("a missing kubeconfig must fail")
+	}
+}

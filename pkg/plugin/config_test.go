@@ -1,0 +1,60 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni","unknown_field":{"x":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Kubeconfig != DefaultKubeconfig || c.backend != xtables.Auto ||
+		c.timeouts.Total != 20*time.Second || c.timeouts.Attempt != 5*time.Second || c.PrevResult != nil {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		conf  string
+		code  uint
+		field string
+	}{
+		{`{"cniVersion":"1.0.0"`, types.ErrDecodingFailure, "decoding"},
+		{`{"cniVersion":"1.0.0","exclude_namespaces":"kube-system"}`, types.ErrInvalidNetworkConfig, `"exclude_namespaces"`},
+		{`{"cniVersion":"1.0.0","exclude_namespaces":[""]}`, types.ErrInvalidNetworkConfig, `"exclude_namespaces"`},
+		{`{"cniVersion":"1.0.0","kubeconfig":7}`, types.ErrInvalidNetworkConfig, `"kubeconfig"`},
+		{`{"cniVersion":"1.0.0","log_level":"loud"}`, types.ErrInvalidNetworkConfig, `"log_level"`},
+		{`{"cniVersion":"1.0.0","iptables_backend":"ebpf"}`, types.ErrInvalidNetworkConfig, `"iptables_backend"`},
+		{`{"cniVersion":"1.0.0","api_timeout":"3m"}`, types.ErrInvalidNetworkConfig, `"api_timeout"`},
+		{`{"cniVersion":"1.0.0","api_timeout":"soon"}`, types.ErrInvalidNetworkConfig, `"api_timeout"`},
+		{`{"cniVersion":"1.0.0","api_timeout":"2s","api_attempt_timeout":"5s"}`, types.ErrInvalidNetworkConfig, `"api_attempt_timeout"`},
+		{`{"cniVersion":"1.0.0","prevResult":{"ips":"x"}}`, types.ErrDecodingFailure, "prevResult"},
+	} {
+		_, err := parseConfig([]byte(tc.conf))
+		var e *types.Error
+		if !asCNI(err, &e) || e.Code != tc.code || !strings.Contains(e.Msg, tc.field) {
+			t.Errorf("%s: err = %v, want code %d naming %s", tc.conf, err, tc.code, tc.field)
+		}
+	}
+}
+
+func TestParseConfigAllowedValuesInMessage(t *testing.T) {
+	_, err := parseConfig([]byte(`{"cniVersion":"1.0.0","iptables_backend":"ebpf"}`))
+	if err == nil || !strings.Contains(err.Error(), "auto, legacy or nft") {
+		t.Errorf("error must list the allowed values: %v", err)
+	}
+}
+
+func asCNI(err error, e **types.Error) bool {
+	te, ok := err.(*types.Error)
+	*e = te
+	return ok
+}

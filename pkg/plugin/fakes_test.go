@@ -1,0 +1,98 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+// fakeAPI answers pod lookups from a map, or with err.
+type fakeAPI struct {
+	pods  map[string]*kube.Pod
+	err   error
+	calls int
+}
+
+func (f *fakeAPI) GetPod(_ context.Context, ns, name string) (*kube.Pod, error) {
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	if p, ok := f.pods[ns+"/"+name]; ok {
+		return p, nil
+	}
+	return nil, &kube.APIError{Kind: kube.NotFound, Pod: ns + "/" + name, Err: errors.New("404")}
+}
+
+// fakeNet records what would be programmed in which namespace.
+type fakeNet struct {
+	programmed map[string]iptables.Model
+	cleaned    []string
+	programErr error
+	checkDiffs []string
+	hasIPv6    bool
+}
+
+func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model) error {
+	if f.programErr != nil {
+		return f.programErr
+	}
+	f.programmed[netns] = m
+	return nil
+}
+
+func (f *fakeNet) Check(_ context.Context, _ string, _ iptables.Model) ([]string, error) {
+	return f.checkDiffs, nil
+}
+
+func (f *fakeNet) Cleanup(_ context.Context, netns string) error {
+	f.cleaned = append(f.cleaned, netns)
+	return nil
+}
+
+func (f *fakeNet) HasIPv6(string) (bool, error) { return f.hasIPv6, nil }
+
+type harness struct {
+	api    *fakeAPI
+	net    *fakeNet
+	p      *Plugin
+	stdout *bytes.Buffer
+	stderr *bytes.Buffer
+}
+
+func newHarness() *harness {
+	h := &harness{
+		api:    &fakeAPI{pods: map[string]*kube.Pod{}},
+		net:    &fakeNet{programmed: map[string]iptables.Model{}},
+		stdout: &bytes.Buffer{},
+		stderr: &bytes.Buffer{},
+	}
+	h.p = NewWithDeps(Deps{
+		NewPodGetter:  func(*Config) (PodGetter, error) { return h.api, nil },
+		NewPodNetwork: func(*Config) PodNetwork { return h.net },
+		Stdout:        h.stdout,
+		Stderr:        h.stderr,
+		Now:           time.Now,
+	})
+	return h
+}
+
+func cmdArgs(conf, cniArgs string) *skel.CmdArgs {
+	return &skel.CmdArgs{ContainerID: "c1", Netns: "/var/run/netns/pod", IfName: "eth0", Args: cniArgs, StdinData: []byte(conf)}
+}
+
+func wantCode(t *testing.T, err error, code uint) {
+	t.Helper()
+	var e *types.Error
+	if !errors.As(err, &e) || e.Code != code {
+		t.Fatalf("err = %v, want CNI error code %d", err, code)
+	}
+}

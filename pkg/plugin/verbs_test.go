@@ -1,0 +1,224 @@
+package plugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+const podArgs = "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_INFRA_CONTAINER_ID=c1;OTHER=x"
+
+func conf(version, prev string) string {
+	c := fmt.Sprintf(`{"cniVersion":%q,"name":"k8s","type":"istio-cni","exclude_namespaces":["kube-system"],"agent_namespace":"istio-cni"`, version)
+	if prev != "" {
+		c += `,"prevResult":` + prev
+	}
+	return c + "}"
+}
+
+const prevV4 = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.1.0.5/24","interface":0}]}`
+const prevDual = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.1.0.5/24","interface":0},{"address":"fd00::5/64","interface":0}]}`
+
+func meshedPod(ann map[string]string) *kube.Pod {
+	a := map[string]string{decision.StatusAnnotation: "{}"}
+	for k, v := range ann {
+		a[k] = v
+	}
+	return &kube.Pod{
+		Metadata: kube.ObjectMeta{Name: "web-1", Namespace: "team-a", Annotations: a},
+		Spec:     kube.PodSpec{Containers: []kube.Container{{Name: "app"}, {Name: "istio-proxy"}}},
+	}
+}
+
+func TestAddRedirectsMeshedPod(t *testing.T) {
+	for _, tc := range []struct {
+		prev     string
+		hasIPv6  bool
+		wantV6   bool
+		describe string
+	}{
+		{prevV4, false, false, "IPv4 prevResult"},
+		{prevDual, false, true, "dual-stack prevResult"},
+		{"", true, true, "no prevResult, IPv6 in the namespace"},
+		{"", false, false, "no prevResult, IPv4 only"},
+	} {
+		t.Run(tc.describe, func(t *testing.T) {
+			h := newHarness()
+			h.net.hasIPv6 = tc.hasIPv6
+			h.api.pods["team-a/web-1"] = meshedPod(nil)
+			if err := h.p.Add(cmdArgs(conf("1.0.0", tc.prev), podArgs)); err != nil {
+				t.Fatal(err)
+			}
+			m, ok := h.net.programmed["/var/run/netns/pod"]
+			if !ok || m.V4 == nil || (m.V6 != nil) != tc.wantV6 {
+				t.Fatalf("programmed %+v, want v4 and v6=%v", m, tc.wantV6)
+			}
+			want := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+			if diff := iptables.Diff(&want, observedOf(t, m.V4)); len(diff) != 0 {
+				t.Errorf("model differs from the default spec: %v", diff)
+			}
+			if !strings.Contains(h.stderr.String(), `"reason":"redirect"`) {
+				t.Errorf("log line: %s", h.stderr)
+			}
+		})
+	}
+}
+
+// observedOf renders a ruleset as iptables-save would print it.
+func observedOf(t *testing.T, rs *iptables.Ruleset) *iptables.Observed {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("*nat\n")
+	for _, c := range rs.Chains {
+		b.WriteString(":" + c.Name + " - [0:0]\n")
+	}
+	for _, r := range rs.Rules {
+		b.WriteString("-A " + r.Chain + " " + r.Spec() + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	obs, err := iptables.ParseSave([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs
+}
+
+func TestAddPassesThroughWithoutAPICall(t *testing.T) {
+	for name, args := range map[string]string{
+		"not kubernetes":     "IgnoreUnknown=1",
+		"no args":            "",
+		"excluded namespace": "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns",
+		"agent namespace":    "K8S_POD_NAMESPACE=istio-cni;K8S_POD_NAME=istio-cni-node-abc",
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness()
+			h.api.err = errors.New("must not be called")
+			if err := h.p.Add(cmdArgs(conf("1.0.0", prevV4), args)); err != nil {
+				t.Fatal(err)
+			}
+			if h.api.calls != 0 || len(h.net.programmed) != 0 {
+				t.Errorf("%d API calls, programmed %v", h.api.calls, h.net.programmed)
+			}
+			assertPassThrough(t, h.stdout.Bytes(), prevV4)
+		})
+	}
+}
+
+func assertPassThrough(t *testing.T, out []byte, prev string) {
+	t.Helper()
+	var got, want map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("stdout %q: %v", out, err)
+	}
+	_ = json.Unmarshal([]byte(prev), &want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("result %v, want prevResult %v unchanged", got, want)
+	}
+}
+
+func TestAddEmptyResultOfRequestedVersion(t *testing.T) {
+	for _, v := range []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"} {
+		h := newHarness()
+		if err := h.p.Add(cmdArgs(conf(v, ""), "")); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		var res struct {
+			CNIVersion string `json:"cniVersion"`
+		}
+		if err := json.Unmarshal(h.stdout.Bytes(), &res); err != nil || res.CNIVersion != v {
+			t.Errorf("%s: result %s (%v)", v, h.stdout, err)
+		}
+	}
+}
+
+func TestAddSkipsUnmeshedPod(t *testing.T) {
+	h := newHarness()
+	pod := meshedPod(nil)
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	h.api.pods["team-a/web-1"] = pod
+	if err := h.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.net.programmed) != 0 {
+		t.Error("an unmeshed pod was programmed")
+	}
+	assertPassThrough(t, h.stdout.Bytes(), prevV4)
+}
+
+func TestAddFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(h *harness)
+		code uint
+		msg  string
+	}{
+		{"API down", func(h *harness) {
+			h.api.err = &kube.APIError{Kind: kube.Unavailable, Pod: "team-a/web-1", Attempts: 9, Err: errors.New("connection refused")}
+		}, types.ErrTryAgainLater, "team-a/web-1"},
+		{"pod not found", func(h *harness) {}, ErrPodNotFound, "team-a/web-1"},
+		{"forbidden", func(h *harness) {
+			h.api.err = &kube.APIError{Kind: kube.Denied, Pod: "team-a/web-1", Err: errors.New("403")}
+		}, ErrAPIDenied, "denied"},
+		{"bad annotation", func(h *harness) {
+			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.ExcludeOutboundPorts: "80 -j ACCEPT"})
+		}, ErrPodSettings, decision.ExcludeOutboundPorts},
+		{"tproxy", func(h *harness) {
+			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.InterceptionMode: "TPROXY"})
+		}, ErrUnsupported, "not supported yet"},
+		{"iptables fails", func(h *harness) {
+			h.api.pods["team-a/web-1"] = meshedPod(nil)
+			h.net.programErr = errors.New("iptables-restore: exit status 1")
+		}, ErrRules, "iptables-restore"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness()
+			tc.set(h)
+			err := h.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgs))
+			wantCode(t, err, tc.code)
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("message %q lacks %q", err, tc.msg)
+			}
+			if h.stdout.Len() != 0 || (tc.name != "iptables fails" && len(h.net.programmed) != 0) {
+				t.Errorf("a failed ADD printed %q / programmed %v", h.stdout, h.net.programmed)
+			}
+		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs)); err != nil {
+		t.Fatalf("CHECK with the rules in place: %v", err)
+	}
+	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: missing rule 12"}
+	wantCode(t, h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs)), ErrRulesMismatch)
+	wantCode(t, h.p.Check(cmdArgs(conf("1.0.0", ""), podArgs)), types.ErrInvalidNetworkConfig)
+}
+
+func TestDelAlwaysSucceeds(t *testing.T) {
+	h := newHarness()
+	h.api.err = errors.New("DEL must not call the API")
+	for _, c := range []string{conf("1.0.0", prevV4), `{"cniVersion":"1.0.0","log_level":"loud"}`} {
+		if err := h.p.Del(cmdArgs(c, podArgs)); err != nil {
+			t.Errorf("DEL: %v", err)
+		}
+	}
+	if h.api.calls != 0 || len(h.net.cleaned) != 2 {
+		t.Errorf("%d API calls, cleaned %v", h.api.calls, h.net.cleaned)
+	}
+}
+
+func TestStatus(t *testing.T) {
+	h := newHarness()
+	c := `{"cniVersion":"1.1.0","name":"k8s","type":"istio-cni","kubeconfig":"/nonexistent/kubeconfig"}`
+	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
+}

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// execResult is one run of the plugin binary.
+type execResult struct {
+	stdout []byte
+	stderr []byte
+	code   uint   // CNI error code, 0 on success
+	msg    string // CNI error message
+}
+
+// execPlugin runs the plugin binary as a runtime does: CNI_* environment,
+// the network config on stdin. An empty netns leaves CNI_NETNS unset.
+func execPlugin(t *testing.T, command string, stdin []byte, netns, cniArgs string) execResult {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(env.binDir, "istio-cni"))
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr-exec", "CNI_IFNAME=eth0",
+		"CNI_PATH=" + env.binDir, "CNI_ARGS=" + cniArgs, "PATH=" + os.Getenv("PATH"),
+	}
+	if netns != "" {
+		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)
+	}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := execResult{stdout: out.Bytes(), stderr: errb.Bytes()}
+	if err != nil {
+		var e struct {
+			Code uint   `json:"code"`
+			Msg  string `json:"msg"`
+		}
+		if jerr := json.Unmarshal(out.Bytes(), &e); jerr != nil || e.Code == 0 {
+			t.Fatalf("plugin failed without a CNI error: %v\nstdout: %s\nstderr: %s", err, out.Bytes(), errb.Bytes())
+		}
+		r.code, r.msg = e.Code, e.Msg
+	}
+	return r
+}
+
+// pluginStdin is the config the runtime passes to the plugin: its entry of
+// the conflist plus name, cniVersion and the previous result.
+func pluginStdin(t *testing.T, version string, istio map[string]any, prevResult any) []byte {
+	t.Helper()
+	c := map[string]any{"cniVersion": version, "name": "itest"}
+	for k, v := range istio {
+		c[k] = v
+	}
+	if prevResult != nil {
+		c["prevResult"] = prevResult
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// readRules reads a family's tables from a namespace with a backend.
+func readRules(t *testing.T, path string, b xtables.Backend, f iptables.Family) *iptables.Observed {
+	t.Helper()
+	netns, err := ns.GetNS(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer netns.Close()
+	var obs *iptables.Observed
+	err = netns.Do(func(ns.NetNS) error {
+		var err error
+		obs, err = (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Read(context.Background(), f)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obs
+}
+
+// assertRules checks a namespace holds exactly the model for a spec.
+func assertRules(t *testing.T, path string, b xtables.Backend, spec iptables.Spec, v6 bool) {
+	t.Helper()
+	for _, rs := range iptables.Build(spec, true, v6).Rulesets() {
+		if d := iptables.Diff(rs, readRules(t, path, b, rs.Family)); len(d) > 0 {
+			t.Errorf("%s rules in the pod's namespace differ from the model:\n%v", rs.Family, d)
+		}
+	}
+}
+
+// assertNoRules checks a namespace holds nothing of ours in either family.
+func assertNoRules(t *testing.T, path string, b xtables.Backend) {
+	t.Helper()
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		if obs := readRules(t, path, b, f); !obs.Empty() {
+			t.Errorf("%s: the pod's namespace holds ISTIO chains", f)
+		}
+	}
+}

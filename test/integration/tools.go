@@ -1,0 +1,11 @@
+//go:build tools
+
+// The integration tests build the reference bridge and host-local plugins
+// from the containernetworking/plugins module as the primary CNI; this file
+// keeps their packages in go.sum.
+package integration
+
+import (
+	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+)
