@@ -87,6 +87,13 @@ func parsePrefixes(field, v, allowed string) ([]netip.Prefix, error) {
 		if err != nil {
 			return nil, &InvalidError{field, v, "bad CIDR " + strconv.Quote(p) + "; " + allowed}
 		}
+		// ::ffff:a.b.c.d/n is an IPv4 range; its traffic is IPv4.
+		if pfx.Addr().Is4In6() {
+			if pfx.Bits() < 96 {
+				return nil, &InvalidError{field, v, "IPv4-mapped CIDR " + strconv.Quote(p) + " wider than /96; " + allowed}
+			}
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+		}
 		out = append(out, pfx.Masked())
 	}
 	return out, nil

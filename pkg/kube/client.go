@@ -76,6 +76,9 @@ func NewClient(kubeconfig string, t Timeouts) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
+	// One request per process: HTTP/1.1 skips HTTP/2's connection preface
+	// and settings exchange.
+	cfg.NextProtos = []string{"http/1.1"}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building API client from %s: %w", kubeconfig, err)
@@ -99,11 +102,26 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, erro
 	ctx, cancel := context.WithTimeout(ctx, c.timeouts.Total)
 	defer cancel()
 	u := c.host + "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(name)
+	// The first read is served from the API server's watch cache
+	// (resourceVersion=0): no etcd round trip for every pod start. What the
+	// decision reads (containers, injection annotations) is fixed when the
+	// pod is created, before the kubelet sees it. A cache that lags (another
+	// API server of an HA control plane) can only miss a new pod, so a 404
+	// is confirmed with a quorum read before it counts.
+	cached := true
 	wait := backoffMin
 	for attempt := 1; ; attempt++ {
-		pod, retry, err := c.getOnce(ctx, u)
+		q := u
+		if cached {
+			q += "?resourceVersion=0"
+		}
+		pod, retry, err := c.getOnce(ctx, q)
 		if err == nil {
 			return pod, nil
+		}
+		if cached && err.Kind == NotFound {
+			cached = false
+			continue
 		}
 		if !retry {
 			err.Pod = id
@@ -129,7 +147,7 @@ func (c *Client) getOnce(ctx context.Context, u string) (*Pod, bool, *APIError) 
 	if err != nil {
 		return nil, true, &APIError{Kind: Unavailable, Err: err}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
 		return nil, true, &APIError{Kind: Unavailable, Err: fmt.Errorf("reading response: %w", err)}

@@ -79,7 +79,7 @@ func TestGetPodErrors(t *testing.T) {
 		kind      ErrorKind
 		wantCalls int32
 	}{
-		{"not found", http.StatusNotFound, NotFound, 1},
+		{"not found, confirmed by a quorum read", http.StatusNotFound, NotFound, 2},
 		{"forbidden", http.StatusForbidden, Denied, 1},
 		{"bad request", http.StatusBadRequest, BadResponse, 1},
 	} {
@@ -97,6 +97,21 @@ func TestGetPodErrors(t *testing.T) {
 				t.Errorf("%d calls, want %d (no retry)", calls.Load(), tc.wantCalls)
 			}
 		})
+	}
+}
+
+// TestGetPodCacheLag: a pod the watch cache does not have yet is read from
+// etcd before anyone calls it missing.
+func TestGetPodCacheLag(t *testing.T) {
+	c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("resourceVersion") == "0" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":[]}}`)
+	})
+	if _, err := c.GetPod(context.Background(), "ns", "p"); err != nil || calls.Load() != 2 {
+		t.Fatalf("err %v after %d calls, want the quorum read to find the pod", err, calls.Load())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
 )
 
 // opBudget bounds the work in the pod's namespace after the pod lookup.
@@ -20,6 +21,9 @@ type outcome struct {
 	pod      string
 	decision decision.Decision
 	families string
+	// apiTime and netnsTime split the duration: the pod lookup (client set-up
+	// included) and the work in the pod's namespace.
+	apiTime, netnsTime time.Duration
 }
 
 // Add redirects the pod's traffic if it must be, then passes the previous
@@ -49,7 +53,10 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
-	if err := p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, m); err != nil {
+	start := p.deps.Now()
+	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, m)
+	out.netnsTime = p.deps.Now().Sub(start)
+	if err != nil {
 		return netnsError(out.pod, err)
 	}
 	return nil
@@ -71,13 +78,9 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		out.decision = d
 		return iptables.Model{}, false, nil
 	}
-	getter, err := p.deps.NewPodGetter(conf)
+	pod, err := p.getPod(conf, ns, name, out)
 	if err != nil {
-		return iptables.Model{}, false, podError(fmt.Errorf("reading pod %s: %w", out.pod, err))
-	}
-	pod, err := getter.GetPod(context.Background(), ns, name)
-	if err != nil {
-		return iptables.Model{}, false, podError(err)
+		return iptables.Model{}, false, err
 	}
 	if out.decision, err = decision.Pod(pod); err != nil {
 		return iptables.Model{}, false, decisionError(out.pod, err)
@@ -95,6 +98,22 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 	return iptables.Build(out.decision.Spec, v4, v6), true, nil
 }
 
+// getPod reads the pod, building the client only now: pods decided without
+// the API never pay for it.
+func (p *Plugin) getPod(conf *Config, ns, name string, out *outcome) (*kube.Pod, error) {
+	start := p.deps.Now()
+	defer func() { out.apiTime = p.deps.Now().Sub(start) }()
+	getter, err := p.deps.NewPodGetter(conf)
+	if err != nil {
+		return nil, podError(fmt.Errorf("reading pod %s: %w", out.pod, err))
+	}
+	pod, err := getter.GetPod(context.Background(), ns, name)
+	if err != nil {
+		return nil, podError(err)
+	}
+	return pod, nil
+}
+
 func familyNames(v4, v6 bool) string {
 	switch {
 	case v4 && v6:
@@ -107,13 +126,19 @@ func familyNames(v4, v6 bool) string {
 
 // logOutcome writes the one line per verb: pod, decision, duration, error.
 func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, d time.Duration, err error) {
-	attrs := []any{
-		"verb", verb, "container", args.ContainerID, "pod", out.pod,
-		"redirect", out.decision.Redirect, "reason", string(out.decision.Reason),
-		"duration_ms", float64(d.Microseconds()) / 1000,
+	attrs := []any{"verb", verb, "container", args.ContainerID, "pod", out.pod,
+		"duration_ms", float64(d.Microseconds()) / 1000}
+	if out.decision.Reason != "" {
+		attrs = append(attrs, "redirect", out.decision.Redirect, "reason", string(out.decision.Reason))
 	}
 	if out.families != "" {
 		attrs = append(attrs, "families", out.families)
+	}
+	if out.apiTime > 0 {
+		attrs = append(attrs, "api_ms", float64(out.apiTime.Microseconds())/1000)
+	}
+	if out.netnsTime > 0 {
+		attrs = append(attrs, "netns_ms", float64(out.netnsTime.Microseconds())/1000)
 	}
 	if err != nil {
 		log.Error(verb+" failed", append(attrs, "error", err.Error())...)

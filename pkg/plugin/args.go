@@ -11,10 +11,10 @@ import (
 // k8sArgs are the pod identity the runtime passes in CNI_ARGS.
 type k8sArgs struct {
 	types.CommonArgs
-	K8S_POD_NAMESPACE          types.UnmarshallableString //nolint:revive,staticcheck // CNI_ARGS key
-	K8S_POD_NAME               types.UnmarshallableString //nolint:revive,staticcheck // CNI_ARGS key
-	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString //nolint:revive,staticcheck // CNI_ARGS key
-	K8S_POD_UID                types.UnmarshallableString //nolint:revive,staticcheck // CNI_ARGS key
+	K8S_POD_NAMESPACE          types.UnmarshallableString // CNI_ARGS key
+	K8S_POD_NAME               types.UnmarshallableString // CNI_ARGS key
+	K8S_POD_INFRA_CONTAINER_ID types.UnmarshallableString // CNI_ARGS key
+	K8S_POD_UID                types.UnmarshallableString // CNI_ARGS key
 }
 
 // podID returns namespace and name, or ok=false when the runtime is not

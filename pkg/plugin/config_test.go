@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +54,4 @@ func TestParseConfigAllowedValuesInMessage(t *testing.T) {
 	}
 }
 
-func asCNI(err error, e **types.Error) bool {
-	te, ok := err.(*types.Error)
-	*e = te
-	return ok
-}
+func asCNI(err error, e **types.Error) bool { return errors.As(err, e) }

@@ -12,7 +12,6 @@ import (
 func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 	w, closeFn := stderr, func() {}
 	if conf.LogFile != "" {
-		//nolint:gosec // the path comes from the node's CNI config, written by root
 		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err == nil {
 			w, closeFn = io.MultiWriter(stderr, f), func() { _ = f.Close() }

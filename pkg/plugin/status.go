@@ -20,7 +20,6 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	//nolint:gosec // the path comes from the node's CNI config, written by root
 	f, err := os.Open(conf.Kubeconfig)
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig: %v", err), "")

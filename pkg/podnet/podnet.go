@@ -39,7 +39,7 @@ func do(path string, fn func() error) error {
 		}
 		return fmt.Errorf("opening network namespace %s: %w", path, err)
 	}
-	defer netns.Close()
+	defer func() { _ = netns.Close() }()
 	return netns.Do(func(ns.NetNS) error { return fn() })
 }
 

@@ -58,7 +58,7 @@ func checkExecutable(path string) error {
 }
 
 // repoRoot walks up from the working directory to the directory whose go.mod
-// declares modulePath. Nested modules (tools/kube) are skipped.
+// declares modulePath. Nested modules (test/kube) are skipped.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

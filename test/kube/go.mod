@@ -2,7 +2,7 @@
 // (kube-apiserver now; the node components for the e2e suite). It is separate
 // from the product module so that k8s.io/kubernetes never enters the
 // plugin's or installer's dependency graph.
-module istio-cni.local/tools/kube
+module istio-cni.local/istio-cni/test/kube
 
 go 1.26
 

@@ -1,0 +1,70 @@
+# istio-cni: the README's two commands are `make test` and `make demo`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+OUT := _output
+BIN := $(OUT)/bin
+TOOLS := $(OUT)/tools
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+KUBE_VERSION := v1.32.4
+GOLANGCI_LINT_VERSION := v2.15.0
+# Debian packages the tests and the demo run: iptables (both backends),
+# etcd for the test API server, nsenter (util-linux) and ip (iproute2).
+APT_PACKAGES := iptables etcd-server util-linux iproute2
+
+GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
+
+.PHONY: all build deps kube-binaries lint test unit bench demo clean
+
+all: build
+
+## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni).
+build: $(BIN)/istio-cni
+
+$(BIN)/istio-cni: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin
+
+## deps: install the system packages (needs root; a no-op when present).
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+## kube-binaries: kube-apiserver built from k8s.io/kubernetes (test/kube).
+kube-binaries: $(BIN)/kube-apiserver
+
+$(BIN)/kube-apiserver: test/kube/go.mod test/kube/go.sum
+	cd test/kube && CGO_ENABLED=0 $(GO) build -trimpath \
+		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)" \
+		-o $(CURDIR)/$(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver
+
+$(TOOLS)/golangci-lint:
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+## lint: gofmt, go vet and golangci-lint (.golangci.yml).
+lint: $(TOOLS)/golangci-lint
+	@unformatted=$$(gofmt -l cmd pkg test); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(TOOLS)/golangci-lint run ./...
+
+## test: everything CI runs: lint, unit, real-namespace and API tests.
+test: deps kube-binaries lint
+	$(GO) test -count=1 -timeout 25m ./...
+
+## unit: the tests that need neither root nor the API server.
+unit:
+	$(GO) test -count=1 ./pkg/iptables/ ./pkg/decision/ ./pkg/kube/ ./pkg/plugin/
+
+## bench: ADD latency, RSS and VERSION time against a real API server.
+bench: deps kube-binaries build
+	$(GO) run ./test/bench -plugin $(BIN)/istio-cni
+
+## demo: a meshed and an unmeshed pod on a local bridge, through the plugin.
+demo: deps kube-binaries build
+	$(GO) run ./test/demo -plugin $(BIN)/istio-cni
+
+clean:
+	rm -rf $(OUT)

@@ -1,0 +1,75 @@
+// Command bench measures the plugin as a container runtime calls it: one
+// exec per pod with CNI environment and a prevResult, a fresh network
+// namespace per pod, a real kube-apiserver. Beside it, the floor: one bare
+// iptables-restore of the same rules in a fresh namespace. `make bench`
+// runs it; BENCHMARKS.md records its output.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+func main() {
+	plugin := flag.String("plugin", "_output/bin/istio-cni", "the plugin binary")
+	n := flag.Int("n", 200, "samples per measurement")
+	conc := flag.Int("concurrency", 8, "ADDs at once in the concurrent run")
+	backends := flag.String("backends", "auto,legacy", "iptables backends to measure, comma-separated")
+	flag.Parse()
+	if err := run(*plugin, *n, *conc, strings.Split(*backends, ",")); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(plugin string, n, conc int, backends []string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (network namespaces)")
+	}
+	plugin, err := filepath.Abs(plugin)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "istio-cni-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	api, err := cluster.StartAPIServer(ctx, cluster.Options{Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer api.Stop()
+	kubeconfig := filepath.Join(dir, "istio-cni-kubeconfig")
+	if err := api.Kubeconfig(kubeconfig, cluster.PluginToken); err != nil {
+		return err
+	}
+	if err := api.CreatePod(ctx, meshedPod); err != nil {
+		return err
+	}
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n}
+	printHeader(plugin, n, conc)
+	if err := b.version(); err != nil {
+		return err
+	}
+	for _, backend := range backends {
+		if err := b.backend(backend, conc); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nGo %s, GOMAXPROCS %d.\n", runtime.Version(), runtime.GOMAXPROCS(0))
+	return nil
+}
+
+// meshedPod is a default injected pod: what every ADD in the bench reads.
+var meshedPod = []byte(`{"apiVersion":"v1","kind":"Pod",
+ "metadata":{"name":"bench","namespace":"bench","annotations":{"sidecar.istio.io/status":"{}"}},
+ "spec":{"containers":[{"name":"app","image":"app:v1"},{"name":"istio-proxy","image":"proxy:v1"}]}}`)

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+type bench struct {
+	plugin     string
+	kubeconfig string
+	n          int
+}
+
+// sample is one timed run and the peak RSS of the process, in KiB.
+type sample struct {
+	d      time.Duration
+	maxRSS int64
+	// api and netns are the plugin's own split of an ADD (its log line).
+	api, netns time.Duration
+}
+
+const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"198.51.100.10/24","interface":0}]}`
+
+func (b *bench) stdin(backend string) []byte {
+	return []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni",
+ "kubeconfig":%q,"exclude_namespaces":["kube-system"],"log_level":"info","iptables_backend":%q,
+ "prevResult":%s}`, b.kubeconfig, backend, prevResult))
+}
+
+// execPlugin runs the plugin once as a runtime would and times it.
+func (b *bench) execPlugin(command, netns string, stdin []byte) (sample, error) {
+	cmd := exec.Command(b.plugin)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command, "CNI_CONTAINERID=bench", "CNI_IFNAME=eth0", "CNI_PATH=/opt/cni/bin",
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench", "PATH=" + os.Getenv("PATH"),
+	}
+	if netns != "" {
+		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)
+	}
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		return sample{}, fmt.Errorf("%s: %w\n%s%s", command, err, out.Bytes(), errb.Bytes())
+	}
+	s := sample{d: d, maxRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss}
+	var line struct {
+		API   float64 `json:"api_ms"`
+		Netns float64 `json:"netns_ms"`
+	}
+	if json.Unmarshal(errb.Bytes(), &line) == nil {
+		s.api = time.Duration(line.API * float64(time.Millisecond))
+		s.netns = time.Duration(line.Netns * float64(time.Millisecond))
+	}
+	return s, nil
+}
+
+// withNetns runs f with a fresh namespace, removed afterwards (not timed).
+func withNetns(f func(netns ns.NetNS) (sample, error)) (sample, error) {
+	n, err := testutils.NewNS()
+	if err != nil {
+		return sample{}, err
+	}
+	defer func() { _ = n.Close(); _ = testutils.UnmountNS(n) }()
+	return f(n)
+}
+
+// floorOnce is the floor: one iptables-restore of the same rules, started
+// from a thread inside a fresh namespace.
+func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
+	restore, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Restore)
+	if err != nil {
+		return sample{}, err
+	}
+	return withNetns(func(n ns.NetNS) (sample, error) {
+		var s sample
+		err := n.Do(func(ns.NetNS) error {
+			cmd := exec.Command(restore, "--noflush", "--wait=10")
+			cmd.Stdin = bytes.NewReader(text)
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			s = sample{d: time.Since(start), maxRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss}
+			if err != nil {
+				return fmt.Errorf("%s: %w: %s", restore, err, out)
+			}
+			return nil
+		})
+		return s, err
+	})
+}
+
+// collect runs one() n times, conc at once.
+func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
+	samples := make([]sample, n)
+	errs := make(chan error, conc)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				s, err := one()
+				if err != nil {
+					errs <- err
+					return
+				}
+				samples[i] = s
+			}
+		}()
+	}
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		select {
+		case next <- i:
+		case err = <-errs:
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	return samples, err
+}
+
+// add times ADDs. With check, each ADD's rules are read back afterwards (not
+// timed); the concurrent runs rely on the plugin's own read-back instead, so
+// the bench adds no CPU load of its own.
+func (b *bench) add(backend xtables.Backend, check bool) func() (sample, error) {
+	stdin := b.stdin(string(backend))
+	return func() (sample, error) {
+		return withNetns(func(n ns.NetNS) (sample, error) {
+			s, err := b.execPlugin("ADD", n.Path(), stdin)
+			if err == nil && check {
+				err = verify(n, backend)
+			}
+			return s, err
+		})
+	}
+}
+
+// verify makes sure the timed ADD really programmed the rules.
+func verify(n ns.NetNS, backend xtables.Backend) error {
+	save, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Save)
+	if err != nil {
+		return err
+	}
+	return n.Do(func(ns.NetNS) error {
+		out, err := exec.CommandContext(context.Background(), save, "-t", "nat").Output()
+		if err == nil && !strings.Contains(string(out), "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001") {
+			err = fmt.Errorf("ADD left no redirect:\n%s", out)
+		}
+		return err
+	})
+}

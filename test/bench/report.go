@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+func printHeader(plugin string, n, conc int) {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	ipt, _ := exec.Command("iptables", "--version").Output()
+	st, _ := os.Stat(plugin)
+	fmt.Printf("istio-cni plugin benchmark: %d samples each, %d-concurrent runs, %d CPUs, kernel %s, %s, binary %.1f MB\n\n",
+		n, conc, runtime.NumCPU(), strings.TrimSpace(string(kernel)), strings.TrimSpace(string(ipt)), float64(st.Size())/1e6)
+	fmt.Println("| measurement | p50 | p99 | max | peak RSS |")
+	fmt.Println("|---|---|---|---|---|")
+}
+
+func (b *bench) version() error {
+	s, err := collect(b.n, 1, func() (sample, error) {
+		return b.execPlugin("VERSION", "", []byte(`{"cniVersion":"1.0.0"}`))
+	})
+	if err != nil {
+		return err
+	}
+	row("VERSION", s)
+	return nil
+}
+
+func (b *bench) backend(name string, conc int) error {
+	be, err := xtables.ParseBackend(name)
+	if err != nil {
+		return err
+	}
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	text, err := iptables.Plan(&rs, nil)
+	if err != nil {
+		return err
+	}
+	for _, m := range []struct {
+		label string
+		conc  int
+		one   func() (sample, error)
+	}{
+		{"floor: bare iptables-restore (" + name + ")", 1, func() (sample, error) { return floorOnce(be, text) }},
+		{"ADD meshed pod (" + name + ")", 1, b.add(be, true)},
+		{fmt.Sprintf("floor, %d at once (%s)", conc, name), conc, func() (sample, error) { return floorOnce(be, text) }},
+		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, false)},
+	} {
+		s, err := collect(b.n, m.conc, m.one)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.label, err)
+		}
+		row(m.label, s)
+	}
+	return nil
+}
+
+func row(label string, s []sample) {
+	ds := make([]time.Duration, len(s))
+	var rss int64
+	for i, x := range s {
+		ds[i] = x.d
+		rss = max(rss, x.maxRSS)
+	}
+	slices.Sort(ds)
+	pct := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	fmt.Printf("| %s | %s | %s | %s | %.1f MB |\n", label, ms(pct(0.50)), ms(pct(0.99)), ms(ds[len(ds)-1]), float64(rss)/1024)
+	if api, netns := median(s, func(x sample) time.Duration { return x.api }), median(s, func(x sample) time.Duration { return x.netns }); api > 0 {
+		fmt.Printf("| &nbsp;&nbsp;of which pod lookup / rules in the netns (plugin's log, p50) | %s / %s | | | |\n", ms(api), ms(netns))
+	}
+}
+
+func median(s []sample, f func(sample) time.Duration) time.Duration {
+	ds := make([]time.Duration, len(s))
+	for i, x := range s {
+		ds[i] = f(x)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
