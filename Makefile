@@ -63,8 +63,8 @@ bench: deps kube-binaries build
 	$(GO) run ./test/bench -plugin $(BIN)/istio-cni
 
 ## demo: a meshed and an unmeshed pod on a local bridge, through the plugin.
-demo: deps kube-binaries build
-	$(GO) run ./test/demo -plugin $(BIN)/istio-cni
+demo: deps kube-binaries
+	$(GO) run ./test/demo
 
 clean:
 	rm -rf $(OUT)

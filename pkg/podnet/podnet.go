@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -44,16 +45,38 @@ func do(path string, fn func() error) error {
 }
 
 // Program installs the model in the namespace and verifies it; on failure
-// nothing of ours is left behind.
+// nothing of ours is left behind. The families are programmed at once, each
+// from its own thread in the namespace: a dual-stack pod waits for one
+// restore and one read-back, not two of each.
 func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) error {
-	return do(path, func() error {
-		if m.V6 != nil {
-			if err := addPassthroughV6(); err != nil {
-				return err
-			}
-		}
-		return n.Programmer.Apply(ctx, m)
-	})
+	rulesets := m.Rulesets()
+	errs := make([]error, len(rulesets))
+	var wg sync.WaitGroup
+	for i, rs := range rulesets {
+		wg.Go(func() {
+			errs[i] = do(path, func() error {
+				if rs.Family == iptables.IPv6 {
+					if err := addPassthroughV6(); err != nil {
+						return err
+					}
+				}
+				return n.Programmer.Apply(ctx, rs)
+			})
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil {
+		return nil
+	}
+	var families []iptables.Family
+	for _, rs := range rulesets {
+		families = append(families, rs.Family)
+	}
+	if rbErr := do(path, func() error { return n.Programmer.Cleanup(ctx, families...) }); rbErr != nil {
+		err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
+	}
+	return err
 }
 
 // Check lists how the namespace differs from the model.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -222,17 +224,23 @@ func TestCheckDetectsTampering(t *testing.T) {
 	})
 }
 
-// failingRestore runs every command for real but reports the restores
-// numbered in fail as failed, as if iptables-restore died after committing.
+// failingRestore runs every command for real but reports the restores of
+// one program numbered in fail as failed, as if iptables-restore died after
+// committing. Families are programmed concurrently, hence the lock.
 type failingRestore struct {
 	xtables.ExecRunner
-	fail map[int]bool
-	seen int
+	program string // "iptables" or "ip6tables"
+	fail    map[int]bool
+	mu      sync.Mutex
+	seen    int
 }
 
 func (f *failingRestore) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	out, err := f.ExecRunner.Run(ctx, stdin, name, args...)
-	if strings.HasSuffix(name, "-restore") {
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, f.program+"-") && strings.HasSuffix(base, "-restore") {
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		if f.seen++; f.fail[f.seen] {
 			return nil, errors.New("injected restore failure")
 		}
@@ -243,9 +251,9 @@ func (f *failingRestore) Run(ctx context.Context, stdin []byte, name string, arg
 func TestFailedApplyLeavesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()
-		// Both attempts for IPv6 fail after IPv4 succeeded: both families
+		// Both attempts for IPv6 fail while IPv4 succeeds: both families
 		// must be rolled back.
-		net := netnsFor(b, &failingRestore{fail: map[int]bool{2: true, 3: true}})
+		net := netnsFor(b, &failingRestore{program: "ip6tables", fail: map[int]bool{1: true, 2: true}})
 		err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true))
 		if err == nil || !strings.Contains(err.Error(), "injected") {
 			t.Fatalf("Program = %v, want the injected failure", err)
@@ -269,7 +277,7 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 func TestApplyRetriesOneFailedRestore(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()
-		net := netnsFor(b, &failingRestore{fail: map[int]bool{1: true}})
+		net := netnsFor(b, &failingRestore{program: "iptables", fail: map[int]bool{1: true}})
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
 		if err := net.Program(ctx, n.Path(), m); err != nil {
 			t.Fatalf("one failed restore is reconciled by the second attempt: %v", err)

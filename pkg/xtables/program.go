@@ -21,26 +21,12 @@ type Programmer struct {
 	Backend Backend
 }
 
-// Apply makes the namespace hold the model and verifies it by reading the
-// rules back. The first attempt assumes a fresh namespace (one restore, one
-// save); if the read-back differs (a repeated ADD, leftovers) it reconciles
-// from what it read. If the rules still differ, everything of ours is removed
-// again and the error says what differed.
-func (p *Programmer) Apply(ctx context.Context, m iptables.Model) error {
-	var applied []iptables.Family
-	for _, rs := range m.Rulesets() {
-		applied = append(applied, rs.Family)
-		if err := p.applyFamily(ctx, rs); err != nil {
-			if rbErr := p.Cleanup(ctx, applied...); rbErr != nil {
-				err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-func (p *Programmer) applyFamily(ctx context.Context, rs *iptables.Ruleset) error {
+// Apply makes the namespace hold one family's rules and verifies them by
+// reading them back. The first attempt assumes a fresh namespace (one
+// restore, one save); if the read-back differs (a repeated ADD, leftovers) it
+// reconciles from what it read. The error says what still differs; removing
+// what was programmed is the caller's choice (see Cleanup).
+func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 	var observed *iptables.Observed // nil: a fresh namespace
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {

@@ -33,9 +33,13 @@ type sample struct {
 	api, netns time.Duration
 }
 
-const prevResult = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"198.51.100.10/24","interface":0}]}`
+// The primary CNI's results for an IPv4 and a dual-stack pod.
+const (
+	prevV4   = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"198.51.100.10/24","interface":0}]}`
+	prevDual = `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"198.51.100.10/24","interface":0},{"address":"2001:db8:100::10/64","interface":0}]}`
+)
 
-func (b *bench) stdin(backend string) []byte {
+func (b *bench) stdin(backend, prevResult string) []byte {
 	return []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni",
  "kubeconfig":%q,"exclude_namespaces":["kube-system"],"log_level":"info","iptables_backend":%q,
  "prevResult":%s}`, b.kubeconfig, backend, prevResult))
@@ -144,8 +148,8 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 // add times ADDs. With check, each ADD's rules are read back afterwards (not
 // timed); the concurrent runs rely on the plugin's own read-back instead, so
 // the bench adds no CPU load of its own.
-func (b *bench) add(backend xtables.Backend, check bool) func() (sample, error) {
-	stdin := b.stdin(string(backend))
+func (b *bench) add(backend xtables.Backend, prevResult string, check bool) func() (sample, error) {
+	stdin := b.stdin(string(backend), prevResult)
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
 			s, err := b.execPlugin("ADD", n.Path(), stdin)

@@ -50,9 +50,10 @@ func (b *bench) backend(name string, conc int) error {
 		one   func() (sample, error)
 	}{
 		{"floor: bare iptables-restore (" + name + ")", 1, func() (sample, error) { return floorOnce(be, text) }},
-		{"ADD meshed pod (" + name + ")", 1, b.add(be, true)},
+		{"ADD meshed pod (" + name + ")", 1, b.add(be, prevV4, true)},
+		{"ADD meshed dual-stack pod (" + name + ")", 1, b.add(be, prevDual, true)},
 		{fmt.Sprintf("floor, %d at once (%s)", conc, name), conc, func() (sample, error) { return floorOnce(be, text) }},
-		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, false)},
+		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, prevV4, false)},
 	} {
 		s, err := collect(b.n, m.conc, m.one)
 		if err != nil {

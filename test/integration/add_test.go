@@ -29,28 +29,28 @@ func TestMeshedPodLifecycle(t *testing.T) {
 				ann, ctrs := meshed(nil)
 				createPod(t, "team-a", name, ann, ctrs, nil)
 				s := newSandbox(t, "team-a", name)
-				list := n.conflist(t, v, istioConf(map[string]any{"iptables_backend": string(b)}))
-				n.mustAdd(t, s, list)
-				if !s.v4.IsValid() || !s.v6.IsValid() {
-					t.Fatalf("the bridge gave %v %v, want an IPv4 and an IPv6 address", s.v4, s.v6)
+				list := conflist(t, n, v, istioConf(map[string]any{"iptables_backend": string(b)}))
+				mustAdd(t, n, s, list)
+				if !s.V4.IsValid() || !s.V6.IsValid() {
+					t.Fatalf("the bridge gave %v %v, want an IPv4 and an IPv6 address", s.V4, s.V6)
 				}
-				assertRules(t, s.path(), b, iptables.DefaultSpec(), true)
+				assertRules(t, s.Path(), b, iptables.DefaultSpec(), true)
 				if v != "0.3.0" && v != "0.3.1" {
-					if err := n.cni.CheckNetworkList(ctx, list, s.rt); err != nil {
+					if err := n.Check(ctx, s); err != nil {
 						t.Fatalf("CHECK with the rules in place: %v", err)
 					}
-					tamper(t, s.path(), b)
-					err := n.cni.CheckNetworkList(ctx, list, s.rt)
+					tamper(t, s.Path(), b)
+					err := n.Check(ctx, s)
 					if cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), "ISTIO_OUTPUT") {
 						t.Fatalf("CHECK after tampering = %v, want code %d", err, plugin.ErrRulesMismatch)
 					}
 				}
 				for i := 0; i < 2; i++ {
-					if err := n.cni.DelNetworkList(ctx, list, s.rt); err != nil {
+					if err := n.Del(ctx, s); err != nil {
 						t.Fatalf("DEL #%d: %v", i+1, err)
 					}
 				}
-				assertNoRules(t, s.path(), b)
+				assertNoRules(t, s.Path(), b)
 			})
 		}
 	}
@@ -98,11 +98,11 @@ func TestDecisionOnARealNode(t *testing.T) {
 				createPod(t, tc.ns, name, ann, ctrs, tc.inits)
 			}
 			s := newSandbox(t, tc.ns, name)
-			n.mustAdd(t, s, n.conflist(t, "1.0.0", istioConf(nil)))
+			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(nil)))
 			if tc.redirect {
-				assertRules(t, s.path(), xtables.Auto, iptables.DefaultSpec(), true)
+				assertRules(t, s.Path(), xtables.Auto, iptables.DefaultSpec(), true)
 			} else {
-				assertNoRules(t, s.path(), xtables.Auto)
+				assertNoRules(t, s.Path(), xtables.Auto)
 			}
 		})
 	}
@@ -125,7 +125,7 @@ func TestBadSettingsProgramNothing(t *testing.T) {
 			ann, ctrs := meshed(tc.ann)
 			createPod(t, "team-a", name, ann, ctrs, nil)
 			s := newSandbox(t, "team-a", name)
-			err := n.add(t, s, n.conflist(t, "1.0.0", istioConf(nil)))
+			err := add(t, n, s, conflist(t, n, "1.0.0", istioConf(nil)))
 			if cniCode(err) != tc.code {
 				t.Fatalf("ADD = %v, want code %d", err, tc.code)
 			}
@@ -134,7 +134,7 @@ func TestBadSettingsProgramNothing(t *testing.T) {
 					t.Errorf("error %q must name %s and %q", err, k, v)
 				}
 			}
-			assertNoRules(t, s.path(), xtables.Auto)
+			assertNoRules(t, s.Path(), xtables.Auto)
 		})
 	}
 }

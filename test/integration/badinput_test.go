@@ -74,7 +74,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t, "team-a", name)
-			netns := s.path()
+			netns := s.Path()
 			if tc.noNetns {
 				netns = ""
 			}
@@ -82,7 +82,7 @@ func TestBadInput(t *testing.T) {
 			if r.code != tc.code || !strings.Contains(r.msg, tc.msg) {
 				t.Fatalf("%s: code %d %q, want code %d naming %q\nstderr: %s", tc.command, r.code, r.msg, tc.code, tc.msg, r.stderr)
 			}
-			assertNoRules(t, s.path(), xtables.Auto)
+			assertNoRules(t, s.Path(), xtables.Auto)
 		})
 	}
 }
@@ -97,7 +97,7 @@ func TestAddTwiceAndDelAnywhere(t *testing.T) {
 	s := newSandbox(t, "team-a", name)
 	stdin := pluginStdin(t, "1.0.0", istioConf(nil), prevV4)
 	for i := 0; i < 2; i++ {
-		r := execPlugin(t, "ADD", stdin, s.path(), args)
+		r := execPlugin(t, "ADD", stdin, s.Path(), args)
 		if r.code != 0 {
 			t.Fatalf("ADD #%d: %d %s", i+1, r.code, r.msg)
 		}
@@ -106,16 +106,16 @@ func TestAddTwiceAndDelAnywhere(t *testing.T) {
 			t.Fatalf("ADD #%d result %s: prevResult not passed through", i+1, r.stdout)
 		}
 	}
-	assertRules(t, s.path(), xtables.Auto, iptables.DefaultSpec(), false)
-	for _, netns := range []string{s.path(), s.path(), "", "/var/run/netns/does-not-exist"} {
+	assertRules(t, s.Path(), xtables.Auto, iptables.DefaultSpec(), false)
+	for _, netns := range []string{s.Path(), s.Path(), "", "/var/run/netns/does-not-exist"} {
 		if r := execPlugin(t, "DEL", stdin, netns, args); r.code != 0 {
 			t.Errorf("DEL in %q: %d %s", netns, r.code, r.msg)
 		}
 	}
-	if r := execPlugin(t, "DEL", []byte(`{"cniVersion":"1.0.0","name":"x","log_level":7}`), s.path(), args); r.code != 0 {
+	if r := execPlugin(t, "DEL", []byte(`{"cniVersion":"1.0.0","name":"x","log_level":7}`), s.Path(), args); r.code != 0 {
 		t.Errorf("DEL with a bad config: %d %s", r.code, r.msg)
 	}
-	assertNoRules(t, s.path(), xtables.Auto)
+	assertNoRules(t, s.Path(), xtables.Auto)
 }
 
 // TestStatusAndGC: STATUS reports whether ADD can work; GC has nothing to do.

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 // env is shared by every test in the package: starting an API server and
@@ -49,7 +50,7 @@ func run(m *testing.M) (int, error) {
 	}
 	env.dir = dir
 	env.binDir = filepath.Join(dir, "bin")
-	if err := buildBinaries(env.binDir); err != nil {
+	if err := podsim.Build(env.binDir); err != nil {
 		return 0, err
 	}
 	apiDir := filepath.Join(dir, "api")
@@ -74,22 +75,4 @@ func run(m *testing.M) (int, error) {
 		}
 	}
 	return code, nil
-}
-
-// buildBinaries builds the plugin as the node gets it (static), the primary
-// CNI plugins, and the test proxy.
-func buildBinaries(dir string) error {
-	for name, pkg := range map[string]string{
-		"istio-cni":  "istio-cni.local/istio-cni/cmd/plugin",
-		"testproxy":  "istio-cni.local/istio-cni/test/testproxy",
-		"bridge":     "github.com/containernetworking/plugins/plugins/main/bridge",
-		"host-local": "github.com/containernetworking/plugins/plugins/ipam/host-local",
-	} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, name), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %w\n%s", pkg, err, out)
-		}
-	}
-	return nil
 }

@@ -1,9 +1,9 @@
 //go:build tools
 
-// The integration tests build the reference bridge and host-local plugins
+// podsim builds the reference bridge and host-local plugins
 // from the containernetworking/plugins module as the primary CNI; this file
 // keeps their packages in go.sum.
-package integration
+package podsim
 
 import (
 	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"

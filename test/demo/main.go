@@ -1,0 +1,185 @@
+// Command demo shows the plugin doing its job on a simulated node: a real
+// kube-apiserver, the bridge + host-local primary CNI, istio-cni chained
+// after it, a meshed and an unmeshed pod, and real connections. `make demo`
+// runs it; everything it starts is stopped at the end.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/podsim"
+)
+
+const proxyUID = 1337
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+// node is the demo's simulated node and what must be undone.
+type node struct {
+	dir, bin string
+	api      *cluster.APIServer
+	net      *podsim.Network
+	undo     []func() error
+}
+
+func (n *node) defer_(f func() error) { n.undo = append(n.undo, f) }
+
+func (n *node) close() error {
+	var errs []error
+	for i := len(n.undo) - 1; i >= 0; i-- {
+		errs = append(errs, n.undo[i]())
+	}
+	return errors.Join(errs...)
+}
+
+func run() (err error) {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (network namespaces, iptables)")
+	}
+	n := &node{}
+	defer func() { err = errors.Join(err, n.close()) }()
+	if n.dir, err = os.MkdirTemp("", "istio-cni-demo-"); err != nil {
+		return err
+	}
+	n.defer_(func() error { return os.RemoveAll(n.dir) })
+	if err := os.Chmod(n.dir, 0o755); err != nil { // the proxy's uid reads its binary
+		return err
+	}
+	step("building the plugin, the reference bridge/host-local plugins and the test proxy")
+	n.bin = filepath.Join(n.dir, "bin")
+	if err := podsim.Build(n.bin); err != nil {
+		return err
+	}
+	step("starting etcd and kube-apiserver")
+	apiDir := filepath.Join(n.dir, "api")
+	if err := os.Mkdir(apiDir, 0o700); err != nil {
+		return err
+	}
+	if n.api, err = cluster.StartAPIServer(context.Background(), cluster.Options{Dir: apiDir}); err != nil {
+		return err
+	}
+	n.defer_(n.api.Stop)
+	fmt.Printf("   API server %s\n", n.api.URL)
+	n.net = podsim.NewNetwork(n.bin, filepath.Join(n.dir, "cni"))
+	n.defer_(n.net.Close)
+	return n.demo()
+}
+
+func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+func (n *node) demo() error {
+	ctx := context.Background()
+	kubeconfig := filepath.Join(n.dir, "istio-cni-kubeconfig")
+	if err := n.api.Kubeconfig(kubeconfig, cluster.PluginToken); err != nil {
+		return err
+	}
+	list, err := n.net.ConfList("1.0.0", map[string]any{
+		"type": "istio-cni", "kubeconfig": kubeconfig, "exclude_namespaces": []string{"kube-system"}, "log_level": "info",
+	})
+	if err != nil {
+		return err
+	}
+	plain, err := n.net.ConfList("1.0.0")
+	if err != nil {
+		return err
+	}
+	step("creating pods: demo/productpage (istio-proxy sidecar), demo/legacy (no sidecar), demo/server")
+	for _, p := range []string{meshedPod, legacyPod} {
+		if err := n.api.CreatePod(ctx, []byte(p)); err != nil {
+			return err
+		}
+	}
+	step("the runtime creates the sandboxes: ADD through bridge + host-local + istio-cni (plugin log on stderr)")
+	server, err := n.sandbox(ctx, "server", plain)
+	if err != nil {
+		return err
+	}
+	web, err := n.sandbox(ctx, "productpage", list)
+	if err != nil {
+		return err
+	}
+	legacy, err := n.sandbox(ctx, "legacy", list)
+	if err != nil {
+		return err
+	}
+	if err := n.start(server.Path(), 0, "server", "--port", "8080", "--name", "server"); err != nil {
+		return err
+	}
+	if err := n.start(web.Path(), proxyUID, "proxy"); err != nil {
+		return err
+	}
+	step("iptables-save -t nat in demo/productpage's network namespace (nsenter --net=" + web.Path() + ")")
+	out, err := podsim.Command(web.Path(), 0, "iptables-save", "-t", "nat").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables-save: %w: %s", err, out)
+	}
+	fmt.Print(string(out))
+	step("CHECK for demo/productpage: the plugin reads the rules back and compares them with its model")
+	if err := n.net.Check(ctx, web); err != nil {
+		return err
+	}
+	fmt.Println("   CHECK passed")
+	step("requests from each app to demo/server")
+	to := fmt.Sprintf("%s:8080", server.V4)
+	for _, app := range []struct {
+		name string
+		sb   *podsim.Sandbox
+	}{{"demo/productpage", web}, {"demo/legacy", legacy}} {
+		line, err := podsim.Connect(app.sb.Path(), 0, filepath.Join(n.bin, "testproxy"), to)
+		if err != nil {
+			return err
+		}
+		verdict := "went DIRECT to the server"
+		if strings.HasPrefix(line, "proxy ") {
+			verdict = "went THROUGH THE PROXY"
+		}
+		fmt.Printf("   %-17s -> %s: %s  [%s]\n", app.name, to, verdict, line)
+	}
+	step("DEL for every sandbox, then stopping everything this demo started")
+	return nil
+}
+
+// sandbox creates a pod sandbox and runs the chain's ADD; DEL and the
+// namespace's removal are undone at the end.
+func (n *node) sandbox(ctx context.Context, name string, list *libcni.NetworkConfigList) (*podsim.Sandbox, error) {
+	s, err := podsim.NewSandbox("demo", name)
+	if err != nil {
+		return nil, err
+	}
+	n.defer_(s.Close)
+	if err := n.net.Add(ctx, s, list); err != nil {
+		return nil, fmt.Errorf("ADD demo/%s: %w", name, err)
+	}
+	n.defer_(func() error { return n.net.Del(context.Background(), s) })
+	fmt.Printf("   demo/%s: %s %s\n", name, s.V4, s.V6)
+	return s, nil
+}
+
+func (n *node) start(netns string, uid int, args ...string) error {
+	p, err := podsim.Start(netns, uid, filepath.Join(n.bin, "testproxy"), n.dir, args...)
+	if err != nil {
+		return err
+	}
+	n.defer_(p.Stop)
+	return nil
+}
+
+const meshedPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"productpage","namespace":"demo",
+ "annotations":{"sidecar.istio.io/status":"{\"containers\":[\"istio-proxy\"]}"}},
+ "spec":{"containers":[{"name":"productpage","image":"demo/app:v1"},{"name":"istio-proxy","image":"demo/proxy:v1"}]}}`
+
+const legacyPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"legacy","namespace":"demo"},
+ "spec":{"containers":[{"name":"legacy","image":"demo/app:v1"}]}}`
