@@ -51,8 +51,8 @@ func NewNetwork(binDir, stateDir string) *Network {
 // Close deletes the bridge from the host.
 func (n *Network) Close() error {
 	l, err := netlink.LinkByName(n.Bridge)
-	if err != nil {
-		return nil //nolint:nilerr // no bridge: nothing to delete
+	if err != nil { // no bridge: nothing to delete
+		return nil
 	}
 	return netlink.LinkDel(l)
 }
