@@ -90,11 +90,7 @@ func (p *Programmer) Cleanup(ctx context.Context, families ...iptables.Family) e
 
 // Read returns a family's tables as iptables-save prints them.
 func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Observed, error) {
-	name, err := LookPath(p.Backend.CommandsFor(f).Save)
-	if err != nil {
-		return nil, err
-	}
-	out, err := p.Runner.Run(ctx, nil, name)
+	out, err := p.Runner.Run(ctx, nil, p.Backend.CommandsFor(f).Save)
 	if err != nil {
 		return nil, err
 	}
@@ -102,10 +98,6 @@ func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Obs
 }
 
 func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte) error {
-	name, err := LookPath(p.Backend.CommandsFor(f).Restore)
-	if err != nil {
-		return err
-	}
-	_, err = p.Runner.Run(ctx, text, name, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	_, err := p.Runner.Run(ctx, text, p.Backend.CommandsFor(f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
 	return err
 }

@@ -20,9 +20,14 @@ type Runner interface {
 // ExecRunner runs commands for real, on the calling OS thread's namespaces.
 type ExecRunner struct{}
 
-// Run executes name with args, feeding stdin; the error carries stderr.
+// Run executes name (found with LookPath) with args, feeding stdin; the
+// error carries stderr.
 func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	path, err := LookPath(name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

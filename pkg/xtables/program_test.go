@@ -1,0 +1,126 @@
+package xtables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// fakeRunner records what would run and answers iptables-save from a
+// scripted list of states.
+type fakeRunner struct {
+	calls []string
+	saves []string // successive iptables-save outputs
+	fail  error    // returned by every restore
+}
+
+func (f *fakeRunner) Run(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	base := filepath.Base(name)
+	f.calls = append(f.calls, base+" "+strings.Join(args, " "))
+	if strings.HasSuffix(base, "-save") {
+		if len(f.saves) == 0 {
+			return nil, errors.New("no scripted state")
+		}
+		out := f.saves[0]
+		if len(f.saves) > 1 {
+			f.saves = f.saves[1:]
+		}
+		return []byte(out), nil
+	}
+	_ = stdin
+	return nil, f.fail
+}
+
+// saveOf renders what iptables-save prints for a ruleset.
+func saveOf(rs *iptables.Ruleset, extraPrerouting ...string) string {
+	var b strings.Builder
+	b.WriteString("*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n")
+	for _, c := range rs.Chains {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
+	}
+	for _, r := range rs.Rules {
+		fmt.Fprintf(&b, "-A %s %s\n", r.Chain, r.Spec())
+	}
+	for _, r := range extraPrerouting {
+		fmt.Fprintf(&b, "-A PREROUTING %s\n", r)
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	f := &fakeRunner{saves: []string{saveOf(&rs)}}
+	p := &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"iptables-nft-restore --noflush --wait=10", "iptables-nft-save "}
+	if strings.Join(f.calls, "|") != strings.Join(want, "|") {
+		t.Errorf("ran %q, want %q", f.calls, want)
+	}
+}
+
+func TestApplyReconcilesARepeatedAdd(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	// After the first restore the jump into ISTIO_INBOUND is there twice.
+	dup := saveOf(&rs, "-p tcp -j ISTIO_INBOUND")
+	f := &fakeRunner{saves: []string{dup, saveOf(&rs)}}
+	p := &Programmer{Runner: f, Backend: Legacy}
+	if err := p.Apply(context.Background(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.calls) != 4 || !strings.HasPrefix(f.calls[2], "iptables-legacy-restore") {
+		t.Errorf("ran %q, want restore, save, reconciling restore, save", f.calls)
+	}
+}
+
+func TestApplyReportsWhatDiffers(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
+	empty := "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"
+	f := &fakeRunner{saves: []string{empty}}
+	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs)
+	if err == nil || !strings.Contains(err.Error(), "ipv6 rules differ") || !strings.Contains(err.Error(), "chain missing") {
+		t.Fatalf("Apply = %v, want the differences", err)
+	}
+	if f.calls[0] != "ip6tables-restore --noflush --wait=10" {
+		t.Errorf("auto must use the node's ip6tables-restore, ran %q", f.calls[0])
+	}
+}
+
+func TestApplyKeepsTheRestoreError(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	f := &fakeRunner{saves: []string{"*nat\nCOMMIT\n"}, fail: errors.New("iptables-restore: line 3 failed")}
+	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs)
+	if err == nil || !strings.Contains(err.Error(), "line 3 failed") {
+		t.Fatalf("Apply = %v, want the restore's error", err)
+	}
+}
+
+func TestCleanupOfACleanNamespaceRunsNoRestore(t *testing.T) {
+	f := &fakeRunner{saves: []string{"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p udp -j FOREIGN\nCOMMIT\n"}}
+	if err := (&Programmer{Runner: f, Backend: Auto}).Cleanup(context.Background(), iptables.IPv4, iptables.IPv6); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range f.calls {
+		if strings.Contains(c, "restore") {
+			t.Errorf("ran %q in a namespace with nothing of ours", c)
+		}
+	}
+}
+
+func TestParseBackend(t *testing.T) {
+	for in, want := range map[string]Backend{"": Auto, "auto": Auto, "legacy": Legacy, "nft": NFT} {
+		if got, err := ParseBackend(in); err != nil || got != want {
+			t.Errorf("ParseBackend(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParseBackend("ebpf"); err == nil || !strings.Contains(err.Error(), Backends) {
+		t.Errorf("ParseBackend(ebpf) = %v, want the allowed values", err)
+	}
+}
