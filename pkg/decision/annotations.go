@@ -64,10 +64,12 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 			return Decision{}, &UnsupportedError{Field: key, Value: v}
 		}
 	}
-	if on, err := envBool(env, envDNSCapture); err != nil {
-		return Decision{}, err
-	} else if on {
-		return Decision{}, &UnsupportedError{Field: "istio-proxy env " + envDNSCapture, Value: env[envDNSCapture]}
+	for _, name := range []string{envDNSCapture, envInvalidDrop} {
+		if on, err := envBool(env, name); err != nil {
+			return Decision{}, err
+		} else if on {
+			return Decision{}, &UnsupportedError{Field: "istio-proxy env " + name, Value: env[name]}
+		}
 	}
 	dual, err := envBool(env, envDualStack)
 	if err != nil {
@@ -135,8 +137,9 @@ func applyProxyIDs(spec *iptables.Spec, proxy *kube.Container) error {
 		if f.v == nil || *f.v == 0 {
 			continue
 		}
-		if *f.v < 0 || *f.v > math.MaxUint32 {
-			return &InvalidError{f.name, strconv.FormatInt(*f.v, 10), "want an id from 1 to 4294967295"}
+		// 4294967295 is (uid_t)-1, "no id", not an owner a socket can have.
+		if *f.v < 0 || *f.v >= math.MaxUint32 {
+			return &InvalidError{f.name, strconv.FormatInt(*f.v, 10), "want an id from 1 to 4294967294"}
 		}
 		*f.dst = uint32(*f.v)
 	}

@@ -104,7 +104,7 @@ func idSpecCases() []specCase {
 		{"gid only", []podOpt{proxyIDs(nil, i64(2000))}, spec(func(s *iptables.Spec) { s.ProxyGID = 2000 })},
 		{"zero keeps 1337", []podOpt{proxyIDs(i64(0), i64(0))}, iptables.DefaultSpec()},
 		{"empty security context", []podOpt{proxyIDs(nil, nil)}, iptables.DefaultSpec()},
-		{"max id", []podOpt{proxyIDs(i64(math.MaxUint32), i64(1))}, spec(func(s *iptables.Spec) { s.ProxyUID, s.ProxyGID = math.MaxUint32, 1 })},
+		{"max id", []podOpt{proxyIDs(i64(math.MaxUint32-1), i64(1))}, spec(func(s *iptables.Spec) { s.ProxyUID, s.ProxyGID = math.MaxUint32-1, 1 })},
 		{"everything at once", []podOpt{
 			withAnn(IncludeInboundPorts, "80"), withAnn(ExcludeInboundPorts, "22"),
 			withAnn(IncludeOutboundIPRanges, "10.0.0.0/8"), withAnn(ExcludeOutboundIPRanges, "10.96.0.1/32"),
@@ -261,6 +261,7 @@ func TestProxyIDErrors(t *testing.T) {
 		{"negative uid", i64(-1), nil, "runAsUser", "-1"},
 		{"negative gid", nil, i64(-5), "runAsGroup", "-5"},
 		{"uid too large", i64(math.MaxUint32 + 1), nil, "runAsUser", "4294967296"},
+		{"uid (uid_t)-1", i64(math.MaxUint32), nil, "runAsUser", "4294967295"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := Pod(meshedPod(proxyIDs(tc.uid, tc.gid)))

@@ -22,6 +22,7 @@ const (
 	envDisableEnvoy   = "DISABLE_ENVOY"
 	envDNSCapture     = "ISTIO_META_DNS_CAPTURE"
 	envDualStack      = "ISTIO_DUAL_STACK"
+	envInvalidDrop    = "INVALID_DROP"
 	restartAlways     = "Always"
 	sidecarProxyType  = "sidecar"
 	proxyArgsSubcmd   = "proxy"

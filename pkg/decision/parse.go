@@ -88,6 +88,11 @@ func parsePrefixes(field, v, allowed string) ([]netip.Prefix, error) {
 			return nil, &InvalidError{field, v, "bad CIDR " + strconv.Quote(p) + "; " + allowed}
 		}
 		// ::ffff:a.b.c.d/n is an IPv4 range; its traffic is IPv4.
+		// ::a.b.c.d (IPv4-compatible, deprecated by RFC 4291) is rejected:
+		// it names no IPv4 traffic and iptables prints it differently.
+		if ipv4Compatible(pfx.Addr()) {
+			return nil, &InvalidError{field, v, "IPv4-compatible CIDR " + strconv.Quote(p) + " is deprecated; use the IPv4 range; " + allowed}
+		}
 		if pfx.Addr().Is4In6() {
 			if pfx.Bits() < 96 {
 				return nil, &InvalidError{field, v, "IPv4-mapped CIDR " + strconv.Quote(p) + " wider than /96; " + allowed}
@@ -108,4 +113,11 @@ func parsePrefixesOrAll(field, v string) (iptables.Prefixes, error) {
 		return iptables.Prefixes{}, err
 	}
 	return iptables.Prefixes{List: list}, nil
+}
+
+// ipv4Compatible reports ::a.b.c.d: the first 96 bits zero and the next 16
+// not (::1 and ::6 stay IPv6).
+func ipv4Compatible(a netip.Addr) bool {
+	b := a.As16()
+	return a.Is6() && !a.Is4In6() && [12]byte(b[:12]) == [12]byte{} && b[12]|b[13] != 0
 }

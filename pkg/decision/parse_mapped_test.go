@@ -19,3 +19,16 @@ func TestParsePrefixesUnmapsIPv4Mapped(t *testing.T) {
 		t.Error("a mapped range wider than /96 must be rejected")
 	}
 }
+
+func TestParsePrefixesRejectsIPv4Compatible(t *testing.T) {
+	for _, v := range []string{"::a00:0/104", "::10.0.0.1/128"} {
+		if _, err := ParsePrefixes(ExcludeOutboundIPRanges, v); err == nil {
+			t.Errorf("%s: IPv4-compatible ranges must be rejected", v)
+		}
+	}
+	for _, v := range []string{"::/0", "::1/128", "::6/128", "0.0.0.0/0"} {
+		if _, err := ParsePrefixes(ExcludeOutboundIPRanges, v); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}

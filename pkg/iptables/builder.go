@@ -57,11 +57,16 @@ type familyAddrs struct {
 	loopback    netip.Prefix
 }
 
+var (
+	addrsV4 = familyAddrs{netip.MustParsePrefix("127.0.0.6/32"), netip.MustParsePrefix("127.0.0.1/32")}
+	addrsV6 = familyAddrs{netip.MustParsePrefix("::6/128"), netip.MustParsePrefix("::1/128")}
+)
+
 func addrsOf(f Family) familyAddrs {
 	if f == IPv6 {
-		return familyAddrs{netip.MustParsePrefix("::6/128"), netip.MustParsePrefix("::1/128")}
+		return addrsV6
 	}
-	return familyAddrs{netip.MustParsePrefix("127.0.0.6/32"), netip.MustParsePrefix("127.0.0.1/32")}
+	return addrsV4
 }
 
 // BuildFamily renders a spec into the rules of one family. The order is

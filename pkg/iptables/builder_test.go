@@ -1,8 +1,9 @@
-package iptables
+package iptables_test
 
 import (
 	"flag"
-	"net/netip"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,51 +12,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-func prefixes(s ...string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range s {
-		out = append(out, netip.MustParsePrefix(p))
-	}
-	return out
-}
-
-// goldenSpecs are the annotation cases of istio-cni's sidecar mode, as specs.
-func goldenSpecs() map[string]Spec {
-	with := func(f func(*Spec)) Spec { s := DefaultSpec(); f(&s); return s }
-	return map[string]Spec{
-		"default": DefaultSpec(),
-		"include-inbound-ports": with(func(s *Spec) {
-			s.InboundPorts = Ports{List: []uint16{80, 8080}}
-		}),
-		"no-inbound": with(func(s *Spec) { s.InboundPorts = Ports{} }),
-		"exclude-inbound-ports": with(func(s *Spec) {
-			s.InboundExclude = []uint16{22, 15020, 15021, 15090}
-		}),
-		"outbound-ip-ranges": with(func(s *Spec) {
-			s.OutboundIPs = Prefixes{List: prefixes("10.0.0.0/8", "fd00::/8")}
-			s.OutboundIPExclude = prefixes("10.96.0.1/32", "fd00:1::/64")
-		}),
-		"exclude-outbound-ip-ranges": with(func(s *Spec) {
-			s.OutboundIPExclude = prefixes("169.254.169.254/32", "192.168.0.0/16")
-		}),
-		"outbound-ports": with(func(s *Spec) {
-			s.OutboundPorts = []uint16{3306}
-			s.OutboundExclude = []uint16{5432, 15020}
-		}),
-		"loopback-included": with(func(s *Spec) {
-			s.OutboundIPs = Prefixes{List: prefixes("127.0.0.0/8")}
-		}),
-		"no-outbound-ips": with(func(s *Spec) { s.OutboundIPs = Prefixes{} }),
-		"custom-ids":      with(func(s *Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
-	}
-}
-
 func TestGolden(t *testing.T) {
-	for name, spec := range goldenSpecs() {
+	for name, spec := range iptablestest.Specs() {
 		t.Run(name, func(t *testing.T) {
 			var b strings.Builder
-			for _, rs := range Build(spec, true, true).Rulesets() {
-				text, err := Plan(rs, nil)
+			for _, rs := range iptables.Build(spec, true, true).Rulesets() {
+				text, err := iptables.Plan(rs, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -113,12 +75,12 @@ const upstreamDefault = `-A PREROUTING -p tcp -j ISTIO_INBOUND
 func TestUpstreamParity(t *testing.T) {
 	save := "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_INBOUND - [0:0]\n" +
 		":ISTIO_IN_REDIRECT - [0:0]\n:ISTIO_OUTPUT - [0:0]\n:ISTIO_REDIRECT - [0:0]\n" + upstreamDefault + "COMMIT\n"
-	obs, err := ParseSave([]byte(save))
+	obs, err := iptables.ParseSave([]byte(save))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := BuildFamily(DefaultSpec(), IPv4)
-	if d := Diff(&rs, obs); len(d) != 0 {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if d := iptables.Diff(&rs, obs); len(d) != 0 {
 		t.Errorf("default pod differs from upstream:\n%s", strings.Join(d, "\n"))
 	}
 }

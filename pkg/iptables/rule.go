@@ -3,7 +3,6 @@ package iptables
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -57,19 +56,8 @@ type Iface struct {
 	Not  bool
 }
 
-// IfName is a network interface name that passed ParseIfName.
+// IfName is a network interface name.
 type IfName string
-
-var ifNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,15}$`)
-
-// ParseIfName accepts what the kernel accepts as an interface name and
-// iptables as a match: at most 15 characters of [A-Za-z0-9_.-].
-func ParseIfName(s string) (IfName, error) {
-	if !ifNameRE.MatchString(s) {
-		return "", fmt.Errorf("invalid interface name %q: want 1 to 15 characters of [A-Za-z0-9_.-]", s)
-	}
-	return IfName(s), nil
-}
 
 // Loopback is the pod's loopback interface.
 const Loopback IfName = "lo"
@@ -162,7 +150,8 @@ type Rule struct {
 func (r Rule) Spec() string {
 	var t []string
 	addr := func(opt string, a Addr) {
-		if !a.Prefix.IsValid() {
+		// A /0 matches every address; iptables-save prints no match for it.
+		if !a.Prefix.IsValid() || a.Prefix.Bits() == 0 {
 			return
 		}
 		if a.Not {
@@ -193,25 +182,26 @@ func (r Rule) Spec() string {
 	return strings.Join(t, " ")
 }
 
-// JumpTarget is the chain the rule jumps to, or "".
-func (r Rule) JumpTarget() string {
-	if j, ok := r.Target.(Jump); ok {
-		return j.Chain
-	}
-	return ""
-}
-
-// safeToken is every token our renderer may emit. iptables-restore splits
-// lines on white space and treats quotes specially; a token outside this set
-// would mean a value reached a rule untyped.
-var safeToken = regexp.MustCompile(`^(!|\[0:0\]|[A-Za-z0-9_.:/,-]+)$`)
-
-// checkTokens rejects a rendered line holding anything but safe tokens.
+// checkTokens rejects a rendered line holding anything but safe tokens:
+// single-space separated words of [A-Za-z0-9_.:/,!-], or "[0:0]".
+// iptables-restore splits lines on white space and treats quotes specially;
+// anything else would mean a value reached a rule untyped.
 func checkTokens(line string) error {
 	for _, tok := range strings.Split(line, " ") {
-		if !safeToken.MatchString(tok) {
+		if tok == "" || (!safeWord(tok) && tok != "[0:0]") {
 			return fmt.Errorf("refusing to render unsafe token %q in %q", tok, line)
 		}
 	}
 	return nil
+}
+
+func safeWord(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_.:/,!-", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
 }

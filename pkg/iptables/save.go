@@ -114,15 +114,8 @@ func (o *Observed) Empty() bool {
 		return true
 	}
 	for _, t := range o.Tables {
-		if len(t.OwnedChains()) > 0 {
+		if hasOurs(t) {
 			return false
-		}
-		for chain, rules := range t.Rules {
-			for _, r := range rules {
-				if !owned(chain) && owned(jumpTarget(r)) {
-					return false
-				}
-			}
 		}
 	}
 	return true

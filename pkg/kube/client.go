@@ -41,7 +41,7 @@ type APIError struct {
 func (e *APIError) Error() string {
 	switch e.Kind {
 	case NotFound:
-		return fmt.Sprintf("pod %s not found in the API", e.Pod)
+		return fmt.Sprintf("pod %s not found in the API: %v", e.Pod, e.Err)
 	case Denied:
 		return fmt.Sprintf("reading pod %s: the API denied the plugin's credentials: %v", e.Pod, e.Err)
 	case BadResponse:
@@ -96,19 +96,23 @@ const (
 	backoffMax = 2 * time.Second
 )
 
-// GetPod reads one pod. Errors are *APIError.
-func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, error) {
+// GetPod reads one pod. uid, when the runtime passed it (K8S_POD_UID), is
+// the pod the sandbox belongs to. Errors are *APIError.
+//
+// With a uid the first read is served from the API server's watch cache
+// (resourceVersion=0): no etcd round trip for every pod start. The cache may
+// lag behind etcd (another API server of an HA control plane), so an answer
+// about another pod (a 404, or a pod of the same name with another uid, as a
+// StatefulSet recreates them) is confirmed by a quorum read before it
+// counts. What the decision reads of the right pod (its containers, the
+// injector's annotations) is set when the pod is created, before the kubelet
+// asks for a sandbox. Without a uid every read is a quorum read.
+func (c *Client) GetPod(ctx context.Context, namespace, name, uid string) (*Pod, error) {
 	id := namespace + "/" + name
 	ctx, cancel := context.WithTimeout(ctx, c.timeouts.Total)
 	defer cancel()
 	u := c.host + "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(name)
-	// The first read is served from the API server's watch cache
-	// (resourceVersion=0): no etcd round trip for every pod start. What the
-	// decision reads (containers, injection annotations) is fixed when the
-	// pod is created, before the kubelet sees it. A cache that lags (another
-	// API server of an HA control plane) can only miss a new pod, so a 404
-	// is confirmed with a quorum read before it counts.
-	cached := true
+	cached := uid != ""
 	wait := backoffMin
 	for attempt := 1; ; attempt++ {
 		q := u
@@ -116,6 +120,9 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (*Pod, erro
 			q += "?resourceVersion=0"
 		}
 		pod, retry, err := c.getOnce(ctx, q)
+		if err == nil && uid != "" && pod.Metadata.UID != uid {
+			err = &APIError{Kind: NotFound, Err: fmt.Errorf("the API has uid %s, the sandbox is for uid %s", pod.Metadata.UID, uid)}
+		}
 		if err == nil {
 			return pod, nil
 		}
@@ -171,13 +178,16 @@ func (c *Client) getOnce(ctx context.Context, u string) (*Pod, bool, *APIError) 
 }
 
 // statusError renders an API error response: the Status message when the
-// body is one, else the HTTP status.
+// body is one, else the start of the body.
 func statusError(resp *http.Response, body []byte) error {
 	var st struct {
 		Message string `json:"message"`
 	}
 	if json.Unmarshal(body, &st) == nil && st.Message != "" {
 		return fmt.Errorf("%s: %s", resp.Status, st.Message)
+	}
+	if text := strings.TrimSpace(string(body[:min(len(body), 200)])); text != "" {
+		return fmt.Errorf("%s: %s", resp.Status, text)
 	}
 	return errors.New(resp.Status)
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestGetPod(t *testing.T) {
 		fmt.Fprint(w, `{"kind":"Pod","metadata":{"name":"web-1","namespace":"team-a","annotations":{"a":"b"}},
 			"spec":{"containers":[{"name":"istio-proxy","securityContext":{"runAsUser":1000}}]}}`)
 	})
-	pod, err := c.GetPod(context.Background(), "team-a", "web-1")
+	pod, err := c.GetPod(context.Background(), "team-a", "web-1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestGetPodErrors(t *testing.T) {
 				w.WriteHeader(tc.status)
 				fmt.Fprint(w, `{"kind":"Status","message":"the server says no"}`)
 			})
-			_, err := c.GetPod(context.Background(), "ns", "p")
+			_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
 			var apiErr *APIError
 			if !errors.As(err, &apiErr) || apiErr.Kind != tc.kind || apiErr.Pod != "ns/p" {
 				t.Fatalf("err = %#v, want kind %d for ns/p", err, tc.kind)
@@ -108,10 +109,53 @@ func TestGetPodCacheLag(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
+		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns","uid":"uid-1"},"spec":{"containers":[]}}`)
+	})
+	if _, err := c.GetPod(context.Background(), "ns", "p", "uid-1"); err != nil || calls.Load() != 2 {
+		t.Fatalf("err %v after %d calls, want the quorum read to find the pod", err, calls.Load())
+	}
+}
+
+// TestGetPodStaleNamesake: the cache still holds the previous pod of the
+// same name (a recreated StatefulSet pod): the quorum read decides.
+func TestGetPodStaleNamesake(t *testing.T) {
+	for _, tc := range []struct {
+		quorumUID string
+		wantErr   bool
+	}{{"uid-new", false}, {"uid-old", true}} {
+		var quorum atomic.Int32
+		c, _ := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+			uid := "uid-old"
+			if r.URL.Query().Get("resourceVersion") != "0" {
+				quorum.Add(1)
+				uid = tc.quorumUID
+			}
+			fmt.Fprintf(w, `{"metadata":{"name":"p","namespace":"ns","uid":%q},"spec":{"containers":[]}}`, uid)
+		})
+		pod, err := c.GetPod(context.Background(), "ns", "p", "uid-new")
+		var apiErr *APIError
+		switch {
+		case tc.wantErr && (!errors.As(err, &apiErr) || apiErr.Kind != NotFound || !strings.Contains(err.Error(), "uid-new")):
+			t.Errorf("etcd has only the old pod: err = %v, want NotFound naming the uid", err)
+		case !tc.wantErr && (err != nil || pod.Metadata.UID != "uid-new"):
+			t.Errorf("etcd has the new pod: got %v, %v", pod, err)
+		case quorum.Load() != 1:
+			t.Errorf("%d quorum reads, want 1", quorum.Load())
+		}
+	}
+}
+
+// TestGetPodWithoutUIDReadsQuorum: with no uid to check a cached answer
+// against, only etcd is trusted.
+func TestGetPodWithoutUIDReadsQuorum(t *testing.T) {
+	c, _ := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			t.Errorf("query %q, want a quorum read", r.URL.RawQuery)
+		}
 		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":[]}}`)
 	})
-	if _, err := c.GetPod(context.Background(), "ns", "p"); err != nil || calls.Load() != 2 {
-		t.Fatalf("err %v after %d calls, want the quorum read to find the pod", err, calls.Load())
+	if _, err := c.GetPod(context.Background(), "ns", "p", ""); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -122,9 +166,9 @@ func TestGetPodRetriesUntilAnswer(t *testing.T) {
 			http.Error(w, "etcd leader changed", http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns"},"spec":{"containers":[]}}`)
+		fmt.Fprint(w, `{"metadata":{"name":"p","namespace":"ns","uid":"uid-1"},"spec":{"containers":[]}}`)
 	})
-	if _, err := c.GetPod(context.Background(), "ns", "p"); err != nil {
+	if _, err := c.GetPod(context.Background(), "ns", "p", "uid-1"); err != nil {
 		t.Fatal(err)
 	}
 	if calls.Load() != 3 {
@@ -137,7 +181,7 @@ func TestGetPodGivesUpWithinBudget(t *testing.T) {
 	c, calls := serve(t, Timeouts{Attempt: 100 * time.Millisecond, Total: 450 * time.Millisecond},
 		func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	c.sleep = sleepCtx
-	_, err := c.GetPod(context.Background(), "ns", "p")
+	_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable {
 		t.Fatalf("err = %v, want Unavailable", err)
@@ -150,7 +194,7 @@ func TestGetPodGivesUpWithinBudget(t *testing.T) {
 func TestGetPodUnreachable(t *testing.T) {
 	c, _ := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {})
 	c.host = "https://127.0.0.1:1" // nothing listens on port 1
-	_, err := c.GetPod(context.Background(), "ns", "p")
+	_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable || apiErr.Attempts < 2 {
 		t.Fatalf("err = %v, want Unavailable after retries", err)
@@ -160,5 +204,31 @@ func TestGetPodUnreachable(t *testing.T) {
 func TestNewClientBadKubeconfig(t *testing.T) {
 	if _, err := NewClient(filepath.Join(t.TempDir(), "missing"), fast); err == nil {
 		t.Error("a missing kubeconfig must fail")
+	}
+}
+
+// TestGetPodBackoff: waits double from 100ms and stop growing at 2s.
+func TestGetPodBackoff(t *testing.T) {
+	c, _ := serve(t, Timeouts{Attempt: time.Second, Total: time.Minute}, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusTooManyRequests)
+	})
+	var waits []time.Duration
+	c.sleep = func(ctx context.Context, d time.Duration) error {
+		if waits = append(waits, d); len(waits) == 7 {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
+	_, err := c.GetPod(context.Background(), "ns", "p", "")
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable || !strings.Contains(err.Error(), "overloaded") {
+		t.Fatalf("err = %v, want Unavailable with the last API error", err)
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if fmt.Sprint(waits) != fmt.Sprint(want) {
+		t.Errorf("waits %v, want %v", waits, want)
 	}
 }

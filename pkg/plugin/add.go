@@ -13,10 +13,12 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 )
 
-// opBudget bounds the work in the pod's namespace after the pod lookup.
+// opBudget bounds the work in the pod's namespace after the pod lookup. With
+// the API budget (at most maxAPITimeout) it stays below the kubelet's
+// two-minute runtime request timeout, which the primary CNI shares.
 const opBudget = 30 * time.Second
 
-// outcome is what one ADD or CHECK decided, for its log line.
+// outcome is what one verb decided, for its log line.
 type outcome struct {
 	pod      string
 	decision decision.Decision
@@ -30,20 +32,31 @@ type outcome struct {
 // result through. It fails, and programs nothing, whenever it cannot be sure
 // a pod that must be redirected is.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
+	return p.verb("ADD", args, func(conf *Config, out *outcome) error {
+		result, err := resultFor(conf)
+		if err != nil {
+			return err
+		}
+		if err := p.add(args, conf, out); err != nil {
+			return err
+		}
+		return result.PrintTo(p.deps.stdout())
+	})
+}
+
+// verb runs one verb with its config and logs its one line: pod, decision,
+// duration, error.
+func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
 	start := p.deps.Now()
+	var out outcome
 	conf, err := parseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
 	log, closeLog := newLogger(conf, p.deps.Stderr)
 	defer closeLog()
-	var out outcome
-	err = p.add(args, conf, &out)
-	logOutcome(log, "ADD", args, out, p.deps.Now().Sub(start), err)
-	if err != nil {
-		return err
+	if err == nil {
+		err = run(conf, &out)
 	}
-	return printResult(conf, p.deps.stdout())
+	logOutcome(log, name, args, out, p.deps.Now().Sub(start), err)
+	return err
 }
 
 func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
@@ -57,7 +70,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, m)
 	out.netnsTime = p.deps.Now().Sub(start)
 	if err != nil {
-		return netnsError(out.pod, err)
+		return netnsError(out.pod, "programming the redirect", err)
 	}
 	return nil
 }
@@ -65,7 +78,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 // model decides for the pod named in CNI_ARGS and, when it must be
 // redirected, returns its rule model. ok=false means pass through.
 func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables.Model, bool, error) {
-	ns, name, isPod, err := podID(args.Args)
+	ref, isPod, err := podID(args.Args)
 	if err != nil {
 		return iptables.Model{}, false, err
 	}
@@ -73,12 +86,12 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		out.decision.Reason = decision.NotKubernetes
 		return iptables.Model{}, false, nil
 	}
-	out.pod = ns + "/" + name
-	if d, decided := decision.Namespace(ns, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
+	out.pod = ref.String()
+	if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
 		out.decision = d
 		return iptables.Model{}, false, nil
 	}
-	pod, err := p.getPod(conf, ns, name, out)
+	pod, err := p.getPod(conf, ref, out)
 	if err != nil {
 		return iptables.Model{}, false, err
 	}
@@ -92,7 +105,7 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns)
 	})
 	if err != nil {
-		return iptables.Model{}, false, netnsError(out.pod, err)
+		return iptables.Model{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
 	out.families = familyNames(v4, v6)
 	return iptables.Build(out.decision.Spec, v4, v6), true, nil
@@ -100,14 +113,14 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 
 // getPod reads the pod, building the client only now: pods decided without
 // the API never pay for it.
-func (p *Plugin) getPod(conf *Config, ns, name string, out *outcome) (*kube.Pod, error) {
+func (p *Plugin) getPod(conf *Config, ref podRef, out *outcome) (*kube.Pod, error) {
 	start := p.deps.Now()
 	defer func() { out.apiTime = p.deps.Now().Sub(start) }()
 	getter, err := p.deps.NewPodGetter(conf)
 	if err != nil {
-		return nil, podError(fmt.Errorf("reading pod %s: %w", out.pod, err))
+		return nil, podError(fmt.Errorf("reading pod %s: %w", ref, err))
 	}
-	pod, err := getter.GetPod(context.Background(), ns, name)
+	pod, err := getter.GetPod(context.Background(), ref.namespace, ref.name, ref.uid)
 	if err != nil {
 		return nil, podError(err)
 	}
@@ -124,7 +137,7 @@ func familyNames(v4, v6 bool) string {
 	return "ipv4"
 }
 
-// logOutcome writes the one line per verb: pod, decision, duration, error.
+// logOutcome writes the one line per verb.
 func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, d time.Duration, err error) {
 	attrs := []any{"verb", verb, "container", args.ContainerID, "pod", out.pod,
 		"duration_ms", float64(d.Microseconds()) / 1000}

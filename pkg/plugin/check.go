@@ -13,17 +13,9 @@ import (
 // its model says, reading them from its namespace. Pods that are not ours to
 // redirect pass.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	start := p.deps.Now()
-	conf, err := parseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	log, closeLog := newLogger(conf, p.deps.Stderr)
-	defer closeLog()
-	var out outcome
-	err = p.check(args, conf, &out)
-	logOutcome(log, "CHECK", args, out, p.deps.Now().Sub(start), err)
-	return err
+	return p.verb("CHECK", args, func(conf *Config, out *outcome) error {
+		return p.check(args, conf, out)
+	})
 }
 
 func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
@@ -38,7 +30,7 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	defer cancel()
 	diffs, err := p.deps.NewPodNetwork(conf).Check(ctx, args.Netns, m)
 	if err != nil {
-		return netnsError(out.pod, err)
+		return netnsError(out.pod, "reading the rules", err)
 	}
 	if len(diffs) > 0 {
 		return types.NewError(ErrRulesMismatch,

@@ -49,10 +49,10 @@ const (
 	DefaultKubeconfig        = "/var/run/istio-cni/istio-cni-kubeconfig"
 	DefaultAPITimeout        = 20 * time.Second
 	DefaultAPIAttemptTimeout = 5 * time.Second
-	// maxAPITimeout keeps a lookup far below the kubelet's two-minute
-	// runtime request timeout, so a failure is ours to report, not a
-	// kubelet timeout.
-	maxAPITimeout = 90 * time.Second
+	// maxAPITimeout keeps a lookup, with opBudget after it, below the
+	// kubelet's two-minute runtime request timeout (shared with the primary
+	// CNI), so a failure is ours to report, not a kubelet timeout.
+	maxAPITimeout = 60 * time.Second
 )
 
 const errPrefix = "istio-cni config"
@@ -87,11 +87,32 @@ func parseConfig(stdin []byte) (*Config, error) {
 		return nil, invalid("api_attempt_timeout", err.Error()+" (at most api_timeout)")
 	}
 	for _, ns := range conf.ExcludeNamespaces {
-		if strings.TrimSpace(ns) == "" {
-			return nil, invalid("exclude_namespaces", "empty namespace name")
+		if !validNamespace(ns) {
+			return nil, invalid("exclude_namespaces", notNamespace(ns))
 		}
 	}
+	if conf.AgentNamespace != "" && !validNamespace(conf.AgentNamespace) {
+		return nil, invalid("agent_namespace", notNamespace(conf.AgentNamespace))
+	}
 	return &conf, nil
+}
+
+func notNamespace(s string) string {
+	return fmt.Sprintf("%q is not a namespace name: want 1 to 63 lower-case letters, digits and '-'", s)
+}
+
+// validNamespace: a namespace name is a DNS-1123 label. A name that cannot
+// exist would silently never match.
+func validNamespace(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 func invalid(field, problem string) error {

@@ -2,10 +2,12 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
@@ -18,14 +20,20 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	start := p.deps.Now()
 	conf, confErr := parseConfig(args.StdinData)
 	if confErr != nil {
-		// Clean up with the defaults rather than leave rules behind.
-		conf = &Config{backend: xtables.Auto}
+		conf = fallbackConfig(args.StdinData)
 	}
 	log, closeLog := newLogger(conf, p.deps.Stderr)
 	defer closeLog()
 	var out outcome
-	if ns, name, ok, _ := podID(args.Args); ok {
-		out.pod = ns + "/" + name
+	ref, isPod, _ := podID(args.Args)
+	if isPod {
+		out.pod = ref.String()
+		// Pods decided before the API are never programmed: nothing to undo.
+		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided && confErr == nil {
+			out.decision = d
+			logOutcome(log, "DEL", args, out, p.deps.Now().Sub(start), nil)
+			return nil
+		}
 	}
 	err := confErr
 	if args.Netns != "" {
@@ -41,4 +49,20 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	logOutcome(log, "DEL", args, out, p.deps.Now().Sub(start), nil)
 	return nil
+}
+
+// fallbackConfig keeps what DEL can use from a config that did not
+// validate: the backend the node pinned, if readable, so the cleanup looks
+// where the rules are.
+func fallbackConfig(stdin []byte) *Config {
+	var raw struct {
+		IptablesBackend string `json:"iptables_backend"`
+	}
+	conf := &Config{backend: xtables.Auto}
+	if json.Unmarshal(stdin, &raw) == nil {
+		if b, err := xtables.ParseBackend(raw.IptablesBackend); err == nil {
+			conf.backend = b
+		}
+	}
+	return conf
 }

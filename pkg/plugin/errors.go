@@ -14,7 +14,7 @@ import (
 // Plugin-specific CNI error codes (the spec reserves 100 and up for
 // plugins). Well-known codes are used where they fit: 4 for missing
 // environment, 6 for undecodable input, 7 for a bad config, 8 for a netns
-// that cannot be entered, 11 when the API cannot answer now.
+// that does not exist or cannot be opened, 11 when the API cannot answer now.
 const (
 	ErrPodNotFound   uint = 100 // the API has no such pod
 	ErrAPIDenied     uint = 101 // 401 or 403: the plugin's kubeconfig is wrong or lacks rights
@@ -49,10 +49,15 @@ func decisionError(pod string, err error) error {
 	return types.NewError(ErrPodSettings, fmt.Sprintf("pod %s: %v", pod, err), "")
 }
 
-// netnsError maps a failure inside the pod's namespace.
-func netnsError(pod string, err error) error {
-	if errors.Is(err, podnet.ErrNoNetns) {
-		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("pod %s: %v", pod, err), "")
+// netnsError maps a failure in the pod's namespace; doing says what failed.
+// A CNI error from deeper down keeps its code.
+func netnsError(pod, doing string, err error) error {
+	var cniErr *types.Error
+	switch {
+	case errors.As(err, &cniErr):
+		return cniErr
+	case errors.Is(err, podnet.ErrNoNetns), errors.Is(err, podnet.ErrOpenNetns):
+		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("pod %s: %s: %v", pod, doing, err), "")
 	}
-	return types.NewError(ErrRules, fmt.Sprintf("pod %s: programming the redirect: %v", pod, err), "")
+	return types.NewError(ErrRules, fmt.Sprintf("pod %s: %s: %v", pod, doing, err), "")
 }

@@ -21,7 +21,7 @@ type fakeAPI struct {
 	calls int
 }
 
-func (f *fakeAPI) GetPod(_ context.Context, ns, name string) (*kube.Pod, error) {
+func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, error) {
 	f.calls++
 	if f.err != nil {
 		return nil, f.err
@@ -38,6 +38,7 @@ type fakeNet struct {
 	cleaned    []string
 	programErr error
 	checkDiffs []string
+	cleanupErr error
 	hasIPv6    bool
 }
 
@@ -55,17 +56,18 @@ func (f *fakeNet) Check(_ context.Context, _ string, _ iptables.Model) ([]string
 
 func (f *fakeNet) Cleanup(_ context.Context, netns string) error {
 	f.cleaned = append(f.cleaned, netns)
-	return nil
+	return f.cleanupErr
 }
 
 func (f *fakeNet) HasIPv6(string) (bool, error) { return f.hasIPv6, nil }
 
 type harness struct {
-	api    *fakeAPI
-	net    *fakeNet
-	p      *Plugin
-	stdout *bytes.Buffer
-	stderr *bytes.Buffer
+	api       *fakeAPI
+	getterErr error // from NewPodGetter, as for a kubeconfig that does not load
+	net       *fakeNet
+	p         *Plugin
+	stdout    *bytes.Buffer
+	stderr    *bytes.Buffer
 }
 
 func newHarness() *harness {
@@ -76,7 +78,12 @@ func newHarness() *harness {
 		stderr: &bytes.Buffer{},
 	}
 	h.p = NewWithDeps(Deps{
-		NewPodGetter:  func(*Config) (PodGetter, error) { return h.api, nil },
+		NewPodGetter: func(*Config) (PodGetter, error) {
+			if h.getterErr != nil {
+				return nil, h.getterErr
+			}
+			return h.api, nil
+		},
 		NewPodNetwork: func(*Config) PodNetwork { return h.net },
 		Stdout:        h.stdout,
 		Stderr:        h.stderr,

@@ -7,11 +7,15 @@ import (
 )
 
 // newLogger logs JSON lines to stderr (never stdout, which carries the CNI
-// result) and, if configured, appends them to a file. The returned func
-// closes the file.
+// result) and, if configured, appends them to a file. A nil conf (it did not
+// parse) logs at info to stderr. The returned func closes the file.
 func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 	w, closeFn := stderr, func() {}
-	if conf.LogFile != "" {
+	level := slog.LevelInfo
+	if conf != nil {
+		level = conf.logLevel
+	}
+	if conf != nil && conf.LogFile != "" {
 		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err == nil {
 			w, closeFn = io.MultiWriter(stderr, f), func() { _ = f.Close() }
@@ -19,5 +23,5 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 			defer slog.New(slog.NewJSONHandler(stderr, nil)).Warn("cannot open log_file; logging to stderr only", "log_file", conf.LogFile, "error", err)
 		}
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: conf.logLevel})).With("plugin", "istio-cni"), closeFn
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With("plugin", "istio-cni"), closeFn
 }

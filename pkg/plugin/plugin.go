@@ -19,7 +19,7 @@ import (
 
 // PodGetter reads one pod from the API.
 type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*kube.Pod, error)
+	GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error)
 }
 
 // PodNetwork is the OS step: a pod's network namespace.

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -12,25 +11,22 @@ import (
 )
 
 // Status reports whether ADD can work on this node (CNI 1.1.0): the
-// kubeconfig the installer writes is readable and the iptables programs
-// exist. Otherwise it answers 50 (plugin not available) so the runtime stops
+// kubeconfig the installer writes loads and the IPv4 iptables programs
+// exist (IPv6 ones are needed only by dual-stack pods, whose ADD says so).
+// Otherwise it answers 50 (plugin not available) so the runtime stops
 // creating pods here instead of failing each one.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	conf, err := parseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(conf.Kubeconfig)
-	if err != nil {
+	if _, err := p.deps.NewPodGetter(conf); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig: %v", err), "")
 	}
-	_ = f.Close()
-	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		cmds := conf.backend.CommandsFor(fam)
-		for _, name := range []string{cmds.Restore, cmds.Save} {
-			if _, err := xtables.LookPath(name); err != nil {
-				return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
-			}
+	cmds := conf.backend.CommandsFor(iptables.IPv4)
+	for _, name := range []string{cmds.Restore, cmds.Save} {
+		if _, err := xtables.LookPath(name); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 		}
 	}
 	return nil

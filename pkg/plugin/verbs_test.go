@@ -170,6 +170,11 @@ func TestAddFailures(t *testing.T) {
 		{"bad annotation", func(h *harness) {
 			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.ExcludeOutboundPorts: "80 -j ACCEPT"})
 		}, ErrPodSettings, decision.ExcludeOutboundPorts},
+		{"invalid drop", func(h *harness) {
+			pod := meshedPod(nil)
+			pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", Value: "true"}}
+			h.api.pods["team-a/web-1"] = pod
+		}, ErrUnsupported, "INVALID_DROP"},
 		{"tproxy", func(h *harness) {
 			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.InterceptionMode: "TPROXY"})
 		}, ErrUnsupported, "not supported yet"},
@@ -219,6 +224,73 @@ func TestDelAlwaysSucceeds(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	h := newHarness()
-	c := `{"cniVersion":"1.1.0","name":"k8s","type":"istio-cni","kubeconfig":"/nonexistent/kubeconfig"}`
+	c := `{"cniVersion":"1.1.0","name":"k8s","type":"istio-cni"}`
+	if err := h.p.Status(cmdArgs(c, "")); err != nil {
+		t.Fatalf("STATUS with a kubeconfig: %v", err)
+	}
+	h.getterErr = errors.New("loading kubeconfig: no such file")
 	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
+	if err := h.p.GC(cmdArgs(c, "")); err != nil {
+		t.Errorf("GC: %v", err)
+	}
+}
+
+func TestDelSucceedsWhenCleanupFails(t *testing.T) {
+	h := newHarness()
+	h.net.cleanupErr = errors.New("iptables-save: exit status 1")
+	if err := h.p.Del(cmdArgs(conf("1.0.0", prevV4), podArgs)); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	if !strings.Contains(h.stderr.String(), "exit status 1") {
+		t.Errorf("the failure must be logged: %s", h.stderr)
+	}
+}
+
+func TestDelOfAPodNeverProgrammedDoesNothing(t *testing.T) {
+	h := newHarness()
+	if err := h.p.Del(cmdArgs(conf("1.0.0", prevV4), "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.net.cleaned) != 0 {
+		t.Errorf("cleaned %v for a pod in an excluded namespace", h.net.cleaned)
+	}
+}
+
+func TestDelWithBadConfigKeepsTheBackend(t *testing.T) {
+	if c := fallbackConfig([]byte(`{"iptables_backend":"legacy","log_level":7}`)); c.backend != "legacy" {
+		t.Errorf("backend %q, want the pinned legacy", c.backend)
+	}
+}
+
+func TestCheckPassesUnmeshedPod(t *testing.T) {
+	h := newHarness()
+	pod := meshedPod(nil)
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	h.api.pods["team-a/web-1"] = pod
+	h.net.checkDiffs = []string{"would fail"}
+	if err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs)); err != nil {
+		t.Errorf("CHECK of an unmeshed pod: %v", err)
+	}
+}
+
+// TestIPv6FromTheNamespace: a primary CNI that reports only IPv4 must not
+// let IPv6 bypass the proxy.
+func TestIPv6FromTheNamespace(t *testing.T) {
+	h := newHarness()
+	h.net.hasIPv6 = true
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if h.net.programmed["/var/run/netns/pod"].V6 == nil {
+		t.Error("no IPv6 rules for a pod with an IPv6 address in its namespace")
+	}
+}
+
+func TestConfigErrorIsLogged(t *testing.T) {
+	h := newHarness()
+	wantCode(t, h.p.Add(cmdArgs(`{"cniVersion":"1.0.0","log_level":"loud"}`, podArgs)), types.ErrInvalidNetworkConfig)
+	if !strings.Contains(h.stderr.String(), `"msg":"ADD failed"`) {
+		t.Errorf("no log line for a bad config: %q", h.stderr)
+	}
 }

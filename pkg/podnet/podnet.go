@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -26,8 +27,16 @@ type Netns struct {
 // istio-iptables does.
 var passthroughV6 = &net.IPNet{IP: net.ParseIP("::6"), Mask: net.CIDRMask(128, 128)}
 
-// ErrNoNetns means the namespace path does not exist (any more).
-var ErrNoNetns = errors.New("network namespace does not exist")
+// ErrNoNetns means the namespace path does not exist (any more);
+// ErrOpenNetns that it exists but cannot be opened as a namespace.
+var (
+	ErrNoNetns   = errors.New("network namespace does not exist")
+	ErrOpenNetns = errors.New("cannot open network namespace")
+)
+
+// rollbackBudget bounds removing what a failed ADD programmed. It has its
+// own deadline: the failure may have used up the caller's.
+const rollbackBudget = 10 * time.Second
 
 // do runs fn inside the namespace at path, on a locked OS thread; iptables
 // processes started there inherit the namespace.
@@ -38,7 +47,7 @@ func do(path string, fn func() error) error {
 		if errors.As(err, &missing) {
 			return fmt.Errorf("%s: %w", path, ErrNoNetns)
 		}
-		return fmt.Errorf("opening network namespace %s: %w", path, err)
+		return fmt.Errorf("%w %s: %w", ErrOpenNetns, path, err)
 	}
 	defer func() { _ = netns.Close() }()
 	return netns.Do(func(ns.NetNS) error { return fn() })
@@ -73,7 +82,9 @@ func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) erro
 	for _, rs := range rulesets {
 		families = append(families, rs.Family)
 	}
-	if rbErr := do(path, func() error { return n.Programmer.Cleanup(ctx, families...) }); rbErr != nil {
+	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
+	defer cancel()
+	if rbErr := do(path, func() error { return n.Programmer.Cleanup(rbCtx, families...) }); rbErr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
 	}
 	return err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // Runner runs a command: the seam between the rule logic and the OS, so tests
@@ -28,6 +29,9 @@ func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...st
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
+	// A cancelled iptables may leave a child (modprobe) holding the pipes;
+	// do not wait for it past this.
+	cmd.WaitDelay = time.Second
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -55,7 +56,11 @@ func run(plugin string, n, conc int, backends []string) error {
 	if err := api.CreatePod(ctx, meshedPod); err != nil {
 		return err
 	}
-	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n}
+	uid, err := podUID(ctx, api)
+	if err != nil {
+		return err
+	}
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n, uid: uid}
 	printHeader(plugin, n, conc)
 	if err := b.version(); err != nil {
 		return err
@@ -67,6 +72,20 @@ func run(plugin string, n, conc int, backends []string) error {
 	}
 	fmt.Printf("\nGo %s, GOMAXPROCS %d.\n", runtime.Version(), runtime.GOMAXPROCS(0))
 	return nil
+}
+
+// podUID reads the bench pod's uid: containerd passes it as K8S_POD_UID.
+func podUID(ctx context.Context, api *cluster.APIServer) (string, error) {
+	status, body, err := api.Do(ctx, "GET", "/api/v1/namespaces/bench/pods/bench", nil)
+	if err != nil || status != 200 {
+		return "", fmt.Errorf("GET bench pod: %d %v", status, err)
+	}
+	var pod struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	return pod.Metadata.UID, json.Unmarshal(body, &pod)
 }
 
 // meshedPod is a default injected pod: what every ADD in the bench reads.

@@ -22,6 +22,7 @@ import (
 type bench struct {
 	plugin     string
 	kubeconfig string
+	uid        string
 	n          int
 }
 
@@ -50,7 +51,7 @@ func (b *bench) execPlugin(command, netns string, stdin []byte) (sample, error) 
 	cmd := exec.Command(b.plugin)
 	cmd.Env = []string{
 		"CNI_COMMAND=" + command, "CNI_CONTAINERID=bench", "CNI_IFNAME=eth0", "CNI_PATH=/opt/cni/bin",
-		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench", "PATH=" + os.Getenv("PATH"),
+		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench;K8S_POD_UID=" + b.uid, "PATH=" + os.Getenv("PATH"),
 	}
 	if netns != "" {
 		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)

@@ -1,0 +1,55 @@
+// Package iptablestest holds the specs the rule model is tested with: each
+// traffic annotation's shape of rules. The golden tests render them; the
+// real-namespace tests program them with both iptables backends, which proves
+// every rule reads back from iptables-save exactly as it was rendered.
+package iptablestest
+
+import (
+	"net/netip"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+func prefixes(s ...string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(s))
+	for _, p := range s {
+		out = append(out, netip.MustParsePrefix(p))
+	}
+	return out
+}
+
+// Specs are the annotation cases of istio-cni's sidecar mode, by name.
+func Specs() map[string]iptables.Spec {
+	with := func(f func(*iptables.Spec)) iptables.Spec { s := iptables.DefaultSpec(); f(&s); return s }
+	return map[string]iptables.Spec{
+		"default": iptables.DefaultSpec(),
+		"include-inbound-ports": with(func(s *iptables.Spec) {
+			s.InboundPorts = iptables.Ports{List: []uint16{80, 8080}}
+		}),
+		"no-inbound": with(func(s *iptables.Spec) { s.InboundPorts = iptables.Ports{} }),
+		"exclude-inbound-ports": with(func(s *iptables.Spec) {
+			s.InboundExclude = []uint16{22, 15020, 15021, 15090}
+		}),
+		"outbound-ip-ranges": with(func(s *iptables.Spec) {
+			s.OutboundIPs = iptables.Prefixes{List: prefixes("10.0.0.0/8", "fd00::/8")}
+			s.OutboundIPExclude = prefixes("10.96.0.1/32", "fd00:1::/64")
+		}),
+		"exclude-outbound-ip-ranges": with(func(s *iptables.Spec) {
+			s.OutboundIPExclude = prefixes("169.254.169.254/32", "192.168.0.0/16")
+		}),
+		// A /0 is "every address": iptables-save prints no -d for it.
+		"zero-length-prefixes": with(func(s *iptables.Spec) {
+			s.OutboundIPs = iptables.Prefixes{List: prefixes("0.0.0.0/0", "::/0")}
+			s.OutboundIPExclude = prefixes("10.0.0.0/8")
+		}),
+		"outbound-ports": with(func(s *iptables.Spec) {
+			s.OutboundPorts = []uint16{3306}
+			s.OutboundExclude = []uint16{5432, 15020}
+		}),
+		"loopback-included": with(func(s *iptables.Spec) {
+			s.OutboundIPs = iptables.Prefixes{List: prefixes("127.0.0.0/8")}
+		}),
+		"no-outbound-ips": with(func(s *iptables.Spec) { s.OutboundIPs = iptables.Prefixes{} }),
+		"custom-ids":      with(func(s *iptables.Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
+	}
+}
