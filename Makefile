@@ -8,9 +8,10 @@ TOOLS := $(OUT)/tools
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 KUBE_VERSION := v1.32.4
 GOLANGCI_LINT_VERSION := v2.15.0
-# Debian packages the tests and the demo run: iptables (both backends),
-# etcd for the test API server, nsenter (util-linux) and ip (iproute2).
-APT_PACKAGES := iptables etcd-server util-linux iproute2
+# Debian packages the tests, bench and demo run: iptables (both backends),
+# etcd for the test API server, nsenter (util-linux), ip (iproute2) and GNU
+# time (the bench's peak-RSS probe).
+APT_PACKAGES := iptables etcd-server util-linux iproute2 time
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 

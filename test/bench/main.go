@@ -70,6 +70,9 @@ func run(plugin string, n, conc int, backends []string) error {
 			return err
 		}
 	}
+	if err := b.peakRSS(); err != nil {
+		return err
+	}
 	fmt.Printf("\nGo %s, GOMAXPROCS %d.\n", runtime.Version(), runtime.GOMAXPROCS(0))
 	return nil
 }

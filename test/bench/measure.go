@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -26,7 +25,8 @@ type bench struct {
 	n          int
 }
 
-// sample is one timed run and the peak RSS of the process, in KiB.
+// sample is one timed run, and the peak RSS of the process in KiB when
+// measured (see peakRSS).
 type sample struct {
 	d      time.Duration
 	maxRSS int64
@@ -46,9 +46,22 @@ func (b *bench) stdin(backend, prevResult string) []byte {
  "prevResult":%s}`, b.kubeconfig, backend, prevResult))
 }
 
-// execPlugin runs the plugin once as a runtime would and times it.
-func (b *bench) execPlugin(command, netns string, stdin []byte) (sample, error) {
+// execPlugin runs the plugin once as a runtime would and times it. With
+// rss it runs under GNU time, which fork()s: the rusage of a child that Go
+// started (vfork, shared memory) would count the bench's own memory.
+func (b *bench) execPlugin(command, netns string, stdin []byte, rss bool) (sample, error) {
 	cmd := exec.Command(b.plugin)
+	var rssFile string
+	if rss {
+		f, err := os.CreateTemp("", "rss-")
+		if err != nil {
+			return sample{}, err
+		}
+		rssFile = f.Name()
+		_ = f.Close()
+		defer os.Remove(rssFile)
+		cmd = exec.Command("/usr/bin/time", "-f", "%M", "-o", rssFile, b.plugin)
+	}
 	cmd.Env = []string{
 		"CNI_COMMAND=" + command, "CNI_CONTAINERID=bench", "CNI_IFNAME=eth0", "CNI_PATH=/opt/cni/bin",
 		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench;K8S_POD_UID=" + b.uid, "PATH=" + os.Getenv("PATH"),
@@ -65,7 +78,16 @@ func (b *bench) execPlugin(command, netns string, stdin []byte) (sample, error) 
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w\n%s%s", command, err, out.Bytes(), errb.Bytes())
 	}
-	s := sample{d: d, maxRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss}
+	s := sample{d: d}
+	if rss {
+		kib, err := os.ReadFile(rssFile)
+		if err != nil {
+			return sample{}, err
+		}
+		if _, err := fmt.Sscan(string(kib), &s.maxRSS); err != nil {
+			return sample{}, fmt.Errorf("GNU time output %q: %w", kib, err)
+		}
+	}
 	var line struct {
 		API   float64 `json:"api_ms"`
 		Netns float64 `json:"netns_ms"`
@@ -101,7 +123,7 @@ func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
 			cmd.Stdin = bytes.NewReader(text)
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
-			s = sample{d: time.Since(start), maxRSS: cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss}
+			s = sample{d: time.Since(start)}
 			if err != nil {
 				return fmt.Errorf("%s: %w: %s", restore, err, out)
 			}
@@ -149,11 +171,11 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 // add times ADDs. With check, each ADD's rules are read back afterwards (not
 // timed); the concurrent runs rely on the plugin's own read-back instead, so
 // the bench adds no CPU load of its own.
-func (b *bench) add(backend xtables.Backend, prevResult string, check bool) func() (sample, error) {
+func (b *bench) add(backend xtables.Backend, prevResult string, check, rss bool) func() (sample, error) {
 	stdin := b.stdin(string(backend), prevResult)
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
-			s, err := b.execPlugin("ADD", n.Path(), stdin)
+			s, err := b.execPlugin("ADD", n.Path(), stdin, rss)
 			if err == nil && check {
 				err = verify(n, backend)
 			}
