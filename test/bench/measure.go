@@ -16,6 +16,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 type bench struct {
@@ -50,7 +51,7 @@ func (b *bench) stdin(backend, prevResult string) []byte {
 // rss it runs under GNU time, which fork()s: the rusage of a child that Go
 // started (vfork, shared memory) would count the bench's own memory.
 func (b *bench) execPlugin(command, netns string, stdin []byte, rss bool) (sample, error) {
-	cmd := exec.Command(b.plugin)
+	cmd := podsim.PluginCommand(b.plugin, command, netns, "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench;K8S_POD_UID="+b.uid, stdin)
 	var rssFile string
 	if rss {
 		f, err := os.CreateTemp("", "rss-")
@@ -60,16 +61,10 @@ func (b *bench) execPlugin(command, netns string, stdin []byte, rss bool) (sampl
 		rssFile = f.Name()
 		_ = f.Close()
 		defer os.Remove(rssFile)
-		cmd = exec.Command("/usr/bin/time", "-f", "%M", "-o", rssFile, b.plugin)
+		// Same environment and stdin, under GNU time.
+		cmd.Args = append([]string{"/usr/bin/time", "-f", "%M", "-o", rssFile}, cmd.Args...)
+		cmd.Path = "/usr/bin/time"
 	}
-	cmd.Env = []string{
-		"CNI_COMMAND=" + command, "CNI_CONTAINERID=bench", "CNI_IFNAME=eth0", "CNI_PATH=/opt/cni/bin",
-		"CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench;K8S_POD_UID=" + b.uid, "PATH=" + os.Getenv("PATH"),
-	}
-	if netns != "" {
-		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)
-	}
-	cmd.Stdin = bytes.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()

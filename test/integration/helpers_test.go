@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 // execResult is one run of the plugin binary.
@@ -27,15 +26,7 @@ type execResult struct {
 // the network config on stdin. An empty netns leaves CNI_NETNS unset.
 func execPlugin(t *testing.T, command string, stdin []byte, netns, cniArgs string) execResult {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(env.binDir, "istio-cni"))
-	cmd.Env = []string{
-		"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr-exec", "CNI_IFNAME=eth0",
-		"CNI_PATH=" + env.binDir, "CNI_ARGS=" + cniArgs, "PATH=" + os.Getenv("PATH"),
-	}
-	if netns != "" {
-		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)
-	}
-	cmd.Stdin = bytes.NewReader(stdin)
+	cmd := podsim.PluginCommand(filepath.Join(env.binDir, "istio-cni"), command, netns, cniArgs, stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

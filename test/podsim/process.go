@@ -85,3 +85,19 @@ func Connect(netns string, uid int, testproxy, addr string) (string, error) {
 	}
 	return strings.TrimSpace(string(out)), nil
 }
+
+// PluginCommand runs a CNI plugin binary the way a runtime does: the CNI_*
+// environment and the network config on stdin. An empty netns leaves
+// CNI_NETNS unset.
+func PluginCommand(bin, command, netns, cniArgs string, stdin []byte) *exec.Cmd {
+	cmd := exec.Command(bin)
+	cmd.Env = []string{
+		"CNI_COMMAND=" + command, "CNI_CONTAINERID=ctr-exec", "CNI_IFNAME=eth0",
+		"CNI_PATH=" + filepath.Dir(bin), "CNI_ARGS=" + cniArgs, "PATH=" + os.Getenv("PATH"),
+	}
+	if netns != "" {
+		cmd.Env = append(cmd.Env, "CNI_NETNS="+netns)
+	}
+	cmd.Stdin = bytes.NewReader(stdin)
+	return cmd
+}
