@@ -87,11 +87,11 @@ func parseConfig(stdin []byte) (*Config, error) {
 		return nil, invalid("api_attempt_timeout", err.Error()+" (at most api_timeout)")
 	}
 	for _, ns := range conf.ExcludeNamespaces {
-		if !validNamespace(ns) {
+		if !kube.ValidNamespace(ns) {
 			return nil, invalid("exclude_namespaces", notNamespace(ns))
 		}
 	}
-	if conf.AgentNamespace != "" && !validNamespace(conf.AgentNamespace) {
+	if conf.AgentNamespace != "" && !kube.ValidNamespace(conf.AgentNamespace) {
 		return nil, invalid("agent_namespace", notNamespace(conf.AgentNamespace))
 	}
 	return &conf, nil
@@ -99,20 +99,6 @@ func parseConfig(stdin []byte) (*Config, error) {
 
 func notNamespace(s string) string {
 	return fmt.Sprintf("%q is not a namespace name: want 1 to 63 lower-case letters, digits and '-'", s)
-}
-
-// validNamespace: a namespace name is a DNS-1123 label. A name that cannot
-// exist would silently never match.
-func validNamespace(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 func invalid(field, problem string) error {

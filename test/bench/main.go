@@ -1,8 +1,9 @@
 // Command bench measures the plugin as a container runtime calls it: one
 // exec per pod with CNI environment and a prevResult, a fresh network
 // namespace per pod, a real kube-apiserver. Beside it, the floor: one bare
-// iptables-restore of the same rules in a fresh namespace. `make bench`
-// runs it; BENCHMARKS.md records its output.
+// iptables-restore of the same rules in a fresh namespace. Then the
+// installer's repair latency and memory. `make bench` runs it;
+// BENCHMARKS.md records its output.
 package main
 
 import (
@@ -23,8 +24,18 @@ func main() {
 	n := flag.Int("n", 200, "samples per measurement")
 	conc := flag.Int("concurrency", 8, "ADDs at once in the concurrent run")
 	backends := flag.String("backends", "auto,legacy", "iptables backends to measure, comma-separated")
+	events := flag.Int("events", 100, "installer repair events per measurement")
+	skipPlugin := flag.Bool("skip-plugin", false, "measure only the installer")
+	skipInstaller := flag.Bool("skip-installer", false, "measure only the plugin")
 	flag.Parse()
-	if err := run(*plugin, *n, *conc, strings.Split(*backends, ",")); err != nil {
+	var err error
+	if !*skipPlugin {
+		err = run(*plugin, *n, *conc, strings.Split(*backends, ","))
+	}
+	if err == nil && !*skipInstaller {
+		err = installerBench(*events)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}

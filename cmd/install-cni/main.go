@@ -1,0 +1,47 @@
+// Command install-cni runs in the istio-cni DaemonSet on every node: it
+// installs the plugin, its kubeconfig and the chained conflist, keeps them
+// in place, and removes them when the DaemonSet is deleted.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/install"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "install-cni:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg, err := install.ParseFlags(os.Args[1:], os.Getenv, filepath.Dir(self))
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	var uninstall install.UninstallCheck
+	if rc, err := rest.InClusterConfig(); err != nil {
+		log.Warn("no API access: at shutdown the plugin is always left installed", "error", err.Error())
+	} else if uninstall, err = install.DaemonSetGone(rc, cfg.PodNamespace, cfg.DaemonSetName); err != nil {
+		return err
+	}
+	in := install.New(cfg, log, install.NewMetrics(), uninstall)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return in.Run(ctx)
+}

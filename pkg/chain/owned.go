@@ -1,0 +1,85 @@
+package chain
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+)
+
+// ErrOnlyEntry: removing istio-cni would leave a plugin list with no plugin,
+// which no runtime accepts. The file is istio-cni's alone; delete it instead.
+var ErrOnlyEntry = errors.New("istio-cni is the only plugin in the list")
+
+// Owned builds the owned conflist from the primary: a .conf or .json (one
+// plugin config) becomes a one-plugin list keeping "name" and "cniVersion";
+// any existing istio-cni entries are dropped; our entry is appended last, so
+// it sees the primary's result. Every other field is kept as the primary has
+// it; a converted .conf also gets "loadOnlyInlinedPlugins": true (see
+// fromConf). Output is deterministic: top-level keys sorted, two-space indent,
+// final newline. Errors name the file and what is wrong.
+func Owned(p *Primary, e Entry) ([]byte, error) {
+	c, err := parsePrimary(p)
+	if err != nil {
+		return nil, err
+	}
+	entry, err := e.render()
+	if err != nil {
+		return nil, err
+	}
+	c.dropEntries()
+	c.plugins = append(c.plugins, plugin{typ: PluginType, raw: entry})
+	return c.render()
+}
+
+// Inplace returns the content for inplace mode: the same bytes as Owned,
+// written by the caller under InplaceName(p.Name) instead of a name of our
+// own. Running it on its own output changes nothing, so a re-install over
+// a file it already rewrote (or an old upstream install) is a no-op.
+func Inplace(p *Primary, e Entry) ([]byte, error) {
+	return Owned(p, e)
+}
+
+// InplaceName is where Inplace's output goes: the primary itself for a
+// .conflist. A .conf or .json primary becomes its name with ".conflist"
+// ("10-bridge.conf" -> "10-bridge.conflist"), because runtimes parse every
+// file but a .conflist as one plugin config, and a list there is invalid.
+// That name sorts before the old one (".conf" is a prefix of ".conflist";
+// 'c' < 'j'), so the caller writes it first and then removes the old file:
+// the runtime sees the old chain, then the new one, never neither. The
+// caller must refuse when the new name already holds some other file.
+// renamed reports whether the name differs.
+func InplaceName(primaryName string) (name string, renamed bool) {
+	switch ext := filepath.Ext(primaryName); ext {
+	case ".conf", ".json":
+		return strings.TrimSuffix(primaryName, ext) + ".conflist", true
+	}
+	return primaryName, false
+}
+
+// WithoutEntry removes every istio-cni entry from a conflist (uninstall in
+// inplace mode) and renders the rest as Owned does. data without an entry
+// (including a single plugin config) is returned unchanged. A list holding
+// nothing but istio-cni gives ErrOnlyEntry.
+func WithoutEntry(data []byte) ([]byte, error) {
+	m, err := parseObject(data)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := m["plugins"]; !ok {
+		if typ, _ := pluginType(data); typ == PluginType {
+			return nil, ErrOnlyEntry
+		}
+		return data, nil
+	}
+	c, err := parseList(data)
+	if err != nil {
+		return nil, err
+	}
+	if c.dropEntries() == 0 {
+		return data, nil
+	}
+	if len(c.plugins) == 0 {
+		return nil, ErrOnlyEntry
+	}
+	return c.render()
+}

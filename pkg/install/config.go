@@ -1,0 +1,153 @@
+// Package install keeps istio-cni installed on a node: the plugin binary,
+// its kubeconfig and the chained conflist, repaired as soon as something
+// undoes them, and removed when the DaemonSet is uninstalled.
+package install
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+// Mode is how the conflist is installed.
+type Mode string
+
+const (
+	// Owned writes our own conflist, a copy of the primary's with our entry,
+	// named to sort before it; the primary's file is never touched.
+	Owned Mode = "owned"
+	// Inplace inserts our entry into the primary's own file (upstream's
+	// older behaviour).
+	Inplace Mode = "inplace"
+)
+
+// Config is the installer's configuration. Every flag can also be set by
+// the environment variable named in its usage; a flag on the command line
+// wins.
+type Config struct {
+	CNIBinDir          string
+	PluginSource       string
+	CNINetDir          string
+	KubeconfigDir      string
+	HostKubeconfigPath string
+	ServiceAccountDir  string
+	APIHost, APIPort   string
+	OwnedConfigName    string
+	ExcludeNamespaces  []string
+	LogLevel           slog.Level
+	HealthAddr         string
+	MetricsAddr        string
+	Mode               Mode
+	// PodNamespace and DaemonSetName identify the agent's own DaemonSet:
+	// its namespace is passed to the plugin as agent_namespace, and at
+	// shutdown the DaemonSet's state tells uninstall from restart.
+	PodNamespace  string
+	DaemonSetName string
+	// ConflictRepairs repairs within ConflictWindow mean another writer keeps
+	// undoing us: stop fighting and report it.
+	ConflictRepairs int
+	ConflictWindow  time.Duration
+}
+
+// KubeconfigName is the plugin kubeconfig's file name in KubeconfigDir.
+const KubeconfigName = "istio-cni-kubeconfig"
+
+// PluginBinary is the plugin's file name in PluginSource and CNIBinDir.
+const PluginBinary = "istio-cni"
+
+// ParseFlags reads the configuration from args and the environment.
+// selfDir is the directory holding the installer's own binary, the default
+// plugin source.
+func ParseFlags(args []string, getenv func(string) string, selfDir string) (Config, error) {
+	var c Config
+	var exclude, level, mode string
+	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
+	str := func(p *string, name, env, def, usage string) {
+		if v := getenv(env); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+env+")")
+	}
+	str(&c.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "where the plugin is installed")
+	str(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binary "+PluginBinary+" in the image")
+	str(&c.CNINetDir, "cni-net-dir", "CNI_NET_DIR", "/host/etc/cni/net.d", "the node's CNI config directory")
+	str(&c.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "where the plugin's kubeconfig is written")
+	str(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", "/var/run/istio-cni/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
+	str(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
+	str(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "02-istio-cni.conflist", "preferred name of the owned conflist")
+	str(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", "kube-system", "comma-separated namespaces the plugin never redirects")
+	str(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
+	str(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
+	str(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
+	str(&mode, "mode", "MODE", string(Owned), "owned or inplace")
+	str(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API)")
+	str(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
+	fs.IntVar(&c.ConflictRepairs, "conflict-repairs", 10, "repairs within --conflict-window that mean another writer is fighting us")
+	fs.DurationVar(&c.ConflictWindow, "conflict-window", 30*time.Second, "see --conflict-repairs")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	c.APIHost, c.APIPort = getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
+	c.Mode = Mode(mode)
+	if exclude != "" {
+		c.ExcludeNamespaces = strings.Split(exclude, ",")
+	}
+	var err error
+	if c.LogLevel, err = parseLevel(level); err != nil {
+		return Config{}, err
+	}
+	return c, c.validate()
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// validate checks every flag; the error names the flag and what is allowed.
+func (c Config) validate() error {
+	var errs []error
+	for flagName, dir := range map[string]string{
+		"--cni-bin-dir": c.CNIBinDir, "--plugin-source": c.PluginSource, "--cni-net-dir": c.CNINetDir,
+		"--kubeconfig-dir": c.KubeconfigDir, "--service-account-dir": c.ServiceAccountDir,
+		"--host-kubeconfig-path": c.HostKubeconfigPath,
+	} {
+		if !filepath.IsAbs(dir) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", flagName, dir))
+		}
+	}
+	name := c.OwnedConfigName
+	if name != filepath.Base(name) || !strings.HasSuffix(name, ".conflist") || strings.HasPrefix(name, ".") {
+		errs = append(errs, fmt.Errorf("--owned-config-name %q: want a file name ending in .conflist", name))
+	}
+	for _, ns := range append(append([]string{}, c.ExcludeNamespaces...), c.PodNamespace) {
+		if ns != "" && !kube.ValidNamespace(ns) {
+			errs = append(errs, fmt.Errorf("namespace %q (--exclude-namespaces or --pod-namespace): want 1 to 63 lower-case letters, digits and '-'", ns))
+		}
+	}
+	if c.Mode != Owned && c.Mode != Inplace {
+		errs = append(errs, fmt.Errorf("--mode %q: want owned or inplace", c.Mode))
+	}
+	for flagName, addr := range map[string]string{"--health-addr": c.HealthAddr, "--metrics-addr": c.MetricsAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port or :port", flagName, addr))
+		}
+	}
+	if c.ConflictRepairs < 2 || c.ConflictWindow <= 0 {
+		errs = append(errs, errors.New("--conflict-repairs must be at least 2 and --conflict-window above 0"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,45 @@
+package install
+
+import (
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParseFlagsDefaultsEnvAndFlags(t *testing.T) {
+	c, err := ParseFlags([]string{"--mode=inplace"}, env(map[string]string{
+		"CNI_NET_DIR": "/etc/cni/net.d", "MODE": "owned", "EXCLUDE_NAMESPACES": "kube-system,istio-system",
+		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "POD_NAMESPACE": "istio-cni",
+	}), "/usr/local/bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CNINetDir != "/etc/cni/net.d" || c.Mode != Inplace || c.CNIBinDir != "/host/opt/cni/bin" ||
+		c.PluginSource != "/usr/local/bin" || len(c.ExcludeNamespaces) != 2 || c.APIHost != "10.96.0.1" ||
+		c.OwnedConfigName != "02-istio-cni.conflist" || c.HealthAddr != ":8000" || c.MetricsAddr != ":15014" {
+		t.Errorf("config %+v", c)
+	}
+}
+
+func TestParseFlagsRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mode=sideways"}, "--mode"},
+		{[]string{"--cni-net-dir=relative/dir"}, "--cni-net-dir"},
+		{[]string{"--owned-config-name=../escape.conflist"}, "--owned-config-name"},
+		{[]string{"--owned-config-name=02-istio-cni.conf"}, "--owned-config-name"},
+		{[]string{"--exclude-namespaces=Kube_System"}, "--exclude-namespaces"},
+		{[]string{"--log-level=loud"}, "--log-level"},
+		{[]string{"--health-addr=8000"}, "--health-addr"},
+		{[]string{"--conflict-repairs=1"}, "--conflict-repairs"},
+		{[]string{"stray"}, "unexpected"},
+	} {
+		_, err := ParseFlags(tc.args, env(nil), "/bin")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err = %v, want it to name %s", tc.args, err, tc.want)
+		}
+	}
+}

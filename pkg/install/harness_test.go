@@ -1,0 +1,172 @@
+package install
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// node is a fake node's directories and a running installer.
+type node struct {
+	t                      *testing.T
+	bin, netd, kc, sa, src string
+	in                     *Installer
+	cancel                 context.CancelFunc
+	done                   chan error
+	uninstall              atomic.Bool
+	tokenSerial            int
+}
+
+const bridgePrimary = `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[
+ {"type":"bridge","bridge":"cni0","isGateway":true,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}},
+ {"type":"portmap","capabilities":{"portMappings":true}}]}`
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	root := t.TempDir()
+	n := &node{t: t}
+	n.bin, n.netd, n.kc, n.sa, n.src = filepath.Join(root, "bin"), filepath.Join(root, "net.d"),
+		filepath.Join(root, "run-istio-cni"), filepath.Join(root, "sa"), filepath.Join(root, "image")
+	for _, d := range []string{n.bin, n.netd, n.sa, n.src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.write(filepath.Join(n.src, PluginBinary), "#!/bin/sh\necho plugin v1\n", 0o755)
+	n.rotateToken()
+	return n
+}
+
+func (n *node) config() Config {
+	return Config{
+		CNIBinDir: n.bin, PluginSource: n.src, CNINetDir: n.netd, KubeconfigDir: n.kc,
+		HostKubeconfigPath: "/var/run/istio-cni/" + KubeconfigName, ServiceAccountDir: n.sa,
+		APIHost: "10.96.0.1", APIPort: "443", OwnedConfigName: "02-istio-cni.conflist",
+		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,
+		HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", Mode: Owned,
+		PodNamespace: "istio-cni", DaemonSetName: "istio-cni-node",
+		ConflictRepairs: 5, ConflictWindow: 2 * time.Second,
+	}
+}
+
+// start runs an installer with cfg until the test ends.
+func (n *node) start(cfg Config) {
+	n.t.Helper()
+	in := New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), NewMetrics(),
+		func(context.Context) (bool, error) { return n.uninstall.Load(), nil })
+	n.in = in
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done = cancel, make(chan error, 1)
+	go func() { n.done <- in.Run(ctx) }()
+	n.t.Cleanup(func() { _ = n.stop() })
+}
+
+// stop ends Run as SIGTERM does and returns its error.
+func (n *node) stop() error {
+	if n.cancel == nil {
+		return nil
+	}
+	n.cancel()
+	n.cancel = nil
+	return <-n.done
+}
+
+func (n *node) write(path, content string, mode os.FileMode) {
+	n.t.Helper()
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *node) read(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// rotateToken writes a new projected token the way the kubelet's atomic
+// writer does: a new timestamped directory, then ..data swapped by rename.
+func (n *node) rotateToken() string {
+	n.t.Helper()
+	n.tokenSerial++
+	token := fmt.Sprintf("token-%d", n.tokenSerial)
+	ts := fmt.Sprintf("..2026_11_21_%02d", n.tokenSerial)
+	dir := filepath.Join(n.sa, ts)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	n.write(filepath.Join(dir, "token"), token, 0o644)
+	n.write(filepath.Join(dir, "ca.crt"), string(testCA(n.t)), 0o644)
+	tmp := filepath.Join(n.sa, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.sa, serviceAccountData)); err != nil {
+		n.t.Fatal(err)
+	}
+	for _, f := range []string{"token", "ca.crt"} {
+		_ = os.Symlink(filepath.Join(serviceAccountData, f), filepath.Join(n.sa, f))
+	}
+	return token
+}
+
+func testCA(t *testing.T) []byte {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// eventually waits for cond, failing the test with what it last saw.
+func (n *node) eventually(what string, cond func() (bool, string)) {
+	n.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("%s: not after 10s; last saw: %s", what, saw)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (n *node) waitReady() {
+	n.t.Helper()
+	n.eventually("ready", func() (bool, string) { return n.in.Ready() })
+}
+
+// owned is our conflist's current name and content.
+func (n *node) owned() (string, string) {
+	name := n.in.Conflist()
+	return name, n.read(filepath.Join(n.netd, name))
+}
+
+func metric(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

@@ -1,0 +1,139 @@
+package install
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestInstallFreshNode(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o600)
+	n.start(n.config())
+	n.waitReady()
+	if got, want := n.read(filepath.Join(n.bin, PluginBinary)), n.read(filepath.Join(n.src, PluginBinary)); got != want {
+		t.Errorf("binary %q, want %q", got, want)
+	}
+	for path, mode := range map[string]os.FileMode{
+		filepath.Join(n.bin, PluginBinary):             0o755,
+		filepath.Join(n.kc, KubeconfigName):            0o600,
+		filepath.Join(n.netd, "02-istio-cni.conflist"): 0o600, // the primary's mode
+	} {
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != mode {
+			t.Errorf("%s: %v, mode %v, want %v", path, err, st.Mode().Perm(), mode)
+		}
+	}
+	if kc := n.read(filepath.Join(n.kc, KubeconfigName)); !strings.Contains(kc, "token-1") || !strings.Contains(kc, "https://10.96.0.1:443") {
+		t.Errorf("kubeconfig:\n%s", kc)
+	}
+	name, owned := n.owned()
+	if name != "02-istio-cni.conflist" || !strings.Contains(owned, `"bridge"`) || !strings.Contains(owned, `"istio-cni"`) ||
+		!strings.Contains(owned, `"agent_namespace": "istio-cni"`) {
+		t.Errorf("owned conflist %s:\n%s", name, owned)
+	}
+	if metric(n.in.metrics.Ready) != 1 {
+		t.Error("ready gauge not 1")
+	}
+}
+
+func TestNoPrimaryYetWaits(t *testing.T) {
+	n := newNode(t)
+	n.start(n.config())
+	n.eventually("not ready without a primary", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.Contains(why, "no"), why
+	})
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.waitReady()
+}
+
+func TestFollowsPrimaryRewrite(t *testing.T) {
+	n := newNode(t)
+	primary := filepath.Join(n.netd, "10-bridge.conflist")
+	n.write(primary, bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	n.write(primary, strings.Replace(bridgePrimary, `"portmap"`, `"bandwidth"`, 1), 0o644)
+	n.eventually("owned follows the primary", func() (bool, string) {
+		_, owned := n.owned()
+		return strings.Contains(owned, `"bandwidth"`) && !strings.Contains(owned, `"portmap"`), owned
+	})
+	n.waitReady()
+}
+
+func TestRestoresDeletedOrChangedFiles(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	name, want := n.owned()
+	for what, undo := range map[string]func(){
+		"conflist deleted":   func() { _ = os.Remove(filepath.Join(n.netd, name)) },
+		"conflist edited":    func() { n.write(filepath.Join(n.netd, name), bridgePrimary, 0o644) },
+		"kubeconfig deleted": func() { _ = os.Remove(filepath.Join(n.kc, KubeconfigName)) },
+		"binary replaced":    func() { n.write(filepath.Join(n.bin, PluginBinary), "stale", 0o755) },
+	} {
+		undo()
+		n.eventually(what+": repaired", func() (bool, string) {
+			_, owned := n.owned()
+			bin := n.read(filepath.Join(n.bin, PluginBinary))
+			kc := n.read(filepath.Join(n.kc, KubeconfigName))
+			return owned == want && strings.Contains(bin, "plugin v1") && kc != "", owned
+		})
+	}
+	n.waitReady()
+}
+
+func TestTakesPriorityBackFromAForeignConfig(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	foreign := strings.Replace(bridgePrimary, "k8s-pod-network", "multus", 1)
+	n.write(filepath.Join(n.netd, "00-multus.conflist"), foreign, 0o644)
+	n.eventually("our conflist sorts before 00-multus.conflist", func() (bool, string) {
+		name, owned := n.owned()
+		ok, why := n.in.Ready()
+		return ok && name < "00-multus.conflist" && strings.Contains(owned, `"multus"`), name + " " + why
+	})
+	if _, err := os.Stat(filepath.Join(n.netd, "02-istio-cni.conflist")); !os.IsNotExist(err) {
+		t.Errorf("the old owned conflist is still there: %v", err)
+	}
+	if metric(n.in.metrics.Preemptions) != 1 {
+		t.Errorf("preemptions %v, want 1", metric(n.in.metrics.Preemptions))
+	}
+}
+
+func TestTokenRotation(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	token := n.rotateToken()
+	n.eventually("kubeconfig has the rotated token", func() (bool, string) {
+		kc := n.read(filepath.Join(n.kc, KubeconfigName))
+		return strings.Contains(kc, token), kc
+	})
+}
+
+func TestPlantedSymlinkIsNotFollowed(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	victim := filepath.Join(t.TempDir(), "victim")
+	n.write(victim, "precious", 0o644)
+	for _, link := range []string{filepath.Join(n.netd, "02-istio-cni.conflist"), filepath.Join(n.bin, PluginBinary)} {
+		if err := os.Symlink(victim, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.start(n.config())
+	n.waitReady()
+	if got := n.read(victim); got != "precious" {
+		t.Fatalf("a write went through a planted symlink: victim now %q", got)
+	}
+	if st, _ := os.Lstat(filepath.Join(n.netd, "02-istio-cni.conflist")); st == nil || !st.Mode().IsRegular() {
+		t.Error("the owned conflist is not a regular file")
+	}
+}

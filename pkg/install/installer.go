@@ -1,0 +1,116 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/fsutil"
+)
+
+// UninstallCheck tells, at shutdown, whether the agent stops because its
+// DaemonSet is being deleted (uninstall: remove everything) or for any other
+// reason (rolling update, restart, node drain or reboot: leave everything so
+// pods keep starting while the agent is away).
+type UninstallCheck func(ctx context.Context) (bool, error)
+
+// Installer keeps the plugin installed on the node.
+type Installer struct {
+	cfg       Config
+	log       *slog.Logger
+	metrics   *Metrics
+	uninstall UninstallCheck
+	now       func() time.Time
+
+	mu       sync.Mutex // guards ready, why and conflist, read by /readyz
+	ready    bool
+	why      string
+	conflist string // the chained conflist's name when last ready
+
+	watching bool // all watches armed
+
+	// Loop state.
+	owned    string      // the owned conflist's current name
+	primary  string      // the primary config's name
+	repairs  []time.Time // recent repairs forced on our own files, for conflict detection
+	conflict string      // non-empty while we have stopped fighting: what we saw
+}
+
+// New returns an installer that has not touched anything yet.
+func New(cfg Config, log *slog.Logger, m *Metrics, uninstall UninstallCheck) *Installer {
+	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: uninstall, now: time.Now, why: "starting"}
+}
+
+// inDir runs f on a directory, created if absent and opened afresh: a
+// directory that was removed and recreated on the host is the new one.
+func inDir[T any](path string, mode os.FileMode, f func(*fsutil.Dir) (T, error)) (T, error) {
+	var zero T
+	if err := os.MkdirAll(path, mode); err != nil {
+		return zero, fmt.Errorf("creating %s: %w", path, err)
+	}
+	d, err := fsutil.OpenDir(path)
+	if err != nil {
+		return zero, err
+	}
+	defer func() { _ = d.Close() }()
+	return f(d)
+}
+
+// Ready reports readiness and, when not ready, why.
+func (in *Installer) Ready() (bool, string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ready, in.why
+}
+
+// Conflist is the chained conflist's name as of the last reconcile.
+func (in *Installer) Conflist() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.conflist
+}
+
+func (in *Installer) setReady(ok bool, why string) {
+	in.mu.Lock()
+	changed := in.ready != ok || in.why != why
+	in.ready, in.why, in.conflist = ok, why, in.owned
+	in.mu.Unlock()
+	if ok {
+		in.metrics.Ready.Set(1)
+	} else {
+		in.metrics.Ready.Set(0)
+	}
+	if changed {
+		if ok {
+			in.log.Info("ready", "conflist", in.owned, "primary", in.primary)
+		} else {
+			in.log.Warn("not ready", "reason", why)
+		}
+	}
+}
+
+// entry is the plugin's conflist entry.
+func (in *Installer) entry() chain.Entry {
+	return chain.Entry{
+		Kubeconfig:        in.cfg.HostKubeconfigPath,
+		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
+		AgentNamespace:    in.cfg.PodNamespace,
+		LogLevel:          levelName(in.cfg.LogLevel),
+	}
+}
+
+func levelName(l slog.Level) string {
+	switch {
+	case l <= slog.LevelDebug:
+		return "debug"
+	case l <= slog.LevelInfo:
+		return "info"
+	case l <= slog.LevelWarn:
+		return "warn"
+	}
+	return "error"
+}

@@ -1,0 +1,58 @@
+package install
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the installer's Prometheus series, on their own registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+	// Writes counts files (re)written, by what and why: reason "install" at
+	// start-up, otherwise the change that made the repair necessary.
+	Writes *prometheus.CounterVec
+	// Preemptions counts foreign configs that came to sort before ours.
+	Preemptions prometheus.Counter
+	// Preempted is 1 while a foreign config sorts before ours.
+	Preempted prometheus.Gauge
+	// Conflict is 1 while another writer keeps undoing us and we have
+	// stopped fighting it.
+	Conflict prometheus.Gauge
+	// Ready mirrors /readyz.
+	Ready prometheus.Gauge
+	// RepairSeconds is the time from noticing a change to having repaired.
+	RepairSeconds prometheus.Histogram
+}
+
+// NewMetrics registers the series.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_install_writes_total",
+			Help: "Files the installer wrote, by file (binary, kubeconfig, conflist) and reason.",
+		}, []string{"file", "reason"}),
+		Preemptions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_install_preemptions_total",
+			Help: "Times a foreign CNI config came to sort before istio-cni's.",
+		}),
+		Preempted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_install_preempted",
+			Help: "1 while a foreign CNI config sorts before istio-cni's.",
+		}),
+		Conflict: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_install_conflict",
+			Help: "1 while another writer keeps undoing istio-cni's files and the installer has stopped fighting.",
+		}),
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_install_ready",
+			Help: "1 while the binary, kubeconfig and a first-sorting chained conflist are in place and watched.",
+		}),
+		RepairSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "istio_cni_install_repair_seconds",
+			Help:    "Time from noticing a change to having repaired it.",
+			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
+		}),
+	}
+	m.Registry.MustRegister(m.Writes, m.Preemptions, m.Preempted, m.Conflict, m.Ready, m.RepairSeconds)
+	return m
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// installerBench measures how fast the installer repairs the node's CNI
+// config: from the moment the primary CNI rewrites its file (or our
+// conflist is deleted) until a conflist holding the new primary content and
+// our entry sorts first. It runs the real install-cni binary on a fake
+// node's directories and watches the directory itself, so the timing is
+// event-driven, not polled.
+func installerBench(n int) error {
+	dir, err := os.MkdirTemp("", "istio-cni-installer-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	nd, err := newFakeNode(dir)
+	if err != nil {
+		return err
+	}
+	proc, err := nd.startInstaller()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proc.Process.Signal(syscall.SIGTERM); _ = proc.Wait() }()
+	if _, err := nd.waitOwned(func(string) bool { return true }, 30*time.Second); err != nil {
+		return fmt.Errorf("initial install: %w", err)
+	}
+	fmt.Printf("\n## Installer repair latency (%d events each; the installer runs with --conflict-repairs=1000000 so that these repeated undos are repaired rather than reported as a fight)\n\n", n)
+	fmt.Println("| event | gap | p50 | p99 | max |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, gap := range []time.Duration{time.Second, 100 * time.Millisecond} {
+		for _, kind := range []string{"primary rewritten", "our conflist deleted"} {
+			ds, err := nd.repairs(kind, gap, n)
+			if err != nil {
+				return fmt.Errorf("%s every %s: %w", kind, gap, err)
+			}
+			slices.Sort(ds)
+			pct := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+			fmt.Printf("| %s | %s | %s | %s | %s |\n", kind, gap, ms(pct(0.5)), ms(pct(0.99)), ms(ds[len(ds)-1]))
+		}
+	}
+	rss, hwm := procMemory(proc.Process.Pid)
+	fmt.Printf("\nInstaller RSS after the runs: %.1f MB (peak %.1f MB).\n", float64(rss)/1024, float64(hwm)/1024)
+	return nil
+}
+
+type fakeNode struct {
+	root, bin, netd, kc, sa, src string
+	w                            *fsnotify.Watcher
+	serial                       int
+}
+
+func newFakeNode(root string) (*fakeNode, error) {
+	nd := &fakeNode{root: root, bin: filepath.Join(root, "bin"), netd: filepath.Join(root, "net.d"),
+		kc: filepath.Join(root, "run"), sa: filepath.Join(root, "sa"), src: filepath.Join(root, "image")}
+	for _, d := range []string{nd.bin, nd.netd, nd.kc, nd.sa, nd.src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	out, err := exec.Command("go", "build", "-o", nd.src, "./cmd/install-cni", "./cmd/plugin").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("building: %w\n%s", err, out)
+	}
+	if err := os.Rename(filepath.Join(nd.src, "plugin"), filepath.Join(nd.src, "istio-cni")); err != nil {
+		return nil, err
+	}
+	// Any PEM CA will do: the installer never calls the API here.
+	ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{"token": []byte("bench-token"), "ca.crt": ca} {
+		if err := os.WriteFile(filepath.Join(nd.sa, name), data, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := nd.writePrimary(); err != nil {
+		return nil, err
+	}
+	if nd.w, err = fsnotify.NewWatcher(); err != nil {
+		return nil, err
+	}
+	return nd, nd.w.Add(nd.netd)
+}
+
+func (nd *fakeNode) startInstaller() (*exec.Cmd, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(nd.src, "install-cni"),
+		"--cni-bin-dir="+nd.bin, "--cni-net-dir="+nd.netd, "--kubeconfig-dir="+nd.kc, "--service-account-dir="+nd.sa,
+		"--health-addr=127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-addr=127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--conflict-repairs=1000000", "--log-level=warn")
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	return cmd, cmd.Start()
+}
+
+// writePrimary rewrites the primary the way CNI installers do (temp file,
+// rename), with a new serial so the change is visible in our copy.
+func (nd *fakeNode) writePrimary() error {
+	nd.serial++
+	data := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"bridge","bridge":"cni0","serial":%d,"ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}},{"type":"portmap","capabilities":{"portMappings":true}}]}`, nd.serial)
+	tmp := filepath.Join(nd.netd, ".10-bridge.tmp")
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(nd.netd, "10-bridge.conflist"))
+}
+
+const ownedName = "02-istio-cni.conflist"
+
+// waitOwned waits, on directory events, until the first config in the
+// directory is our conflist and ok accepts its content.
+func (nd *fakeNode) waitOwned(ok func(string) bool, limit time.Duration) (time.Time, error) {
+	deadline := time.After(limit)
+	for {
+		if data, err := os.ReadFile(filepath.Join(nd.netd, ownedName)); err == nil && ok(string(data)) && nd.ownedFirst() {
+			return time.Now(), nil
+		}
+		select {
+		case <-nd.w.Events:
+		case err := <-nd.w.Errors:
+			return time.Time{}, err
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("no repaired conflist after %s", limit)
+		}
+	}
+}
+
+func (nd *fakeNode) ownedFirst() bool {
+	entries, _ := os.ReadDir(nd.netd)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		return e.Name() == ownedName
+	}
+	return false
+}
+
+// repairs times n repairs, one every gap.
+func (nd *fakeNode) repairs(kind string, gap time.Duration, n int) ([]time.Duration, error) {
+	var ds []time.Duration
+	next := time.Now()
+	for i := 0; i < n; i++ {
+		time.Sleep(time.Until(next))
+		next = next.Add(gap)
+		start := time.Now()
+		var want func(string) bool
+		if kind == "primary rewritten" {
+			if err := nd.writePrimary(); err != nil {
+				return nil, err
+			}
+			serial := fmt.Sprintf(`"serial":%d,`, nd.serial)
+			want = func(s string) bool {
+				s = strings.Join(strings.Fields(s), "")
+				return strings.Contains(s, serial) && strings.Contains(s, `"istio-cni"`)
+			}
+		} else {
+			if err := os.Remove(filepath.Join(nd.netd, ownedName)); err != nil {
+				return nil, err
+			}
+			want = func(s string) bool { return strings.Contains(s, `"istio-cni"`) }
+		}
+		end, err := nd.waitOwned(want, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, end.Sub(start))
+	}
+	return ds, nil
+}
+
+// procMemory reads VmRSS and VmHWM (KiB) of a process.
+func procMemory(pid int) (rss, hwm int64) {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			if f[0] == "VmRSS:" {
+				rss = v
+			} else {
+				hwm = v
+			}
+		}
+	}
+	return rss, hwm
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		defer ln.Close()
+	}
+	return ports, nil
+}
