@@ -34,10 +34,11 @@ type Installer struct {
 	watching bool // all watches armed
 
 	// Loop state.
-	owned    string      // the owned conflist's current name
-	primary  string      // the primary config's name
-	repairs  []time.Time // recent repairs forced on our own files, for conflict detection
-	conflict string      // non-empty while we have stopped fighting: what we saw
+	owned    string           // the owned conflist's current name
+	primary  string           // the primary config's name
+	repairs  []time.Time      // recent repairs forced on our own files, for conflict detection
+	problems map[string]error // each file's last failure, for readiness
+	conflict string           // non-empty while we have stopped fighting: what we saw
 }
 
 // New returns an installer that has not touched anything yet.

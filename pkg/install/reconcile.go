@@ -32,19 +32,27 @@ const (
 )
 
 // reconcile makes the node hold the binary, the kubeconfig and the chained
-// conflist, then recomputes readiness. Every step is hash-guarded: a
-// reconcile that finds everything in place writes nothing.
+// conflist, then recomputes readiness. A trigger about one file checks only
+// that file (the watches report any change to the others); every step is
+// content-guarded, so a reconcile that finds its file in place writes
+// nothing.
 func (in *Installer) reconcile(t trigger) {
 	if in.conflict != "" {
 		in.setReady(false, in.conflict)
 		return
 	}
 	var wrote []string
-	var problems []error
 	step := func(file string, f func() (bool, error)) {
+		if !t.concerns(file) {
+			return
+		}
 		changed, err := f()
+		if in.problems == nil {
+			in.problems = map[string]error{}
+		}
+		in.problems[file] = nil
 		if err != nil {
-			problems = append(problems, fmt.Errorf("%s: %w", file, err))
+			in.problems[file] = fmt.Errorf("%s: %w", file, err)
 		}
 		if changed {
 			wrote = append(wrote, file)
@@ -70,10 +78,37 @@ func (in *Installer) reconcile(t trigger) {
 			in.countRepair(t, preempted)
 		}
 	}
+	var problems []error
+	for _, file := range []string{fileBinary, fileKubeconfig, fileConflist} {
+		problems = append(problems, in.problems[file])
+	}
 	in.updateReadiness(errors.Join(problems...))
 }
 
-const reasonInstall = "install"
+// concerns reports whether a trigger may have changed what file needs.
+func (t trigger) concerns(file string) bool {
+	switch t.reason {
+	case reasonBinary:
+		return file == fileBinary
+	case reasonKubeconfig, reasonToken:
+		return file == fileKubeconfig
+	case reasonConflistChanged, reasonConflistDeleted, reasonConfigChanged, reasonConfigRemoved:
+		return file == fileConflist
+	}
+	return true // install, re-armed watches, lost events, end of a conflict
+}
+
+// Trigger reasons, also the "reason" label of the writes metric.
+const (
+	reasonInstall         = "install"
+	reasonBinary          = "binary_changed"
+	reasonKubeconfig      = "kubeconfig_changed"
+	reasonToken           = "token_rotated"
+	reasonConflistChanged = "conflist_changed"
+	reasonConflistDeleted = "conflist_deleted"
+	reasonConfigChanged   = "config_changed"
+	reasonConfigRemoved   = "config_removed"
+)
 
 func (in *Installer) installBinary() (bool, error) {
 	return inDir(in.cfg.CNIBinDir, 0o755, func(d *fsutil.Dir) (bool, error) {

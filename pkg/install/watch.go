@@ -29,26 +29,26 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	t := trigger{file: name, at: at}
 	switch {
 	case dir == in.cfg.ServiceAccountDir:
-		t.reason = "token_rotated"
+		t.reason = reasonToken
 		return t, name == serviceAccountData
 	case strings.HasPrefix(name, "."):
 		return t, false // our own (or anyone's) temp files
 	case dir == in.cfg.CNIBinDir:
-		t.reason, t.ours = "binary_changed", true
+		t.reason, t.ours = reasonBinary, true
 		return t, name == PluginBinary
 	case dir == in.cfg.KubeconfigDir:
-		t.reason, t.ours = "kubeconfig_changed", true
+		t.reason, t.ours = reasonKubeconfig, true
 		return t, name == KubeconfigName
 	case dir != in.cfg.CNINetDir || !isCNIConfig(name):
 		return t, false
 	case name == in.owned && gone:
-		t.reason, t.ours = "conflist_deleted", true
+		t.reason, t.ours = reasonConflistDeleted, true
 	case name == in.owned:
-		t.reason, t.ours = "conflist_changed", true
+		t.reason, t.ours = reasonConflistChanged, true
 	case gone:
-		t.reason = "config_removed"
+		t.reason = reasonConfigRemoved
 	default:
-		t.reason = "config_changed"
+		t.reason = reasonConfigChanged
 	}
 	return t, true
 }
