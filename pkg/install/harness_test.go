@@ -61,7 +61,9 @@ func (n *node) config() Config {
 		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,
 		HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", Mode: Owned,
 		PodNamespace: "istio-cni", DaemonSetName: "istio-cni-node",
-		ConflictRepairs: 5, ConflictWindow: 2 * time.Second,
+		// Tests undo our files quickly on purpose; only the conflict test
+		// wants the fight detected.
+		ConflictRepairs: 1000, ConflictWindow: 2 * time.Second,
 	}
 }
 

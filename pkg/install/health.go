@@ -38,6 +38,9 @@ func (in *Installer) serve(ctx context.Context) (stop func(), err error) {
 			}
 			return nil, fmt.Errorf("listening on %s: %w", s.addr, err)
 		}
+		in.mu.Lock()
+		in.addrs = append(in.addrs, ln.Addr().String())
+		in.mu.Unlock()
 		srv := &http.Server{Handler: s.h, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, srv)
 		go func() {

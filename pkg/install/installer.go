@@ -31,6 +31,8 @@ type Installer struct {
 	why      string
 	conflist string // the chained conflist's name when last ready
 
+	addrs []string // the health and metrics listeners' addresses (under mu)
+
 	watching bool // all watches armed
 
 	// Loop state.

@@ -22,6 +22,8 @@ type trigger struct {
 	file   string    // the file whose change was noticed, if any
 	ours   bool      // the change was to one of our own files
 	at     time.Time // when it was noticed
+	// also holds the reasons of the other events of the same burst.
+	also []string
 }
 
 // Files the installer writes, as metric labels.
@@ -85,9 +87,19 @@ func (in *Installer) reconcile(t trigger) {
 	in.updateReadiness(errors.Join(problems...))
 }
 
-// concerns reports whether a trigger may have changed what file needs.
+// concerns reports whether the trigger (or another event of its burst) may
+// have changed what file needs.
 func (t trigger) concerns(file string) bool {
-	switch t.reason {
+	for _, reason := range append([]string{t.reason}, t.also...) {
+		if concerns(reason, file) {
+			return true
+		}
+	}
+	return false
+}
+
+func concerns(reason, file string) bool {
+	switch reason {
 	case reasonBinary:
 		return file == fileBinary
 	case reasonKubeconfig, reasonToken:
@@ -263,9 +275,11 @@ func (in *Installer) verifyFirst() error {
 		first := "nothing"
 		if len(files) > 0 {
 			first = filepath.Base(files[0])
+			in.metrics.Preempted.Set(1)
 		}
 		return fmt.Errorf("%s sorts before our %s", first, in.owned)
 	}
+	in.metrics.Preempted.Set(0)
 	data, err := os.ReadFile(files[0])
 	if err != nil {
 		return err

@@ -171,21 +171,28 @@ func drain(ch <-chan fsnotify.Event) []fsnotify.Event {
 	}
 }
 
-// handle reconciles once for a burst of events, for its first relevant one.
+// handle reconciles once for a burst of events: named for its first
+// relevant event, covering the files all of them concern.
 func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) {
 	at := in.now()
 	var first *trigger
+	var also []string
 	for _, ev := range evs {
+		t, ok := in.classify(ev, at)
 		if wa.rearm(ev) {
 			in.watching = wa.armed()
-			t := trigger{reason: "watch_rearmed", file: ev.Name, at: at}
-			first = &t
+			t, ok = trigger{reason: "watch_rearmed", file: ev.Name, at: at}, true
 		}
-		if t, ok := in.classify(ev, at); ok && first == nil {
+		switch {
+		case !ok:
+		case first == nil:
 			first = &t
+		default:
+			also = append(also, t.reason)
 		}
 	}
 	if first != nil {
+		first.also = also
 		in.reconcile(*first)
 	}
 }
