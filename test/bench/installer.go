@@ -37,14 +37,14 @@ func installerBench(n int) error {
 		return err
 	}
 	defer func() { _ = proc.Process.Signal(syscall.SIGTERM); _ = proc.Wait() }()
-	if _, err := nd.waitOwned(func(string) bool { return true }, 30*time.Second); err != nil {
+	if _, err := nd.waitFor(nd.ownedIs(func(string) bool { return true }), 30*time.Second); err != nil {
 		return fmt.Errorf("initial install: %w", err)
 	}
 	fmt.Printf("\n## Installer repair latency (%d events each; the installer runs with --conflict-repairs=1000000 so that these repeated undos are repaired rather than reported as a fight)\n\n", n)
 	fmt.Println("| event | gap | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, gap := range []time.Duration{time.Second, 100 * time.Millisecond} {
-		for _, kind := range []string{"primary rewritten", "our conflist deleted"} {
+		for _, kind := range []string{"primary rewritten", "our conflist deleted", "token rotated"} {
 			ds, err := nd.repairs(kind, gap, n)
 			if err != nil {
 				return fmt.Errorf("%s every %s: %w", kind, gap, err)
@@ -80,13 +80,11 @@ func newFakeNode(root string) (*fakeNode, error) {
 	if err := os.Rename(filepath.Join(nd.src, "plugin"), filepath.Join(nd.src, "istio-cni")); err != nil {
 		return nil, err
 	}
-	// Any PEM CA will do: the installer never calls the API here.
-	ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	if err != nil {
+	if err := nd.rotateToken(); err != nil {
 		return nil, err
 	}
-	for name, data := range map[string][]byte{"token": []byte("bench-token"), "ca.crt": ca} {
-		if err := os.WriteFile(filepath.Join(nd.sa, name), data, 0o644); err != nil {
+	for _, f := range []string{"token", "ca.crt"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(nd.sa, f)); err != nil {
 			return nil, err
 		}
 	}
@@ -96,8 +94,38 @@ func newFakeNode(root string) (*fakeNode, error) {
 	if nd.w, err = fsnotify.NewWatcher(); err != nil {
 		return nil, err
 	}
+	if err := nd.w.Add(nd.kc); err != nil {
+		return nil, err
+	}
 	return nd, nd.w.Add(nd.netd)
 }
+
+// rotateToken writes a new projected token the way the kubelet's atomic
+// writer does: a new timestamped directory, then ..data swapped by rename.
+func (nd *fakeNode) rotateToken() error {
+	nd.serial++
+	ts := fmt.Sprintf("..token_%d", nd.serial)
+	// Any PEM CA will do: the installer never calls the API here.
+	ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(nd.sa, ts), 0o755); err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"token": []byte(nd.token()), "ca.crt": ca} {
+		if err := os.WriteFile(filepath.Join(nd.sa, ts, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	tmp := filepath.Join(nd.sa, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(nd.sa, "..data"))
+}
+
+func (nd *fakeNode) token() string { return fmt.Sprintf("bench-token-%d", nd.serial) }
 
 func (nd *fakeNode) startInstaller() (*exec.Cmd, error) {
 	ports, err := freePorts(2)
@@ -109,6 +137,7 @@ func (nd *fakeNode) startInstaller() (*exec.Cmd, error) {
 		"--health-addr=127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-addr=127.0.0.1:"+strconv.Itoa(ports[1]),
 		"--conflict-repairs=1000000", "--log-level=warn")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
 	return cmd, cmd.Start()
@@ -128,12 +157,20 @@ func (nd *fakeNode) writePrimary() error {
 
 const ownedName = "02-istio-cni.conflist"
 
-// waitOwned waits, on directory events, until the first config in the
-// directory is our conflist and ok accepts its content.
-func (nd *fakeNode) waitOwned(ok func(string) bool, limit time.Duration) (time.Time, error) {
+// ownedIs is the condition: the first config in the directory is our
+// conflist and ok accepts its content.
+func (nd *fakeNode) ownedIs(ok func(string) bool) func() bool {
+	return func() bool {
+		data, err := os.ReadFile(filepath.Join(nd.netd, ownedName))
+		return err == nil && ok(string(data)) && nd.ownedFirst()
+	}
+}
+
+// waitFor waits, on directory events, until cond holds.
+func (nd *fakeNode) waitFor(cond func() bool, limit time.Duration) (time.Time, error) {
 	deadline := time.After(limit)
 	for {
-		if data, err := os.ReadFile(filepath.Join(nd.netd, ownedName)); err == nil && ok(string(data)) && nd.ownedFirst() {
+		if cond() {
 			return time.Now(), nil
 		}
 		select {
@@ -141,7 +178,7 @@ func (nd *fakeNode) waitOwned(ok func(string) bool, limit time.Duration) (time.T
 		case err := <-nd.w.Errors:
 			return time.Time{}, err
 		case <-deadline:
-			return time.Time{}, fmt.Errorf("no repaired conflist after %s", limit)
+			return time.Time{}, fmt.Errorf("not repaired after %s", limit)
 		}
 	}
 }
@@ -165,29 +202,45 @@ func (nd *fakeNode) repairs(kind string, gap time.Duration, n int) ([]time.Durat
 		time.Sleep(time.Until(next))
 		next = next.Add(gap)
 		start := time.Now()
-		var want func(string) bool
-		if kind == "primary rewritten" {
-			if err := nd.writePrimary(); err != nil {
-				return nil, err
-			}
-			serial := fmt.Sprintf(`"serial":%d,`, nd.serial)
-			want = func(s string) bool {
-				s = strings.Join(strings.Fields(s), "")
-				return strings.Contains(s, serial) && strings.Contains(s, `"istio-cni"`)
-			}
-		} else {
-			if err := os.Remove(filepath.Join(nd.netd, ownedName)); err != nil {
-				return nil, err
-			}
-			want = func(s string) bool { return strings.Contains(s, `"istio-cni"`) }
+		cond, err := nd.undo(kind)
+		if err != nil {
+			return nil, err
 		}
-		end, err := nd.waitOwned(want, 10*time.Second)
+		end, err := nd.waitFor(cond, 10*time.Second)
 		if err != nil {
 			return nil, err
 		}
 		ds = append(ds, end.Sub(start))
 	}
 	return ds, nil
+}
+
+// undo makes one change of a kind and returns the condition of its repair.
+func (nd *fakeNode) undo(kind string) (func() bool, error) {
+	switch kind {
+	case "primary rewritten":
+		if err := nd.writePrimary(); err != nil {
+			return nil, err
+		}
+		serial := fmt.Sprintf(`"serial":%d,`, nd.serial)
+		return nd.ownedIs(func(s string) bool {
+			s = strings.Join(strings.Fields(s), "")
+			return strings.Contains(s, serial) && strings.Contains(s, `"istio-cni"`)
+		}), nil
+	case "our conflist deleted":
+		if err := os.Remove(filepath.Join(nd.netd, ownedName)); err != nil {
+			return nil, err
+		}
+		return nd.ownedIs(func(s string) bool { return strings.Contains(s, `"istio-cni"`) }), nil
+	}
+	if err := nd.rotateToken(); err != nil {
+		return nil, err
+	}
+	token := nd.token()
+	return func() bool {
+		kc, err := os.ReadFile(filepath.Join(nd.kc, "istio-cni-kubeconfig"))
+		return err == nil && strings.Contains(string(kc), token)
+	}, nil
 }
 
 // procMemory reads VmRSS and VmHWM (KiB) of a process.
