@@ -137,3 +137,23 @@ func TestPlantedSymlinkIsNotFollowed(t *testing.T) {
 		t.Error("the owned conflist is not a regular file")
 	}
 }
+
+// TestPrimaryRemoved: a copy of a primary CNI that was removed must not keep
+// pods on it.
+func TestPrimaryRemoved(t *testing.T) {
+	n := newNode(t)
+	primary := filepath.Join(n.netd, "10-bridge.conflist")
+	n.write(primary, bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	if err := os.Remove(primary); err != nil {
+		t.Fatal(err)
+	}
+	n.eventually("our copy removed, not ready", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(n.netd, "02-istio-cni.conflist"))
+		ok, why := n.in.Ready()
+		return os.IsNotExist(err) && !ok, why
+	})
+	n.write(primary, bridgePrimary, 0o644)
+	n.waitReady()
+}

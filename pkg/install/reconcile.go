@@ -160,6 +160,12 @@ func (in *Installer) installConflist() (changed, preempted bool, err error) {
 // installOwned writes our own conflist, named to sort before the primary.
 func (in *Installer) installOwned(netd *fsutil.Dir) (changed, preempted bool, err error) {
 	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName, in.ownedNames()...)
+	if errors.Is(err, chain.ErrNoPrimary) && in.owned != "" {
+		// The primary CNI is gone: a copy of it must not outlive it.
+		in.log.Warn("the primary config is gone; removing our copy of it", "conflist", in.owned, "primary", in.primary)
+		in.owned, in.primary = "", ""
+		return true, false, errors.Join(err, in.removeStaleOwned(netd))
+	}
 	if err != nil {
 		return false, false, err
 	}
@@ -187,8 +193,9 @@ func (in *Installer) installOwned(netd *fsutil.Dir) (changed, preempted bool, er
 	return changed, preempted, in.removeStaleOwned(netd)
 }
 
-// removeStaleOwned removes conflists we wrote under other names: for an
-// earlier primary, or by an earlier run of the agent.
+// removeStaleOwned removes conflists we wrote under other names (for an
+// earlier primary, or by an earlier run of the agent): the configured name,
+// and generated names holding our entry.
 func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
 	entries, err := os.ReadDir(netd.Path())
 	if err != nil {
@@ -197,10 +204,10 @@ func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if name == in.owned || !strings.HasSuffix(name, chain.OwnedSuffix) {
+		if name == in.owned || !(strings.HasSuffix(name, chain.OwnedSuffix) || name == in.cfg.OwnedConfigName) {
 			continue
 		}
-		if data, err := netd.ReadFile(name); err == nil && chain.IsOwned(name, data) {
+		if data, err := netd.ReadFile(name); err == nil && (name == in.cfg.OwnedConfigName || chain.IsOwned(name, data)) {
 			in.log.Info("removing our conflist under its old name", "name", name, "now", in.owned)
 			errs = append(errs, netd.Remove(name))
 		}

@@ -2,7 +2,14 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -105,8 +112,7 @@ func newFakeNode(root string) (*fakeNode, error) {
 func (nd *fakeNode) rotateToken() error {
 	nd.serial++
 	ts := fmt.Sprintf("..token_%d", nd.serial)
-	// Any PEM CA will do: the installer never calls the API here.
-	ca, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	ca, err := selfSignedCA()
 	if err != nil {
 		return err
 	}
@@ -271,4 +277,20 @@ func freePorts(n int) ([]int, error) {
 		defer ln.Close()
 	}
 	return ports, nil
+}
+
+// selfSignedCA is a one-certificate CA like a cluster's ca.crt. The
+// installer only embeds it; it never calls the API here.
+func selfSignedCA() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench-ca"},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
