@@ -204,7 +204,8 @@ func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if name == in.owned || !(strings.HasSuffix(name, chain.OwnedSuffix) || name == in.cfg.OwnedConfigName) {
+		ours := strings.HasSuffix(name, chain.OwnedSuffix) || name == in.cfg.OwnedConfigName
+		if name == in.owned || !ours {
 			continue
 		}
 		if data, err := netd.ReadFile(name); err == nil && (name == in.cfg.OwnedConfigName || chain.IsOwned(name, data)) {
