@@ -12,7 +12,8 @@ import (
 )
 
 // Do sends a request as AdminToken. path is absolute ("/api/v1/..."); a
-// non-nil body is sent as JSON. Any HTTP status is returned, not an error.
+// non-nil body is sent as JSON (a JSON patch for PATCH). Any HTTP status is
+// returned, not an error.
 func (a *APIServer) Do(ctx context.Context, method, path string, body []byte) (status int, resp []byte, err error) {
 	return a.DoAs(ctx, AdminToken, method, path, body)
 }
@@ -30,7 +31,11 @@ func (a *APIServer) DoAs(ctx context.Context, token, method, path string, body [
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := "application/json"
+		if method == http.MethodPatch {
+			ct = "application/json-patch+json" // RFC 6902
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	r, err := a.admin.Do(req)
 	if err != nil {
