@@ -41,7 +41,7 @@ var ErrNoPrimary = errors.New("no valid primary CNI config")
 // network also takes plugins from <dir>/<name>/ (libcni >= 1.3) is an error,
 // not a skip: those run after the inline list, so after istio-cni.
 func FindPrimary(dir, ownedName string, skip ...string) (*Primary, error) {
-	files, err := libcni.ConfFiles(dir, []string{".conf", ".conflist", ".json"})
+	files, err := libcni.ConfFiles(dir, Extensions)
 	if err != nil {
 		return nil, fmt.Errorf("listing CNI config dir %s: %w", dir, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,12 +88,20 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	str(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
 	str(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
 	str(&mode, "mode", "MODE", string(Owned), "owned or inplace")
-	str(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API)")
+	str(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API; required)")
 	str(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
-	fs.IntVar(&c.ConflictRepairs, "conflict-repairs", 10, "repairs within --conflict-window that mean another writer is fighting us")
-	fs.DurationVar(&c.ConflictWindow, "conflict-window", 30*time.Second, "see --conflict-repairs")
+	var repairs, window string
+	str(&repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us")
+	str(&window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	var err error
+	if c.ConflictRepairs, err = strconv.Atoi(repairs); err != nil || c.ConflictRepairs < 2 {
+		return Config{}, fmt.Errorf("--conflict-repairs %q: want a whole number of at least 2", repairs)
+	}
+	if c.ConflictWindow, err = time.ParseDuration(window); err != nil || c.ConflictWindow <= 0 {
+		return Config{}, fmt.Errorf("--conflict-window %q: want a duration such as 30s", window)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -102,7 +111,12 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if exclude != "" {
 		c.ExcludeNamespaces = strings.Split(exclude, ",")
 	}
-	var err error
+	// Event paths are compared with these: they must be clean.
+	for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.KubeconfigDir, &c.ServiceAccountDir, &c.HostKubeconfigPath} {
+		if *p != "" {
+			*p = filepath.Clean(*p)
+		}
+	}
 	if c.LogLevel, err = parseLevel(level); err != nil {
 		return Config{}, err
 	}
@@ -120,34 +134,62 @@ func parseLevel(s string) (slog.Level, error) {
 // validate checks every flag; the error names the flag and what is allowed.
 func (c Config) validate() error {
 	var errs []error
-	for flagName, dir := range map[string]string{
-		"--cni-bin-dir": c.CNIBinDir, "--plugin-source": c.PluginSource, "--cni-net-dir": c.CNINetDir,
-		"--kubeconfig-dir": c.KubeconfigDir, "--service-account-dir": c.ServiceAccountDir,
-		"--host-kubeconfig-path": c.HostKubeconfigPath,
-	} {
-		if !filepath.IsAbs(dir) {
-			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", flagName, dir))
+	paths := []flagValue{{"--cni-bin-dir", c.CNIBinDir}, {"--cni-net-dir", c.CNINetDir},
+		{"--kubeconfig-dir", c.KubeconfigDir}, {"--service-account-dir", c.ServiceAccountDir},
+		{"--plugin-source", c.PluginSource}, {"--host-kubeconfig-path", c.HostKubeconfigPath}}
+	watched := map[string]string{}
+	for i, p := range paths {
+		if !filepath.IsAbs(p.value) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.flag, p.value))
 		}
+		if other, dup := watched[p.value]; dup && i < 4 {
+			errs = append(errs, fmt.Errorf("%s and %s are the same directory %q: want distinct directories", other, p.flag, p.value))
+		}
+		watched[p.value] = p.flag
+	}
+	if filepath.Base(c.HostKubeconfigPath) != KubeconfigName {
+		errs = append(errs, fmt.Errorf("--host-kubeconfig-path %q: the file is written as %s, so the path must end in it", c.HostKubeconfigPath, KubeconfigName))
 	}
 	name := c.OwnedConfigName
 	if name != filepath.Base(name) || !strings.HasSuffix(name, ".conflist") || strings.HasPrefix(name, ".") {
 		errs = append(errs, fmt.Errorf("--owned-config-name %q: want a file name ending in .conflist", name))
 	}
-	for _, ns := range append(append([]string{}, c.ExcludeNamespaces...), c.PodNamespace) {
-		if ns != "" && !kube.ValidNamespace(ns) {
-			errs = append(errs, fmt.Errorf("namespace %q (--exclude-namespaces or --pod-namespace): want 1 to 63 lower-case letters, digits and '-'", ns))
+	for _, ns := range c.ExcludeNamespaces {
+		if !kube.ValidNamespace(ns) {
+			errs = append(errs, fmt.Errorf("--exclude-namespaces: %q is not a namespace name: want 1 to 63 lower-case letters, digits and '-', comma-separated", ns))
 		}
+	}
+	// The agent's own namespace tells uninstall from restart and keeps its
+	// pods out of the plugin's way: an empty one would make every restart
+	// look like an uninstall.
+	if !kube.ValidNamespace(c.PodNamespace) {
+		errs = append(errs, fmt.Errorf("--pod-namespace %q: required (POD_NAMESPACE from the downward API): want 1 to 63 lower-case letters, digits and '-'", c.PodNamespace))
+	}
+	if !validObjectName(c.DaemonSetName) {
+		errs = append(errs, fmt.Errorf("--daemonset-name %q: want a DNS subdomain name (lower-case letters, digits, '-' and '.')", c.DaemonSetName))
 	}
 	if c.Mode != Owned && c.Mode != Inplace {
 		errs = append(errs, fmt.Errorf("--mode %q: want owned or inplace", c.Mode))
 	}
-	for flagName, addr := range map[string]string{"--health-addr": c.HealthAddr, "--metrics-addr": c.MetricsAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			errs = append(errs, fmt.Errorf("%s %q: want host:port or :port", flagName, addr))
+	for _, a := range []flagValue{{"--health-addr", c.HealthAddr}, {"--metrics-addr", c.MetricsAddr}} {
+		if _, _, err := net.SplitHostPort(a.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port or :port", a.flag, a.value))
 		}
 	}
-	if c.ConflictRepairs < 2 || c.ConflictWindow <= 0 {
-		errs = append(errs, errors.New("--conflict-repairs must be at least 2 and --conflict-window above 0"))
-	}
 	return errors.Join(errs...)
+}
+
+type flagValue struct{ flag, value string }
+
+// validObjectName: a DNS-1123 subdomain, as Kubernetes names most objects.
+func validObjectName(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !kube.ValidNamespace(label) {
+			return false
+		}
+	}
+	return true
 }

@@ -45,7 +45,7 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("/readyz when ready: %d", code)
 	}
 	_, body := get(t, metrics+"/metrics")
-	for _, want := range []string{"istio_cni_install_ready 1", `istio_cni_install_writes_total{file="conflist",reason="config_changed"}`,
+	for _, want := range []string{"istio_cni_install_ready 1", `istio_cni_install_writes_total{file="conflist",reason="install"} 1`,
 		"istio_cni_install_repair_seconds_count", "istio_cni_install_preempted 0"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -50,8 +50,10 @@ func (in *Installer) serve(ctx context.Context) (stop func(), err error) {
 		}()
 	}
 	return func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
 		for _, srv := range servers {
-			_ = srv.Shutdown(context.WithoutCancel(ctx))
+			_ = srv.Shutdown(sctx)
 		}
 	}, nil
 }

@@ -26,21 +26,23 @@ type Installer struct {
 	uninstall UninstallCheck
 	now       func() time.Time
 
-	mu       sync.Mutex // guards ready, why and conflist, read by /readyz
+	mu       sync.Mutex // guards ready, why, conflist and addrs
 	ready    bool
 	why      string
-	conflist string // the chained conflist's name when last ready
+	conflist string
 
 	addrs []string // the health and metrics listeners' addresses (under mu)
 
-	watching bool // all watches armed
-
 	// Loop state.
-	owned    string           // the owned conflist's current name
-	primary  string           // the primary config's name
-	repairs  []time.Time      // recent repairs forced on our own files, for conflict detection
-	problems map[string]error // each file's last failure, for readiness
-	conflict string           // non-empty while we have stopped fighting: what we saw
+	unwatched       []string         // watched directories not armed yet
+	owned           string           // our conflist's current name (inplace: the primary's)
+	primary         string           // the primary config's name
+	lastConflist    []byte           // what we last wrote there
+	lastKubeconfig  []byte           // what we last wrote there
+	binaryInstalled bool             // the binary was copied once by this process
+	repairs         []time.Time      // recent repairs forced on our files, for conflict detection
+	problems        map[string]error // each file's last failure, for readiness
+	conflict        string           // non-empty while we have stopped fighting: what we saw
 }
 
 // New returns an installer that has not touched anything yet.
@@ -70,7 +72,7 @@ func (in *Installer) Ready() (bool, string) {
 	return in.ready, in.why
 }
 
-// Conflist is the chained conflist's name as of the last reconcile.
+// Conflist is the chained conflist's name as of the last readiness check.
 func (in *Installer) Conflist() string {
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -1,15 +1,13 @@
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/containernetworking/cni/libcni"
 
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/fsutil"
@@ -20,7 +18,6 @@ import (
 type trigger struct {
 	reason string    // "install" at start-up, else what changed
 	file   string    // the file whose change was noticed, if any
-	ours   bool      // the change was to one of our own files
 	at     time.Time // when it was noticed
 	// also holds the reasons of the other events of the same burst.
 	also []string
@@ -33,6 +30,20 @@ const (
 	fileConflist   = "conflist"
 )
 
+// Why a file was written, the "reason" label of the writes metric.
+const (
+	writeInstall   = "install"   // first write by this process
+	writeUpdate    = "update"    // new content: the primary changed, the token rotated
+	writeRepair    = "repair"    // someone else changed or removed our file
+	writePreempted = "preempted" // renamed to sort before a foreign config again
+)
+
+// outcome is what one step did.
+type outcome struct {
+	why     string // one of write*, "" when nothing was written
+	problem error
+}
+
 // reconcile makes the node hold the binary, the kubeconfig and the chained
 // conflist, then recomputes readiness. A trigger about one file checks only
 // that file (the watches report any change to the others); every step is
@@ -43,48 +54,51 @@ func (in *Installer) reconcile(t trigger) {
 		in.setReady(false, in.conflict)
 		return
 	}
-	var wrote []string
-	step := func(file string, f func() (bool, error)) {
-		if !t.concerns(file) {
-			return
+	var wrote, fights []string
+	for _, s := range []struct {
+		file string
+		run  func() outcome
+	}{{fileBinary, in.installBinary}, {fileKubeconfig, in.installKubeconfig}, {fileConflist, in.installConflist}} {
+		if !t.concerns(s.file) {
+			continue
 		}
-		changed, err := f()
-		if in.problems == nil {
-			in.problems = map[string]error{}
+		o := in.run(s.file, s.run)
+		if o.why != "" {
+			wrote = append(wrote, s.file+":"+o.why)
 		}
-		in.problems[file] = nil
-		if err != nil {
-			in.problems[file] = fmt.Errorf("%s: %w", file, err)
-		}
-		if changed {
-			wrote = append(wrote, file)
-			in.metrics.Writes.WithLabelValues(file, t.reason).Inc()
+		if o.why == writeRepair || o.why == writePreempted {
+			fights = append(fights, s.file)
 		}
 	}
-	step(fileBinary, in.installBinary)
-	step(fileKubeconfig, in.installKubeconfig)
-	preempted := false
-	step(fileConflist, func() (bool, error) {
-		changed, pre, err := in.installConflist()
-		preempted = pre
-		return changed, err
-	})
 	if len(wrote) > 0 {
 		d := in.now().Sub(t.at)
 		if t.reason != reasonInstall {
 			in.metrics.RepairSeconds.Observe(d.Seconds())
 		}
-		in.log.Info("installed", "wrote", strings.Join(wrote, ","), "reason", t.reason, "file", t.file,
+		in.log.Info("installed", "wrote", wrote, "reason", t.reason, "file", t.file,
 			"conflist", in.owned, "primary", in.primary, "ms", float64(d.Microseconds())/1000)
-		if (t.ours || preempted) && t.reason != reasonInstall {
-			in.countRepair(t, preempted)
-		}
 	}
-	var problems []error
-	for _, file := range []string{fileBinary, fileKubeconfig, fileConflist} {
-		problems = append(problems, in.problems[file])
+	if len(fights) > 0 && in.countFight(t) {
+		in.setReady(false, in.conflict)
+		return
 	}
-	in.updateReadiness(errors.Join(problems...))
+	in.updateReadiness()
+}
+
+// run runs one step and records its problem and write.
+func (in *Installer) run(file string, step func() outcome) outcome {
+	o := step()
+	if in.problems == nil {
+		in.problems = map[string]error{}
+	}
+	in.problems[file] = nil
+	if o.problem != nil {
+		in.problems[file] = fmt.Errorf("%s: %w", file, o.problem)
+	}
+	if o.why != "" {
+		in.metrics.Writes.WithLabelValues(file, o.why).Inc()
+	}
+	return o
 }
 
 // concerns reports whether the trigger (or another event of its burst) may
@@ -110,7 +124,7 @@ func concerns(reason, file string) bool {
 	return true // install, re-armed watches, lost events, end of a conflict
 }
 
-// Trigger reasons, also the "reason" label of the writes metric.
+// Trigger reasons.
 const (
 	reasonInstall         = "install"
 	reasonBinary          = "binary_changed"
@@ -122,145 +136,67 @@ const (
 	reasonConfigRemoved   = "config_removed"
 )
 
-func (in *Installer) installBinary() (bool, error) {
-	return inDir(in.cfg.CNIBinDir, 0o755, func(d *fsutil.Dir) (bool, error) {
-		return d.CopyFile(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary), 0o755)
-	})
+// classifyWrite names why a write happened: data is what was written, last
+// what this process wrote before (nil: nothing yet). Writing what we had
+// written already means someone else had changed or removed it.
+func classifyWrite(changed bool, data, last []byte) string {
+	switch {
+	case !changed:
+		return ""
+	case last == nil:
+		return writeInstall
+	case bytes.Equal(data, last):
+		return writeRepair
+	}
+	return writeUpdate
 }
 
-func (in *Installer) installKubeconfig() (bool, error) {
+func (in *Installer) installBinary() outcome {
+	changed, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *fsutil.Dir) (bool, error) {
+		return d.CopyFile(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary), 0o755)
+	})
+	// The image's binary never changes: after the first copy, any copy
+	// repairs someone else's change.
+	why := classifyWrite(changed, nil, nil)
+	if changed && in.binaryInstalled {
+		why = writeRepair
+	}
+	in.binaryInstalled = in.binaryInstalled || err == nil
+	return outcome{why: why, problem: err}
+}
+
+func (in *Installer) installKubeconfig() outcome {
 	src, err := kubeconfig.FromServiceAccount(in.cfg.ServiceAccountDir,
 		"KUBERNETES_SERVICE_HOST", in.cfg.APIHost, "KUBERNETES_SERVICE_PORT", in.cfg.APIPort)
 	if err != nil {
-		return false, err
+		return outcome{problem: err}
 	}
 	data, err := kubeconfig.Build(src)
 	if err != nil {
-		return false, err
+		return outcome{problem: err}
 	}
-	return inDir(in.cfg.KubeconfigDir, 0o700, func(d *fsutil.Dir) (bool, error) {
+	changed, err := inDir(in.cfg.KubeconfigDir, 0o700, func(d *fsutil.Dir) (bool, error) {
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
+	why := classifyWrite(changed, data, in.lastKubeconfig)
+	if err == nil {
+		in.lastKubeconfig = data
+	}
+	return outcome{why: why, problem: err}
 }
 
-// installConflist writes the chained conflist for the current primary.
-// preempted reports that a foreign config had come to sort before ours.
-func (in *Installer) installConflist() (changed, preempted bool, err error) {
-	_, err = inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (struct{}, error) {
-		if in.cfg.Mode == Inplace {
-			changed, err = in.installInplace(netd)
-		} else {
-			changed, preempted, err = in.installOwned(netd)
-		}
-		return struct{}{}, err
-	})
-	return changed, preempted, err
-}
-
-// installOwned writes our own conflist, named to sort before the primary.
-func (in *Installer) installOwned(netd *fsutil.Dir) (changed, preempted bool, err error) {
-	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName, in.ownedNames()...)
-	if errors.Is(err, chain.ErrNoPrimary) && in.owned != "" {
-		// The primary CNI is gone: a copy of it must not outlive it.
-		in.log.Warn("the primary config is gone; removing our copy of it", "conflist", in.owned, "primary", in.primary)
-		in.owned, in.primary = "", ""
-		return true, false, errors.Join(err, in.removeStaleOwned(netd))
+// updateReadiness: ready only while no step failed, every watch is armed,
+// and the runtime's pick (the first config file) is our chained conflist.
+func (in *Installer) updateReadiness() {
+	var problems []error
+	for _, file := range []string{fileBinary, fileKubeconfig, fileConflist} {
+		problems = append(problems, in.problems[file])
 	}
-	if err != nil {
-		return false, false, err
-	}
-	name, renamed, err := chain.OwnedName(in.cfg.OwnedConfigName, p.Name)
-	if err != nil {
-		return false, false, err
-	}
-	if in.owned != "" && name != in.owned && p.Name < in.owned {
-		preempted = true
-		in.metrics.Preemptions.Inc()
-		in.log.Warn("preempted: a foreign config sorts before ours; taking priority back",
-			"foreign", p.Name, "was", in.owned, "now", name)
-	} else if renamed && name != in.owned {
-		in.log.Info("the primary config sorts before the preferred name; using another",
-			"primary", p.Name, "preferred", in.cfg.OwnedConfigName, "name", name)
-	}
-	data, err := chain.Owned(p, in.entry())
-	if err != nil {
-		return false, preempted, err
-	}
-	if changed, err = netd.WriteFile(name, data, p.Mode.Perm()); err != nil {
-		return false, preempted, err
-	}
-	in.owned, in.primary = name, p.Name
-	return changed, preempted, in.removeStaleOwned(netd)
-}
-
-// removeStaleOwned removes conflists we wrote under other names (for an
-// earlier primary, or by an earlier run of the agent): the configured name,
-// and generated names holding our entry.
-func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
-	entries, err := os.ReadDir(netd.Path())
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		ours := strings.HasSuffix(name, chain.OwnedSuffix) || name == in.cfg.OwnedConfigName
-		if name == in.owned || !ours {
-			continue
-		}
-		if data, err := netd.ReadFile(name); err == nil && (name == in.cfg.OwnedConfigName || chain.IsOwned(name, data)) {
-			in.log.Info("removing our conflist under its old name", "name", name, "now", in.owned)
-			errs = append(errs, netd.Remove(name))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// installInplace inserts our entry into the primary's own file. A .conf
-// primary becomes a .conflist of the same stem (runtimes read only
-// .conflist files as lists): the new file is written before the old one is
-// removed, and sorts right after it, so the runtime never finds neither.
-func (in *Installer) installInplace(netd *fsutil.Dir) (bool, error) {
-	p, err := chain.FindPrimary(netd.Path(), "")
-	if err != nil {
-		return false, err
-	}
-	data, err := chain.Inplace(p, in.entry())
-	if err != nil {
-		return false, err
-	}
-	name, renamed := chain.InplaceName(p.Name)
-	if renamed {
-		if _, err := netd.Lstat(name); err == nil {
-			return false, fmt.Errorf("converting %s to a list: %s already exists", p.Name, name)
-		}
-	}
-	changed, err := netd.WriteFile(name, data, p.Mode.Perm())
-	if err == nil && renamed {
-		err = netd.Remove(p.Name)
-	}
-	in.owned, in.primary = name, name
-	return changed, err
-}
-
-// ownedNames are the names of conflists we may have written, never taken
-// for the primary.
-func (in *Installer) ownedNames() []string {
-	names := []string{in.cfg.OwnedConfigName}
-	if in.owned != "" && in.owned != in.cfg.OwnedConfigName {
-		names = append(names, in.owned)
-	}
-	return names
-}
-
-// updateReadiness: ready only while nothing failed, every watch is armed,
-// and the runtime's pick (the first valid config) is our chained conflist.
-func (in *Installer) updateReadiness(problem error) {
-	switch {
-	case problem != nil:
-		in.setReady(false, problem.Error())
-	case !in.watching:
-		in.setReady(false, "watches not armed")
+	switch err := errors.Join(problems...); {
+	case err != nil:
+		in.setReady(false, err.Error())
+	case len(in.unwatched) > 0:
+		in.setReady(false, "not watching "+in.unwatched[0]+" (waiting for it to exist)")
 	default:
 		if err := in.verifyFirst(); err != nil {
 			in.setReady(false, err.Error())
@@ -275,20 +211,20 @@ func (in *Installer) updateReadiness(problem error) {
 // when it is invalid, so "first valid" is not enough), and that it is
 // exactly what the current primary calls for.
 func (in *Installer) verifyFirst() error {
-	files, err := libcni.ConfFiles(in.cfg.CNINetDir, []string{".conf", ".conflist", ".json"})
+	files, err := chain.ConfigFiles(in.cfg.CNINetDir)
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 || filepath.Base(files[0]) != in.owned {
-		first := "nothing"
-		if len(files) > 0 {
-			first = filepath.Base(files[0])
-			in.metrics.Preempted.Set(1)
-		}
-		return fmt.Errorf("%s sorts before our %s", first, in.owned)
+	if !slices.Contains(files, in.owned) {
+		in.metrics.Preempted.Set(0)
+		return fmt.Errorf("our conflist %q is missing", in.owned)
+	}
+	if files[0] != in.owned {
+		in.metrics.Preempted.Set(1)
+		return fmt.Errorf("%s sorts before our %s", files[0], in.owned)
 	}
 	in.metrics.Preempted.Set(0)
-	data, err := os.ReadFile(files[0])
+	data, err := os.ReadFile(filepath.Join(in.cfg.CNINetDir, in.owned))
 	if err != nil {
 		return err
 	}
@@ -303,20 +239,22 @@ func (in *Installer) verifyFirst() error {
 	return chain.Verify(data, p, in.entry())
 }
 
-// countRepair records a repair forced on our own files; too many within the
-// window mean another writer is fighting us, and we stop.
-func (in *Installer) countRepair(t trigger, preempted bool) {
+// countFight records a repair of our own files or a preemption; too many
+// within the window mean another writer is fighting us, and we stop.
+// It reports whether we just stopped.
+func (in *Installer) countFight(t trigger) bool {
 	cutoff := t.at.Add(-in.cfg.ConflictWindow)
 	in.repairs = slices.DeleteFunc(append(in.repairs, t.at), func(at time.Time) bool { return at.Before(cutoff) })
 	if len(in.repairs) < in.cfg.ConflictRepairs {
-		return
+		return false
 	}
-	what := fmt.Sprintf("another writer keeps changing %s (%d repairs in %s)", t.file, len(in.repairs), in.cfg.ConflictWindow)
-	if preempted {
-		what = fmt.Sprintf("%s keeps sorting before our conflist (%d preemptions in %s)", in.primary, len(in.repairs), in.cfg.ConflictWindow)
+	what := fmt.Sprintf("another writer keeps undoing %s: %d repairs in %s", t.file, len(in.repairs), in.cfg.ConflictWindow)
+	if t.reason == reasonConfigChanged {
+		what = fmt.Sprintf("%s keeps sorting before our conflist: %d takeovers in %s", t.file, len(in.repairs), in.cfg.ConflictWindow)
 	}
 	in.conflict = "conflict: " + what + "; stopped fighting"
 	in.metrics.Conflict.Set(1)
 	in.log.Error("conflict with another writer; stopped repairing until it stops", "detail", what,
 		"conflist", in.owned, "primary", in.primary)
+	return true
 }

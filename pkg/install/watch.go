@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"istio-cni.local/istio-cni/pkg/chain"
 )
 
 // serviceAccountData is the symlink kubelet swaps when it rotates the
@@ -22,7 +23,7 @@ func (in *Installer) watchedDirs() []string {
 }
 
 // classify turns a file event into a reconcile trigger, or ok=false for
-// events that cannot need one (our temp files, unrelated files).
+// events that cannot need one.
 func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	dir, name := filepath.Dir(ev.Name), filepath.Base(ev.Name)
 	gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
@@ -31,20 +32,20 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	case dir == in.cfg.ServiceAccountDir:
 		t.reason = reasonToken
 		return t, name == serviceAccountData
-	case strings.HasPrefix(name, "."):
-		return t, false // our own (or anyone's) temp files
 	case dir == in.cfg.CNIBinDir:
-		t.reason, t.ours = reasonBinary, true
+		t.reason = reasonBinary
 		return t, name == PluginBinary
 	case dir == in.cfg.KubeconfigDir:
-		t.reason, t.ours = reasonKubeconfig, true
+		t.reason = reasonKubeconfig
 		return t, name == KubeconfigName
-	case dir != in.cfg.CNINetDir || !isCNIConfig(name):
+	// In the config directory the extension decides, as for the runtime:
+	// hidden names count, our temp files (.tmp) do not.
+	case dir != in.cfg.CNINetDir || !chain.IsConfigName(name):
 		return t, false
 	case name == in.owned && gone:
-		t.reason, t.ours = reasonConflistDeleted, true
+		t.reason = reasonConflistDeleted
 	case name == in.owned:
-		t.reason, t.ours = reasonConflistChanged, true
+		t.reason = reasonConflistChanged
 	case gone:
 		t.reason = reasonConfigRemoved
 	default:
@@ -53,65 +54,7 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	return t, true
 }
 
-func isCNIConfig(name string) bool {
-	switch filepath.Ext(name) {
-	case ".conf", ".conflist", ".json":
-		return true
-	}
-	return false
-}
-
-// watcher arms fsnotify watches on the directories and re-arms one that is
-// removed or renamed: it watches the parent until the directory is back.
-type watcher struct {
-	w       *fsnotify.Watcher
-	dirs    []string
-	missing map[string]bool // watched dir -> waiting in its parent
-}
-
-func newWatcher(dirs []string) (*watcher, error) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("starting inotify: %w", err)
-	}
-	wa := &watcher{w: w, dirs: dirs, missing: map[string]bool{}}
-	for _, d := range dirs {
-		wa.arm(d)
-	}
-	return wa, nil
-}
-
-// arm watches dir, or its parent while dir does not exist.
-func (wa *watcher) arm(dir string) {
-	if err := wa.w.Add(dir); err == nil {
-		delete(wa.missing, dir)
-		return
-	}
-	wa.missing[dir] = true
-	_ = wa.w.Add(filepath.Dir(dir))
-}
-
-// armed reports whether every directory is watched.
-func (wa *watcher) armed() bool { return len(wa.missing) == 0 }
-
-// rearm reacts to events on the watched directories themselves; it reports
-// whether the set of armed watches changed.
-func (wa *watcher) rearm(ev fsnotify.Event) bool {
-	for _, d := range wa.dirs {
-		if ev.Name != d {
-			continue
-		}
-		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-			wa.arm(d)
-			return true
-		}
-		if wa.missing[d] && ev.Has(fsnotify.Create) {
-			wa.arm(d)
-			return true
-		}
-	}
-	return false
-}
+var errWatcherClosed = errors.New("inotify watcher closed")
 
 // Run installs, then watches and repairs until ctx ends; then it shuts down
 // (see shutdown).
@@ -131,20 +74,25 @@ func (in *Installer) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = wa.w.Close() }()
-	in.watching = wa.armed()
+	in.unwatched = wa.missing()
 	in.reconcile(trigger{reason: reasonInstall, at: in.now()})
 	cooldown := time.NewTimer(time.Hour)
 	cooldown.Stop()
 	for {
-		if in.conflict != "" {
-			cooldown.Reset(in.cfg.ConflictWindow)
-		}
 		select {
 		case <-ctx.Done():
 			return in.shutdown()
-		case ev := <-wa.w.Events:
-			in.handle(wa, append([]fsnotify.Event{ev}, drain(wa.w.Events)...))
-		case err := <-wa.w.Errors:
+		case ev, ok := <-wa.w.Events:
+			if !ok {
+				return errWatcherClosed
+			}
+			if in.handle(wa, append([]fsnotify.Event{ev}, drain(wa.w.Events)...)) && in.conflict != "" {
+				cooldown.Reset(in.cfg.ConflictWindow) // the fight goes on
+			}
+		case err, ok := <-wa.w.Errors:
+			if !ok {
+				return errWatcherClosed
+			}
 			// An overflow loses events: reconcile from scratch.
 			in.log.Warn("inotify", "error", err.Error())
 			in.reconcile(trigger{reason: "watch_error", at: in.now()})
@@ -163,7 +111,10 @@ func drain(ch <-chan fsnotify.Event) []fsnotify.Event {
 	var evs []fsnotify.Event
 	for {
 		select {
-		case ev := <-ch:
+		case ev, ok := <-ch:
+			if !ok {
+				return evs
+			}
 			evs = append(evs, ev)
 		default:
 			return evs
@@ -172,15 +123,15 @@ func drain(ch <-chan fsnotify.Event) []fsnotify.Event {
 }
 
 // handle reconciles once for a burst of events: named for its first
-// relevant event, covering the files all of them concern.
-func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) {
+// relevant event, covering the files all of them concern. It reports
+// whether any event was relevant.
+func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) bool {
 	at := in.now()
 	var first *trigger
 	var also []string
 	for _, ev := range evs {
 		t, ok := in.classify(ev, at)
 		if wa.rearm(ev) {
-			in.watching = wa.armed()
 			t, ok = trigger{reason: "watch_rearmed", file: ev.Name, at: at}, true
 		}
 		switch {
@@ -191,16 +142,26 @@ func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) {
 			also = append(also, t.reason)
 		}
 	}
-	if first != nil {
-		first.also = also
-		in.reconcile(*first)
+	if first == nil {
+		return false
 	}
+	first.also = also
+	in.unwatched = wa.missing()
+	in.reconcile(*first)
+	// The reconcile may have recreated a missing directory.
+	wa.armAll()
+	if missing := wa.missing(); len(missing) != len(in.unwatched) {
+		in.unwatched = missing
+		in.updateReadiness()
+	}
+	return true
 }
 
 var errNoUninstallCheck = errors.New("no uninstall check configured")
 
 // shutdown leaves everything in place unless the DaemonSet is being deleted.
 func (in *Installer) shutdown() error {
+	in.setReady(false, "shutting down")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	check := in.uninstall

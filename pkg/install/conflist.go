@@ -1,0 +1,163 @@
+package install
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/fsutil"
+)
+
+// installConflist writes the chained conflist for the current primary.
+func (in *Installer) installConflist() outcome {
+	o, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (outcome, error) {
+		if in.cfg.Mode == Inplace {
+			return in.installInplace(netd), nil
+		}
+		return in.installOwned(netd), nil
+	})
+	if err != nil {
+		return outcome{problem: err}
+	}
+	return o
+}
+
+// installOwned writes our own conflist, named to sort before every other
+// config file.
+func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
+	files, err := chain.ConfigFiles(netd.Path())
+	if err != nil {
+		return outcome{problem: err}
+	}
+	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName, in.ownedNames()...)
+	// The primary we follow is still there but does not parse: it is being
+	// rewritten in place (truncate, write). Keep the copy of its last valid
+	// content rather than drop it or copy another network.
+	if in.primary != "" && slices.Contains(files, in.primary) && (errors.Is(err, chain.ErrNoPrimary) || (err == nil && p.Name > in.primary)) {
+		return outcome{problem: fmt.Errorf("the primary %s does not parse now (being rewritten?); keeping our chained copy of its last valid content", in.primary)}
+	}
+	if errors.Is(err, chain.ErrNoPrimary) {
+		// No primary CNI: a copy of one must not outlive it, here or from an
+		// earlier run.
+		in.owned, in.primary = "", ""
+		return outcome{problem: errors.Join(err, in.removeStaleOwned(netd))}
+	}
+	if err != nil {
+		return outcome{problem: err}
+	}
+	// Sort before the primary and before any foreign file ahead of it, even
+	// an invalid one: containerd stops at the first file.
+	before := p.Name
+	if first := in.firstForeign(netd, files); first != "" && first < before {
+		before = first
+	}
+	name, renamed, err := chain.OwnedName(in.cfg.OwnedConfigName, before)
+	if err != nil {
+		return outcome{problem: err}
+	}
+	data, err := chain.Owned(p, in.entry())
+	if err != nil {
+		return outcome{problem: err}
+	}
+	changed, err := netd.WriteFile(name, data, p.Mode.Perm())
+	if err != nil {
+		return outcome{problem: err}
+	}
+	why := classifyWrite(changed, data, in.lastConflist)
+	if in.owned != "" && name != in.owned && before < in.owned {
+		why = writePreempted
+		in.metrics.Preemptions.Inc()
+		in.log.Warn("preempted: a foreign config sorts before ours; took priority back", "foreign", before, "was", in.owned, "now", name)
+	} else if renamed && name != in.owned {
+		in.log.Info("a config sorts before the preferred name; using another", "before", before, "preferred", in.cfg.OwnedConfigName, "name", name)
+	}
+	if name != in.owned && why == writeRepair {
+		why = writeUpdate // same content under a new name: the primary moved
+	}
+	in.owned, in.primary, in.lastConflist = name, p.Name, data
+	return outcome{why: why, problem: in.removeStaleOwned(netd)}
+}
+
+// firstForeign is the first config file that is not ours, or "".
+func (in *Installer) firstForeign(netd *fsutil.Dir, files []string) string {
+	for _, name := range files {
+		if !in.isOurs(netd, name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// isOurs: the configured name, the current one, or a generated name
+// holding our entry.
+func (in *Installer) isOurs(netd *fsutil.Dir, name string) bool {
+	if name == in.cfg.OwnedConfigName || (name == in.owned && in.cfg.Mode == Owned) {
+		return true
+	}
+	if !strings.HasSuffix(name, chain.OwnedSuffix) {
+		return false
+	}
+	data, err := netd.ReadFile(name)
+	return err == nil && chain.IsOwned(name, data)
+}
+
+// removeStaleOwned removes conflists we wrote under other names (for an
+// earlier primary, by an earlier run of the agent, or in the other mode).
+func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
+	files, err := chain.ConfigFiles(netd.Path())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, name := range files {
+		if name == in.owned || !in.isOurs(netd, name) {
+			continue
+		}
+		in.log.Info("removing our conflist under an old name", "name", name, "now", in.owned)
+		errs = append(errs, netd.Remove(name))
+	}
+	return errors.Join(errs...)
+}
+
+// installInplace inserts our entry into the primary's own file. A .conf
+// primary becomes a .conflist of the same stem (runtimes read only
+// .conflist files as lists): the new file is written before the old one is
+// removed, and sorts right after it, so the runtime never finds neither.
+func (in *Installer) installInplace(netd *fsutil.Dir) outcome {
+	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName)
+	if err != nil {
+		return outcome{problem: err}
+	}
+	data, err := chain.Inplace(p, in.entry())
+	if err != nil {
+		return outcome{problem: err}
+	}
+	name, renamed := chain.InplaceName(p.Name)
+	if renamed {
+		// A .conflist of that stem is ours from before (the primary rewrote
+		// its .conf meanwhile, or we crashed between write and remove)
+		// unless it lacks our entry.
+		if old, err := netd.ReadFile(name); err == nil && !chain.HasEntry(old) {
+			return outcome{problem: fmt.Errorf("converting %s to a list: %s already exists and is not ours", p.Name, name)}
+		}
+	}
+	changed, err := netd.WriteFile(name, data, p.Mode.Perm())
+	if err == nil && renamed {
+		err = netd.Remove(p.Name)
+	}
+	why := classifyWrite(changed, data, in.lastConflist)
+	in.owned, in.primary, in.lastConflist = name, name, data
+	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd))}
+}
+
+// ownedNames are the names of conflists we may have written, never taken
+// for the primary.
+func (in *Installer) ownedNames() []string {
+	names := []string{in.cfg.OwnedConfigName}
+	if in.owned != "" && in.owned != in.cfg.OwnedConfigName && in.cfg.Mode == Owned {
+		names = append(names, in.owned)
+	}
+	return names
+}
