@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"istio-cni.local/istio-cni/pkg/kube"
 )
 
 // PluginType is istio-cni's "type" in a plugin list.
@@ -40,11 +42,11 @@ func (e Entry) render() ([]byte, error) {
 		return nil, entryError("kubeconfig", fmt.Sprintf("%q is not an absolute path: want the kubeconfig's path on the host", e.Kubeconfig))
 	}
 	for _, ns := range e.ExcludeNamespaces {
-		if !validNamespace(ns) {
+		if !kube.ValidNamespace(ns) {
 			return nil, entryError("exclude_namespaces", notNamespace(ns))
 		}
 	}
-	if e.AgentNamespace != "" && !validNamespace(e.AgentNamespace) {
+	if e.AgentNamespace != "" && !kube.ValidNamespace(e.AgentNamespace) {
 		return nil, entryError("agent_namespace", notNamespace(e.AgentNamespace))
 	}
 	switch strings.ToLower(e.LogLevel) {
@@ -71,17 +73,4 @@ func entryError(field, problem string) error {
 
 func notNamespace(s string) string {
 	return fmt.Sprintf("%q is not a namespace name: want 1 to 63 lower-case letters, digits and '-'", s)
-}
-
-// validNamespace: a namespace name is a DNS-1123 label.
-func validNamespace(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' {
-			return false
-		}
-	}
-	return true
 }
