@@ -39,13 +39,13 @@ func installerBench(n int) error {
 	if err != nil {
 		return err
 	}
-	proc, err := nd.startInstaller()
+	proc, logs, err := nd.startInstaller()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = proc.Process.Signal(syscall.SIGTERM); _ = proc.Wait() }()
 	if _, err := nd.waitFor(nd.ownedIs(func(string) bool { return true }), 30*time.Second); err != nil {
-		return fmt.Errorf("initial install: %w", err)
+		return fmt.Errorf("initial install: %w\n%s", err, logs.String())
 	}
 	fmt.Printf("\n## Installer repair latency (%d events each; the installer runs with --conflict-repairs=1000000 so that these repeated undos are repaired rather than reported as a fight)\n\n", n)
 	fmt.Println("| event | gap | p50 | p99 | max |")
@@ -133,20 +133,20 @@ func (nd *fakeNode) rotateToken() error {
 
 func (nd *fakeNode) token() string { return fmt.Sprintf("bench-token-%d", nd.serial) }
 
-func (nd *fakeNode) startInstaller() (*exec.Cmd, error) {
+func (nd *fakeNode) startInstaller() (*exec.Cmd, *bytes.Buffer, error) {
 	ports, err := freePorts(2)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.Command(filepath.Join(nd.src, "install-cni"),
 		"--cni-bin-dir="+nd.bin, "--cni-net-dir="+nd.netd, "--kubeconfig-dir="+nd.kc, "--service-account-dir="+nd.sa,
 		"--health-addr=127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-addr=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--conflict-repairs=1000000", "--log-level=warn")
+		"--conflict-repairs=1000000", "--log-level=warn", "--pod-namespace=istio-cni")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	return cmd, cmd.Start()
+	logs := &bytes.Buffer{}
+	cmd.Stderr = logs
+	return cmd, logs, cmd.Start()
 }
 
 // writePrimary rewrites the primary the way CNI installers do (temp file,
