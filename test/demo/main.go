@@ -29,10 +29,13 @@ func main() {
 
 // node is the demo's simulated node and what must be undone.
 type node struct {
-	dir, bin string
-	api      *cluster.APIServer
-	net      *podsim.Network
-	undo     []func() error
+	dir           string
+	img           string // the built binaries, as the image ships them
+	bin, netd     string // the node's /opt/cni/bin and /etc/cni/net.d
+	kubeconfigDir string // the node's /var/run/istio-cni
+	api           *cluster.APIServer
+	net           *podsim.Network
+	undo          []func() error
 }
 
 func (n *node) defer_(f func() error) { n.undo = append(n.undo, f) }
@@ -58,10 +61,22 @@ func run() (err error) {
 	if err := os.Chmod(n.dir, 0o755); err != nil { // the proxy's uid reads its binary
 		return err
 	}
-	step("building the plugin, the reference bridge/host-local plugins and the test proxy")
-	n.bin = filepath.Join(n.dir, "bin")
-	if err := podsim.Build(n.bin); err != nil {
+	step("building the plugin, the installer, the reference bridge/host-local plugins and the test proxy")
+	n.img, n.bin, n.netd = filepath.Join(n.dir, "image"), filepath.Join(n.dir, "opt-cni-bin"), filepath.Join(n.dir, "etc-cni-net.d")
+	if err := podsim.Build(n.img); err != nil {
 		return err
+	}
+	// The node has its primary CNI installed: its binaries and, below, its
+	// conflist.
+	for _, d := range []string{n.bin, n.netd} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, b := range []string{"bridge", "host-local"} {
+		if err := copyFile(filepath.Join(n.img, b), filepath.Join(n.bin, b)); err != nil {
+			return err
+		}
 	}
 	step("starting etcd and kube-apiserver")
 	apiDir := filepath.Join(n.dir, "api")
@@ -82,20 +97,30 @@ func step(s string) { fmt.Printf("\n== %s\n", s) }
 
 func (n *node) demo() error {
 	ctx := context.Background()
-	kubeconfig := filepath.Join(n.dir, "istio-cni-kubeconfig")
-	if err := n.api.Kubeconfig(kubeconfig, cluster.PluginToken); err != nil {
-		return err
-	}
-	list, err := n.net.ConfList("1.0.0", map[string]any{
-		"type": "istio-cni", "kubeconfig": kubeconfig, "exclude_namespaces": []string{"kube-system"}, "log_level": "info",
-	})
-	if err != nil {
-		return err
-	}
 	plain, err := n.net.ConfList("1.0.0")
 	if err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(n.netd, "10-bridge.conflist"), plain.Bytes, 0o644); err != nil {
+		return err
+	}
+	step("install-cni installs the plugin on the node: binary, kubeconfig, chained conflist")
+	if err := n.startInstaller(); err != nil {
+		return err
+	}
+	for _, d := range []string{n.bin, n.netd, n.kubeconfigDir} {
+		entries, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		fmt.Printf("   %s: %s\n", filepath.Base(d), strings.Join(names, " "))
+	}
+	list, err := libcni.ConfListFromFile(filepath.Join(n.netd, "02-istio-cni.conflist"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("   the runtime now picks 02-istio-cni.conflist: plugins %s\n", pluginTypes(list))
 	step("creating pods: demo/productpage (istio-proxy sidecar), demo/legacy (no sidecar), demo/server")
 	for _, p := range []string{meshedPod, legacyPod} {
 		if err := n.api.CreatePod(ctx, []byte(p)); err != nil {
@@ -138,7 +163,7 @@ func (n *node) demo() error {
 		name string
 		sb   *podsim.Sandbox
 	}{{"demo/productpage", web}, {"demo/legacy", legacy}} {
-		line, err := podsim.Connect(app.sb.Path(), 0, filepath.Join(n.bin, "testproxy"), to)
+		line, err := podsim.Connect(app.sb.Path(), 0, filepath.Join(n.img, "testproxy"), to)
 		if err != nil {
 			return err
 		}
@@ -148,7 +173,7 @@ func (n *node) demo() error {
 		}
 		fmt.Printf("   %-17s -> %s: %s  [%s]\n", app.name, to, verdict, line)
 	}
-	step("DEL for every sandbox, then stopping everything this demo started")
+	step("DEL for every sandbox, then stopping everything this demo started (install-cni sees no DaemonSet deletion: a restart, so it leaves the plugin installed)")
 	return nil
 }
 
@@ -168,8 +193,16 @@ func (n *node) sandbox(ctx context.Context, name string, list *libcni.NetworkCon
 	return s, nil
 }
 
+func pluginTypes(l *libcni.NetworkConfigList) string {
+	var t []string
+	for _, p := range l.Plugins {
+		t = append(t, p.Network.Type)
+	}
+	return strings.Join(t, " -> ")
+}
+
 func (n *node) start(netns string, uid int, args ...string) error {
-	p, err := podsim.Start(netns, uid, filepath.Join(n.bin, "testproxy"), n.dir, args...)
+	p, err := podsim.Start(netns, uid, filepath.Join(n.img, "testproxy"), n.dir, args...)
 	if err != nil {
 		return err
 	}
