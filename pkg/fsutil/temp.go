@@ -90,3 +90,33 @@ func (d *Dir) createTemp(name string) (*os.File, string, error) {
 	}
 	return nil, "", fmt.Errorf("creating temp file in %s: names kept colliding", d.path)
 }
+
+// RemoveTemps removes the temp files that writes of names matching target
+// left behind when their process died between creating and renaming one.
+// Call it before any write is under way (at start-up).
+func (d *Dir) RemoveTemps(target func(name string) bool) error {
+	entries, err := os.ReadDir(d.path)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if name, ok := tempTarget(e.Name()); ok && target(name) && e.Type().IsRegular() {
+			errs = append(errs, d.root.Remove(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tempTarget reverses tempName: "." + name + "." + 16 hex digits + ".tmp"
+// gives name (cut to tempPrefixMax).
+func tempTarget(file string) (string, bool) {
+	const suffix = 1 + 16 + 4 // ".<16 hex>.tmp"
+	if len(file) <= 1+suffix || file[0] != '.' || file[len(file)-4:] != ".tmp" || file[len(file)-suffix] != '.' {
+		return "", false
+	}
+	if _, err := hex.DecodeString(file[len(file)-suffix+1 : len(file)-4]); err != nil {
+		return "", false
+	}
+	return file[1 : len(file)-suffix], true
+}

@@ -136,3 +136,25 @@ func TestInplaceConfPrimary(t *testing.T) {
 		return ok && os.IsNotExist(err), why
 	})
 }
+
+// TestStartRemovesCrashedWritesTemps: temp files of writes a crash cut short
+// are cleaned at start-up; other files are not.
+func TestStartRemovesCrashedWritesTemps(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	ours := []string{filepath.Join(n.bin, ".istio-cni.0123456789abcdef.tmp"), filepath.Join(n.netd, ".02-istio-cni.conflist.0123456789abcdef.tmp")}
+	theirs := filepath.Join(n.netd, ".calico.tmp")
+	for _, f := range append(ours, theirs) {
+		n.write(f, "partial", 0o644)
+	}
+	n.start(n.config())
+	n.waitReady()
+	for _, f := range ours {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s left: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("a foreign file was removed: %v", err)
+	}
+}

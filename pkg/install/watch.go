@@ -3,7 +3,6 @@ package install
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/fsutil"
 )
 
 // serviceAccountData is the symlink kubelet swaps when it rotates the
@@ -64,9 +64,21 @@ func (in *Installer) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopServing()
-	for dir, mode := range map[string]os.FileMode{in.cfg.CNIBinDir: 0o755, in.cfg.CNINetDir: 0o755, in.cfg.KubeconfigDir: 0o700} {
-		if err := os.MkdirAll(dir, mode); err != nil {
-			return fmt.Errorf("creating %s: %w", dir, err)
+	for _, d := range []struct {
+		path   string
+		mode   os.FileMode
+		target func(string) bool
+	}{
+		{in.cfg.CNIBinDir, 0o755, func(n string) bool { return n == PluginBinary }},
+		{in.cfg.CNINetDir, 0o755, chain.IsConfigName},
+		{in.cfg.KubeconfigDir, 0o700, func(n string) bool { return n == KubeconfigName }},
+	} {
+		// Temp files of a write a crash interrupted are never read, but
+		// they are ours to clean.
+		if _, err := inDir(d.path, d.mode, func(dir *fsutil.Dir) (struct{}, error) {
+			return struct{}{}, dir.RemoveTemps(d.target)
+		}); err != nil {
+			return err
 		}
 	}
 	wa, err := newWatcher(in.watchedDirs())
