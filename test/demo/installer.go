@@ -22,18 +22,9 @@ import (
 // holds the plugin user's token, so the kubeconfig it writes is one the
 // plugin can use.
 func (n *node) startInstaller() error {
-	sa := filepath.Join(n.dir, "serviceaccount")
-	if err := os.Mkdir(sa, 0o755); err != nil {
-		return err
-	}
-	ca, err := os.ReadFile(n.api.CAFile)
+	sa, err := n.serviceAccount()
 	if err != nil {
 		return err
-	}
-	for name, data := range map[string][]byte{"token": []byte(cluster.PluginToken), "ca.crt": ca} {
-		if err := os.WriteFile(filepath.Join(sa, name), data, 0o644); err != nil {
-			return err
-		}
 	}
 	u, err := url.Parse(n.api.URL)
 	if err != nil {
@@ -84,6 +75,25 @@ func (n *node) startInstaller() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// serviceAccount is the installer's service-account volume: the plugin
+// user's token and the API's CA.
+func (n *node) serviceAccount() (string, error) {
+	sa := filepath.Join(n.dir, "serviceaccount")
+	if err := os.Mkdir(sa, 0o755); err != nil {
+		return "", err
+	}
+	ca, err := os.ReadFile(n.api.CAFile)
+	if err != nil {
+		return "", err
+	}
+	for name, data := range map[string][]byte{"token": []byte(cluster.PluginToken), "ca.crt": ca} {
+		if err := os.WriteFile(filepath.Join(sa, name), data, 0o644); err != nil {
+			return "", err
+		}
+	}
+	return sa, nil
 }
 
 func lastLine(b []byte) string {

@@ -97,30 +97,10 @@ func step(s string) { fmt.Printf("\n== %s\n", s) }
 
 func (n *node) demo() error {
 	ctx := context.Background()
-	plain, err := n.net.ConfList("1.0.0")
+	plain, list, err := n.install()
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(n.netd, "10-bridge.conflist"), plain.Bytes, 0o644); err != nil {
-		return err
-	}
-	step("install-cni installs the plugin on the node: binary, kubeconfig, chained conflist")
-	if err := n.startInstaller(); err != nil {
-		return err
-	}
-	for _, d := range []string{n.bin, n.netd, n.kubeconfigDir} {
-		entries, _ := os.ReadDir(d)
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		fmt.Printf("   %s: %s\n", filepath.Base(d), strings.Join(names, " "))
-	}
-	list, err := libcni.ConfListFromFile(filepath.Join(n.netd, "02-istio-cni.conflist"))
-	if err != nil {
-		return err
-	}
-	fmt.Printf("   the runtime now picks 02-istio-cni.conflist: plugins %s\n", pluginTypes(list))
 	step("creating pods: demo/productpage (istio-proxy sidecar), demo/legacy (no sidecar), demo/server")
 	for _, p := range []string{meshedPod, legacyPod} {
 		if err := n.api.CreatePod(ctx, []byte(p)); err != nil {
@@ -146,6 +126,43 @@ func (n *node) demo() error {
 	if err := n.start(web.Path(), proxyUID, "proxy"); err != nil {
 		return err
 	}
+	if err := n.show(ctx, server, web, legacy); err != nil {
+		return err
+	}
+	step("DEL for every sandbox, then stopping everything this demo started (install-cni sees no DaemonSet deletion: a restart, so it leaves the plugin installed)")
+	return nil
+}
+
+// install gives the node its primary conflist and runs install-cni; it
+// returns the primary's list and the chained one the installer wrote.
+func (n *node) install() (plain, chained *libcni.NetworkConfigList, err error) {
+	if plain, err = n.net.ConfList("1.0.0"); err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(filepath.Join(n.netd, "10-bridge.conflist"), plain.Bytes, 0o644); err != nil {
+		return nil, nil, err
+	}
+	step("install-cni installs the plugin on the node: binary, kubeconfig, chained conflist")
+	if err := n.startInstaller(); err != nil {
+		return nil, nil, err
+	}
+	for _, d := range []string{n.bin, n.netd, n.kubeconfigDir} {
+		entries, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		fmt.Printf("   %s: %s\n", filepath.Base(d), strings.Join(names, " "))
+	}
+	if chained, err = libcni.ConfListFromFile(filepath.Join(n.netd, "02-istio-cni.conflist")); err != nil {
+		return nil, nil, err
+	}
+	fmt.Printf("   the runtime now picks 02-istio-cni.conflist: plugins %s\n", pluginTypes(chained))
+	return plain, chained, nil
+}
+
+// show prints the meshed pod's rules and where each app's request went.
+func (n *node) show(ctx context.Context, server, web, legacy *podsim.Sandbox) error {
 	step("iptables-save -t nat in demo/productpage's network namespace (nsenter --net=" + web.Path() + ")")
 	out, err := podsim.Command(web.Path(), 0, "iptables-save", "-t", "nat").CombinedOutput()
 	if err != nil {
@@ -173,7 +190,6 @@ func (n *node) demo() error {
 		}
 		fmt.Printf("   %-17s -> %s: %s  [%s]\n", app.name, to, verdict, line)
 	}
-	step("DEL for every sandbox, then stopping everything this demo started (install-cni sees no DaemonSet deletion: a restart, so it leaves the plugin installed)")
 	return nil
 }
 
