@@ -2,14 +2,7 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +14,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"istio-cni.local/istio-cni/test/cluster"
 )
 
 // installerBench measures how fast the installer repairs the node's CNI
@@ -112,7 +107,7 @@ func newFakeNode(root string) (*fakeNode, error) {
 func (nd *fakeNode) rotateToken() error {
 	nd.serial++
 	ts := fmt.Sprintf("..token_%d", nd.serial)
-	ca, err := selfSignedCA()
+	ca, err := cluster.SelfSignedCA()
 	if err != nil {
 		return err
 	}
@@ -277,20 +272,4 @@ func freePorts(n int) ([]int, error) {
 		defer ln.Close()
 	}
 	return ports, nil
-}
-
-// selfSignedCA is a one-certificate CA like a cluster's ca.crt. The
-// installer only embeds it; it never calls the API here.
-func selfSignedCA() ([]byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench-ca"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
