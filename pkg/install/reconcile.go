@@ -157,9 +157,13 @@ func (in *Installer) installBinary() outcome {
 	})
 	// The image's binary never changes: after the first copy, any copy
 	// repairs someone else's change.
-	why := classifyWrite(changed, nil, nil)
-	if changed && in.binaryInstalled {
+	why := ""
+	switch {
+	case !changed:
+	case in.binaryInstalled:
 		why = writeRepair
+	default:
+		why = writeInstall
 	}
 	in.binaryInstalled = in.binaryInstalled || err == nil
 	return outcome{why: why, problem: err}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,7 +128,7 @@ func (nd *fakeNode) rotateToken() error {
 func (nd *fakeNode) token() string { return fmt.Sprintf("bench-token-%d", nd.serial) }
 
 func (nd *fakeNode) startInstaller() (*exec.Cmd, *bytes.Buffer, error) {
-	ports, err := freePorts(2)
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,17 +258,4 @@ func procMemory(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		defer ln.Close()
-	}
-	return ports, nil
 }

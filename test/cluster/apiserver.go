@@ -78,7 +78,7 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

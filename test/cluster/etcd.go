@@ -12,7 +12,7 @@ import (
 // startEtcd runs a single-member etcd on two free loopback ports with its
 // data under dir, and returns once /health reports healthy.
 func startEtcd(ctx context.Context, l *launcher, bin, dir string) (*proc, string, error) {
-	ports, err := freePorts(2)
+	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, "", err
 	}

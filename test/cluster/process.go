@@ -120,10 +120,10 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
-// freePorts asks the kernel for n distinct free ports on 127.0.0.1. They are
+// FreePorts asks the kernel for n distinct free ports on 127.0.0.1. They are
 // free when this returns; another process could take one before our child
 // binds it, which then fails start-up with "address already in use".
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")

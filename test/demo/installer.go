@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -30,14 +29,11 @@ func (n *node) startInstaller() error {
 	if err != nil {
 		return err
 	}
-	health, err := freePort()
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		return err
 	}
-	metrics, err := freePort()
-	if err != nil {
-		return err
-	}
+	health, metrics := strconv.Itoa(ports[0]), strconv.Itoa(ports[1])
 	n.kubeconfigDir = filepath.Join(n.dir, "var-run-istio-cni")
 	cmd := exec.Command(filepath.Join(n.img, "install-cni"),
 		"--cni-bin-dir="+n.bin, "--cni-net-dir="+n.netd, "--kubeconfig-dir="+n.kubeconfigDir,
@@ -99,15 +95,6 @@ func (n *node) serviceAccount() (string, error) {
 func lastLine(b []byte) string {
 	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
 	return string(lines[len(lines)-1]) + "\n"
-}
-
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
 }
 
 // copyFile copies a built binary into the node's bin directory.
