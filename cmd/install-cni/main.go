@@ -34,14 +34,34 @@ func run() error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	var uninstall install.UninstallCheck
-	if rc, err := rest.InClusterConfig(); err != nil {
-		log.Warn("no API access: at shutdown the plugin is always left installed", "error", err.Error())
-	} else if uninstall, err = install.DaemonSetGone(rc, cfg.PodNamespace, cfg.DaemonSetName); err != nil {
+	api, err := apiClients(cfg, log)
+	if err != nil {
 		return err
 	}
-	in := install.New(cfg, log, install.NewMetrics(), uninstall)
+	in := install.New(cfg, log, install.NewMetrics(), api)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return in.Run(ctx)
+}
+
+// apiClients connects the installer's API uses with its in-cluster
+// credentials. Outside a cluster it runs without them: the plugin then
+// carries the installer's token and is never uninstalled at shutdown.
+func apiClients(cfg install.Config, log *slog.Logger) (install.API, error) {
+	var api install.API
+	rc, err := rest.InClusterConfig()
+	if err != nil {
+		if cfg.PluginServiceAccount != "" {
+			return api, fmt.Errorf("--plugin-service-account %q needs API access to mint its tokens: %w", cfg.PluginServiceAccount, err)
+		}
+		log.Warn("no API access: at shutdown the plugin is always left installed", "error", err.Error())
+		return api, nil
+	}
+	if api.Uninstall, err = install.DaemonSetGone(rc, cfg.PodNamespace, cfg.DaemonSetName); err != nil {
+		return api, err
+	}
+	if cfg.PluginServiceAccount != "" {
+		api.PluginToken, err = install.PluginTokenMinter(rc, cfg.PodNamespace, cfg.PluginServiceAccount, cfg.PluginTokenTTL)
+	}
+	return api, err
 }

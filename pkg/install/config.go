@@ -51,6 +51,11 @@ type Config struct {
 	// shutdown the DaemonSet's state tells uninstall from restart.
 	PodNamespace  string
 	DaemonSetName string
+	// PluginServiceAccount, in PodNamespace, is the plugin's own identity:
+	// the installer mints its tokens (PluginTokenTTL long) for the plugin's
+	// kubeconfig. Empty: the kubeconfig carries the installer's own token.
+	PluginServiceAccount string
+	PluginTokenTTL       time.Duration
 	// ConflictRepairs repairs within ConflictWindow mean another writer keeps
 	// undoing us: stop fighting and report it.
 	ConflictRepairs int
@@ -90,7 +95,9 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	str(&mode, "mode", "MODE", string(Owned), "owned or inplace")
 	str(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API; required)")
 	str(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
-	var repairs, window string
+	str(&c.PluginServiceAccount, "plugin-service-account", "PLUGIN_SERVICE_ACCOUNT", "", "ServiceAccount (in the agent's namespace) whose tokens the plugin's kubeconfig carries; empty: the installer's own")
+	var repairs, window, ttl string
+	str(&ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
 	str(&repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us")
 	str(&window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs")
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +109,9 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	}
 	if c.ConflictWindow, err = time.ParseDuration(window); err != nil || c.ConflictWindow <= 0 {
 		return Config{}, fmt.Errorf("--conflict-window %q: want a duration such as 30s", window)
+	}
+	if c.PluginTokenTTL, err = time.ParseDuration(ttl); err != nil || c.PluginTokenTTL < MinPluginTokenTTL || c.PluginTokenTTL > MaxPluginTokenTTL {
+		return Config{}, fmt.Errorf("--plugin-token-ttl %q: want a duration from 10m to 24h", ttl)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -167,6 +177,9 @@ func (c Config) validate() error {
 	}
 	if !validObjectName(c.DaemonSetName) {
 		errs = append(errs, fmt.Errorf("--daemonset-name %q: want a DNS subdomain name (lower-case letters, digits, '-' and '.')", c.DaemonSetName))
+	}
+	if c.PluginServiceAccount != "" && !validObjectName(c.PluginServiceAccount) {
+		errs = append(errs, fmt.Errorf("--plugin-service-account %q: want a ServiceAccount name (lower-case letters, digits, '-' and '.'), or empty", c.PluginServiceAccount))
 	}
 	if c.Mode != Owned && c.Mode != Inplace {
 		errs = append(errs, fmt.Errorf("--mode %q: want owned or inplace", c.Mode))

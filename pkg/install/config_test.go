@@ -42,6 +42,10 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"--host-kubeconfig-path=/var/run/istio-cni/config"}, "--host-kubeconfig-path"},
 		{[]string{"--daemonset-name=Bad/Name"}, "--daemonset-name"},
 		{[]string{"--pod-namespace="}, "--pod-namespace"},
+		{[]string{"--plugin-service-account=Plugin_SA"}, "--plugin-service-account"},
+		{[]string{"--plugin-token-ttl=5m"}, "--plugin-token-ttl"},
+		{[]string{"--plugin-token-ttl=48h"}, "--plugin-token-ttl"},
+		{[]string{"--plugin-token-ttl=soon"}, "--plugin-token-ttl"},
 		{[]string{"stray"}, "unexpected"},
 	} {
 		_, err := ParseFlags(tc.args, env(map[string]string{"POD_NAMESPACE": "istio-cni"}), "/bin")

@@ -26,6 +26,7 @@ type node struct {
 	done                   chan error
 	uninstall              atomic.Bool
 	tokenSerial            int
+	mint                   TokenMinter // nil: the installer's own token
 }
 
 const bridgePrimary = `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[
@@ -66,7 +67,7 @@ func (n *node) config() Config {
 func (n *node) start(cfg Config) {
 	n.t.Helper()
 	in := New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), NewMetrics(),
-		func(context.Context) (bool, error) { return n.uninstall.Load(), nil })
+		API{Uninstall: func(context.Context) (bool, error) { return n.uninstall.Load(), nil }, PluginToken: n.mint})
 	n.in = in
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)

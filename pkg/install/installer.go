@@ -24,6 +24,7 @@ type Installer struct {
 	log       *slog.Logger
 	metrics   *Metrics
 	uninstall UninstallCheck
+	mint      TokenMinter // nil: the plugin uses the installer's own token
 	now       func() time.Time
 
 	mu       sync.Mutex // guards ready, why, conflist and addrs
@@ -39,15 +40,27 @@ type Installer struct {
 	primary         string           // the primary config's name
 	lastConflist    []byte           // what we last wrote there
 	lastKubeconfig  []byte           // what we last wrote there
+	pluginTok       pluginTokenState // the plugin's minted token
 	binaryInstalled bool             // the binary was copied once by this process
 	repairs         []time.Time      // recent repairs forced on our files, for conflict detection
 	problems        map[string]error // each file's last failure, for readiness
 	conflict        string           // non-empty while we have stopped fighting: what we saw
 }
 
+// API is what the installer asks the API server; either may be nil.
+type API struct {
+	// Uninstall tells uninstall from restart at shutdown; nil: always
+	// restart.
+	Uninstall UninstallCheck
+	// PluginToken mints the plugin's tokens; nil: the plugin's kubeconfig
+	// carries the installer's own service-account token.
+	PluginToken TokenMinter
+}
+
 // New returns an installer that has not touched anything yet.
-func New(cfg Config, log *slog.Logger, m *Metrics, uninstall UninstallCheck) *Installer {
-	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: uninstall, now: time.Now, why: "starting"}
+func New(cfg Config, log *slog.Logger, m *Metrics, api API) *Installer {
+	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: api.Uninstall, mint: api.PluginToken,
+		now: time.Now, why: "starting"}
 }
 
 // inDir runs f on a directory, created if absent and opened afresh: a

@@ -116,7 +116,7 @@ func concerns(reason, file string) bool {
 	switch reason {
 	case reasonBinary:
 		return file == fileBinary
-	case reasonKubeconfig, reasonToken:
+	case reasonKubeconfig, reasonToken, reasonPluginToken:
 		return file == fileKubeconfig
 	case reasonConflistChanged, reasonConflistDeleted, reasonConfigChanged, reasonConfigRemoved:
 		return file == fileConflist
@@ -130,6 +130,7 @@ const (
 	reasonBinary          = "binary_changed"
 	reasonKubeconfig      = "kubeconfig_changed"
 	reasonToken           = "token_rotated"
+	reasonPluginToken     = "plugin_token_refresh"
 	reasonConflistChanged = "conflist_changed"
 	reasonConflistDeleted = "conflist_deleted"
 	reasonConfigChanged   = "config_changed"
@@ -174,6 +175,12 @@ func (in *Installer) installKubeconfig() outcome {
 		"KUBERNETES_SERVICE_HOST", in.cfg.APIHost, "KUBERNETES_SERVICE_PORT", in.cfg.APIPort)
 	if err != nil {
 		return outcome{problem: err}
+	}
+	if in.mint != nil {
+		// On failure the file keeps the last token, still valid or not.
+		if src.Token, err = in.pluginToken(); err != nil {
+			return outcome{problem: err}
+		}
 	}
 	data, err := kubeconfig.Build(src)
 	if err != nil {

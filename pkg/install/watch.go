@@ -108,6 +108,8 @@ func (in *Installer) Run(ctx context.Context) error {
 			// An overflow loses events: reconcile from scratch.
 			in.log.Warn("inotify", "error", err.Error())
 			in.reconcile(trigger{reason: "watch_error", at: in.now()})
+		case <-in.tokenRefresh():
+			in.reconcile(trigger{reason: reasonPluginToken, at: in.now()})
 		case <-cooldown.C:
 			in.log.Info("the other writer stopped; repairing again", "was", in.conflict)
 			in.conflict, in.repairs = "", nil

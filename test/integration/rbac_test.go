@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// TestDeploymentsRBAC applies deployments/ to a real API server and checks
+// that its RBAC grants exactly what each identity uses: the plugin's minted
+// token may get pods and nothing else; the installer may get its DaemonSet
+// and mint the plugin's token, and nothing else.
+func TestDeploymentsRBAC(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
+	}
+	// The installer's identity: a token for its ServiceAccount, as kubelet
+	// would project into its pod.
+	adminClient := clientFor(t, cluster.AdminToken)
+	tr, err := adminClient.CoreV1().ServiceAccounts("istio-cni").CreateToken(ctx, "istio-cni",
+		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	installerToken := tr.Status.Token
+	mint, err := install.PluginTokenMinter(restConfig(installerToken), "istio-cni", "istio-cni-plugin", install.MinPluginTokenTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pluginToken, expires, err := mint(ctx)
+	if err != nil {
+		t.Fatalf("the installer cannot mint the plugin's token: %v", err)
+	}
+	if ttl := time.Until(expires); ttl < 9*time.Minute || ttl > 11*time.Minute {
+		t.Errorf("minted token lives %v, want the 10m asked for", ttl)
+	}
+	// Eventually: the RBAC authorizer's cache may lag the apply.
+	for _, c := range []struct {
+		who, token, method, path string
+		allowed                  bool
+	}{
+		{"plugin", pluginToken, "GET", "/api/v1/namespaces/default/pods/any", true},
+		{"plugin", pluginToken, "GET", "/api/v1/namespaces/default/pods", false},
+		{"plugin", pluginToken, "GET", "/api/v1/namespaces/istio-cni/secrets/any", false},
+		{"plugin", pluginToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", false},
+		{"plugin", pluginToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin/token", false},
+		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", true},
+		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets", false},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/default/pods/any", false},
+		{"installer", installerToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni/token", false},
+		{"installer", installerToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/default/token", false},
+	} {
+		var body []byte
+		if c.method == "POST" {
+			body = []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{}}`)
+		}
+		// Allowed: served, or 404 for an object that does not exist.
+		// Denied: 403. Anything else (401: a bad token) is neither.
+		verdict := func(status int) bool {
+			if c.allowed {
+				return status < 300 || status == http.StatusNotFound
+			}
+			return status == http.StatusForbidden
+		}
+		var status int
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			status, _, err = env.api.DoAs(ctx, c.token, c.method, c.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if verdict(status) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !verdict(status) {
+			t.Errorf("%s %s %s: %d, want allowed=%v", c.who, c.method, c.path, status, c.allowed)
+		}
+	}
+}
+
+func restConfig(token string) *rest.Config {
+	return &rest.Config{Host: env.api.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: env.api.CAFile}}
+}
+
+func clientFor(t *testing.T, token string) *kubernetes.Clientset {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(restConfig(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
