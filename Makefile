@@ -9,13 +9,18 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 KUBE_VERSION := v1.32.4
 GOLANGCI_LINT_VERSION := v2.15.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
-# etcd for the test API server, nsenter (util-linux), ip (iproute2) and GNU
-# time (the bench's peak-RSS probe).
-APT_PACKAGES := iptables etcd-server util-linux iproute2 time
+# etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
+# time (the bench's peak-RSS probe), and the real node's containerd, runc
+# and reference CNI plugins (bridge, host-local, portmap, loopback).
+APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc containernetworking-plugins
+# The image `make image` writes, under the reference deployments/ uses.
+IMAGE := istio-cni/install-cni:0.1.0
+IMAGE_TAR := $(OUT)/istio-cni-image.tar
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build deps kube-binaries lint test unit bench demo clean
+.PHONY: all build image deps kube-binaries lint test unit e2e bench demo demo-down clean
 
 all: build
 
@@ -24,6 +29,17 @@ build: $(BIN)/istio-cni
 
 $(BIN)/istio-cni: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin
+
+$(BIN)/install-cni: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/install-cni
+
+## image: the DaemonSet's image (installer + plugin, static) as a
+## docker-archive tarball for `ctr -n k8s.io images import` or `docker load`.
+image: $(IMAGE_TAR)
+
+$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage pkg/image -name '*.go')
+	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
+		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755
 
 ## deps: install the system packages (needs root; a no-op when present).
 deps:
@@ -34,13 +50,13 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-## kube-binaries: kube-apiserver built from k8s.io/kubernetes (test/kube).
-kube-binaries: $(BIN)/kube-apiserver
+## kube-binaries: the test node's Kubernetes, built from k8s.io/kubernetes (test/kube).
+kube-binaries: $(addprefix $(BIN)/,$(KUBE_BINARIES))
 
-$(BIN)/kube-apiserver: test/kube/go.mod test/kube/go.sum
+$(addprefix $(BIN)/,$(KUBE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 	cd test/kube && CGO_ENABLED=0 $(GO) build -trimpath \
 		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)" \
-		-o $(CURDIR)/$(BIN)/ k8s.io/kubernetes/cmd/kube-apiserver
+		-o $(CURDIR)/$(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
 
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -30,6 +30,12 @@ type Options struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL;
 	// default 10s.
 	StopGrace time.Duration
+	// Node: controllers and a kubelet will run against this server, so
+	// pods get service accounts (ServiceAccount admission stays on).
+	Node bool
+	// Detach: the processes outlive this one (no Pdeathsig) and are
+	// recorded in Dir/pids for StopRecorded.
+	Detach bool
 }
 
 // APIServer is a running etcd + kube-apiserver pair.
@@ -39,6 +45,8 @@ type APIServer struct {
 	Dir    string
 
 	caPEM    []byte
+	certs    certFiles
+	token    string       // the static token file
 	admin    *http.Client // trusts CAFile; requests carry a bearer token
 	launcher *launcher
 	etcd     *proc
@@ -87,7 +95,9 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 		CAFile:   certs.caCert,
 		Dir:      o.Dir,
 		caPEM:    certs.caPEM,
-		launcher: newLauncher(),
+		certs:    certs,
+		token:    tokenFile,
+		launcher: newLauncher(pidFileFor(o)),
 		grace:    o.StopGrace,
 	}
 	defer func() {
@@ -107,6 +117,11 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	args := apiserverArgs(o.Dir, ports[0], etcdURL, certs, tokenFile)
+	if !o.Node {
+		// Pods are created without a service account (no controller
+		// manager makes the default one), so skip its admission plugin.
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
+	}
 	a.apiserv, err = startProc(a.launcher, "kube-apiserver", apiBin, args, filepath.Join(o.Dir, "kube-apiserver.log"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -141,9 +156,6 @@ func apiserverArgs(dir string, port int, etcdURL string, c certFiles, tokenFile 
 		// Service onto 127.0.0.1 fails (and logs) forever. Nothing here
 		// reaches the server through the Service IP.
 		"--endpoint-reconciler-type=none",
-		// Pods are created without a service account (no controller
-		// manager makes the default one), so skip its admission plugin.
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 	}
 }

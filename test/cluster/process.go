@@ -19,13 +19,18 @@ import (
 // some other goroutine locks that thread (netns code does) and exits with it
 // still locked. A dedicated locked thread lives exactly as long as the cluster,
 // so the children die with the test process and not before.
+//
+// A detached launcher (the demo's node, which outlives `make demo`) starts
+// children in their own session without Pdeathsig and records each one in
+// pidFile, for StopRecorded.
 type launcher struct {
-	reqs chan *exec.Cmd
-	errs chan error
+	reqs    chan *exec.Cmd
+	errs    chan error
+	pidFile string // "" unless detached
 }
 
-func newLauncher() *launcher {
-	l := &launcher{reqs: make(chan *exec.Cmd), errs: make(chan error)}
+func newLauncher(pidFile string) *launcher {
+	l := &launcher{reqs: make(chan *exec.Cmd), errs: make(chan error), pidFile: pidFile}
 	go func() {
 		runtime.LockOSThread()
 		// No UnlockOSThread: when close() ends the loop the thread exits,
@@ -64,8 +69,18 @@ func startProc(l *launcher, name, bin string, args []string, logPath string) (*p
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if l.pidFile != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	}
 	if err := l.start(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if l.pidFile != "" {
+		if err := recordPID(l.pidFile, name, cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, err
+		}
 	}
 	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {

@@ -6,7 +6,11 @@
 //
 //	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
-//	testproxy client --addr HOST:PORT [--timeout 5s]
+//	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION]
+//
+// With --every, client repeats the exchange until stopped, writing each
+// reply, or "error: ..." for a failed attempt, as it comes (an app
+// container's steady traffic in e2e tests).
 //
 // Lines written to the peer:
 //
@@ -35,7 +39,7 @@ import (
 const usage = `usage:
   testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
-  testproxy client --addr HOST:PORT [--timeout 5s]
+  testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION]
 `
 
 // errUsage marks a command-line mistake the flag package has already reported.
@@ -117,8 +121,13 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("client", stderr)
 	addr := fs.String("addr", "", "HOST:PORT to dial (required)")
 	timeout := fs.Duration("timeout", 5*time.Second, "limit for the whole exchange: dial and read until EOF")
+	every := fs.Duration("every", 0, "repeat the exchange this often until stopped (0: once)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *every < 0 {
+		fmt.Fprintf(stderr, "testproxy client: --every must not be negative, got %s\n", *every)
+		return errUsage
 	}
 	if *addr == "" {
 		fmt.Fprintln(stderr, "testproxy client: --addr is required")
@@ -129,7 +138,21 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "testproxy client: --timeout must be positive, got %s\n", *timeout)
 		return errUsage
 	}
-	return dialAndCopy(ctx, *addr, *timeout, stdout)
+	if *every == 0 {
+		return dialAndCopy(ctx, *addr, *timeout, stdout)
+	}
+	t := time.NewTicker(*every)
+	defer t.Stop()
+	for {
+		if err := dialAndCopy(ctx, *addr, *timeout, stdout); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(stdout, "error: %v\n", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {

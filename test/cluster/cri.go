@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// cri talks to containerd's CRI service, as kubelet does.
+func (n *Node) cri() (runtimeapi.RuntimeServiceClient, func() error, error) {
+	conn, err := grpc.NewClient("unix://"+n.ContainerdSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return runtimeapi.NewRuntimeServiceClient(conn), conn.Close, nil
+}
+
+// PodNetNS returns the network namespace path of a running pod's sandbox
+// (for nsenter --net).
+func (n *Node) PodNetNS(ctx context.Context, namespace, name string) (string, error) {
+	rt, closeConn, err := n.cri()
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = closeConn() }()
+	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace": namespace,
+			"io.kubernetes.pod.name":      name,
+		},
+	}})
+	if err != nil {
+		return "", err
+	}
+	if len(list.Items) != 1 {
+		return "", fmt.Errorf("pod %s/%s: %d ready sandboxes, want 1", namespace, name, len(list.Items))
+	}
+	st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: list.Items[0].Id, Verbose: true})
+	if err != nil {
+		return "", err
+	}
+	var info struct {
+		RuntimeSpec struct {
+			Linux struct {
+				Namespaces []struct{ Type, Path string }
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+		return "", fmt.Errorf("pod %s/%s: sandbox info: %w", namespace, name, err)
+	}
+	for _, ns := range info.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" && ns.Path != "" {
+			return ns.Path, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s: the sandbox has no network namespace path", namespace, name)
+}
+
+// removeSandboxes stops every pod sandbox (containers killed, CNI DEL run,
+// network namespace released) and removes it, as kubelet would.
+func (n *Node) removeSandboxes(ctx context.Context) error {
+	rt, closeConn, err := n.cri()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = closeConn() }()
+	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sb := range list.Items {
+		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("stopping sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err))
+			continue
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+			errs = append(errs, fmt.Errorf("removing sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"istio-cni.local/istio-cni/pkg/image"
+)
+
+// TestImage is the image test pods run: /testproxy (proxy, server and
+// client in one static binary), and /pause, its entrypoint, which also
+// makes it the node's sandbox image (SandboxImage is its second tag).
+const TestImage = "istio-cni-test/testproxy:1"
+
+// BuildTestImage builds pause and testproxy statically and writes the test
+// image's docker-archive tarball into dir.
+func BuildTestImage(ctx context.Context, dir string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	var files []image.File
+	for name, pkg := range map[string]string{"pause": "./test/pause", "testproxy": "./test/testproxy"} {
+		out := filepath.Join(dir, name)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, pkg) // #nosec G204 -- fixed packages
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("building %s: %w\n%s", pkg, err, b)
+		}
+		files = append(files, image.File{Path: "/" + name, Source: out, Mode: 0o755})
+	}
+	img, err := image.Build(image.Spec{Files: files, Entrypoint: []string{"/pause"}})
+	if err != nil {
+		return "", err
+	}
+	tarball := filepath.Join(dir, "test-image.tar")
+	return tarball, image.WriteArchive(tarball, img, TestImage, SandboxImage)
+}
+
+// MakeImage runs `make image` in the repository, as a user builds the
+// product's image, and returns the tarball's path.
+func MakeImage(ctx context.Context) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("make image: %w\n%s", err, out)
+	}
+	return filepath.Join(root, "_output", "istio-cni-image.tar"), nil
+}
+
+// DeploymentsDir is the repository's deployments/ directory.
+func DeploymentsDir() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "deployments"), nil
+}

@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// kubeletConfig is the KubeletConfiguration. cgroupfs and failCgroupV1:
+// this VM runs cgroup v1 without systemd; failSwapOn: swap may be on.
+// Eviction thresholds are low so a busy CI disk never evicts test pods.
+// Authentication and authorization are off on the kubelet's own API,
+// which listens on loopback only.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+podLogsDir: %s
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%%"
+  imagefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+syncFrequency: 10s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 5s
+`
+
+func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return err
+	}
+	root := filepath.Join(dir, "kubelet")
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return err
+	}
+	cfg := filepath.Join(root, "config.yaml")
+	data := fmt.Sprintf(kubeletConfig, n.ContainerdSocket, ports[0], ports[1], n.PodLogDir)
+	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		return err
+	}
+	args := []string{
+		"--config=" + cfg,
+		"--kubeconfig=" + n.Kubeconfig,
+		"--root-dir=" + filepath.Join(root, "root"),
+		"--cert-dir=" + filepath.Join(root, "pki"),
+		"--hostname-override=" + n.Name,
+		"--node-ip=127.0.0.1",
+		"--v=2",
+	}
+	p, err := startProc(n.launcher, "kubelet", b.kubelet, args, filepath.Join(dir, "kubelet.log"))
+	if err == nil {
+		n.components = append(n.components, p)
+	}
+	return err
+}

@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// overlay adapts deployments/ to a node whose "host" paths live under its
+// directory, the way a user's overlay adapts it to their cluster: the
+// hostPath volumes, where the plugin finds its kubeconfig, the API server
+// address (no kube-proxy here, so no Service IP), and health and metrics
+// ports that cannot clash with this machine's.
+const overlay = `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %[1]s
+patches:
+- target:
+    kind: DaemonSet
+    name: istio-cni-node
+  patch: |-
+    - op: replace
+      path: /spec/template/spec/volumes
+      value:
+      - name: cni-bin-dir
+        hostPath: {path: %[2]s, type: DirectoryOrCreate}
+      - name: cni-net-dir
+        hostPath: {path: %[3]s, type: DirectoryOrCreate}
+      - name: cni-kubeconfig-dir
+        hostPath: {path: %[4]s, type: DirectoryOrCreate}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: HOST_KUBECONFIG_PATH, value: %[4]s/istio-cni-kubeconfig}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: KUBERNETES_SERVICE_HOST, value: "127.0.0.1"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: KUBERNETES_SERVICE_PORT, value: "%[5]d"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: HEALTH_ADDR, value: "127.0.0.1:%[6]d"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: METRICS_ADDR, value: "127.0.0.1:%[7]d"}
+    - op: replace
+      path: /spec/template/spec/containers/0/ports
+      value:
+      - {name: health, containerPort: %[6]d, protocol: TCP}
+      - {name: metrics, containerPort: %[7]d, protocol: TCP}
+    - op: replace
+      path: /spec/template/spec/containers/0/readinessProbe/httpGet/port
+      value: %[6]d
+    - op: replace
+      path: /spec/template/spec/containers/0/livenessProbe/httpGet/port
+      value: %[6]d
+`
+
+// Overlay is where the node's DaemonSet listens and reaches the API.
+type Overlay struct {
+	APIPort     int // the API server (or a proxy in front of it) on 127.0.0.1
+	HealthPort  int
+	MetricsPort int
+}
+
+// WriteOverlay writes a kustomization into dir that installs deployments/
+// on this node. `kubectl apply -k dir` installs it.
+func (n *Node) WriteOverlay(dir string, o Overlay) error {
+	base, err := DeploymentsDir()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Kustomize takes a base only by a relative path.
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		return err
+	}
+	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort)
+	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600)
+}
+
+// APIPort is the API server's port on 127.0.0.1.
+func (a *APIServer) APIPort() int {
+	var port int
+	_, _ = fmt.Sscanf(a.URL, "https://127.0.0.1:%d", &port)
+	return port
+}

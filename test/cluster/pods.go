@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Workload containers run testproxy from TestImage; the ports match
+// Istio's sidecar.
+const (
+	ServerPort = 8080
+	proxyUID   = 1337
+	appUID     = 1000
+)
+
+// PodSpec describes a test pod.
+type PodSpec struct {
+	Namespace, Name string
+	// Server: the pod runs `testproxy server` on ServerPort (and nothing
+	// else). Otherwise an "app" container dials Target every second.
+	Server bool
+	Target string // host:port the app dials
+	// Sidecar adds an istio-proxy container (testproxy proxy as uid 1337)
+	// and the injector's status annotation; NativeSidecar makes it an init
+	// container with restartPolicy Always.
+	Sidecar, NativeSidecar bool
+}
+
+// JSON renders the pod.
+func (s PodSpec) JSON() []byte {
+	ctr := func(name string, uid int, args ...string) map[string]any {
+		return map[string]any{
+			"name": name, "image": TestImage, "imagePullPolicy": "Never",
+			"command": append([]string{"/testproxy"}, args...),
+			"securityContext": map[string]any{
+				"runAsUser": uid, "runAsGroup": uid, "allowPrivilegeEscalation": false,
+				"capabilities": map[string]any{"drop": []string{"ALL"}},
+			},
+		}
+	}
+	meta := map[string]any{"name": s.Name, "namespace": s.Namespace, "labels": map[string]string{"app": s.Name}}
+	spec := map[string]any{"terminationGracePeriodSeconds": 1, "enableServiceLinks": false}
+	var containers, inits []any
+	if s.Server {
+		containers = append(containers, ctr("server", appUID, "server", "--port", fmt.Sprint(ServerPort), "--name", s.Name))
+	} else {
+		containers = append(containers, ctr("app", appUID, "client", "--addr", s.Target, "--every", "1s", "--timeout", "2s"))
+	}
+	if s.Sidecar || s.NativeSidecar {
+		meta["annotations"] = map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}
+		proxy := ctr("istio-proxy", proxyUID, "proxy")
+		if s.NativeSidecar {
+			proxy["restartPolicy"] = "Always"
+			inits = append(inits, proxy)
+		} else {
+			containers = append(containers, proxy)
+		}
+	}
+	spec["containers"] = containers
+	if inits != nil {
+		spec["initContainers"] = inits
+	}
+	b, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+	return b
+}
+
+// Pod is what the tests read of a pod's state.
+type Pod struct {
+	Metadata struct {
+		Name, Namespace, UID string
+		DeletionTimestamp    *time.Time
+	}
+	Status struct {
+		Phase, PodIP      string
+		ContainerStatuses []struct {
+			Name  string
+			Ready bool
+			State map[string]json.RawMessage
+		}
+	}
+}
+
+// GetPod reads a pod; found is false on 404.
+func (n *Node) GetPod(ctx context.Context, ns, name string) (p Pod, found bool, err error) {
+	status, body, err := n.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil)
+	if err != nil || status == http.StatusNotFound {
+		return p, false, err
+	}
+	if status != http.StatusOK {
+		return p, false, fmt.Errorf("GET pod %s/%s: %d %s", ns, name, status, body)
+	}
+	return p, true, json.Unmarshal(body, &p)
+}
+
+// WaitRunning waits until every container of the pod is ready and returns
+// the pod.
+func (n *Node) WaitRunning(ctx context.Context, ns, name string) (Pod, error) {
+	var last string
+	for {
+		p, found, err := n.GetPod(ctx, ns, name)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case !found:
+			last = "not found"
+		case p.Status.Phase == "Running" && allReady(p):
+			return p, nil
+		default:
+			last = fmt.Sprintf("phase %s, containers %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		select {
+		case <-ctx.Done():
+			return p, fmt.Errorf("pod %s/%s not running: %w; last: %s", ns, name, ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func allReady(p Pod) bool {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if !c.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+// ContainerLog returns a container's log as kubelet wrote it (CRI format:
+// "<time> <stream> <tag> <line>" per line), "" if there is none yet.
+func (n *Node) ContainerLog(p Pod, container string) string {
+	dir := filepath.Join(n.PodLogDir, p.Metadata.Namespace+"_"+p.Metadata.Name+"_"+p.Metadata.UID, container)
+	entries, _ := os.ReadDir(dir)
+	var out strings.Builder
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join(dir, e.Name())) // #nosec G304 -- kubelet's log files
+		out.Write(b)
+	}
+	return out.String()
+}
+
+// IptablesSave returns iptables-save run in the pod's network namespace,
+// entered with nsenter as an operator would.
+func (n *Node) IptablesSave(ctx context.Context, ns, name string) (string, error) {
+	netns, err := n.PodNetNS(ctx, ns, name)
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, "nsenter", "--net="+netns, "iptables-save").CombinedOutput() // #nosec G204 -- test harness
+	if err != nil {
+		return "", fmt.Errorf("nsenter --net=%s iptables-save: %w: %s", netns, err, out)
+	}
+	return string(out), nil
+}
+
+// Kubectl runs kubectl against the node as admin.
+func (n *Node) Kubectl(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", n.Kubeconfig}, args...)...).CombinedOutput() // #nosec G204 -- test harness
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}

@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// 1. The DaemonSet is Ready; the plugin, its kubeconfig and the owned
+// conflist are on the node's host paths; /readyz answers OK.
+func TestInstalled(t *testing.T) {
+	requireInstalled(t)
+	for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+		if !exists(p) {
+			t.Errorf("%s missing", p)
+		}
+	}
+	owned, _ := os.ReadFile(ownedPath())
+	var list struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(owned, &list); err != nil || len(list.Plugins) != 3 || list.Plugins[2]["type"] != "istio-cni" {
+		t.Errorf("owned conflist should chain istio-cni after bridge and portmap (%v):\n%s", err, owned)
+	}
+	// The plugin's kubeconfig holds its own minted token, not the
+	// installer's: only pods can be read with it.
+	kc, _ := os.ReadFile(kubeconfigPath())
+	if !bytes.Contains(kc, []byte("token:")) {
+		t.Errorf("kubeconfig without a token:\n%s", kc)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz: %d", resp.StatusCode)
+	}
+}
+
+// 2. A meshed pod runs with the ISTIO chains in its netns, and the app's
+// requests reach the sidecar with the server's original destination.
+func TestMeshedPod(t *testing.T) {
+	requireInstalled(t)
+	p := startPod(t, meshedPod(t, "meshed"))
+	assertRedirected(t, p)
+}
+
+// 3. An unmeshed pod and a sidecar pod in an excluded namespace get no
+// ISTIO chains; their traffic goes straight to the server.
+func TestUnmeshedAndExcludedPods(t *testing.T) {
+	requireInstalled(t)
+	addr := server(t)
+	for _, s := range []cluster.PodSpec{
+		{Namespace: "default", Name: "plain", Target: addr},
+		{Namespace: "kube-system", Name: "excluded", Target: addr, Sidecar: true},
+	} {
+		t.Run(s.Namespace+"/"+s.Name, func(t *testing.T) {
+			assertDirect(t, startPod(t, s))
+		})
+	}
+}
+
+// 4. istio-proxy as a native sidecar (an init container with
+// restartPolicy Always) is redirected too.
+func TestNativeSidecar(t *testing.T) {
+	requireInstalled(t)
+	s := meshedPod(t, "native")
+	s.Sidecar, s.NativeSidecar = false, true
+	assertRedirected(t, startPod(t, s))
+}
+
+// 5. The primary CNI rewrites its conflist: the owned copy follows, and a
+// new meshed pod is still redirected. The owned conflist is deleted: it is
+// back before the next pod starts.
+func TestPrimaryRewriteAndOwnedDeleted(t *testing.T) {
+	requireInstalled(t)
+	rewritten := bytes.Replace(env.primary, []byte(`"hairpinMode": true`), []byte(`"hairpinMode": false`), 1)
+	if bytes.Equal(rewritten, env.primary) {
+		t.Fatal("test bug: the primary conflist has no hairpinMode to rewrite")
+	}
+	if err := os.WriteFile(env.node.PrimaryConfig, rewritten, 0o644); err != nil { // #nosec G306 -- as the primary CNI writes it
+		t.Fatal(err)
+	}
+	env.primary = rewritten
+	eventually(t, 10*time.Second, "owned conflist follows the primary", func() (bool, string) {
+		b, _ := os.ReadFile(ownedPath())
+		return bytes.Contains(b, []byte(`"hairpinMode": false`)), string(b)
+	})
+	assertRedirected(t, startPod(t, meshedPod(t, "after-rewrite")))
+
+	if err := os.Remove(ownedPath()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	eventually(t, 5*time.Second, "owned conflist restored", func() (bool, string) { return exists(ownedPath()), "" })
+	t.Logf("owned conflist restored %v after its deletion", time.Since(start).Round(time.Millisecond))
+	assertRedirected(t, startPod(t, meshedPod(t, "after-delete")))
+}
+
+// 6. The API server is unreachable for the plugin: a new meshed pod does
+// not start unredirected; its sandbox fails and kubelet retries. Once the
+// API is back, it runs, redirected.
+func TestAPIUnreachable(t *testing.T) {
+	requireInstalled(t)
+	s := meshedPod(t, "api-down")
+	env.proxy.down()
+	restored := false
+	defer func() {
+		if !restored {
+			_ = env.proxy.up()
+		}
+	}()
+	createPod(t, s)
+	eventually(t, 2*time.Minute, "a failed sandbox for "+s.Name, func() (bool, string) {
+		return sandboxFailed(t.Context(), s.Namespace, s.Name)
+	})
+	p, found, err := env.node.GetPod(t.Context(), s.Namespace, s.Name)
+	if err != nil || !found {
+		t.Fatalf("pod: %v found=%v", err, found)
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if _, running := c.State["running"]; running {
+			t.Fatalf("container %s runs while the plugin cannot reach the API", c.Name)
+		}
+	}
+	if err := env.proxy.up(); err != nil {
+		t.Fatal(err)
+	}
+	restored = true
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	p, err = env.node.WaitRunning(ctx, s.Namespace, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRedirected(t, p)
+}
+
+// sandboxFailed reports whether kubelet recorded a FailedCreatePodSandBox
+// event for the pod, with the plugin's message.
+func sandboxFailed(ctx context.Context, ns, name string) (bool, string) {
+	path := "/api/v1/namespaces/" + ns + "/events?fieldSelector=involvedObject.name%3D" + name
+	status, body, err := env.node.Do(ctx, http.MethodGet, path, nil)
+	if err != nil || status != http.StatusOK {
+		return false, fmt.Sprintf("%d %v", status, err)
+	}
+	var list struct {
+		Items []struct{ Reason, Message string }
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return false, err.Error()
+	}
+	for _, e := range list.Items {
+		if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "istio-cni") {
+			return true, e.Message
+		}
+	}
+	return false, string(body)
+}
+
+// 7. The installer pod is deleted (a restart): the files stay and pods
+// keep starting. The DaemonSet is deleted (uninstall): the owned conflist,
+// kubeconfig and binary go, and the primary config is untouched.
+func TestRestartThenUninstall(t *testing.T) {
+	requireInstalled(t)
+	old := installerPod(t)
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+		if !exists(p) {
+			t.Errorf("%s removed by a restart", p)
+		}
+	}
+	// A pod starting while the agent is away is still redirected.
+	assertRedirected(t, startPod(t, meshedPod(t, "during-restart")))
+	eventually(t, 2*time.Minute, "a new installer pod", func() (bool, string) {
+		name := installerPodOrEmpty(t)
+		return name != "" && name != old, name
+	})
+	requireInstalled(t)
+
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "daemonset", "istio-cni-node", "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "uninstalled", func() (bool, string) {
+		var left []string
+		for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+			if exists(p) {
+				left = append(left, p)
+			}
+		}
+		return len(left) == 0 && installerPodOrEmpty(t) == "", fmt.Sprint("left: ", left)
+	})
+	if b, _ := os.ReadFile(env.node.PrimaryConfig); !bytes.Equal(b, env.primary) {
+		t.Errorf("primary conflist changed by the uninstall:\n%s\nwant:\n%s", b, env.primary)
+	}
+	// The node works without istio-cni: a plain pod starts on the primary.
+	assertDirect(t, startPod(t, cluster.PodSpec{Namespace: "default", Name: "after-uninstall", Target: server(t)}))
+}
+
+func installerPod(t *testing.T) string {
+	t.Helper()
+	name := installerPodOrEmpty(t)
+	if name == "" {
+		t.Fatal("no installer pod")
+	}
+	return name
+}
+
+// installerPodOrEmpty returns the name of the DaemonSet's live pod.
+func installerPodOrEmpty(t *testing.T) string {
+	t.Helper()
+	status, body, err := env.node.Do(t.Context(), http.MethodGet,
+		"/api/v1/namespaces/istio-cni/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent", nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("listing installer pods: %d %v", status, err)
+	}
+	var list struct{ Items []cluster.Pod }
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.Metadata.DeletionTimestamp == nil {
+			return p.Metadata.Name
+		}
+	}
+	return ""
+}

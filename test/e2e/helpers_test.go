@@ -1,0 +1,185 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// podTimeout bounds a pod's start: image present, sandbox, CNI, containers.
+const podTimeout = 2 * time.Minute
+
+// eventually polls cond until it holds or timeout passes, then fails the
+// test with what it last saw.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, saw := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; last saw: %s", what, timeout, saw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The node's files the installer owns.
+func pluginPath() string     { return filepath.Join(env.node.CNIBinDir, install.PluginBinary) }
+func kubeconfigPath() string { return filepath.Join(env.node.IstioRunDir, install.KubeconfigName) }
+func ownedPath() string      { return filepath.Join(env.node.CNINetDir, "02-istio-cni.conflist") }
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// daemonSetReady reports whether the DaemonSet's pod on the node is
+// updated and ready.
+func daemonSetReady(ctx context.Context) (bool, string) {
+	status, body, err := env.node.Do(ctx, http.MethodGet, "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", nil)
+	if err != nil || status != http.StatusOK {
+		return false, fmt.Sprintf("GET DaemonSet: %d %s %v", status, body, err)
+	}
+	var ds struct {
+		Status struct {
+			DesiredNumberScheduled, NumberReady, UpdatedNumberScheduled int
+		}
+	}
+	if err := json.Unmarshal(body, &ds); err != nil {
+		return false, err.Error()
+	}
+	s := ds.Status
+	return s.DesiredNumberScheduled == 1 && s.NumberReady == 1 && s.UpdatedNumberScheduled == 1, fmt.Sprintf("%+v", s)
+}
+
+func requireInstalled(t *testing.T) {
+	t.Helper()
+	eventually(t, 3*time.Minute, "DaemonSet ready", func() (bool, string) { return daemonSetReady(t.Context()) })
+}
+
+// startPod creates the pod, deletes it when the test ends, and waits for
+// it to run.
+func startPod(t *testing.T, s cluster.PodSpec) cluster.Pod {
+	t.Helper()
+	createPod(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
+	defer cancel()
+	p, err := env.node.WaitRunning(ctx, s.Namespace, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func createPod(t *testing.T, s cluster.PodSpec) {
+	t.Helper()
+	if err := env.node.CreatePod(t.Context(), s.JSON()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		path := "/api/v1/namespaces/" + s.Namespace + "/pods/" + s.Name
+		_, _, _ = env.node.Do(context.Background(), http.MethodDelete, path, nil)
+	})
+}
+
+var (
+	serverOnce sync.Once
+	serverAddr string
+	serverErr  error
+)
+
+// server is a plain (unmeshed) server pod every app dials; it lives for
+// the whole run.
+func server(t *testing.T) string {
+	t.Helper()
+	serverOnce.Do(func() {
+		s := cluster.PodSpec{Namespace: "default", Name: "server", Server: true}
+		if serverErr = env.node.CreatePod(context.Background(), s.JSON()); serverErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), podTimeout)
+		defer cancel()
+		var p cluster.Pod
+		p, serverErr = env.node.WaitRunning(ctx, s.Namespace, s.Name)
+		serverAddr = fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
+	})
+	if serverErr != nil {
+		t.Fatal(serverErr)
+	}
+	return serverAddr
+}
+
+// The ISTIO chains a redirected pod's nat table holds.
+var istioChains = []string{":ISTIO_INBOUND ", ":ISTIO_IN_REDIRECT ", ":ISTIO_OUTPUT ", ":ISTIO_REDIRECT "}
+
+// assertRedirected: the pod's netns holds exactly the rule model of a
+// default sidecar (read as an operator would, nsenter + iptables-save), and
+// its app's requests reach the proxy with the server's address as the
+// original destination.
+func assertRedirected(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	rules, err := env.node.IptablesSave(t.Context(), p.Metadata.Namespace, p.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range istioChains {
+		if !strings.Contains(rules, c) {
+			t.Errorf("%s/%s: iptables-save lacks chain %q:\n%s", p.Metadata.Namespace, p.Metadata.Name, c, rules)
+		}
+	}
+	observed, err := iptables.ParseSave([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range iptables.Build(iptables.DefaultSpec(), true, false).Rulesets() {
+		if d := iptables.Diff(rs, observed); len(d) > 0 {
+			t.Errorf("%s/%s: rules differ from the model:\n%v\n%s", p.Metadata.Namespace, p.Metadata.Name, d, rules)
+		}
+	}
+	want := "proxy listener=outbound orig=" + server(t)
+	eventually(t, 30*time.Second, "the app's request through the proxy", func() (bool, string) {
+		log := env.node.ContainerLog(p, "app")
+		return strings.Contains(log, want), log
+	})
+	if log := env.node.ContainerLog(p, "app"); strings.Contains(log, "server name=server") {
+		t.Errorf("a request bypassed the proxy:\n%s", log)
+	}
+}
+
+// assertDirect: no ISTIO chain in the pod's netns, and its app's requests
+// reach the server itself.
+func assertDirect(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	rules, err := env.node.IptablesSave(t.Context(), p.Metadata.Namespace, p.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(rules, "ISTIO_") {
+		t.Errorf("%s/%s: unmeshed pod has ISTIO rules:\n%s", p.Metadata.Namespace, p.Metadata.Name, rules)
+	}
+	eventually(t, 30*time.Second, "the app's request straight to the server", func() (bool, string) {
+		log := env.node.ContainerLog(p, "app")
+		return strings.Contains(log, "server name=server"), log
+	})
+	if log := env.node.ContainerLog(p, "app"); strings.Contains(log, "proxy listener") {
+		t.Errorf("an unmeshed pod's request went to a proxy:\n%s", log)
+	}
+}
+
+func meshedPod(t *testing.T, name string) cluster.PodSpec {
+	return cluster.PodSpec{Namespace: "default", Name: name, Target: server(t), Sidecar: true}
+}

@@ -1,0 +1,110 @@
+// Package e2e proves istio-cni on a real Kubernetes node on this machine:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd
+// and kubelet, with a bridge primary CNI, the product installed with
+// `make image`, `ctr images import` and `kubectl apply -k` of an overlay of
+// deployments/. The tests run in order; the last one uninstalls.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// env is the node every test uses.
+var env struct {
+	node    *cluster.Node
+	proxy   *apiProxy
+	overlay string
+	health  int // the installer's /healthz and /readyz port
+	primary []byte
+}
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Println("e2e: needs root (containerd, kubelet, network namespaces); skipping")
+		os.Exit(0)
+	}
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (code int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "istio-cni-e2e-")
+	if err != nil {
+		return 1, err
+	}
+	defer func() {
+		if err == nil && code == 0 {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
+		}
+	}()
+	// Images first: a build failure should not cost a node start.
+	product, err := cluster.MakeImage(ctx)
+	if err != nil {
+		return 1, err
+	}
+	testImage, err := cluster.BuildTestImage(ctx, dir)
+	if err != nil {
+		return 1, err
+	}
+	node, err := cluster.StartNode(ctx, cluster.NodeOptions{
+		Dir: dir, Bridge: "icnie2e0", Subnet: netip.MustParsePrefix("10.99.0.0/24"),
+	})
+	if err != nil {
+		return 1, err
+	}
+	env.node = node
+	defer func() {
+		if code != 0 || err != nil {
+			fmt.Fprintln(os.Stderr, node.Logs(40))
+		}
+		if stopErr := node.Stop(); stopErr != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping the node:", stopErr)
+			code = 1
+		}
+	}()
+	for _, img := range []string{testImage, product} {
+		if err := node.ImportImage(ctx, img); err != nil {
+			return 1, err
+		}
+	}
+	if env.primary, err = os.ReadFile(node.PrimaryConfig); err != nil {
+		return 1, err
+	}
+	if env.proxy, err = newAPIProxy(fmt.Sprintf("127.0.0.1:%d", node.APIPort())); err != nil {
+		return 1, err
+	}
+	defer env.proxy.down()
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return 1, err
+	}
+	env.health = ports[0]
+	env.overlay = filepath.Join(dir, "overlay")
+	if err := node.WriteOverlay(env.overlay, cluster.Overlay{
+		APIPort: env.proxy.port(), HealthPort: ports[0], MetricsPort: ports[1],
+	}); err != nil {
+		return 1, err
+	}
+	if out, err := node.Kubectl(ctx, "apply", "-k", env.overlay); err != nil {
+		return 1, err
+	} else {
+		fmt.Print(out)
+	}
+	return m.Run(), nil
+}
