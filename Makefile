@@ -67,9 +67,13 @@ lint: $(TOOLS)/golangci-lint
 	$(GO) vet ./...
 	$(TOOLS)/golangci-lint run ./...
 
-## test: everything CI runs: lint, unit, real-namespace and API tests.
-test: deps kube-binaries lint
-	$(GO) test -count=1 -timeout 25m ./...
+## test: everything CI runs: lint, unit, real-namespace, API and real-node e2e tests.
+test: deps kube-binaries image lint
+	$(GO) test -count=1 -timeout 30m ./...
+
+## e2e: only the real-node tests (test/e2e).
+e2e: deps kube-binaries image
+	$(GO) test -count=1 -timeout 20m -v ./test/e2e
 
 ## unit: the tests that need neither root nor the API server.
 unit:
@@ -79,9 +83,14 @@ unit:
 bench: deps kube-binaries build
 	$(GO) run ./test/bench -plugin $(BIN)/istio-cni
 
-## demo: a meshed and an unmeshed pod on a local bridge, through the plugin.
-demo: deps kube-binaries
+## demo: a real local node with istio-cni installed from deployments/, a
+## meshed and an unmeshed app; the node keeps running (make demo-down).
+demo: deps kube-binaries image
 	$(GO) run ./test/demo
 
-clean:
+## demo-down: stop the demo node (every process it started, by PID).
+demo-down:
+	$(GO) run ./test/demo -down
+
+clean: demo-down
 	rm -rf $(OUT)

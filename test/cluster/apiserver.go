@@ -1,6 +1,8 @@
-// Package cluster starts a real etcd and kube-apiserver on loopback for
-// integration tests and benchmarks. There is no scheduler, controller
-// manager or kubelet: pods are stored, never run.
+// Package cluster starts real Kubernetes parts on loopback. StartAPIServer
+// runs etcd and kube-apiserver alone, for integration tests and benchmarks:
+// pods are stored, never run. StartNode adds kube-controller-manager,
+// kube-scheduler, containerd and kubelet: a real single node whose pods
+// run, for the e2e tests and the demo.
 //
 // Every child runs in its own process group with Pdeathsig=SIGKILL, and Stop
 // ends exactly the processes Start started, by PID.
@@ -58,7 +60,7 @@ type APIServer struct {
 }
 
 // StartAPIServer starts etcd and kube-apiserver under o.Dir, installs the
-// plugin's RBAC, and returns once /readyz answers 200 and the plugin token
+// plugin's RBAC (unless o.Node), and returns once /readyz answers 200 and the plugin token
 // is authorized. The processes outlive ctx; end them with Stop.
 func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if o.Dir == "" {
@@ -129,8 +131,11 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if err := poll(ctx, a.apiserv, a.readyz); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	if err := a.installPluginRBAC(ctx); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
+	// A node gets its RBAC from deployments/, as a user's cluster does.
+	if !o.Node {
+		if err := a.installPluginRBAC(ctx); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
 	}
 	return a, nil
 }

@@ -15,6 +15,7 @@ import (
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
+cgroupRoot: /%s
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%s
@@ -56,7 +57,11 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 		return err
 	}
 	cfg := filepath.Join(root, "config.yaml")
-	data := fmt.Sprintf(kubeletConfig, n.ContainerdSocket, ports[0], ports[1], n.PodLogDir)
+	cgroupRoot := cgroupRootName(n.bridge)
+	if err := createCgroupRoot(cgroupRoot); err != nil {
+		return fmt.Errorf("cgroup root for kubelet: %w", err)
+	}
+	data := fmt.Sprintf(kubeletConfig, cgroupRoot, n.ContainerdSocket, ports[0], ports[1], n.PodLogDir)
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		return err
 	}

@@ -69,6 +69,10 @@ func (n *Node) cleanHost() error {
 		}
 	}
 	errs = append(errs, unmountUnder(filepath.Dir(filepath.Dir(n.ContainerdSocket))))
+	removeKubeletChains()
+	if n.bridge != "" {
+		errs = append(errs, removeCgroupRoot(cgroupRootName(n.bridge)))
+	}
 	return errors.Join(errs...)
 }
 

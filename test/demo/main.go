@@ -1,234 +1,252 @@
-// Command demo shows the plugin doing its job on a simulated node: a real
-// kube-apiserver, the bridge + host-local primary CNI, istio-cni chained
-// after it, a meshed and an unmeshed pod, and real connections. `make demo`
-// runs it; everything it starts is stopped at the end.
+// Command demo runs istio-cni on a real single-node Kubernetes on this
+// machine and leaves it running: `make demo` starts it, `make demo-down`
+// stops it.
+//
+// Up: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+// containerd and kubelet under _output/demo, a bridge primary CNI, then
+// the product the way a user installs it (make image, ctr images import,
+// kubectl apply -k of an overlay of deployments/), a server, a meshed app
+// and an unmeshed one. It prints the DaemonSet, the meshed pod's nat table
+// (nsenter + iptables-save) and where each app's requests land.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/containernetworking/cni/libcni"
+	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
-	"istio-cni.local/istio-cni/test/podsim"
 )
 
-const proxyUID = 1337
-
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
-}
-
-// node is the demo's simulated node and what must be undone.
-type node struct {
-	dir           string
-	img           string // the built binaries, as the image ships them
-	bin, netd     string // the node's /opt/cni/bin and /etc/cni/net.d
-	kubeconfigDir string // the node's /var/run/istio-cni
-	api           *cluster.APIServer
-	net           *podsim.Network
-	undo          []func() error
-}
-
-func (n *node) defer_(f func() error) { n.undo = append(n.undo, f) }
-
-func (n *node) close() error {
-	var errs []error
-	for i := len(n.undo) - 1; i >= 0; i-- {
-		errs = append(errs, n.undo[i]())
-	}
-	return errors.Join(errs...)
-}
-
-func run() (err error) {
+	down := flag.Bool("down", false, "stop the demo node and remove its directory")
+	dir := flag.String("dir", "_output/demo", "the demo node's directory")
+	flag.Parse()
 	if os.Geteuid() != 0 {
-		return errors.New("needs root (network namespaces, iptables)")
+		fail(errors.New("needs root (containerd, kubelet, network namespaces)"))
 	}
-	n := &node{}
-	defer func() { err = errors.Join(err, n.close()) }()
-	if n.dir, err = os.MkdirTemp("", "istio-cni-demo-"); err != nil {
-		return err
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		fail(err)
 	}
-	n.defer_(func() error { return os.RemoveAll(n.dir) })
-	if err := os.Chmod(n.dir, 0o755); err != nil { // the proxy's uid reads its binary
-		return err
+	if *down {
+		err = stop(abs)
+	} else {
+		err = up(abs)
 	}
-	step("building the plugin, the installer, the reference bridge/host-local plugins and the test proxy")
-	n.img, n.bin, n.netd = filepath.Join(n.dir, "image"), filepath.Join(n.dir, "opt-cni-bin"), filepath.Join(n.dir, "etc-cni-net.d")
-	if err := podsim.Build(n.img); err != nil {
-		return err
+	if err != nil {
+		fail(err)
 	}
-	// The node has its primary CNI installed: its binaries and, below, its
-	// conflist.
-	for _, d := range []string{n.bin, n.netd} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return err
-		}
-	}
-	for _, b := range []string{"bridge", "host-local"} {
-		if err := copyFile(filepath.Join(n.img, b), filepath.Join(n.bin, b)); err != nil {
-			return err
-		}
-	}
-	step("starting etcd and kube-apiserver")
-	apiDir := filepath.Join(n.dir, "api")
-	if err := os.Mkdir(apiDir, 0o700); err != nil {
-		return err
-	}
-	if n.api, err = cluster.StartAPIServer(context.Background(), cluster.Options{Dir: apiDir}); err != nil {
-		return err
-	}
-	n.defer_(n.api.Stop)
-	fmt.Printf("   API server %s\n", n.api.URL)
-	n.net = podsim.NewNetwork(n.bin, filepath.Join(n.dir, "cni"))
-	n.defer_(n.net.Close)
-	return n.demo()
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "demo:", err)
+	os.Exit(1)
 }
 
 func step(s string) { fmt.Printf("\n== %s\n", s) }
 
-func (n *node) demo() error {
-	ctx := context.Background()
-	plain, list, err := n.install()
+// stop takes a running demo node down; no node is fine.
+func stop(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, cluster.PIDFileName)); errors.Is(err, os.ErrNotExist) {
+		fmt.Println("no demo node is running")
+		return os.RemoveAll(dir)
+	}
+	step("stopping the demo node in " + dir)
+	if err := cluster.StopNodeRecorded(dir); err != nil {
+		return fmt.Errorf("%w (the directory is kept: run `make demo-down` again)", err)
+	}
+	fmt.Println("stopped; removing", dir)
+	return os.RemoveAll(dir)
+}
+
+func up(dir string) (err error) {
+	if err := stop(dir); err != nil { // a fresh node every time
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	step("building the images: make image (install-cni + istio-cni) and the demo workload image")
+	product, err := cluster.MakeImage(ctx)
 	if err != nil {
 		return err
 	}
-	step("creating pods: demo/productpage (istio-proxy sidecar), demo/legacy (no sidecar), demo/server")
-	for _, p := range []string{meshedPod, legacyPod} {
-		if err := n.api.CreatePod(ctx, []byte(p)); err != nil {
+	workload, err := cluster.BuildTestImage(ctx, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Println("  ", product)
+
+	step("starting the node: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet")
+	node, err := cluster.StartNode(ctx, cluster.NodeOptions{
+		Dir: dir, Bridge: "icnidemo0", Subnet: netip.MustParsePrefix("10.98.0.0/24"), Detach: true,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, node.Logs(20))
+			err = errors.Join(err, node.Stop())
+		}
+	}()
+	fmt.Printf("   node %s Ready; API server %s; primary CNI %s\n", node.Name, node.URL, node.PrimaryConfig)
+
+	step("installing istio-cni: ctr images import, then kubectl apply -k (deployments/ + a local overlay)")
+	for _, img := range []string{workload, product} {
+		if err := node.ImportImage(ctx, img); err != nil {
 			return err
 		}
 	}
-	step("the runtime creates the sandboxes: ADD through bridge + host-local + istio-cni (plugin log on stderr)")
-	server, err := n.sandbox(ctx, "server", plain)
-	if err != nil {
+	if err := install(ctx, node, filepath.Join(dir, "overlay")); err != nil {
 		return err
 	}
-	web, err := n.sandbox(ctx, "productpage", list)
-	if err != nil {
-		return err
-	}
-	legacy, err := n.sandbox(ctx, "legacy", list)
-	if err != nil {
-		return err
-	}
-	if err := n.start(server.Path(), 0, "server", "--port", "8080", "--name", "server"); err != nil {
-		return err
-	}
-	if err := n.start(web.Path(), proxyUID, "proxy"); err != nil {
-		return err
-	}
-	if err := n.show(ctx, server, web, legacy); err != nil {
-		return err
-	}
-	step("DEL for every sandbox, then stopping everything this demo started (install-cni sees no DaemonSet deletion: a restart, so it leaves the plugin installed)")
-	return nil
+	return showApps(ctx, node, dir)
 }
 
-// install gives the node its primary conflist and runs install-cni; it
-// returns the primary's list and the chained one the installer wrote.
-func (n *node) install() (plain, chained *libcni.NetworkConfigList, err error) {
-	if plain, err = n.net.ConfList("1.0.0"); err != nil {
-		return nil, nil, err
+func install(ctx context.Context, node *cluster.Node, overlay string) error {
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(n.netd, "10-bridge.conflist"), plain.Bytes, 0o644); err != nil {
-		return nil, nil, err
+	if err := node.WriteOverlay(overlay, cluster.Overlay{APIPort: node.APIPort(), HealthPort: ports[0], MetricsPort: ports[1]}); err != nil {
+		return err
 	}
-	step("install-cni installs the plugin on the node: binary, kubeconfig, chained conflist")
-	if err := n.startInstaller(); err != nil {
-		return nil, nil, err
+	out, err := node.Kubectl(ctx, "apply", "-k", overlay)
+	if err != nil {
+		return err
 	}
-	for _, d := range []string{n.bin, n.netd, n.kubeconfigDir} {
-		entries, _ := os.ReadDir(d)
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
+	fmt.Print(indent(out))
+	if _, err := node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"); err != nil {
+		return err
+	}
+	step("the DaemonSet (kubectl -n istio-cni get daemonset,pods)")
+	out, err = node.Kubectl(ctx, "-n", "istio-cni", "get", "daemonset,pods", "-o", "wide")
+	fmt.Print(indent(out))
+	return err
+}
+
+func showApps(ctx context.Context, node *cluster.Node, dir string) error {
+	step("starting demo/server, demo/meshed-app (with an istio-proxy sidecar) and demo/plain-app (without)")
+	server := cluster.PodSpec{Namespace: "demo", Name: "server", Server: true}
+	if err := node.CreatePod(ctx, server.JSON()); err != nil {
+		return err
+	}
+	p, err := node.WaitRunning(ctx, "demo", "server")
+	if err != nil {
+		return err
+	}
+	target := fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
+	apps := []cluster.PodSpec{
+		{Namespace: "demo", Name: "meshed-app", Target: target, Sidecar: true},
+		{Namespace: "demo", Name: "plain-app", Target: target},
+	}
+	pods := map[string]cluster.Pod{}
+	for _, s := range apps {
+		if err := node.CreatePod(ctx, s.JSON()); err != nil {
+			return err
 		}
-		fmt.Printf("   %s: %s\n", filepath.Base(d), strings.Join(names, " "))
 	}
-	if chained, err = libcni.ConfListFromFile(filepath.Join(n.netd, "02-istio-cni.conflist")); err != nil {
-		return nil, nil, err
+	for _, s := range apps {
+		if pods[s.Name], err = node.WaitRunning(ctx, s.Namespace, s.Name); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("   the runtime now picks 02-istio-cni.conflist: plugins %s\n", pluginTypes(chained))
-	return plain, chained, nil
-}
-
-// show prints the meshed pod's rules and where each app's request went.
-func (n *node) show(ctx context.Context, server, web, legacy *podsim.Sandbox) error {
-	step("iptables-save -t nat in demo/productpage's network namespace (nsenter --net=" + web.Path() + ")")
-	out, err := podsim.Command(web.Path(), 0, "iptables-save", "-t", "nat").CombinedOutput()
+	out, err := node.Kubectl(ctx, "-n", "demo", "get", "pods", "-o", "wide")
 	if err != nil {
-		return fmt.Errorf("iptables-save: %w: %s", err, out)
-	}
-	fmt.Print(string(out))
-	step("CHECK for demo/productpage: the plugin reads the rules back and compares them with its model")
-	if err := n.net.Check(ctx, web); err != nil {
 		return err
 	}
-	fmt.Println("   CHECK passed")
-	step("requests from each app to demo/server")
-	to := fmt.Sprintf("%s:8080", server.V4)
-	for _, app := range []struct {
-		name string
-		sb   *podsim.Sandbox
-	}{{"demo/productpage", web}, {"demo/legacy", legacy}} {
-		line, err := podsim.Connect(app.sb.Path(), 0, filepath.Join(n.img, "testproxy"), to)
+	fmt.Print(indent(out))
+
+	netns, err := node.PodNetNS(ctx, "demo", "meshed-app")
+	if err != nil {
+		return err
+	}
+	step("the meshed pod's nat table: nsenter --net=" + netns + " iptables-save -t nat")
+	rules, err := node.IptablesSave(ctx, "demo", "meshed-app")
+	if err != nil {
+		return err
+	}
+	fmt.Print(indent(natTable(rules)))
+
+	step("where each app's requests to demo/server (" + target + ") land")
+	for _, s := range apps {
+		line, err := lastReply(ctx, node, pods[s.Name])
 		if err != nil {
 			return err
 		}
-		verdict := "went DIRECT to the server"
+		verdict := "DIRECT to the server"
 		if strings.HasPrefix(line, "proxy ") {
-			verdict = "went THROUGH THE PROXY"
+			verdict = "THROUGH THE PROXY"
 		}
-		fmt.Printf("   %-17s -> %s: %s  [%s]\n", app.name, to, verdict, line)
+		fmt.Printf("   %-10s -> %s: %s\n", s.Name, verdict, line)
 	}
+	step("the node keeps running")
+	fmt.Printf(`   export KUBECONFIG=%s
+   kubectl get pods -A -o wide
+   # container logs are files (kubectl logs and exec need a node address,
+   # which this loopback-only node lacks):
+   ls %s
+   # stop every process the demo started, by PID:
+   make demo-down
+`, node.Kubeconfig, node.PodLogDir)
 	return nil
 }
 
-// sandbox creates a pod sandbox and runs the chain's ADD; DEL and the
-// namespace's removal are undone at the end.
-func (n *node) sandbox(ctx context.Context, name string, list *libcni.NetworkConfigList) (*podsim.Sandbox, error) {
-	s, err := podsim.NewSandbox("demo", name)
-	if err != nil {
-		return nil, err
+// natTable cuts the nat table out of iptables-save's output.
+func natTable(save string) string {
+	var out []string
+	in := false
+	for line := range strings.Lines(save) {
+		switch {
+		case strings.HasPrefix(line, "*nat"):
+			in = true
+		case in && strings.HasPrefix(line, "COMMIT"):
+			out = append(out, line)
+			in = false
+		}
+		if in {
+			out = append(out, line)
+		}
 	}
-	n.defer_(s.Close)
-	if err := n.net.Add(ctx, s, list); err != nil {
-		return nil, fmt.Errorf("ADD demo/%s: %w", name, err)
-	}
-	n.defer_(func() error { return n.net.Del(context.Background(), s) })
-	fmt.Printf("   demo/%s: %s %s\n", name, s.V4, s.V6)
-	return s, nil
+	return strings.Join(out, "")
 }
 
-func pluginTypes(l *libcni.NetworkConfigList) string {
-	var t []string
-	for _, p := range l.Plugins {
-		t = append(t, p.Network.Type)
+// lastReply waits for the app's first reply and returns its latest one
+// (the log's lines are "<time> stdout F <reply>").
+func lastReply(ctx context.Context, node *cluster.Node, p cluster.Pod) (string, error) {
+	for {
+		var last string
+		for line := range strings.Lines(node.ContainerLog(p, "app")) {
+			if f := strings.SplitN(strings.TrimSpace(line), " ", 4); len(f) == 4 && (strings.HasPrefix(f[3], "proxy ") || strings.HasPrefix(f[3], "server ")) {
+				last = f[3]
+			}
+		}
+		if last != "" {
+			return last, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s: no reply in its log: %w", p.Metadata.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return strings.Join(t, " -> ")
 }
 
-func (n *node) start(netns string, uid int, args ...string) error {
-	p, err := podsim.Start(netns, uid, filepath.Join(n.img, "testproxy"), n.dir, args...)
-	if err != nil {
-		return err
+func indent(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString("   " + line)
 	}
-	n.defer_(p.Stop)
-	return nil
+	return b.String()
 }
-
-const meshedPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"productpage","namespace":"demo",
- "annotations":{"sidecar.istio.io/status":"{\"containers\":[\"istio-proxy\"]}"}},
- "spec":{"containers":[{"name":"productpage","image":"demo/app:v1"},{"name":"istio-proxy","image":"demo/proxy:v1"}]}}`
-
-const legacyPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"legacy","namespace":"demo"},
- "spec":{"containers":[{"name":"legacy","image":"demo/app:v1"}]}}`

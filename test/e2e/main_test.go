@@ -7,10 +7,14 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,15 +73,17 @@ func run(m *testing.M) (code int, err error) {
 		return 1, err
 	}
 	env.node = node
+	stopNode := sync.OnceValue(node.Stop)
 	defer func() {
 		if code != 0 || err != nil {
 			fmt.Fprintln(os.Stderr, node.Logs(40))
 		}
-		if stopErr := node.Stop(); stopErr != nil {
+		if stopErr := stopNode(); stopErr != nil {
 			fmt.Fprintln(os.Stderr, "e2e: stopping the node:", stopErr)
 			code = 1
 		}
 	}()
+	defer stopOnAbort(stopNode)()
 	for _, img := range []string{testImage, product} {
 		if err := node.ImportImage(ctx, img); err != nil {
 			return 1, err
@@ -107,4 +113,40 @@ func run(m *testing.M) (code int, err error) {
 		fmt.Print(out)
 	}
 	return m.Run(), nil
+}
+
+// stopOnAbort stops the node before the process dies without running
+// deferred calls: on SIGINT or SIGTERM, and shortly before `go test
+// -timeout` would panic. Pdeathsig ends the node's direct children anyway,
+// but not containerd's shims and their containers, which outlive it by
+// design. It returns a function that disarms it.
+func stopOnAbort(stop func() error) func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	var expire <-chan time.Time
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 2*time.Minute {
+			// go test's alarm starts in m.Run, after this: ours fires first.
+			expire = time.After(d - time.Minute)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(os.Stderr, "e2e: %v: stopping the node\n", s)
+		case <-expire:
+			fmt.Fprintln(os.Stderr, "e2e: the test timeout is near: stopping the node")
+		case <-done:
+			return
+		}
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping the node:", err)
+		}
+		os.Exit(1)
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
