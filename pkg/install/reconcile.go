@@ -130,7 +130,7 @@ const (
 	reasonBinary          = "binary_changed"
 	reasonKubeconfig      = "kubeconfig_changed"
 	reasonToken           = "token_rotated"
-	reasonPluginToken     = "plugin_token_refresh"
+	reasonPluginToken     = "plugin_token_refresh" // #nosec G101 -- a trigger name, not a credential
 	reasonConflistChanged = "conflist_changed"
 	reasonConflistDeleted = "conflist_deleted"
 	reasonConfigChanged   = "config_changed"

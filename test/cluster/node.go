@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 )
 
@@ -239,5 +238,3 @@ func (n *Node) Logs(lines int) string {
 	}
 	return out
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -353,3 +353,49 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestClientEvery: with --every the client keeps dialing, one reply per
+// attempt, reports a failed attempt as a line and goes on, and exits 0 when
+// stopped.
+func TestClientEvery(t *testing.T) {
+	ports := startInProcess(t, "server", "--port", "0", "--name", "web")
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"client", "--addr", "127.0.0.1:" + ports["server"], "--every", "10ms"}, &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(waitLimit)
+	for strings.Count(stdout.String(), "server name=web") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 3 replies after %s: %q %q", waitLimit, stdout.String(), stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d, want 0 when stopped: %s", code, stderr.String())
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	ctx, cancel = context.WithCancel(context.Background())
+	var out syncBuffer
+	go func() { done <- run(ctx, []string{"client", "--addr", closed, "--every", "10ms"}, &out, &stderr) }()
+	for strings.Count(out.String(), "error: ") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("failed attempts not reported: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	var neg bytes.Buffer
+	if code := run(context.Background(), []string{"client", "--addr", closed, "--every", "-1s"}, &neg, &neg); code != 2 {
+		t.Errorf("--every -1s: exit %d, want 2: %s", code, neg.String())
+	}
+}
