@@ -19,9 +19,12 @@ const (
 	NobodyToken = "istio-cni-test-nobody-token"
 )
 
-// PluginUser is the user PluginToken authenticates as, and the name of its
-// ClusterRole and ClusterRoleBinding.
+// PluginUser is the user PluginToken authenticates as.
 const PluginUser = "istio-cni-plugin"
+
+// pluginRBACName names the user's ClusterRole and binding; it differs from
+// deployments/' objects, which tests also apply to this server.
+const pluginRBACName = "istio-cni-test-plugin-user"
 
 // writeTokenFile writes the static token file: token,user,uid,"groups".
 func writeTokenFile(dir string) (string, error) {
@@ -38,12 +41,12 @@ func writeTokenFile(dir string) (string, error) {
 var pluginRBAC = []struct{ path, body string }{
 	{"/apis/rbac.authorization.k8s.io/v1/clusterroles", `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-  "metadata": {"name": "` + PluginUser + `"},
+  "metadata": {"name": "` + pluginRBACName + `"},
   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}`},
 	{"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", `{
   "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-  "metadata": {"name": "` + PluginUser + `"},
-  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "` + PluginUser + `"},
+  "metadata": {"name": "` + pluginRBACName + `"},
+  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "` + pluginRBACName + `"},
   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "` + PluginUser + `"}]}`},
 }
 
