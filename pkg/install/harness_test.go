@@ -27,6 +27,7 @@ type node struct {
 	uninstall              atomic.Bool
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
+	tweak                  func(*Installer)
 }
 
 const bridgePrimary = `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[
@@ -68,6 +69,9 @@ func (n *node) start(cfg Config) {
 	n.t.Helper()
 	in := New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), NewMetrics(),
 		API{Uninstall: func(context.Context) (bool, error) { return n.uninstall.Load(), nil }, PluginToken: n.mint})
+	if n.tweak != nil {
+		n.tweak(in)
+	}
 	n.in = in
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done = cancel, make(chan error, 1)

@@ -41,6 +41,9 @@ type Installer struct {
 	lastConflist    []byte           // what we last wrote there
 	lastKubeconfig  []byte           // what we last wrote there
 	pluginTok       pluginTokenState // the plugin's minted token
+	minted          chan mintResult  // background mints report here
+	mintTimeout     time.Duration    // bounds one mint
+	mintRetry       time.Duration    // after a failed mint
 	binaryInstalled bool             // the binary was copied once by this process
 	repairs         []time.Time      // recent repairs forced on our files, for conflict detection
 	problems        map[string]error // each file's last failure, for readiness
@@ -60,6 +63,7 @@ type API struct {
 // New returns an installer that has not touched anything yet.
 func New(cfg Config, log *slog.Logger, m *Metrics, api API) *Installer {
 	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: api.Uninstall, mint: api.PluginToken,
+		minted: make(chan mintResult, 1), mintTimeout: defaultMintTimeout, mintRetry: defaultMintRetry,
 		now: time.Now, why: "starting"}
 }
 

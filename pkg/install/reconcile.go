@@ -177,7 +177,7 @@ func (in *Installer) installKubeconfig() outcome {
 		return outcome{problem: err}
 	}
 	if in.mint != nil {
-		// On failure the file keeps the last token, still valid or not.
+		// Without a valid minted token the file keeps the last one.
 		if src.Token, err = in.pluginToken(); err != nil {
 			return outcome{problem: err}
 		}

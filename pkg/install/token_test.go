@@ -2,8 +2,10 @@ package install
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,97 +13,197 @@ import (
 	"time"
 )
 
-// fakeMinter hands out plugin-1, plugin-2, ... each valid for ttl, or fails
-// while failing is set.
+// fakeMinter hands out plugin-1, plugin-2, ... each valid for ttl; it fails
+// while failing is set, and blocks until its context ends while hanging is.
 type fakeMinter struct {
-	mu      sync.Mutex
-	ttl     time.Duration
-	serial  int
-	failing bool
+	mu               sync.Mutex
+	ttl              time.Duration
+	calls, serial    int
+	failing, hanging bool
 }
 
-func (f *fakeMinter) mint(context.Context) (string, time.Time, error) {
+func (f *fakeMinter) mint(ctx context.Context) (string, time.Time, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.failing {
+	f.calls++
+	hang, fail := f.hanging, f.failing
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return "", time.Time{}, ctx.Err()
+	}
+	if fail {
 		return "", time.Time{}, errors.New("TokenRequest refused")
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.serial++
 	return fmt.Sprintf("plugin-%d", f.serial), time.Now().Add(f.ttl), nil
 }
 
-func (f *fakeMinter) setFailing(v bool) {
+func (f *fakeMinter) set(failing, hanging bool) {
 	f.mu.Lock()
-	f.failing = v
+	f.failing, f.hanging = failing, hanging
 	f.mu.Unlock()
 }
 
+func (f *fakeMinter) counts() (calls, serial int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, f.serial
+}
+
 func (n *node) kubeconfig() string { return n.read(filepath.Join(n.kc, KubeconfigName)) }
+
+// minting sets up the node to mint with m, retrying failures every 50 ms
+// and giving up on a mint after 300 ms.
+func (n *node) minting(m *fakeMinter) {
+	n.mint = m.mint
+	n.tweak = func(in *Installer) { in.mintRetry, in.mintTimeout = 50*time.Millisecond, 300*time.Millisecond }
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+}
 
 // The plugin's kubeconfig carries the minted token, not the installer's,
 // and a new one well before the old one expires.
 func TestPluginTokenMintedAndRenewed(t *testing.T) {
 	n := newNode(t)
-	m := &fakeMinter{ttl: 500 * time.Millisecond}
-	n.mint = m.mint
-	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	m := &fakeMinter{ttl: time.Second}
+	n.minting(m)
 	n.start(n.config())
 	n.waitReady()
-	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") || strings.Contains(kc, "token-1") {
+	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-") || strings.Contains(kc, "token-1") {
 		t.Fatalf("kubeconfig should carry the minted token only:\n%s", kc)
 	}
-	// Renewed at 80% of the lifetime: 400 ms in, before the 500 ms expiry.
+	// Renewed at 80% of the lifetime, before the expiry.
+	_, first := m.counts()
 	n.eventually("renewed token", func() (bool, string) {
 		kc := n.kubeconfig()
-		return strings.Contains(kc, "plugin-2"), kc
+		return strings.Contains(kc, fmt.Sprintf("plugin-%d", first+1)), kc
 	})
-	// Rotating the installer's own token does not replace the plugin's.
+	// Rotating the installer's own token and CA brings the new CA into the
+	// kubeconfig, but not the installer's token.
 	n.rotateToken()
+	ca, err := os.ReadFile(filepath.Join(n.sa, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.eventually("the rotated CA in the kubeconfig", func() (bool, string) {
+		kc := n.kubeconfig()
+		return strings.Contains(kc, base64.StdEncoding.EncodeToString(ca)), kc
+	})
 	if kc := n.kubeconfig(); strings.Contains(kc, "token-2") {
-		t.Errorf("installer token leaked into the plugin kubeconfig:\n%s", kc)
+		t.Errorf("the installer's token leaked into the plugin kubeconfig:\n%s", kc)
 	}
 }
 
-// A failed renewal keeps the current, still valid token and retries; with
-// no valid token at all the installer is not ready and says why.
+// Without a token the installer is not ready and says why, and it writes
+// no kubeconfig: its own token must never stand in. A failed renewal keeps
+// the current token while it is valid.
 func TestPluginTokenMintFailure(t *testing.T) {
 	n := newNode(t)
-	m := &fakeMinter{ttl: time.Hour, failing: true}
-	n.mint = m.mint
-	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	m := &fakeMinter{ttl: time.Second, failing: true}
+	n.minting(m)
 	n.start(n.config())
 	n.eventually("not ready, naming the mint failure", func() (bool, string) {
 		ready, why := n.in.Ready()
 		return !ready && strings.Contains(why, "TokenRequest refused"), why
 	})
-	// No kubeconfig without the plugin's token: the installer's own must
-	// never stand in for it.
 	if kc := n.kubeconfig(); kc != "" {
 		t.Fatalf("kubeconfig written without a minted token:\n%s", kc)
 	}
-	m.setFailing(false)
-	// The retry is 10 s away; a token rotation triggers a reconcile sooner.
-	n.rotateToken()
+	m.set(false, false)
 	n.waitReady()
 	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
 		t.Fatalf("kubeconfig:\n%s", kc)
 	}
+	// Renewals fail from now on: plugin-1 stays until it expires (1 s),
+	// then the installer is no longer ready.
+	m.set(true, false)
+	deadline := time.Now().Add(700 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
+			t.Fatalf("kubeconfig lost its valid token:\n%s", kc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.eventually("not ready once the token expired", func() (bool, string) {
+		ready, why := n.in.Ready()
+		return !ready && strings.Contains(why, "no valid token"), why
+	})
+}
 
-	// Renewal due, the API refuses: the current token stays in use. (The
-	// loop is stopped first: the test drives reconcile itself.)
-	if err := n.stop(); err != nil {
+// A mint that hangs (the API unreachable) never holds up a repair, and
+// retries stay paced.
+func TestPluginTokenHungAPIDoesNotBlockRepairs(t *testing.T) {
+	n := newNode(t)
+	m := &fakeMinter{ttl: 500 * time.Millisecond}
+	n.minting(m)
+	n.start(n.config())
+	n.waitReady()
+	calls, _ := m.counts()
+	m.set(false, true)
+	n.eventually("a renewal hanging", func() (bool, string) {
+		now, _ := m.counts()
+		return now > calls, fmt.Sprint(now, " mints")
+	})
+	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
+	if err := os.Remove(owned); err != nil {
 		t.Fatal(err)
 	}
-	m.setFailing(true)
-	n.in.pluginTok.refreshAt = time.Now().Add(-time.Second)
-	n.in.reconcile(trigger{reason: reasonPluginToken, at: time.Now()})
-	if ready, why := n.in.Ready(); !ready {
-		t.Errorf("not ready with a valid token: %s", why)
+	start := time.Now()
+	n.eventually("conflist restored", func() (bool, string) {
+		_, err := os.Stat(owned)
+		return err == nil, fmt.Sprint(err)
+	})
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("conflist restored after %v, behind a hanging mint (300 ms)", d)
 	}
-	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
-		t.Errorf("kubeconfig lost its valid token:\n%s", kc)
+	// Each hanging mint lasts 300 ms and is retried 50 ms later: about 3
+	// per second, not a spin.
+	before, _ := m.counts()
+	time.Sleep(time.Second)
+	if calls, _ := m.counts(); calls-before > 5 {
+		t.Errorf("%d mints in a second", calls-before)
 	}
-	if d := time.Until(n.in.pluginTok.refreshAt); d <= 0 || d > mintRetry {
-		t.Errorf("retry in %v, want within %v", d, mintRetry)
+}
+
+// During a conflict the installer stops repairing, but the plugin's token
+// is still renewed (it is our credential, not the file being fought over),
+// and at the pace of its lifetime, not in a loop.
+func TestPluginTokenRenewedDuringConflict(t *testing.T) {
+	n := newNode(t)
+	m := &fakeMinter{ttl: time.Second}
+	n.minting(m)
+	cfg := n.config()
+	cfg.ConflictRepairs, cfg.ConflictWindow = 4, 30*time.Second
+	n.start(cfg)
+	n.waitReady()
+	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.Remove(owned)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	n.eventually("conflict reported", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.Contains(why, "conflict"), why
+	})
+	calls, serial := m.counts()
+	n.eventually("token renewed during the conflict", func() (bool, string) {
+		kc := n.kubeconfig()
+		return strings.Contains(kc, fmt.Sprintf("plugin-%d", serial+1)), kc
+	})
+	time.Sleep(time.Second)
+	if now, _ := m.counts(); now-calls > 4 {
+		t.Errorf("%d mints in about 2 s of a 1 s token's life", now-calls)
 	}
 }

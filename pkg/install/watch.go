@@ -87,6 +87,18 @@ func (in *Installer) Run(ctx context.Context) error {
 	}
 	defer func() { _ = wa.w.Close() }()
 	in.unwatched = wa.missing()
+	if in.mint != nil {
+		// The first token before the first reconcile, so a fresh node
+		// gets a working kubeconfig with everything else; bounded by
+		// the mint timeout, and a failure only means not ready until a
+		// retry.
+		in.startMint(ctx)
+		select {
+		case r := <-in.minted:
+			in.mintDone(r)
+		case <-ctx.Done():
+		}
+	}
 	in.reconcile(trigger{reason: reasonInstall, at: in.now()})
 	cooldown := time.NewTimer(time.Hour)
 	cooldown.Stop()
@@ -109,7 +121,13 @@ func (in *Installer) Run(ctx context.Context) error {
 			in.log.Warn("inotify", "error", err.Error())
 			in.reconcile(trigger{reason: "watch_error", at: in.now()})
 		case <-in.tokenRefresh():
-			in.reconcile(trigger{reason: reasonPluginToken, at: in.now()})
+			in.startMint(ctx)
+		case r := <-in.minted:
+			if in.mintDone(r) {
+				in.writePluginToken()
+			} else if in.pluginTok.token == "" || !in.now().Before(in.pluginTok.expires) {
+				in.writePluginToken() // no valid token: readiness says why
+			}
 		case <-cooldown.C:
 			in.log.Info("the other writer stopped; repairing again", "was", in.conflict)
 			in.conflict, in.repairs = "", nil

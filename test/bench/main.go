@@ -27,7 +27,16 @@ func main() {
 	events := flag.Int("events", 100, "installer repair events per measurement")
 	skipPlugin := flag.Bool("skip-plugin", false, "measure only the installer")
 	skipInstaller := flag.Bool("skip-installer", false, "measure only the plugin")
+	node := flag.Bool("node", false, "measure only pod starts on a real node (see -pods)")
+	pods := flag.Int("pods", 30, "pods of each kind started on the real node")
 	flag.Parse()
+	if *node {
+		if err := nodeBench(*pods); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if !*skipPlugin {
 		err = run(*plugin, *n, *conc, strings.Split(*backends, ","))

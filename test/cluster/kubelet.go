@@ -74,6 +74,7 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 		"--node-ip=127.0.0.1",
 		"--v=2",
 	}
+	n.KubeletPort = ports[0]
 	p, err := startProc(n.launcher, "kubelet", b.kubelet, args, filepath.Join(dir, "kubelet.log"))
 	if err == nil {
 		n.components = append(n.components, p)

@@ -45,6 +45,9 @@ type Node struct {
 	ContainerdSocket string
 	// PodLogDir is kubelet's pod log directory (podLogsDir).
 	PodLogDir string
+	// KubeletPort is kubelet's HTTPS API (/metrics, ...) on 127.0.0.1;
+	// anonymous requests are allowed.
+	KubeletPort int
 
 	bridge     string
 	components []*proc // started after the API server, stopped before it

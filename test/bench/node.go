@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// nodeBench measures istio-cni on a real node: how long the installed
+// DaemonSet takes to become ready, and what the plugin adds to a pod's
+// start, as kubelet sees it (RunPodSandbox: the sandbox with its whole CNI
+// chain) and as a user sees it (pod created → all containers ready).
+func nodeBench(pods int) (err error) {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (containerd, kubelet)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "istio-cni-bench-node-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	product, err := cluster.MakeImage(ctx)
+	if err != nil {
+		return err
+	}
+	testImage, err := cluster.BuildTestImage(ctx, dir)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	node, err := cluster.StartNode(ctx, cluster.NodeOptions{Dir: dir, Bridge: "icnibench0", Subnet: netip.MustParsePrefix("10.97.0.0/24")})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if stopErr := node.Stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	nodeUp := time.Since(start)
+	for _, img := range []string{testImage, product} {
+		if err := node.ImportImage(ctx, img); err != nil {
+			return err
+		}
+	}
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return err
+	}
+	overlay := filepath.Join(dir, "overlay")
+	if err := node.WriteOverlay(overlay, cluster.Overlay{APIPort: node.APIPort(), HealthPort: ports[0], MetricsPort: ports[1]}); err != nil {
+		return err
+	}
+	start = time.Now()
+	if _, err := node.Kubectl(ctx, "apply", "-k", overlay); err != nil {
+		return err
+	}
+	if _, err := node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"); err != nil {
+		return err
+	}
+	installed := time.Since(start)
+
+	server := cluster.PodSpec{Namespace: "bench", Name: "server", Server: true}
+	if err := node.CreatePod(ctx, server.JSON()); err != nil {
+		return err
+	}
+	p, err := node.WaitRunning(ctx, "bench", "server")
+	if err != nil {
+		return err
+	}
+	target := fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
+
+	fmt.Printf("## Real node (`go run ./test/bench -node -pods %d`)\n\n", pods)
+	fmt.Printf("node start (etcd → kubelet Ready): %s; `kubectl apply -k` → DaemonSet ready: %s\n\n",
+		nodeUp.Round(10*time.Millisecond), installed.Round(10*time.Millisecond))
+	fmt.Println("| pods | n | RunPodSandbox mean (kubelet) | created → ready p50 | p90 |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, kind := range []struct {
+		label   string
+		sidecar bool
+	}{{"plain (bridge + portmap)", false}, {"meshed (bridge + portmap + istio-cni)", true}} {
+		before, err := sandboxSeconds(ctx, node)
+		if err != nil {
+			return err
+		}
+		var startup []time.Duration
+		for i := range pods {
+			s := cluster.PodSpec{Namespace: "bench", Name: fmt.Sprintf("p%v-%d", kind.sidecar, i), Target: target, Sidecar: kind.sidecar}
+			t0 := time.Now()
+			if err := node.CreatePod(ctx, s.JSON()); err != nil {
+				return err
+			}
+			if _, err := waitReadyFast(ctx, node, s); err != nil {
+				return err
+			}
+			startup = append(startup, time.Since(t0))
+		}
+		after, err := sandboxSeconds(ctx, node)
+		if err != nil {
+			return err
+		}
+		mean := time.Duration((after.sum - before.sum) / float64(after.count-before.count) * float64(time.Second))
+		slices.Sort(startup)
+		fmt.Printf("| %s | %d | %s | %s | %s |\n", kind.label, pods, ms(mean), ms(startup[len(startup)/2]), ms(startup[len(startup)*9/10]))
+	}
+	return nil
+}
+
+// waitReadyFast polls every 20 ms (WaitRunning's 200 ms is too coarse to
+// time a pod start).
+func waitReadyFast(ctx context.Context, node *cluster.Node, s cluster.PodSpec) (cluster.Pod, error) {
+	for {
+		p, found, err := node.GetPod(ctx, s.Namespace, s.Name)
+		if err != nil {
+			return p, err
+		}
+		if found && p.Status.Phase == "Running" && len(p.Status.ContainerStatuses) > 0 && allReady(p) {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return p, fmt.Errorf("pod %s not ready: %w", s.Name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func allReady(p cluster.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if !c.Ready {
+			return false
+		}
+	}
+	return true
+}
+
+type histogram struct {
+	sum   float64
+	count int
+}
+
+// sandboxSeconds reads kubelet's RunPodSandbox histogram (sum and count
+// over every runtime handler) from its /metrics.
+func sandboxSeconds(ctx context.Context, node *cluster.Node) (histogram, error) {
+	// The kubelet's serving certificate is self-signed; this is loopback.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback test node
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", node.KubeletPort), nil)
+	if err != nil {
+		return histogram{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return histogram{}, err
+	}
+	defer resp.Body.Close()
+	var h histogram
+	s := bufio.NewScanner(resp.Body)
+	for s.Scan() {
+		name, value, ok := strings.Cut(s.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "kubelet_run_podsandbox_duration_seconds_sum"):
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return h, err
+			}
+			h.sum += v
+		case strings.HasPrefix(name, "kubelet_run_podsandbox_duration_seconds_count"):
+			v, err := strconv.Atoi(value)
+			if err != nil {
+				return h, err
+			}
+			h.count += v
+		}
+	}
+	return h, s.Err()
+}
