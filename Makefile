@@ -14,7 +14,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 # and reference CNI plugins (bridge, host-local, portmap, loopback).
 APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc containernetworking-plugins
 # The image `make image` writes, under the reference deployments/ uses.
-IMAGE := istio-cni/install-cni:0.1.0
+IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
 
@@ -90,7 +90,7 @@ demo: deps kube-binaries image
 
 ## demo-down: stop the demo node (every process it started, by PID).
 demo-down:
-	$(GO) run ./test/demo -down
+	@if [ -e $(OUT)/demo ]; then $(GO) run ./test/demo -down; else echo "no demo node is running"; fi
 
 clean: demo-down
 	rm -rf $(OUT)

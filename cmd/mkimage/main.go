@@ -3,7 +3,7 @@
 // a build tool for the test cluster and releases, not part of the product,
 // and needs neither a container engine nor a registry.
 //
-//	mkimage -o _output/install-cni.tar -tag istio-cni/install-cni:0.1.0 \
+//	mkimage -o _output/install-cni.tar -tag localhost/istio-cni/install-cni:0.1.0 \
 //	    -entrypoint /install-cni \
 //	    -file /install-cni=_output/bin/install-cni \
 //	    -file /istio-cni=_output/bin/istio-cni
@@ -121,7 +121,7 @@ func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spe
 	case out == "":
 		return "", nil, spec, errors.New("-o: want the path of the tarball to write, have none")
 	case len(tags) == 0:
-		return "", nil, spec, errors.New("-tag: want at least one image name, such as istio-cni/install-cni:0.1.0")
+		return "", nil, spec, errors.New("-tag: want at least one image name, such as localhost/istio-cni/install-cni:0.1.0")
 	case len(spec.Files) == 0:
 		return "", nil, spec, errors.New("-file: want at least one IMAGEPATH=HOSTPATH[:MODE]")
 	case len(spec.Entrypoint) == 0:

@@ -41,7 +41,17 @@ func (n *Node) PodNetNS(ctx context.Context, namespace, name string) (string, er
 	if len(list.Items) != 1 {
 		return "", fmt.Errorf("pod %s/%s: %d ready sandboxes, want 1", namespace, name, len(list.Items))
 	}
-	st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: list.Items[0].Id, Verbose: true})
+	path, err := n.sandboxNetNS(ctx, rt, list.Items[0].Id)
+	if err != nil {
+		return "", fmt.Errorf("pod %s/%s: %w", namespace, name, err)
+	}
+	return path, nil
+}
+
+// sandboxNetNS reads a sandbox's network namespace path from its verbose
+// status (containerd's runtime spec).
+func (n *Node) sandboxNetNS(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) (string, error) {
+	st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
 	if err != nil {
 		return "", err
 	}
@@ -53,14 +63,14 @@ func (n *Node) PodNetNS(ctx context.Context, namespace, name string) (string, er
 		}
 	}
 	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
-		return "", fmt.Errorf("pod %s/%s: sandbox info: %w", namespace, name, err)
+		return "", fmt.Errorf("sandbox info: %w", err)
 	}
 	for _, ns := range info.RuntimeSpec.Linux.Namespaces {
 		if ns.Type == "network" && ns.Path != "" {
 			return ns.Path, nil
 		}
 	}
-	return "", fmt.Errorf("pod %s/%s: the sandbox has no network namespace path", namespace, name)
+	return "", errors.New("the sandbox has no network namespace path")
 }
 
 // removeSandboxes stops every pod sandbox (containers killed, CNI DEL run,
@@ -77,6 +87,11 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 	}
 	var errs []error
 	for _, sb := range list.Items {
+		// Should the CRI fail to release it, the netns mount is removed
+		// by hand (cleanHost).
+		if path, err := n.sandboxNetNS(ctx, rt, sb.Id); err == nil {
+			n.netnsPaths = append(n.netnsPaths, path)
+		}
 		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
 			errs = append(errs, fmt.Errorf("stopping sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err))
 			continue

@@ -50,7 +50,8 @@ type Node struct {
 	KubeletPort int
 
 	bridge     string
-	components []*proc // started after the API server, stopped before it
+	components []*proc  // started after the API server, stopped before it
+	netnsPaths []string // sandboxes' network namespaces seen at teardown
 }
 
 // NodeName is the node's name in the API.
@@ -93,6 +94,12 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 	if err := n.installPrimaryCNI(o); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	if o.Detach {
+		// First, so StopNodeRecorded can clean up after any later step.
+		if err := n.record(o.Dir); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	n.APIServer, err = StartAPIServer(ctx, Options{Dir: o.Dir, Node: true, Detach: o.Detach, StartTimeout: o.StartTimeout})
@@ -104,11 +111,6 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 			err = errors.Join(err, n.Stop())
 		}
 	}()
-	if o.Detach {
-		if err := n.record(o.Dir); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
-	}
 	if err := n.APIServer.Kubeconfig(n.Kubeconfig, AdminToken); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

@@ -69,6 +69,12 @@ func (n *Node) cleanHost() error {
 		}
 	}
 	errs = append(errs, unmountUnder(filepath.Dir(filepath.Dir(n.ContainerdSocket))))
+	for _, p := range n.netnsPaths {
+		if _, err := os.Stat(p); err == nil {
+			_ = syscall.Unmount(p, syscall.MNT_DETACH)
+			errs = append(errs, os.Remove(p))
+		}
+	}
 	removeKubeletChains()
 	if n.bridge != "" {
 		errs = append(errs, removeCgroupRoot(cgroupRootName(n.bridge)))
@@ -150,13 +156,17 @@ func (n *Node) record(dir string) error {
 // StopNodeRecorded takes down a detached node started in dir by an earlier
 // process, in Stop's order, ending only the recorded processes.
 func StopNodeRecorded(dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, nodeFile)) // #nosec G304 -- our own node directory
-	if err != nil {
-		return fmt.Errorf("no node recorded in %s: %w", dir, err)
-	}
 	var r nodeRecord
-	if err := json.Unmarshal(data, &r); err != nil {
+	data, err := os.ReadFile(filepath.Join(dir, nodeFile)) // #nosec G304 -- our own node directory
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Stopped before the record: stop what the pids file lists.
+	case err != nil:
 		return err
+	default:
+		if err := json.Unmarshal(data, &r); err != nil {
+			return fmt.Errorf("%s: %w", nodeFile, err)
+		}
 	}
 	n := &Node{bridge: r.Bridge, ContainerdSocket: filepath.Join(dir, "containerd", "containerd.sock")}
 	procs, err := readRecorded(dir)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"istio-cni.local/istio-cni/test/cluster"
 )
 
@@ -31,10 +33,28 @@ func TestInstalled(t *testing.T) {
 		t.Errorf("owned conflist should chain istio-cni after bridge and portmap (%v):\n%s", err, owned)
 	}
 	// The plugin's kubeconfig holds its own minted token, not the
-	// installer's: only pods can be read with it.
-	kc, _ := os.ReadFile(kubeconfigPath())
-	if !bytes.Contains(kc, []byte("token:")) {
-		t.Errorf("kubeconfig without a token:\n%s", kc)
+	// installer's: it is the plugin's ServiceAccount, and may read pods
+	// but not the installer's DaemonSet.
+	kc, err := clientcmd.LoadFromFile(kubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Token
+	review := []byte(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
+	status, body, err := env.node.DoAs(t.Context(), token, http.MethodPost, "/apis/authentication.k8s.io/v1/selfsubjectreviews", review)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("SelfSubjectReview with the plugin's token: %d %s %v", status, body, err)
+	}
+	if want := "system:serviceaccount:istio-cni:istio-cni-plugin"; !bytes.Contains(body, []byte(`"username":"`+want+`"`)) {
+		t.Errorf("the plugin's kubeconfig is not %s:\n%s", want, body)
+	}
+	for path, want := range map[string]int{
+		"/api/v1/namespaces/istio-cni/pods/none":                       http.StatusNotFound,
+		"/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node": http.StatusForbidden,
+	} {
+		if status, _, err := env.node.DoAs(t.Context(), token, http.MethodGet, path, nil); err != nil || status != want {
+			t.Errorf("GET %s with the plugin's token: %d %v, want %d", path, status, err, want)
+		}
 	}
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health))
 	if err != nil {
@@ -168,25 +188,38 @@ func sandboxFailed(ctx context.Context, ns, name string) (bool, string) {
 }
 
 // 7. The installer pod is deleted (a restart): the files stay and pods
-// keep starting. The DaemonSet is deleted (uninstall): the owned conflist,
-// kubeconfig and binary go, and the primary config is untouched.
+// keep starting, also while no agent runs at all. The DaemonSet is deleted
+// (uninstall): the owned conflist, kubeconfig and binary go, and the
+// primary config is untouched.
 func TestRestartThenUninstall(t *testing.T) {
 	requireInstalled(t)
 	old := installerPod(t)
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
-		if !exists(p) {
-			t.Errorf("%s removed by a restart", p)
-		}
-	}
-	// A pod starting while the agent is away is still redirected.
-	assertRedirected(t, startPod(t, meshedPod(t, "during-restart")))
+	assertFilesStay(t, "a restart")
 	eventually(t, 2*time.Minute, "a new installer pod", func() (bool, string) {
 		name := installerPodOrEmpty(t)
 		return name != "" && name != old, name
 	})
+	requireInstalled(t)
+
+	// The agent away for longer (the DaemonSet stays, so its pod stopping
+	// is no uninstall): a meshed pod starting meanwhile is redirected.
+	away := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
+	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "no installer pod", func() (bool, string) {
+		name := installerPodOrEmpty(t)
+		return name == "", name
+	})
+	assertFilesStay(t, "the agent's absence")
+	assertRedirected(t, startPod(t, meshedPod(t, "agent-away")))
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
+		t.Fatal(err)
+	}
 	requireInstalled(t)
 
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "daemonset", "istio-cni-node", "--wait=true"); err != nil {
@@ -206,6 +239,15 @@ func TestRestartThenUninstall(t *testing.T) {
 	}
 	// The node works without istio-cni: a plain pod starts on the primary.
 	assertDirect(t, startPod(t, cluster.PodSpec{Namespace: "default", Name: "after-uninstall", Target: server(t)}))
+}
+
+func assertFilesStay(t *testing.T, after string) {
+	t.Helper()
+	for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+		if !exists(p) {
+			t.Errorf("%s removed by %s", p, after)
+		}
+	}
 }
 
 func installerPod(t *testing.T) string {

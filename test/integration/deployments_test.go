@@ -32,7 +32,7 @@ func TestDeploymentsImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kust := "resources:\n- " + base + "\nimages:\n- name: istio-cni/install-cni\n  newName: registry.example/mesh/install-cni\n  newTag: v9\n"
+	kust := "resources:\n- " + base + "\nimages:\n- name: localhost/istio-cni/install-cni\n  newName: registry.example/mesh/install-cni\n  newTag: v9\n"
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -63,8 +63,8 @@ func TestDeploymentsApplyF(t *testing.T) {
 			objects++
 		}
 	}
-	if got := objects; got != 9 {
-		t.Errorf("%d objects applied, want 9:\n%s", got, out)
+	if got := objects; got != 10 {
+		t.Errorf("%d objects applied, want 10:\n%s", got, out)
 	}
 }
 
