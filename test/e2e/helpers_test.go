@@ -48,14 +48,17 @@ func exists(path string) bool {
 }
 
 // daemonSetReady reports whether the DaemonSet's pod on the node is
-// updated and ready.
+// updated and ready, by a status that has seen the latest spec (right after
+// a change, the status still describes the old one).
 func daemonSetReady(ctx context.Context) (bool, string) {
 	status, body, err := env.node.Do(ctx, http.MethodGet, "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", nil)
 	if err != nil || status != http.StatusOK {
 		return false, fmt.Sprintf("GET DaemonSet: %d %s %v", status, body, err)
 	}
 	var ds struct {
-		Status struct {
+		Metadata struct{ Generation int64 }
+		Status   struct {
+			ObservedGeneration                                          int64
 			DesiredNumberScheduled, NumberReady, UpdatedNumberScheduled int
 		}
 	}
@@ -63,7 +66,8 @@ func daemonSetReady(ctx context.Context) (bool, string) {
 		return false, err.Error()
 	}
 	s := ds.Status
-	return s.DesiredNumberScheduled == 1 && s.NumberReady == 1 && s.UpdatedNumberScheduled == 1, fmt.Sprintf("%+v", s)
+	return s.ObservedGeneration == ds.Metadata.Generation && s.DesiredNumberScheduled == 1 && s.NumberReady == 1 &&
+		s.UpdatedNumberScheduled == 1, fmt.Sprintf("generation %d, %+v", ds.Metadata.Generation, s)
 }
 
 func requireInstalled(t *testing.T) {
