@@ -16,11 +16,11 @@ APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc co
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
-KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet
+KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build image deps kube-binaries lint test unit e2e bench demo demo-down clean
+.PHONY: all build image deps kube-binaries lint test unit e2e bench bench-node demo demo-down clean
 
 all: build
 
@@ -82,6 +82,10 @@ unit:
 ## bench: ADD latency, RSS and VERSION time against a real API server.
 bench: deps kube-binaries build
 	$(GO) run ./test/bench -plugin $(BIN)/istio-cni
+
+## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
+bench-node: deps kube-binaries image
+	$(GO) run ./test/bench -node -pods 60
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).

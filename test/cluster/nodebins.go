@@ -54,3 +54,18 @@ func referencePluginDir() (string, error) {
 	}
 	return dir, nil
 }
+
+// Kubectl returns the kubectl the tests and the demo run: the one `make
+// kube-binaries` builds (the cluster's own version), not whatever is on
+// $PATH.
+func Kubectl() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "_output", "bin", "kubectl")
+	if err := checkExecutable(path); err != nil {
+		return "", fmt.Errorf("kubectl: %w; run `make kube-binaries`", err)
+	}
+	return path, nil
+}

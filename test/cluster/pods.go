@@ -165,7 +165,11 @@ func (n *Node) IptablesSave(ctx context.Context, ns, name string) (string, error
 
 // Kubectl runs kubectl against the node as admin.
 func (n *Node) Kubectl(ctx context.Context, args ...string) (string, error) {
-	out, err := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", n.Kubeconfig}, args...)...).CombinedOutput() // #nosec G204 -- test harness
+	kubectl, err := Kubectl()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", n.Kubeconfig}, args...)...).CombinedOutput() // #nosec G204 -- test harness
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, out)
 	}

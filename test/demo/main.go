@@ -191,15 +191,19 @@ func showApps(ctx context.Context, node *cluster.Node, dir string) error {
 		}
 		fmt.Printf("   %-10s -> %s: %s\n", s.Name, verdict, line)
 	}
+	kubectl, err := cluster.Kubectl()
+	if err != nil {
+		return err
+	}
 	step("the node keeps running")
 	fmt.Printf(`   export KUBECONFIG=%s
-   kubectl get pods -A -o wide
+   %s get pods -A -o wide    # or any kubectl
    # container logs are files (kubectl logs and exec need a node address,
    # which this loopback-only node lacks):
    ls %s
    # stop every process the demo started, by PID:
    make demo-down
-`, node.Kubeconfig, node.PodLogDir)
+`, node.Kubeconfig, kubectl, node.PodLogDir)
 	return nil
 }
 

@@ -15,7 +15,7 @@ import (
 // and an overlay's images: entry replaces it.
 func TestDeploymentsImage(t *testing.T) {
 	makeImage := makefileVar(t, "IMAGE")
-	out, err := exec.Command("kubectl", "kustomize", "../../deployments").CombinedOutput()
+	out, err := exec.Command(kubectl(t), "kustomize", "../../deployments").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl kustomize deployments: %v\n%s", err, out)
 	}
@@ -36,7 +36,7 @@ func TestDeploymentsImage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err = exec.Command("kubectl", "kustomize", overlay).CombinedOutput()
+	out, err = exec.Command(kubectl(t), "kustomize", overlay).CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl kustomize overlay: %v\n%s", err, out)
 	}
@@ -53,7 +53,7 @@ func TestDeploymentsApplyF(t *testing.T) {
 	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("kubectl", "--kubeconfig", admin, "apply", "-f", "../../deployments").CombinedOutput()
+	out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "apply", "-f", "../../deployments").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl apply -f deployments: %v\n%s", err, out)
 	}
@@ -84,4 +84,13 @@ func makefileVar(t *testing.T, name string) string {
 	}
 	t.Fatalf("Makefile has no %s", name)
 	return ""
+}
+
+func kubectl(t *testing.T) string {
+	t.Helper()
+	path, err := cluster.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -28,7 +28,7 @@ func TestDeploymentsRBAC(t *testing.T) {
 	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(ctx, "kubectl", "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput()
+	out, err := exec.CommandContext(ctx, kubectl(t), "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
 	}
