@@ -175,14 +175,14 @@ func sandboxSeconds(ctx context.Context, node *cluster.Node) (histogram, error) 
 		if !ok {
 			continue
 		}
-		switch {
-		case name == `kubelet_runtime_operations_duration_seconds_sum{operation_type="run_podsandbox"}`:
+		switch name {
+		case `kubelet_runtime_operations_duration_seconds_sum{operation_type="run_podsandbox"}`:
 			v, err := strconv.ParseFloat(value, 64)
 			if err != nil {
 				return h, err
 			}
 			h.sum += v
-		case name == `kubelet_runtime_operations_duration_seconds_count{operation_type="run_podsandbox"}`:
+		case `kubelet_runtime_operations_duration_seconds_count{operation_type="run_podsandbox"}`:
 			v, err := strconv.Atoi(value)
 			if err != nil {
 				return h, err
