@@ -85,7 +85,7 @@ bench: deps kube-binaries build
 
 ## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
 bench-node: deps kube-binaries image
-	$(GO) run ./test/bench -node -pods 60
+	$(GO) run ./test/bench -node -pods 50
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).

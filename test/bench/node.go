@@ -22,6 +22,10 @@ import (
 // start, as kubelet sees it (RunPodSandbox: the sandbox with its whole CNI
 // chain) and as a user sees it (pod created → all containers ready).
 func nodeBench(pods int) (err error) {
+	// kubelet runs at most 110 pods; the agent and the server take two.
+	if pods < 2 || 2*pods+2 > 110 {
+		return fmt.Errorf("-pods %d: want 2 to 54 (pods of each kind, within kubelet's 110)", pods)
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (containerd, kubelet)")
 	}
