@@ -205,8 +205,8 @@ func TestRestartThenUninstall(t *testing.T) {
 	}
 	assertFilesStay(t, "a restart")
 	eventually(t, 2*time.Minute, "a new installer pod", func() (bool, string) {
-		name := installerPodOrEmpty(t)
-		return name != "" && name != old, name
+		p, ok := installerPodOrEmpty(t)
+		return ok && p.Metadata.Name != old, p.Metadata.Name
 	})
 	requireInstalled(t)
 
@@ -217,9 +217,9 @@ func TestRestartThenUninstall(t *testing.T) {
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "no installer pod", func() (bool, string) {
-		name := installerPodOrEmpty(t)
-		return name == "", name
+	eventually(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
+		pods := installerPods(t)
+		return len(pods) == 0, fmt.Sprint(len(pods), " pods")
 	})
 	assertFilesStay(t, "the agent's absence")
 	assertRedirected(t, startPod(t, meshedPod(t, "agent-away")))
@@ -238,7 +238,7 @@ func TestRestartThenUninstall(t *testing.T) {
 				left = append(left, p)
 			}
 		}
-		return len(left) == 0 && installerPodOrEmpty(t) == "", fmt.Sprint("left: ", left)
+		return len(left) == 0 && len(installerPods(t)) == 0, fmt.Sprint("left: ", left)
 	})
 	if b, _ := os.ReadFile(env.node.PrimaryConfig); !bytes.Equal(b, env.primary) {
 		t.Errorf("primary conflist changed by the uninstall:\n%s\nwant:\n%s", b, env.primary)
@@ -258,29 +258,10 @@ func assertFilesStay(t *testing.T, after string) {
 
 func installerPod(t *testing.T) string {
 	t.Helper()
-	name := installerPodOrEmpty(t)
-	if name == "" {
+	p, ok := installerPodOrEmpty(t)
+	if !ok {
 		t.Fatal("no installer pod")
 	}
-	return name
+	return p.Metadata.Name
 }
 
-// installerPodOrEmpty returns the name of the DaemonSet's live pod.
-func installerPodOrEmpty(t *testing.T) string {
-	t.Helper()
-	status, body, err := env.node.Do(t.Context(), http.MethodGet,
-		"/api/v1/namespaces/istio-cni/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent", nil)
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("listing installer pods: %d %v", status, err)
-	}
-	var list struct{ Items []cluster.Pod }
-	if err := json.Unmarshal(body, &list); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			return p.Metadata.Name
-		}
-	}
-	return ""
-}

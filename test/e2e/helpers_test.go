@@ -70,9 +70,52 @@ func daemonSetReady(ctx context.Context) (bool, string) {
 		s.UpdatedNumberScheduled == 1, fmt.Sprintf("generation %d, %+v", ds.Metadata.Generation, s)
 }
 
+// requireInstalled waits for the DaemonSet to be ready with a live agent:
+// right after a change the DaemonSet can count a terminating pod as ready.
 func requireInstalled(t *testing.T) {
 	t.Helper()
-	eventually(t, 3*time.Minute, "DaemonSet ready", func() (bool, string) { return daemonSetReady(t.Context()) })
+	eventually(t, 3*time.Minute, "DaemonSet ready", func() (bool, string) {
+		if ok, why := daemonSetReady(t.Context()); !ok {
+			return false, why
+		}
+		p, ok := installerPodOrEmpty(t)
+		return ok && allReady(p), fmt.Sprintf("installer pod %q: %+v", p.Metadata.Name, p.Status.ContainerStatuses)
+	})
+}
+
+func allReady(p cluster.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if !c.Ready {
+			return false
+		}
+	}
+	return len(p.Status.ContainerStatuses) > 0
+}
+
+// installerPodOrEmpty returns the DaemonSet's pod that is not terminating.
+func installerPodOrEmpty(t *testing.T) (cluster.Pod, bool) {
+	t.Helper()
+	for _, p := range installerPods(t) {
+		if p.Metadata.DeletionTimestamp == nil {
+			return p, true
+		}
+	}
+	return cluster.Pod{}, false
+}
+
+// installerPods lists the DaemonSet's pods, terminating ones included.
+func installerPods(t *testing.T) []cluster.Pod {
+	t.Helper()
+	status, body, err := env.node.Do(t.Context(), http.MethodGet,
+		"/api/v1/namespaces/istio-cni/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent", nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("listing installer pods: %d %v", status, err)
+	}
+	var list struct{ Items []cluster.Pod }
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
 }
 
 // startPod creates the pod, deletes it when the test ends, and waits for
