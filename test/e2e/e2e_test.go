@@ -264,4 +264,3 @@ func installerPod(t *testing.T) string {
 	}
 	return p.Metadata.Name
 }
-
