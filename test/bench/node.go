@@ -60,19 +60,8 @@ func nodeBench(pods int) (err error) {
 			return err
 		}
 	}
-	ports, err := cluster.FreePorts(2)
-	if err != nil {
-		return err
-	}
-	overlay := filepath.Join(dir, "overlay")
-	if err := node.WriteOverlay(overlay, cluster.Overlay{APIPort: node.APIPort(), HealthPort: ports[0], MetricsPort: ports[1]}); err != nil {
-		return err
-	}
 	start = time.Now()
-	if _, err := node.Kubectl(ctx, "apply", "-k", overlay); err != nil {
-		return err
-	}
-	if _, err := node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"); err != nil {
+	if _, _, err := node.Install(ctx, filepath.Join(dir, "overlay"), node.APIPort()); err != nil {
 		return err
 	}
 	installed := time.Since(start)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,4 +89,25 @@ func (a *APIServer) APIPort() int {
 	var port int
 	_, _ = fmt.Sscanf(a.URL, "https://127.0.0.1:%d", &port)
 	return port
+}
+
+// Install installs istio-cni on the node as a user does, `kubectl apply -k`
+// of an overlay written into dir, with the agent reaching the API server
+// at 127.0.0.1:apiPort, and waits for the rollout. It returns the overlay
+// and kubectl's output.
+func (n *Node) Install(ctx context.Context, dir string, apiPort int) (Overlay, string, error) {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return Overlay{}, "", err
+	}
+	o := Overlay{APIPort: apiPort, HealthPort: ports[0], MetricsPort: ports[1]}
+	if err := n.WriteOverlay(dir, o); err != nil {
+		return o, "", err
+	}
+	out, err := n.Kubectl(ctx, "apply", "-k", dir)
+	if err != nil {
+		return o, out, err
+	}
+	_, err = n.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m")
+	return o, out, err
 }

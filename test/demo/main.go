@@ -115,19 +115,9 @@ func up(dir string) (err error) {
 }
 
 func install(ctx context.Context, node *cluster.Node, overlay string) error {
-	ports, err := cluster.FreePorts(2)
-	if err != nil {
-		return err
-	}
-	if err := node.WriteOverlay(overlay, cluster.Overlay{APIPort: node.APIPort(), HealthPort: ports[0], MetricsPort: ports[1]}); err != nil {
-		return err
-	}
-	out, err := node.Kubectl(ctx, "apply", "-k", overlay)
-	if err != nil {
-		return err
-	}
+	_, out, err := node.Install(ctx, overlay, node.APIPort())
 	fmt.Print(indent(out))
-	if _, err := node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"); err != nil {
+	if err != nil {
 		return err
 	}
 	step("the DaemonSet (kubectl -n istio-cni get daemonset,pods)")

@@ -96,22 +96,13 @@ func run(m *testing.M) (code int, err error) {
 		return 1, err
 	}
 	defer env.proxy.down()
-	ports, err := cluster.FreePorts(2)
+	env.overlay = filepath.Join(dir, "overlay")
+	overlay, out, err := node.Install(ctx, env.overlay, env.proxy.port())
+	fmt.Print(out)
 	if err != nil {
 		return 1, err
 	}
-	env.health = ports[0]
-	env.overlay = filepath.Join(dir, "overlay")
-	if err := node.WriteOverlay(env.overlay, cluster.Overlay{
-		APIPort: env.proxy.port(), HealthPort: ports[0], MetricsPort: ports[1],
-	}); err != nil {
-		return 1, err
-	}
-	if out, err := node.Kubectl(ctx, "apply", "-k", env.overlay); err != nil {
-		return 1, err
-	} else {
-		fmt.Print(out)
-	}
+	env.health = overlay.HealthPort
 	return m.Run(), nil
 }
 
