@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -18,9 +17,9 @@ const (
 	ExcludeOutboundIPRanges = "traffic.sidecar.istio.io/excludeOutboundIPRanges"
 	IncludeOutboundPorts    = "traffic.sidecar.istio.io/includeOutboundPorts"
 	ExcludeOutboundPorts    = "traffic.sidecar.istio.io/excludeOutboundPorts"
-	// Interception parity that is not implemented yet: a pod asking for it
-	// fails rather than run with less capture than it asked for.
-	ExcludeInterfaces        = "traffic.sidecar.istio.io/excludeInterfaces"
+	ExcludeInterfaces       = "traffic.sidecar.istio.io/excludeInterfaces"
+	// RerouteVirtualInterfaces wins over the deprecated KubevirtInterfaces,
+	// which is read only when it is absent (as upstream does).
 	RerouteVirtualInterfaces = "istio.io/reroute-virtual-interfaces"
 	KubevirtInterfaces       = "traffic.sidecar.istio.io/kubevirtInterfaces"
 )
@@ -58,11 +57,6 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 		return Decision{}, &UnsupportedError{Field: InterceptionMode, Value: mode}
 	default:
 		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
-	}
-	for _, key := range []string{ExcludeInterfaces, RerouteVirtualInterfaces, KubevirtInterfaces} {
-		if v, ok := ann[key]; ok && strings.TrimSpace(v) != "" {
-			return Decision{}, &UnsupportedError{Field: key, Value: v}
-		}
 	}
 	for _, name := range []string{envDNSCapture, envInvalidDrop} {
 		if on, err := envBool(env, name); err != nil {
@@ -116,7 +110,15 @@ func applyAnnotations(spec *iptables.Spec, ann map[string]string) error {
 		return err
 	}
 	spec.OutboundExclude = dedup(append(spec.OutboundExclude, iptables.ProxyStatusPort))
-	return nil
+	if spec.ExcludeInterfaces, err = ParseInterfaces(ExcludeInterfaces, ann[ExcludeInterfaces]); err != nil {
+		return err
+	}
+	reroute := RerouteVirtualInterfaces
+	if _, ok := ann[reroute]; !ok {
+		reroute = KubevirtInterfaces
+	}
+	spec.RerouteInterfaces, err = ParseInterfaces(reroute, ann[reroute])
+	return err
 }
 
 // applyProxyIDs takes the proxy's uid and gid from its security context; 0

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -188,13 +189,16 @@ func annotationErrCases() []errCase {
 	for _, a := range []string{ExcludeInboundPorts, IncludeOutboundPorts, ExcludeOutboundPorts, ExcludeOutboundIPRanges} {
 		out = append(out, errCase{a, "*", invalid})
 	}
-	return append(out,
+	out = append(out,
 		errCase{InterceptionMode, "TPROXY", unsupported},
 		errCase{InterceptionMode, "tproxy", invalid},
-		errCase{ExcludeInterfaces, "eth1", unsupported},
-		errCase{RerouteVirtualInterfaces, "net1", unsupported},
-		errCase{KubevirtInterfaces, "net1", unsupported},
 	)
+	for _, a := range []string{ExcludeInterfaces, RerouteVirtualInterfaces, KubevirtInterfaces} {
+		for _, v := range []string{"*", "net1,", "-net1", ".hidden", "eth0;ls", "a-name-longer-than15", "net 1", "eth0/1"} {
+			out = append(out, errCase{a, v, invalid})
+		}
+	}
+	return out
 }
 
 func TestAnnotationErrors(t *testing.T) {
@@ -271,6 +275,33 @@ func TestProxyIDErrors(t *testing.T) {
 			}
 			if msg := err.Error(); !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.value) {
 				t.Errorf("error %q does not name %s and %s", msg, tc.field, tc.value)
+			}
+		})
+	}
+}
+
+// The interface annotations become typed names; the reroute annotation wins
+// over the deprecated kubevirt one, which counts only when it is absent.
+func TestInterfaceAnnotations(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		opts             []podOpt
+		exclude, reroute []iptables.IfName
+	}{
+		{"exclude", []podOpt{withAnn(ExcludeInterfaces, " eth1 , net_2.3,eth1")}, []iptables.IfName{"eth1", "net_2.3"}, nil},
+		{"reroute", []podOpt{withAnn(RerouteVirtualInterfaces, "net1,net2")}, nil, []iptables.IfName{"net1", "net2"}},
+		{"kubevirt", []podOpt{withAnn(KubevirtInterfaces, "net1")}, nil, []iptables.IfName{"net1"}},
+		{"reroute wins", []podOpt{withAnn(RerouteVirtualInterfaces, "net2"), withAnn(KubevirtInterfaces, "net1")}, nil, []iptables.IfName{"net2"}},
+		{"empty reroute wins", []podOpt{withAnn(RerouteVirtualInterfaces, ""), withAnn(KubevirtInterfaces, "net1")}, nil, nil},
+		{"15 characters", []podOpt{withAnn(ExcludeInterfaces, "abcdefghijklmno")}, []iptables.IfName{"abcdefghijklmno"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Pod(meshedPod(tc.opts...))
+			if err != nil || !d.Redirect {
+				t.Fatalf("got %+v, %v", d, err)
+			}
+			if !slices.Equal(d.Spec.ExcludeInterfaces, tc.exclude) || !slices.Equal(d.Spec.RerouteInterfaces, tc.reroute) {
+				t.Errorf("exclude %v reroute %v, want %v %v", d.Spec.ExcludeInterfaces, d.Spec.RerouteInterfaces, tc.exclude, tc.reroute)
 			}
 		})
 	}

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -120,4 +121,23 @@ func parsePrefixesOrAll(field, v string) (iptables.Prefixes, error) {
 func ipv4Compatible(a netip.Addr) bool {
 	b := a.As16()
 	return a.Is6() && !a.Is4In6() && [12]byte(b[:12]) == [12]byte{} && b[12]|b[13] != 0
+}
+
+// ParseInterfaces reads a comma-separated list of interface names.
+func ParseInterfaces(field, v string) ([]iptables.IfName, error) {
+	parts, ok := items(v)
+	if !ok {
+		return nil, &InvalidError{field, v, "empty item; want a comma-separated list of interface names"}
+	}
+	var out []iptables.IfName
+	for _, p := range parts {
+		name, err := iptables.ParseIfName(p)
+		if err != nil {
+			return nil, &InvalidError{field, v, err.Error()}
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
 }

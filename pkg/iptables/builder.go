@@ -1,6 +1,9 @@
 package iptables
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // ChainID names a chain in a table.
 type ChainID struct {
@@ -81,9 +84,47 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 	// The two redirect chains send captured traffic to the proxy's listeners.
 	b.add(Rule{Chain: ChainRedirect, Proto: TCP, Target: Redirect{spec.OutboundPort}})
 	b.add(Rule{Chain: ChainInRedirect, Proto: TCP, Target: Redirect{spec.InboundPort}})
+	b.interfaces(spec)
 	b.inbound(spec)
 	b.outbound(spec)
 	return b.rs
+}
+
+// interfaces puts the interface rules first in PREROUTING and OUTPUT, in
+// the order istio-iptables leaves them: reroutes to ISTIO_REDIRECT (for the
+// captured destinations), the rerouted interfaces' RETURN, then the
+// excluded interfaces' RETURN. istio-iptables inserts the first two at the
+// top one by one, hence the reversed order.
+func (b *builder) interfaces(spec Spec) {
+	var redirects []Rule
+	add := func(iface IfName, dst netip.Prefix) {
+		redirects = append(redirects, Rule{Chain: Prerouting, Dst: Addr{Prefix: dst}, In: Iface{Name: iface}, Target: Jump{ChainRedirect}})
+	}
+	if spec.OutboundIPs.All {
+		for _, iface := range spec.RerouteInterfaces {
+			add(iface, netip.Prefix{})
+		}
+	} else {
+		for _, p := range spec.OutboundIPs.List {
+			if b.inFamily(p) {
+				for _, iface := range spec.RerouteInterfaces {
+					add(iface, p.Masked())
+				}
+			}
+		}
+	}
+	for _, r := range slices.Backward(redirects) {
+		b.add(r)
+	}
+	for _, iface := range slices.Backward(spec.RerouteInterfaces) {
+		b.add(Rule{Chain: Prerouting, In: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
+	}
+	for _, iface := range spec.ExcludeInterfaces {
+		b.add(Rule{Chain: Prerouting, In: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
+	}
+	for _, iface := range spec.ExcludeInterfaces {
+		b.add(Rule{Chain: Output, Out: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
+	}
 }
 
 type builder struct {

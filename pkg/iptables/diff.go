@@ -7,8 +7,8 @@ import (
 
 // Diff compares what a family must hold with what it holds and describes each
 // difference; no differences means the rules are in place. Only our chains
-// and the jumps into them are compared: other rules in built-in chains (a
-// primary CNI's, say) are not ours to judge.
+// and our rules in built-in chains (see ours) are compared: other rules
+// there (a primary CNI's, say) are not ours to judge.
 func Diff(desired *Ruleset, observed *Observed) []string {
 	var out []string
 	want := expectedByTable(desired)
@@ -29,7 +29,7 @@ func Diff(desired *Ruleset, observed *Observed) []string {
 		for _, chain := range sortedKeys(chains) {
 			have := obs.Rules[chain]
 			if !owned(chain) {
-				have = jumpsIntoOurs(have)
+				have = oursIn(have)
 			} else if !slices.Contains(obs.Chains, chain) && exp.chains[chain] {
 				out = append(out, fmt.Sprintf("%s %s: chain missing", table, chain))
 				continue
@@ -75,10 +75,10 @@ func expectedByTable(rs *Ruleset) map[string]expectedTable {
 	return out
 }
 
-func jumpsIntoOurs(rules []string) []string {
+func oursIn(rules []string) []string {
 	var out []string
 	for _, r := range rules {
-		if owned(jumpTarget(r)) {
+		if ours(r) {
 			out = append(out, r)
 		}
 	}

@@ -12,9 +12,9 @@ import (
 // a fresh namespace. Per table, in one transaction:
 //
 //	:CHAIN - [0:0]  each desired chain: created, or flushed if it exists
-//	-D CHAIN n      each observed jump into one of our chains from a chain
-//	                that is not ours, highest number first so the others
-//	                keep their numbers
+//	-D CHAIN n      each observed rule of ours (see ours) in a chain that
+//	                is not ours, highest number first so the others keep
+//	                their numbers
 //	-F / -X CHAIN   our observed chains that are no longer desired
 //	-A ...          the desired rules
 func Plan(desired *Ruleset, observed *Observed) ([]byte, error) {
@@ -55,7 +55,7 @@ func Plan(desired *Ruleset, observed *Observed) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// removals deletes the observed jumps into our chains and the owned chains
+// removals deletes our observed rules in other chains and the owned chains
 // not in keep.
 func removals(t *ObservedTable, keep map[string]bool) []string {
 	var dels, flush, drop []string
@@ -69,7 +69,7 @@ func removals(t *ObservedTable, keep map[string]bool) []string {
 		}
 		rules := t.Rules[chain]
 		for i := len(rules) - 1; i >= 0; i-- {
-			if owned(jumpTarget(rules[i])) {
+			if ours(rules[i]) {
 				dels = append(dels, fmt.Sprintf("-D %s %d", chain, i+1))
 			}
 		}
@@ -110,7 +110,7 @@ func hasOurs(t *ObservedTable) bool {
 	}
 	for chain, rules := range t.Rules {
 		for _, r := range rules {
-			if !owned(chain) && owned(jumpTarget(r)) {
+			if !owned(chain) && ours(r) {
 				return true
 			}
 		}

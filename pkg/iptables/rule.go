@@ -56,11 +56,36 @@ type Iface struct {
 	Not  bool
 }
 
-// IfName is a network interface name.
+// IfName is a network interface name. Outside this package one is made
+// only by ParseIfName.
 type IfName string
+
+// ParseIfName accepts a Linux interface name as Istio does: 1 to 15
+// characters of [A-Za-z0-9_.-], the first not '.' or '-' (so neither "."
+// nor ".." nor anything that reads as an option).
+func ParseIfName(s string) (IfName, error) {
+	const allowed = "want 1 to 15 characters of A-Z, a-z, 0-9, '_', '.' and '-', not starting with '.' or '-'"
+	if len(s) == 0 || len(s) > 15 || s[0] == '.' || s[0] == '-' {
+		return "", fmt.Errorf("interface name %q: %s", s, allowed)
+	}
+	if strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != "" {
+		return "", fmt.Errorf("interface name %q: %s", s, allowed)
+	}
+	return IfName(s), nil
+}
 
 // Loopback is the pod's loopback interface.
 const Loopback IfName = "lo"
+
+// Tag marks a rule of ours in a built-in chain whose target is not one of
+// our chains (an interface's RETURN): without a jump into an ISTIO_ chain
+// nothing else would tell it from a foreign rule, for CHECK and cleanup.
+type Tag struct{}
+
+// RuleTag is the comment Tag puts on a rule.
+const RuleTag = "istio-cni"
+
+func (Tag) tokens() []string { return []string{"-m", "comment", "--comment", RuleTag} }
 
 // Match is an extension match (-m ...), rendered from typed fields.
 type Match interface {

@@ -97,6 +97,21 @@ func splitQuoted(s string) []string {
 // owned reports whether a chain is ours.
 func owned(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
 
+// ours reports whether an observed rule in a chain that is not ours is one
+// of ours: it jumps into one of our chains, or carries our Tag.
+func ours(spec string) bool {
+	if owned(jumpTarget(spec)) {
+		return true
+	}
+	toks := splitQuoted(spec)
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i] == "--comment" && strings.Trim(toks[i+1], `"`) == RuleTag {
+			return true
+		}
+	}
+	return false
+}
+
 // OwnedChains lists the chains of ours present in a table.
 func (t *ObservedTable) OwnedChains() []string {
 	var out []string

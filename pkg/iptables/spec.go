@@ -67,6 +67,13 @@ type Spec struct {
 	// are returned before that.
 	OutboundIPs       Prefixes
 	OutboundIPExclude []netip.Prefix
+
+	// ExcludeInterfaces: traffic in or out through these is never
+	// captured. RerouteInterfaces (virtual machines' interfaces, as with
+	// KubeVirt): what arrives through them for OutboundIPs is captured as
+	// outbound, the rest goes direct.
+	ExcludeInterfaces []IfName
+	RerouteInterfaces []IfName
 }
 
 // Istio's fixed ports and ids: the defaults of a sidecar pod.

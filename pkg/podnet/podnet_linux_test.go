@@ -162,6 +162,62 @@ func TestProgramReplacesOtherSpec(t *testing.T) {
 	})
 }
 
+// Interface RETURNs are ours by their tag, not by a jump: re-programming
+// with other interfaces replaces them, CHECK sees one go missing, and
+// cleanup removes them, while an untagged rule of the same shape stays.
+func TestInterfaceRulesAreOurs(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		ifName := func(s string) iptables.IfName { name, _ := iptables.ParseIfName(s); return name }
+		if err := n.Do(func(ns.NetNS) error {
+			restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "--noflush")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		spec := iptables.DefaultSpec()
+		spec.ExcludeInterfaces = []iptables.IfName{ifName("net1")}
+		if err := net.Program(ctx, n.Path(), iptables.Build(spec, true, false)); err != nil {
+			t.Fatal(err)
+		}
+		spec.ExcludeInterfaces = []iptables.IfName{ifName("net2")}
+		spec.RerouteInterfaces = []iptables.IfName{ifName("kv0")}
+		m := iptables.Build(spec, true, false)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
+			if ok, _ := i.Exists("nat", iptables.Prerouting, "-i", "net1", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"); ok {
+				t.Error("the old interface's RETURN survived re-programming")
+			}
+			if err := i.Delete("nat", iptables.Output, "-o", "net2", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) == 0 {
+			t.Errorf("CHECK after deleting an interface rule: %v %v, want a difference", diffs, err)
+		}
+		if err := net.Cleanup(ctx, n.Path()); err != nil {
+			t.Fatal(err)
+		}
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
+			for _, chain := range []string{iptables.Prerouting, iptables.Output} {
+				rules, _ := i.List("nat", chain)
+				for _, r := range rules {
+					if strings.Contains(r, iptables.RuleTag) || strings.Contains(r, iptables.ChainPrefix) {
+						t.Errorf("left after Cleanup: %s", r)
+					}
+				}
+			}
+			if ok, _ := i.Exists("nat", iptables.Prerouting, "-i", "net9", "-j", "RETURN"); !ok {
+				t.Error("an untagged foreign RETURN was removed")
+			}
+		})
+	})
+}
+
 // foreign adds rules that are not ours: they must survive everything we do.
 const foreign = "*nat\n:FOREIGN - [0:0]\n-A PREROUTING -p udp -j FOREIGN\n-A OUTPUT -p udp -j FOREIGN\n-A FOREIGN -j RETURN\nCOMMIT\n"
 

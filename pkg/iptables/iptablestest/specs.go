@@ -18,6 +18,18 @@ func prefixes(s ...string) []netip.Prefix {
 	return out
 }
 
+func ifNames(s ...string) []iptables.IfName {
+	out := make([]iptables.IfName, 0, len(s))
+	for _, n := range s {
+		name, err := iptables.ParseIfName(n)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
 // Specs are the annotation cases of istio-cni's sidecar mode, by name.
 func Specs() map[string]iptables.Spec {
 	with := func(f func(*iptables.Spec)) iptables.Spec { s := iptables.DefaultSpec(); f(&s); return s }
@@ -51,5 +63,17 @@ func Specs() map[string]iptables.Spec {
 		}),
 		"no-outbound-ips": with(func(s *iptables.Spec) { s.OutboundIPs = iptables.Prefixes{} }),
 		"custom-ids":      with(func(s *iptables.Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
+		"exclude-interfaces": with(func(s *iptables.Spec) {
+			s.ExcludeInterfaces = ifNames("not-istio-nic", "net1")
+		}),
+		"reroute-interfaces": with(func(s *iptables.Spec) {
+			s.RerouteInterfaces = ifNames("eth1", "eth2")
+		}),
+		// Rerouted for the captured ranges only, per family.
+		"reroute-interfaces-ip-ranges": with(func(s *iptables.Spec) {
+			s.RerouteInterfaces = ifNames("eth1", "eth2")
+			s.OutboundIPs = iptables.Prefixes{List: prefixes("10.0.0.0/8", "172.16.0.0/12", "fd00::/8")}
+			s.ExcludeInterfaces = ifNames("net1")
+		}),
 	}
 }
