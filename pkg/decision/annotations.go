@@ -58,12 +58,14 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	default:
 		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
 	}
-	for _, name := range []string{envDNSCapture, envInvalidDrop} {
-		if on, err := envBool(env, name); err != nil {
-			return Decision{}, err
-		} else if on {
-			return Decision{}, &UnsupportedError{Field: "istio-proxy env " + name, Value: env[name]}
-		}
+	if on, err := envBool(env, envInvalidDrop); err != nil {
+		return Decision{}, err
+	} else if on {
+		return Decision{}, &UnsupportedError{Field: "istio-proxy env " + envInvalidDrop, Value: env[envInvalidDrop]}
+	}
+	dns, err := envBool(env, envDNSCapture)
+	if err != nil {
+		return Decision{}, err
 	}
 	dual, err := envBool(env, envDualStack)
 	if err != nil {
@@ -76,6 +78,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	if err := applyProxyIDs(&spec, proxy); err != nil {
 		return Decision{}, err
 	}
+	spec.DNSCapture = dns
 	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual}, nil
 }
 

@@ -239,8 +239,7 @@ func TestProxyEnvErrors(t *testing.T) {
 		env, value string
 		kind       errKind
 	}{
-		{"ISTIO_META_DNS_CAPTURE", "true", unsupported},
-		{"ISTIO_META_DNS_CAPTURE", "1", unsupported},
+		{"INVALID_DROP", "true", unsupported},
 		{"ISTIO_META_DNS_CAPTURE", "enabled", invalid},
 		{"ISTIO_DUAL_STACK", "on", invalid},
 	} {
@@ -304,5 +303,25 @@ func TestInterfaceAnnotations(t *testing.T) {
 				t.Errorf("exclude %v reroute %v, want %v %v", d.Spec.ExcludeInterfaces, d.Spec.RerouteInterfaces, tc.exclude, tc.reroute)
 			}
 		})
+	}
+}
+
+// ISTIO_META_DNS_CAPTURE on the proxy turns DNS capture on, for either kind
+// of sidecar; false or absent leaves it off.
+func TestDNSCapture(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  bool
+	}{{"true", true}, {"1", true}, {"True", true}, {"false", false}, {"", false}} {
+		for _, newPod := range sidecarKinds() {
+			opts := []podOpt{}
+			if tc.value != "" {
+				opts = append(opts, proxyEnv("ISTIO_META_DNS_CAPTURE", tc.value))
+			}
+			d, err := Pod(newPod(opts...))
+			if err != nil || !d.Redirect || d.Spec.DNSCapture != tc.want {
+				t.Errorf("ISTIO_META_DNS_CAPTURE=%q: %+v, %v; want DNSCapture %v", tc.value, d.Spec, err, tc.want)
+			}
+		}
 	}
 }

@@ -208,7 +208,7 @@ func errorCases() []podCase {
 		{name: "interceptionMode bogus", pod: meshedPod(withAnn(InterceptionMode, "BOGUS")), err: invalid},
 		{name: "excludeInterfaces bad name", pod: meshedPod(withAnn(ExcludeInterfaces, "eth1;x")), err: invalid},
 		{name: "kubevirtInterfaces too long native sidecar", pod: nativeSidecarPod(withAnn(KubevirtInterfaces, "net1,abcdefghijklmnop")), err: invalid},
-		{name: "DNS capture", pod: meshedPod(proxyEnv("ISTIO_META_DNS_CAPTURE", "true")), err: unsupported},
+		{name: "INVALID_DROP", pod: meshedPod(proxyEnv("INVALID_DROP", "true")), err: unsupported},
 		{name: "DNS capture not a bool", pod: meshedPod(proxyEnv("ISTIO_META_DNS_CAPTURE", "yes")), err: invalid},
 		{name: "dual stack not a bool", pod: meshedPod(proxyEnv("ISTIO_DUAL_STACK", "yes")), err: invalid},
 		{name: "bad port", pod: meshedPod(withAnn(IncludeInboundPorts, "http")), err: invalid},

@@ -79,6 +79,10 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 	for _, c := range []string{ChainInbound, ChainRedirect, ChainInRedirect, ChainOutput} {
 		b.rs.Chains = append(b.rs.Chains, ChainID{TableNat, c})
 	}
+	if spec.DNSCapture {
+		b.rs.Chains = append(b.rs.Chains, ChainID{TableNat, ChainOutputDNS},
+			ChainID{TableRaw, ChainOutputDNS}, ChainID{TableRaw, ChainInbound})
+	}
 	// The tunnel (HBONE) port is the proxy's own inbound listener.
 	b.add(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, spec.TunnelPort, false), Target: Return{}})
 	// The two redirect chains send captured traffic to the proxy's listeners.
@@ -87,6 +91,9 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 	b.interfaces(spec)
 	b.inbound(spec)
 	b.outbound(spec)
+	if spec.DNSCapture {
+		b.dnsZones(spec)
+	}
 	return b.rs
 }
 
@@ -138,6 +145,11 @@ func (b *builder) add(r Rule) {
 	b.rs.Rules = append(b.rs.Rules, r)
 }
 
+func (b *builder) addRaw(r Rule) {
+	r.Table = TableRaw
+	b.rs.Rules = append(b.rs.Rules, r)
+}
+
 func dport(p Proto, port uint16, not bool) []Match {
 	return []Match{DPort{Proto: p, Port: port, Not: not}}
 }
@@ -184,16 +196,31 @@ func (b *builder) outbound(spec Spec) {
 	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
 		// The proxy calling a service VIP that resolves back to this pod:
 		// send it through inbound capture (app -> Envoy -> Envoy -> app).
+		// With DNS capture the proxy's own DNS over lo is left alone (uid
+		// only, as istio-iptables does).
+		notPorts := dport(TCP, spec.TunnelPort, true)
+		if spec.DNSCapture && o.kind == UID {
+			notPorts = []Match{NotDPorts{[]uint16{DNSPort, spec.TunnelPort}}}
+		}
 		b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: b.addrs.loopback, Not: true}, Out: lo, Proto: TCP,
-			Matches: append(dport(TCP, spec.TunnelPort, true), owner(o.kind, o.id, false)...),
+			Matches: append(notPorts, owner(o.kind, o.id, false)...),
 			Target:  Jump{ChainInRedirect}})
 		// The app talking to itself over lo is not captured, unless the
-		// user explicitly captures loopback destinations.
-		if !loopbackIncluded {
+		// user explicitly captures loopback destinations; with DNS capture,
+		// its DNS over lo is.
+		switch {
+		case loopbackIncluded:
+		case spec.DNSCapture:
+			b.add(Rule{Chain: ChainOutput, Out: lo, Proto: TCP,
+				Matches: append(dport(TCP, DNSPort, true), owner(o.kind, o.id, true)...), Target: Return{}})
+		default:
 			b.add(Rule{Chain: ChainOutput, Out: lo, Matches: owner(o.kind, o.id, true), Target: Return{}})
 		}
 		// The proxy's own traffic is never captured again (no loops).
 		b.add(Rule{Chain: ChainOutput, Matches: owner(o.kind, o.id, false), Target: Return{}})
+	}
+	if spec.DNSCapture {
+		b.dnsRedirect(spec)
 	}
 	// Traffic to localhost is the app talking to the proxy or to itself.
 	b.add(Rule{Chain: ChainOutput, Dst: Addr{Prefix: b.addrs.loopback}, Target: Return{}})
@@ -227,4 +254,37 @@ func includesLoopback(p Prefixes) bool {
 		}
 	}
 	return false
+}
+
+// dnsRedirect sends the app's DNS, to any server, to the proxy's DNS
+// listener. The proxy's own queries returned earlier in ISTIO_OUTPUT; the
+// UDP exceptions below repeat that, as istio-iptables does.
+func (b *builder) dnsRedirect(spec Spec) {
+	b.add(Rule{Chain: ChainOutput, Target: Jump{ChainOutputDNS}})
+	b.add(Rule{Chain: ChainOutputDNS, Proto: TCP, Matches: dport(TCP, DNSPort, false), Target: Redirect{ProxyDNSPort}})
+	for _, o := range []struct {
+		kind OwnerKind
+		id   uint32
+	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+		b.add(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append(dport(UDP, DNSPort, false), owner(o.kind, o.id, false)...), Target: Return{}})
+	}
+	b.add(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: dport(UDP, DNSPort, false), Target: Redirect{ProxyDNSPort}})
+}
+
+// dnsZones keeps the proxy's upstream DNS flows apart from the app's in
+// conntrack: the proxy's queries and their replies in zone 1, the app's
+// queries and the proxy's answers from its DNS port in zone 2. Without
+// zones the two flows share a 5-tuple after the redirect and collide.
+func (b *builder) dnsZones(spec Spec) {
+	b.addRaw(Rule{Chain: Output, Target: Jump{ChainOutputDNS}})
+	for _, o := range []struct {
+		kind OwnerKind
+		id   uint32
+	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+		b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append(dport(UDP, DNSPort, false), owner(o.kind, o.id, false)...), Target: CT{1}})
+		b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append([]Match{SPort{UDP, ProxyDNSPort}}, owner(o.kind, o.id, false)...), Target: CT{2}})
+	}
+	b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: dport(UDP, DNSPort, false), Target: CT{2}})
+	b.addRaw(Rule{Chain: Prerouting, Target: Jump{ChainInbound}})
+	b.addRaw(Rule{Chain: ChainInbound, Proto: UDP, Matches: []Match{SPort{UDP, DNSPort}}, Target: CT{1}})
 }

@@ -10,6 +10,7 @@ import (
 // Table names and the built-in chains we hook.
 const (
 	TableNat   = "nat"
+	TableRaw   = "raw"
 	Prerouting = "PREROUTING"
 	Output     = "OUTPUT"
 )
@@ -23,6 +24,7 @@ const (
 	ChainInRedirect = "ISTIO_IN_REDIRECT"
 	ChainOutput     = "ISTIO_OUTPUT"
 	ChainRedirect   = "ISTIO_REDIRECT"
+	ChainOutputDNS  = "ISTIO_OUTPUT_DNS"
 )
 
 // Proto is the -p match.
@@ -76,6 +78,33 @@ func ParseIfName(s string) (IfName, error) {
 
 // Loopback is the pod's loopback interface.
 const Loopback IfName = "lo"
+
+// SPort matches a TCP or UDP source port (-m udp --sport N).
+type SPort struct {
+	Proto Proto
+	Port  uint16
+}
+
+func (m SPort) tokens() []string {
+	return []string{"-m", m.Proto.String(), "--sport", strconv.Itoa(int(m.Port))}
+}
+
+// NotDPorts matches destination ports outside a list (-m multiport !
+// --dports a,b); the rule must set -p.
+type NotDPorts struct{ Ports []uint16 }
+
+func (m NotDPorts) tokens() []string {
+	ps := make([]string, len(m.Ports))
+	for i, p := range m.Ports {
+		ps[i] = strconv.Itoa(int(p))
+	}
+	return []string{"-m", "multiport", "!", "--dports", strings.Join(ps, ",")}
+}
+
+// CT puts a connection into a conntrack zone (raw table).
+type CT struct{ Zone uint16 }
+
+func (t CT) tokens() []string { return []string{"-j", "CT", "--zone", strconv.Itoa(int(t.Zone))} }
 
 // Tag marks a rule of ours in a built-in chain whose target is not one of
 // our chains (an interface's RETURN): without a jump into an ISTIO_ chain

@@ -74,6 +74,11 @@ type Spec struct {
 	// outbound, the rest goes direct.
 	ExcludeInterfaces []IfName
 	RerouteInterfaces []IfName
+
+	// DNSCapture sends the app's DNS (TCP and UDP to port 53, any server)
+	// to the proxy's DNS listener, DNSPort; the proxy's own queries go out,
+	// in a conntrack zone of their own.
+	DNSCapture bool
 }
 
 // Istio's fixed ports and ids: the defaults of a sidecar pod.
@@ -85,6 +90,8 @@ const (
 	ProxyStatusPort     = 15020 // pilot-agent status: never captured either way
 	ProxyHealthPort     = 15021 // health checks, reached by the kubelet
 	ProxyMetricsPort    = 15090 // Envoy's Prometheus endpoint
+	DNSPort             = 53
+	ProxyDNSPort        = 15053 // pilot-agent's DNS proxy
 )
 
 // DefaultSpec is the spec of a pod that carries no traffic annotation.

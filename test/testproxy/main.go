@@ -6,7 +6,8 @@
 //
 //	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
-//	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION]
+//	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp]
+//	testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
 //
 // With --every, client repeats the exchange until stopped, writing each
 // reply, or "error: ..." for a failed attempt, as it comes (an app
@@ -16,6 +17,7 @@
 //
 //	proxy listener=<outbound|inbound> orig=<ip:port|none> peer=<ip:port> uid=<uid>
 //	server name=<name> local=<ip:port> peer=<ip:port>
+//	udp name=<name> peer=<ip:port>
 //
 // The ready file is written (atomically) once every listener is bound; it holds
 // one "listener=<name> addr=<ip:port>" line per listener, so tests that pass
@@ -39,7 +41,8 @@ import (
 const usage = `usage:
   testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
-  testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION]
+  testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp]
+  testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
 `
 
 // errUsage marks a command-line mistake the flag package has already reported.
@@ -67,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServer(ctx, args[1:], stderr)
 	case "client":
 		err = runClient(ctx, args[1:], stdout, stderr)
+	case "udp":
+		err = runUDP(ctx, args[1:], stderr)
 	default:
 		fmt.Fprintf(stderr, "testproxy: unknown command %q\n%s", args[0], usage)
 		return 2
@@ -122,6 +127,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	addr := fs.String("addr", "", "HOST:PORT to dial (required)")
 	timeout := fs.Duration("timeout", 5*time.Second, "limit for the whole exchange: dial and read until EOF")
 	every := fs.Duration("every", 0, "repeat the exchange this often until stopped (0: once)")
+	udp := fs.Bool("udp", false, "send one UDP datagram and print the reply, instead of TCP")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -138,13 +144,17 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "testproxy client: --timeout must be positive, got %s\n", *timeout)
 		return errUsage
 	}
+	exchange := dialAndCopy
+	if *udp {
+		exchange = udpExchange
+	}
 	if *every == 0 {
-		return dialAndCopy(ctx, *addr, *timeout, stdout)
+		return exchange(ctx, *addr, *timeout, stdout)
 	}
 	t := time.NewTicker(*every)
 	defer t.Stop()
 	for {
-		if err := dialAndCopy(ctx, *addr, *timeout, stdout); err != nil && ctx.Err() == nil {
+		if err := exchange(ctx, *addr, *timeout, stdout); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(stdout, "error: %v\n", err)
 		}
 		select {

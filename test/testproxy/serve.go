@@ -139,12 +139,18 @@ func writeReadyFile(path string, eps []endpoint, lns []*net.TCPListener) error {
 	for i, ln := range lns {
 		fmt.Fprintf(&b, "listener=%s addr=%s\n", eps[i].name, ln.Addr())
 	}
+	return writeAtomic(path, b.String())
+}
+
+// writeAtomic writes a ready file by rename, so a reader never sees it
+// half-written.
+func writeAtomic(path, content string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".ready-*")
 	if err != nil {
 		return fmt.Errorf("ready file: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	_, err = tmp.WriteString(b.String())
+	_, err = tmp.WriteString(content)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -397,5 +398,41 @@ func TestClientEvery(t *testing.T) {
 	var neg bytes.Buffer
 	if code := run(context.Background(), []string{"client", "--addr", closed, "--every", "-1s"}, &neg, &neg); code != 2 {
 		t.Errorf("--every -1s: exit %d, want 2: %s", code, neg.String())
+	}
+}
+
+// TestUDP: the udp subcommand answers a datagram; client --udp prints it.
+func TestUDP(t *testing.T) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := c.LocalAddr().(*net.UDPAddr).Port
+	c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- run(ctx, []string{"udp", "--port", strconv.Itoa(port), "--name", "dns"}, &stderr, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("udp exited %d: %s", code, stderr.String())
+		}
+	}()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), []string{"client", "--udp", "--addr", "127.0.0.1:" + strconv.Itoa(port), "--timeout", "200ms"}, &out, &errOut)
+		if code == 0 {
+			if !strings.HasPrefix(out.String(), "udp name=dns peer=127.0.0.1:") {
+				t.Errorf("reply %q", out.String())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no UDP reply after %s: %s", waitLimit, errOut.String())
+		}
 	}
 }

@@ -66,6 +66,11 @@ func Specs() map[string]iptables.Spec {
 		"exclude-interfaces": with(func(s *iptables.Spec) {
 			s.ExcludeInterfaces = ifNames("not-istio-nic", "net1")
 		}),
+		"dns-capture": with(func(s *iptables.Spec) { s.DNSCapture = true }),
+		"dns-capture-custom-ids": with(func(s *iptables.Spec) {
+			s.DNSCapture = true
+			s.ProxyUID, s.ProxyGID = 1000, 2000
+		}),
 		"reroute-interfaces": with(func(s *iptables.Spec) {
 			s.RerouteInterfaces = ifNames("eth1", "eth2")
 		}),

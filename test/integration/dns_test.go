@@ -1,0 +1,60 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/test/podsim"
+)
+
+// exchangeUDP sends one datagram from a namespace as uid and returns the
+// reply line.
+func exchangeUDP(t *testing.T, netns string, uid int, addr string) string {
+	t.Helper()
+	out, err := podsim.Command(netns, uid, testproxy(), "client", "--udp", "--addr", addr, "--timeout", "3s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("UDP to %s from %s as uid %d: %v\n%s", addr, netns, uid, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestDNSCaptureTraffic: with ISTIO_META_DNS_CAPTURE=true the app's DNS, UDP
+// and TCP, to any resolver address lands on the proxy's DNS listener
+// (15053); the proxy's own queries reach the real resolver.
+func TestDNSCaptureTraffic(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			n := newNetwork(t)
+			resolver := newSandbox(t, "team-b", "resolver")
+			mustAdd(t, n, resolver, conflist(t, n, "1.0.0", nil))
+			startIn(t, resolver.Path(), 0, "udp", "--port", "53", "--name", "resolver")
+
+			name := podName(t)
+			ann, ctrs := meshed(nil)
+			ctrs[1]["env"] = []map[string]string{{"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}}
+			createPod(t, "team-a", name, ann, ctrs, nil)
+			s := newSandbox(t, "team-a", name)
+			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)})))
+			// pilot-agent's DNS listener binds loopback.
+			startIn(t, s.Path(), proxyUID, "udp", "--host", "127.0.0.1", "--port", "15053", "--name", "dns-proxy")
+			startIn(t, s.Path(), proxyUID, "udp", "--host", "::1", "--port", "15053", "--name", "dns-proxy")
+			startIn(t, s.Path(), proxyUID, "server", "--port", "15053", "--name", "dns-proxy-tcp")
+
+			expect := func(got, want string) {
+				t.Helper()
+				if !strings.HasPrefix(got, want) {
+					t.Errorf("got %q, want it to start with %q", got, want)
+				}
+			}
+			// A resolver that exists, and an address on the pod network
+			// where nothing answers: the app's query never leaves the pod.
+			for _, dst := range []string{hostPort(resolver.V4, 53), "198.51.100.253:53", hostPort(resolver.V6, 53)} {
+				expect(exchangeUDP(t, s.Path(), 0, dst), "udp name=dns-proxy ")
+				expect(connect(t, s.Path(), 0, dst), "server name=dns-proxy-tcp ")
+			}
+			// The proxy resolves upstream itself: not captured again.
+			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V4, 53)), "udp name=resolver ")
+			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V6, 53)), "udp name=resolver ")
+		})
+	}
+}
