@@ -73,14 +73,16 @@ func run(plugin string, n, conc int, backends []string) error {
 	if err := api.Kubeconfig(kubeconfig, cluster.PluginToken); err != nil {
 		return err
 	}
-	if err := api.CreatePod(ctx, meshedPod); err != nil {
-		return err
+	uids := map[string]string{}
+	for name, pod := range map[string][]byte{"bench": meshedPod, "bench-dns": dnsPod} {
+		if err := api.CreatePod(ctx, pod); err != nil {
+			return err
+		}
+		if uids[name], err = podUID(ctx, api, name); err != nil {
+			return err
+		}
 	}
-	uid, err := podUID(ctx, api)
-	if err != nil {
-		return err
-	}
-	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n, uid: uid}
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n, uids: uids}
 	printHeader(plugin, n, conc)
 	if err := b.version(); err != nil {
 		return err
@@ -98,8 +100,8 @@ func run(plugin string, n, conc int, backends []string) error {
 }
 
 // podUID reads the bench pod's uid: containerd passes it as K8S_POD_UID.
-func podUID(ctx context.Context, api *cluster.APIServer) (string, error) {
-	status, body, err := api.Do(ctx, "GET", "/api/v1/namespaces/bench/pods/bench", nil)
+func podUID(ctx context.Context, api *cluster.APIServer, name string) (string, error) {
+	status, body, err := api.Do(ctx, "GET", "/api/v1/namespaces/bench/pods/"+name, nil)
 	if err != nil || status != 200 {
 		return "", fmt.Errorf("GET bench pod: %d %v", status, err)
 	}
@@ -110,6 +112,12 @@ func podUID(ctx context.Context, api *cluster.APIServer) (string, error) {
 	}
 	return pod.Metadata.UID, json.Unmarshal(body, &pod)
 }
+
+// dnsPod is a meshed pod with DNS capture on.
+var dnsPod = []byte(`{"apiVersion":"v1","kind":"Pod",
+ "metadata":{"name":"bench-dns","namespace":"bench","annotations":{"sidecar.istio.io/status":"{}"}},
+ "spec":{"containers":[{"name":"app","image":"app:v1"},{"name":"istio-proxy","image":"proxy:v1",
+  "env":[{"name":"ISTIO_META_DNS_CAPTURE","value":"true"}]}]}}`)
 
 // meshedPod is a default injected pod: what every ADD in the bench reads.
 var meshedPod = []byte(`{"apiVersion":"v1","kind":"Pod",

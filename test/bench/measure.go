@@ -22,7 +22,7 @@ import (
 type bench struct {
 	plugin     string
 	kubeconfig string
-	uid        string
+	uids       map[string]string // bench pod name -> uid
 	n          int
 }
 
@@ -50,8 +50,8 @@ func (b *bench) stdin(backend, prevResult string) []byte {
 // execPlugin runs the plugin once as a runtime would and times it. With
 // rss it runs under GNU time, which fork()s: the rusage of a child that Go
 // started (vfork, shared memory) would count the bench's own memory.
-func (b *bench) execPlugin(command, netns string, stdin []byte, rss bool) (sample, error) {
-	cmd := podsim.PluginCommand(b.plugin, command, netns, "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=bench;K8S_POD_UID="+b.uid, stdin)
+func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (sample, error) {
+	cmd := podsim.PluginCommand(b.plugin, command, netns, "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME="+pod+";K8S_POD_UID="+b.uids[pod], stdin)
 	var rssFile string
 	if rss {
 		f, err := os.CreateTemp("", "rss-")
@@ -166,13 +166,17 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 // add times ADDs. With check, each ADD's rules are read back afterwards (not
 // timed); the concurrent runs rely on the plugin's own read-back instead, so
 // the bench adds no CPU load of its own.
-func (b *bench) add(backend xtables.Backend, prevResult string, check, rss bool) func() (sample, error) {
+func (b *bench) add(backend xtables.Backend, pod, prevResult string, check, rss bool) func() (sample, error) {
 	stdin := b.stdin(string(backend), prevResult)
+	want := "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"
+	if pod == "bench-dns" {
+		want = "-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -j REDIRECT --to-ports 15053"
+	}
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
-			s, err := b.execPlugin("ADD", n.Path(), stdin, rss)
+			s, err := b.execPlugin("ADD", pod, n.Path(), stdin, rss)
 			if err == nil && check {
-				err = verify(n, backend)
+				err = verify(n, backend, want)
 			}
 			return s, err
 		})
@@ -180,15 +184,15 @@ func (b *bench) add(backend xtables.Backend, prevResult string, check, rss bool)
 }
 
 // verify makes sure the timed ADD really programmed the rules.
-func verify(n ns.NetNS, backend xtables.Backend) error {
+func verify(n ns.NetNS, backend xtables.Backend, want string) error {
 	save, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Save)
 	if err != nil {
 		return err
 	}
 	return n.Do(func(ns.NetNS) error {
 		out, err := exec.CommandContext(context.Background(), save, "-t", "nat").Output()
-		if err == nil && !strings.Contains(string(out), "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001") {
-			err = fmt.Errorf("ADD left no redirect:\n%s", out)
+		if err == nil && !strings.Contains(string(out), want) {
+			err = fmt.Errorf("ADD left no %q:\n%s", want, out)
 		}
 		return err
 	})

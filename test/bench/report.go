@@ -25,7 +25,7 @@ func printHeader(plugin string, n, conc int) {
 
 func (b *bench) version() error {
 	s, err := collect(b.n, 1, func() (sample, error) {
-		return b.execPlugin("VERSION", "", []byte(`{"cniVersion":"1.0.0"}`), false)
+		return b.execPlugin("VERSION", "bench", "", []byte(`{"cniVersion":"1.0.0"}`), false)
 	})
 	if err != nil {
 		return err
@@ -36,7 +36,7 @@ func (b *bench) version() error {
 
 // peakRSS runs ADDs under GNU time and reports the largest peak RSS.
 func (b *bench) peakRSS() error {
-	s, err := collect(min(b.n, 50), 1, b.add(xtables.Auto, prevDual, false, true))
+	s, err := collect(min(b.n, 50), 1, b.add(xtables.Auto, "bench", prevDual, false, true))
 	if err != nil {
 		return err
 	}
@@ -64,10 +64,11 @@ func (b *bench) backend(name string, conc int) error {
 		one   func() (sample, error)
 	}{
 		{"floor: bare iptables-restore (" + name + ")", 1, func() (sample, error) { return floorOnce(be, text) }},
-		{"ADD meshed pod (" + name + ")", 1, b.add(be, prevV4, true, false)},
-		{"ADD meshed dual-stack pod (" + name + ")", 1, b.add(be, prevDual, true, false)},
+		{"ADD meshed pod (" + name + ")", 1, b.add(be, "bench", prevV4, true, false)},
+		{"ADD meshed dual-stack pod (" + name + ")", 1, b.add(be, "bench", prevDual, true, false)},
+		{"ADD meshed pod, DNS capture (" + name + ")", 1, b.add(be, "bench-dns", prevV4, true, false)},
 		{fmt.Sprintf("floor, %d at once (%s)", conc, name), conc, func() (sample, error) { return floorOnce(be, text) }},
-		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, prevV4, false, false)},
+		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, "bench", prevV4, false, false)},
 	} {
 		s, err := collect(b.n, m.conc, m.one)
 		if err != nil {
