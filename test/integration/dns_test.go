@@ -1,9 +1,13 @@
 package integration
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/plugin"
+	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
 )
 
@@ -34,7 +38,11 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			ctrs[1]["env"] = []map[string]string{{"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}}
 			createPod(t, "team-a", name, ann, ctrs, nil)
 			s := newSandbox(t, "team-a", name)
-			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)})))
+			list := conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)}))
+			mustAdd(t, n, s, list)
+			spec := iptables.DefaultSpec()
+			spec.DNSCapture = true
+			assertRules(t, s.Path(), b, spec, true)
 			// pilot-agent's DNS listener binds loopback.
 			startIn(t, s.Path(), proxyUID, "udp", "--host", "127.0.0.1", "--port", "15053", "--name", "dns-proxy")
 			startIn(t, s.Path(), proxyUID, "udp", "--host", "::1", "--port", "15053", "--name", "dns-proxy")
@@ -55,6 +63,22 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			// The proxy resolves upstream itself: not captured again.
 			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V4, 53)), "udp name=resolver ")
 			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V6, 53)), "udp name=resolver ")
+
+			// CHECK sees a conntrack-zone rule go missing from the raw
+			// table; DEL removes the raw table's rules with the rest.
+			ctx := context.Background()
+			if err := n.Check(ctx, s); err != nil {
+				t.Fatalf("CHECK with the rules in place: %v", err)
+			}
+			restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+			runIn(t, s.Path(), "*raw\n-D ISTIO_INBOUND -p udp -m udp --sport 53 -j CT --zone 1\nCOMMIT\n", restore, "--noflush")
+			if err := n.Check(ctx, s); cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), "raw") {
+				t.Fatalf("CHECK after tampering with the raw table = %v, want code %d naming it", err, plugin.ErrRulesMismatch)
+			}
+			if err := n.Del(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			assertNoRules(t, s.Path(), b)
 		})
 	}
 }
