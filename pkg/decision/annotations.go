@@ -58,6 +58,13 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	default:
 		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
 	}
+	// A setting the plugin cannot read must not be taken as off: DNS
+	// capture set from a ConfigMap would otherwise run without redirection.
+	for _, e := range proxy.Env {
+		if len(e.ValueFrom) > 0 && (e.Name == envDNSCapture || e.Name == envDualStack || e.Name == envInvalidDrop) {
+			return Decision{}, &UnsupportedError{Field: "istio-proxy env " + e.Name, Value: "valueFrom " + string(e.ValueFrom)}
+		}
+	}
 	if on, err := envBool(env, envInvalidDrop); err != nil {
 		return Decision{}, err
 	} else if on {

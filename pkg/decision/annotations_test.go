@@ -325,3 +325,20 @@ func TestDNSCapture(t *testing.T) {
 		}
 	}
 }
+
+// A setting the plugin reads but that is set by reference cannot be
+// resolved here: it fails the pod rather than count as off.
+func TestProxyEnvByReference(t *testing.T) {
+	for _, name := range []string{"ISTIO_META_DNS_CAPTURE", "ISTIO_DUAL_STACK", "INVALID_DROP"} {
+		for _, newPod := range sidecarKinds() {
+			ref := onProxy(func(c *kube.Container) {
+				c.Env = append(c.Env, kube.EnvVar{Name: name, ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"dns"}}`)})
+			})
+			d, err := Pod(newPod(ref))
+			checkErrKind(t, err, unsupported)
+			if d.Redirect || err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "valueFrom") {
+				t.Errorf("%s by reference: %+v, %v", name, d, err)
+			}
+		}
+	}
+}

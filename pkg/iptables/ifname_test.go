@@ -14,3 +14,13 @@ func TestParseIfName(t *testing.T) {
 		}
 	}
 }
+
+// An interface name that bypassed ParseIfName is refused at render time.
+func TestPlanRefusesUncheckedIfName(t *testing.T) {
+	spec := DefaultSpec()
+	spec.ExcludeInterfaces = []IfName{"-j"}
+	rs := BuildFamily(spec, IPv4)
+	if out, err := Plan(&rs, nil); err == nil {
+		t.Fatalf("rendered:\n%s", out)
+	}
+}

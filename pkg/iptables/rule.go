@@ -241,9 +241,17 @@ func (r Rule) Spec() string {
 // iptables-restore splits lines on white space and treats quotes specially;
 // anything else would mean a value reached a rule untyped.
 func checkTokens(line string) error {
-	for _, tok := range strings.Split(line, " ") {
+	toks := strings.Split(line, " ")
+	for i, tok := range toks {
 		if tok == "" || (!safeWord(tok) && tok != "[0:0]") {
 			return fmt.Errorf("refusing to render unsafe token %q in %q", tok, line)
+		}
+		// An IfName made without ParseIfName ("-j", say) would read as
+		// an option.
+		if (tok == "-i" || tok == "-o") && i+1 < len(toks) {
+			if _, err := ParseIfName(toks[i+1]); err != nil {
+				return fmt.Errorf("refusing to render %q: %w", line, err)
+			}
 		}
 	}
 	return nil

@@ -4,6 +4,8 @@
 // start-up time.
 package kube
 
+import "encoding/json"
+
 // Pod is the subset of a core/v1 Pod the decision reads.
 type Pod struct {
 	Metadata ObjectMeta `json:"metadata"`
@@ -36,10 +38,13 @@ type Container struct {
 	RestartPolicy *string `json:"restartPolicy,omitempty"`
 }
 
-// EnvVar is a container's literal environment variable.
+// EnvVar is a container's environment variable: a literal Value, or a
+// reference (ValueFrom: a ConfigMap, Secret or field) that only the kubelet
+// resolves.
 type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value,omitempty"`
+	Name      string          `json:"name"`
+	Value     string          `json:"value,omitempty"`
+	ValueFrom json.RawMessage `json:"valueFrom,omitempty"`
 }
 
 // SecurityContext is the subset of a container's security context the

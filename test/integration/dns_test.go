@@ -11,11 +11,15 @@ import (
 	"istio-cni.local/istio-cni/test/podsim"
 )
 
-// exchangeUDP sends one datagram from a namespace as uid and returns the
-// reply line.
-func exchangeUDP(t *testing.T, netns string, uid int, addr string) string {
+// exchangeUDP sends one datagram from a namespace as uid (from srcPort,
+// if given) and returns the reply line.
+func exchangeUDP(t *testing.T, netns string, uid int, addr string, srcPort ...string) string {
 	t.Helper()
-	out, err := podsim.Command(netns, uid, testproxy(), "client", "--udp", "--addr", addr, "--timeout", "3s").CombinedOutput()
+	args := []string{"client", "--udp", "--addr", addr, "--timeout", "3s"}
+	if len(srcPort) > 0 {
+		args = append(args, "--src-port", srcPort[0])
+	}
+	out, err := podsim.Command(netns, uid, testproxy(), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("UDP to %s from %s as uid %d: %v\n%s", addr, netns, uid, err, out)
 	}
@@ -63,6 +67,14 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			// The proxy resolves upstream itself: not captured again.
 			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V4, 53)), "udp name=resolver ")
 			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V6, 53)), "udp name=resolver ")
+
+			// The app and the proxy query the same resolver from the same
+			// source port: one 5-tuple. Only the conntrack zones keep the
+			// proxy's query from matching the app's redirected flow and
+			// looping back to 15053.
+			to := hostPort(resolver.V4, 53)
+			expect(exchangeUDP(t, s.Path(), 0, to, "40053"), "udp name=dns-proxy ")
+			expect(exchangeUDP(t, s.Path(), proxyUID, to, "40053"), "udp name=resolver ")
 
 			// CHECK sees a conntrack-zone rule go missing from the raw
 			// table; DEL removes the raw table's rules with the rest.

@@ -6,7 +6,7 @@
 //
 //	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
-//	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp]
+//	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
 //	testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
 //
 // With --every, client repeats the exchange until stopped, writing each
@@ -41,7 +41,7 @@ import (
 const usage = `usage:
   testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
-  testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp]
+  testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
   testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
 `
 
@@ -128,6 +128,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	timeout := fs.Duration("timeout", 5*time.Second, "limit for the whole exchange: dial and read until EOF")
 	every := fs.Duration("every", 0, "repeat the exchange this often until stopped (0: once)")
 	udp := fs.Bool("udp", false, "send one UDP datagram and print the reply, instead of TCP")
+	var srcPort portValue
+	fs.Var(&srcPort, "src-port", "with --udp: the local port to send from (default: any)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -146,7 +148,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	exchange := dialAndCopy
 	if *udp {
-		exchange = udpExchange
+		exchange = func(ctx context.Context, addr string, timeout time.Duration, out io.Writer) error {
+			return udpExchange(ctx, addr, srcPort.port, timeout, out)
+		}
 	}
 	if *every == 0 {
 		return exchange(ctx, *addr, *timeout, stdout)

@@ -72,9 +72,13 @@ func runUDP(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 }
 
-// udpExchange sends one datagram to addr and copies the first reply to out.
-func udpExchange(ctx context.Context, addr string, timeout time.Duration, out io.Writer) error {
+// udpExchange sends one datagram to addr, from srcPort unless it is 0, and
+// copies the first reply to out.
+func udpExchange(ctx context.Context, addr string, srcPort uint16, timeout time.Duration, out io.Writer) error {
 	d := net.Dialer{Timeout: timeout}
+	if srcPort != 0 {
+		d.LocalAddr = &net.UDPAddr{Port: int(srcPort)}
+	}
 	c, err := d.DialContext(ctx, "udp", addr)
 	if err != nil {
 		return err
