@@ -1,0 +1,145 @@
+package iptables_test
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// Upstream's goldens for these cases (istio/istio
+// tools/istio-iptables/pkg/capture/testdata: basic-exclude-nic,
+// kube-virt-interfaces, ipnets-with-kube-virt-interfaces; and
+// cni/pkg/plugin/testdata/dns.txt), written the way iptables-save prints
+// them: options in its order, -m tcp/-m udp, --to-ports. Our RETURN rules
+// in built-in chains also carry the istio-cni tag.
+const (
+	upstreamHead = `-A ISTIO_INBOUND -p tcp -m tcp --dport 15008 -j RETURN
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m tcp ! --dport 15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+`
+	upstreamExcludeNIC = `-A PREROUTING -i not-istio-nic -m comment --comment istio-cni -j RETURN
+-A OUTPUT -o not-istio-nic -m comment --comment istio-cni -j RETURN
+` + upstreamHead
+	upstreamKubeVirt = upstreamHead + `-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+-A PREROUTING -i eth2 -j ISTIO_REDIRECT
+-A PREROUTING -i eth1 -j ISTIO_REDIRECT
+-A PREROUTING -i eth2 -m comment --comment istio-cni -j RETURN
+-A PREROUTING -i eth1 -m comment --comment istio-cni -j RETURN
+`
+	upstreamKubeVirtIPNets = upstreamHead + `-A ISTIO_OUTPUT -d 10.0.0.0/8 -j ISTIO_REDIRECT
+-A PREROUTING -d 10.0.0.0/8 -i eth2 -j ISTIO_REDIRECT
+-A PREROUTING -d 10.0.0.0/8 -i eth1 -j ISTIO_REDIRECT
+-A PREROUTING -i eth2 -m comment --comment istio-cni -j RETURN
+-A PREROUTING -i eth1 -m comment --comment istio-cni -j RETURN
+`
+	upstreamDNS = `-A ISTIO_INBOUND -p tcp -m tcp --dport 15008 -j RETURN
+-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001
+-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006
+-A PREROUTING -p tcp -j ISTIO_INBOUND
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15020 -j RETURN
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15021 -j RETURN
+-A ISTIO_INBOUND -p tcp -m tcp --dport 15090 -j RETURN
+-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT
+-A OUTPUT -j ISTIO_OUTPUT
+-A ISTIO_OUTPUT -p tcp -m tcp --dport 15020 -j RETURN
+-A ISTIO_OUTPUT -p udp -m udp --dport 15020 -j RETURN
+-A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m multiport ! --dports 53,15008 -m owner --uid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -p tcp -m tcp ! --dport 53 -m owner ! --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m tcp ! --dport 15008 -m owner --gid-owner 1337 -j ISTIO_IN_REDIRECT
+-A ISTIO_OUTPUT -o lo -p tcp -m tcp ! --dport 53 -m owner ! --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_OUTPUT_DNS
+-A ISTIO_OUTPUT_DNS -p tcp -m tcp --dport 53 -j REDIRECT --to-ports 15053
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -m owner --uid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -m owner --gid-owner 1337 -j RETURN
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -j REDIRECT --to-ports 15053
+-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN
+-A ISTIO_OUTPUT -j ISTIO_REDIRECT
+COMMIT
+*raw
+:OUTPUT ACCEPT [0:0]
+:PREROUTING ACCEPT [0:0]
+:ISTIO_OUTPUT_DNS - [0:0]
+:ISTIO_INBOUND - [0:0]
+-A OUTPUT -j ISTIO_OUTPUT_DNS
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -m owner --uid-owner 1337 -j CT --zone 1
+-A ISTIO_OUTPUT_DNS -p udp -m udp --sport 15053 -m owner --uid-owner 1337 -j CT --zone 2
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -m owner --gid-owner 1337 -j CT --zone 1
+-A ISTIO_OUTPUT_DNS -p udp -m udp --sport 15053 -m owner --gid-owner 1337 -j CT --zone 2
+-A PREROUTING -j ISTIO_INBOUND
+-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -j CT --zone 2
+-A ISTIO_INBOUND -p udp -m udp --sport 53 -j CT --zone 1
+`
+)
+
+// TestUpstreamParityMore holds the interface and DNS cases to upstream's
+// listings, so a golden refreshed with -update cannot drift from them.
+func TestUpstreamParityMore(t *testing.T) {
+	ifs := func(names ...string) []iptables.IfName {
+		var out []iptables.IfName
+		for _, n := range names {
+			name, err := iptables.ParseIfName(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, name)
+		}
+		return out
+	}
+	// upstream's test config: no inbound capture, no excluded ports.
+	bare := func(f func(*iptables.Spec)) iptables.Spec {
+		s := iptables.DefaultSpec()
+		s.InboundPorts, s.InboundExclude, s.OutboundExclude = iptables.Ports{}, nil, nil
+		f(&s)
+		return s
+	}
+	for _, tc := range []struct {
+		name, listing string
+		spec          iptables.Spec
+	}{
+		{"basic-exclude-nic", upstreamExcludeNIC, bare(func(s *iptables.Spec) {
+			s.ExcludeInterfaces, s.OutboundIPs = ifs("not-istio-nic"), iptables.Prefixes{}
+		})},
+		{"kube-virt-interfaces", upstreamKubeVirt, bare(func(s *iptables.Spec) {
+			s.RerouteInterfaces = ifs("eth1", "eth2")
+		})},
+		{"ipnets-with-kube-virt-interfaces", upstreamKubeVirtIPNets, bare(func(s *iptables.Spec) {
+			s.RerouteInterfaces = ifs("eth1", "eth2")
+			s.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+		})},
+		{"dns", upstreamDNS, func() iptables.Spec { s := iptables.DefaultSpec(); s.DNSCapture = true; return s }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			save := "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_INBOUND - [0:0]\n" +
+				":ISTIO_IN_REDIRECT - [0:0]\n:ISTIO_OUTPUT - [0:0]\n:ISTIO_REDIRECT - [0:0]\n"
+			if tc.spec.DNSCapture {
+				save += ":ISTIO_OUTPUT_DNS - [0:0]\n"
+			}
+			save += tc.listing
+			if !strings.HasSuffix(save, "COMMIT\n") {
+				save += "COMMIT\n"
+			}
+			obs, err := iptables.ParseSave([]byte(save))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := iptables.BuildFamily(tc.spec, iptables.IPv4)
+			if d := iptables.Diff(&rs, obs); len(d) != 0 {
+				t.Errorf("differs from upstream:\n%s", strings.Join(d, "\n"))
+			}
+		})
+	}
+}
