@@ -189,8 +189,8 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 			t.Fatal(err)
 		}
 		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
-			if ok, _ := i.Exists("nat", iptables.Prerouting, "-i", "net1", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"); ok {
-				t.Error("the old interface's RETURN survived re-programming")
+			if ok, err := i.Exists("nat", iptables.Prerouting, "-i", "net1", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"); err != nil || ok {
+				t.Errorf("the old interface's RETURN survived re-programming (%v)", err)
 			}
 			if err := i.Delete("nat", iptables.Output, "-o", "net2", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"); err != nil {
 				t.Fatal(err)
@@ -204,15 +204,18 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 		}
 		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
 			for _, chain := range []string{iptables.Prerouting, iptables.Output} {
-				rules, _ := i.List("nat", chain)
+				rules, err := i.List("nat", chain)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for _, r := range rules {
 					if strings.Contains(r, iptables.RuleTag) || strings.Contains(r, iptables.ChainPrefix) {
 						t.Errorf("left after Cleanup: %s", r)
 					}
 				}
 			}
-			if ok, _ := i.Exists("nat", iptables.Prerouting, "-i", "net9", "-j", "RETURN"); !ok {
-				t.Error("an untagged foreign RETURN was removed")
+			if ok, err := i.Exists("nat", iptables.Prerouting, "-i", "net9", "-j", "RETURN"); err != nil || !ok {
+				t.Errorf("an untagged foreign RETURN was removed (%v)", err)
 			}
 		})
 	})
