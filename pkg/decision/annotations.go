@@ -49,12 +49,13 @@ func (e *UnsupportedError) Error() string {
 // redirect builds the spec of a pod that must be redirected.
 func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Decision, error) {
 	ann := pod.Metadata.Annotations
+	tproxy := false
 	switch mode := ann[InterceptionMode]; mode {
 	case "", interceptRedirect:
 	case interceptNone:
 		return skip(InterceptNone), nil
 	case interceptTProxy:
-		return Decision{}, &UnsupportedError{Field: InterceptionMode, Value: mode}
+		tproxy = true
 	default:
 		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
 	}
@@ -85,7 +86,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	if err := applyProxyIDs(&spec, proxy); err != nil {
 		return Decision{}, err
 	}
-	spec.DNSCapture = dns
+	spec.DNSCapture, spec.TProxy = dns, tproxy
 	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual}, nil
 }
 

@@ -190,7 +190,6 @@ func annotationErrCases() []errCase {
 		out = append(out, errCase{a, "*", invalid})
 	}
 	out = append(out,
-		errCase{InterceptionMode, "TPROXY", unsupported},
 		errCase{InterceptionMode, "tproxy", invalid},
 	)
 	for _, a := range []string{ExcludeInterfaces, RerouteVirtualInterfaces, KubevirtInterfaces} {
@@ -339,6 +338,20 @@ func TestProxyEnvByReference(t *testing.T) {
 			if d.Redirect || err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "valueFrom") {
 				t.Errorf("%s by reference: %+v, %v", name, d, err)
 			}
+		}
+	}
+}
+
+// interceptionMode TPROXY selects TPROXY capture, for either kind of
+// sidecar; the value is case-sensitive, as Istio's.
+func TestTProxyMode(t *testing.T) {
+	for _, newPod := range sidecarKinds() {
+		d, err := Pod(newPod(withAnn(InterceptionMode, "TPROXY")))
+		if err != nil || !d.Redirect || !d.Spec.TProxy {
+			t.Errorf("TPROXY: %+v, %v", d, err)
+		}
+		if d, err := Pod(newPod(withAnn(InterceptionMode, "REDIRECT"))); err != nil || d.Spec.TProxy {
+			t.Errorf("REDIRECT: %+v, %v", d, err)
 		}
 	}
 }

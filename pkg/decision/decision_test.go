@@ -203,7 +203,6 @@ func redirectCases() []podCase {
 
 func errorCases() []podCase {
 	return []podCase{
-		{name: "interceptionMode TPROXY", pod: meshedPod(withAnn(InterceptionMode, "TPROXY")), err: unsupported},
 		{name: "interceptionMode lower case", pod: meshedPod(withAnn(InterceptionMode, "redirect")), err: invalid},
 		{name: "interceptionMode bogus", pod: meshedPod(withAnn(InterceptionMode, "BOGUS")), err: invalid},
 		{name: "excludeInterfaces bad name", pod: meshedPod(withAnn(ExcludeInterfaces, "eth1;x")), err: invalid},

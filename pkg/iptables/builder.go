@@ -17,6 +17,8 @@ type Ruleset struct {
 	Family Family
 	Chains []ChainID
 	Rules  []Rule
+	// Route is the policy routing the rules need (TPROXY), or nil.
+	Route *PolicyRoute
 }
 
 // Model is what a pod's network namespace must hold, one ruleset per family
@@ -83,6 +85,12 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 		b.rs.Chains = append(b.rs.Chains, ChainID{TableNat, ChainOutputDNS},
 			ChainID{TableRaw, ChainOutputDNS}, ChainID{TableRaw, ChainInbound})
 	}
+	tproxy := spec.TProxy && !spec.InboundPorts.None()
+	if tproxy {
+		b.rs.Chains = append(b.rs.Chains, ChainID{TableMangle, ChainDivert},
+			ChainID{TableMangle, ChainTProxy}, ChainID{TableMangle, ChainInbound})
+		b.rs.Route = &PolicyRoute{Mark: spec.TProxyMark, Table: spec.TProxyTable}
+	}
 	// The tunnel (HBONE) port is the proxy's own inbound listener.
 	b.add(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, spec.TunnelPort, false), Target: Return{}})
 	// The two redirect chains send captured traffic to the proxy's listeners.
@@ -132,6 +140,12 @@ func (b *builder) interfaces(spec Spec) {
 	for _, iface := range spec.ExcludeInterfaces {
 		b.add(Rule{Chain: Output, Out: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
 	}
+	if spec.TProxy && !spec.InboundPorts.None() {
+		for _, iface := range spec.ExcludeInterfaces {
+			b.addMangle(Rule{Chain: Prerouting, In: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
+			b.addMangle(Rule{Chain: Output, Out: Iface{Name: iface}, Matches: []Match{Tag{}}, Target: Return{}})
+		}
+	}
 }
 
 type builder struct {
@@ -142,6 +156,11 @@ type builder struct {
 
 func (b *builder) add(r Rule) {
 	r.Table = TableNat
+	b.rs.Rules = append(b.rs.Rules, r)
+}
+
+func (b *builder) addMangle(r Rule) {
+	r.Table = TableMangle
 	b.rs.Rules = append(b.rs.Rules, r)
 }
 
@@ -162,6 +181,10 @@ func owner(k OwnerKind, id uint32, not bool) []Match {
 // jump from PREROUTING at all.
 func (b *builder) inbound(spec Spec) {
 	if spec.InboundPorts.None() {
+		return
+	}
+	if spec.TProxy {
+		b.inboundTProxy(spec)
 		return
 	}
 	b.add(Rule{Chain: Prerouting, Proto: TCP, Target: Jump{ChainInbound}})
@@ -287,4 +310,47 @@ func (b *builder) dnsZones(spec Spec) {
 	b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: dport(UDP, DNSPort, false), Target: CT{2}})
 	b.addRaw(Rule{Chain: Prerouting, Target: Jump{ChainInbound}})
 	b.addRaw(Rule{Chain: ChainInbound, Proto: UDP, Matches: []Match{SPort{UDP, DNSPort}}, Target: CT{1}})
+}
+
+// inboundTProxy captures inbound TCP in the mangle table, in the order
+// istio-iptables leaves it: packets TPROXY'd to the inbound port carry the
+// mark (policy routing delivers them to lo); the mark is saved on the
+// connection and restored on the proxy's replies. The proxy's own traffic
+// to the app over lo is marked OutboundMark so that it is not captured
+// inbound again.
+func (b *builder) inboundTProxy(spec Spec) {
+	tag := func(ms ...Match) []Match { return append(ms, Tag{}) }
+	lo := Iface{Name: Loopback}
+	b.addMangle(Rule{Chain: ChainDivert, Target: SetMark{spec.TProxyMark}})
+	b.addMangle(Rule{Chain: ChainDivert, Target: Accept{}})
+	b.addMangle(Rule{Chain: ChainTProxy, Dst: Addr{Prefix: b.addrs.loopback, Not: true}, Proto: TCP,
+		Target: TProxy{Port: spec.InboundPort, Mark: spec.TProxyMark, V6: b.fam == IPv6}})
+	b.addMangle(Rule{Chain: Prerouting, Proto: TCP, Target: Jump{ChainInbound}})
+	// Already diverted, Envoy's passthrough, and lo traffic not from the
+	// proxy to the app: not captured.
+	b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Matches: []Match{Mark{Value: spec.TProxyMark}}, Target: Return{}})
+	b.addMangle(Rule{Chain: ChainInbound, Src: Addr{Prefix: b.addrs.passthrough}, In: lo, Proto: TCP, Target: Return{}})
+	b.addMangle(Rule{Chain: ChainInbound, In: lo, Proto: TCP, Matches: []Match{Mark{Value: OutboundMark, Not: true}}, Target: Return{}})
+	if spec.InboundPorts.All {
+		for _, p := range spec.InboundExclude {
+			b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, p, false), Target: Return{}})
+		}
+		b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Matches: []Match{Established{}}, Target: Jump{ChainDivert}})
+		b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Target: Jump{ChainTProxy}})
+	} else {
+		for _, p := range spec.InboundPorts.List {
+			b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Matches: append(dport(TCP, p, false), Established{}), Target: Jump{ChainDivert}})
+			b.addMangle(Rule{Chain: ChainInbound, Proto: TCP, Matches: dport(TCP, p, false), Target: Jump{ChainTProxy}})
+		}
+	}
+	b.addMangle(Rule{Chain: Prerouting, Proto: TCP, Matches: tag(Mark{Value: spec.TProxyMark}), Target: ConnMarkSave{}})
+	b.addMangle(Rule{Chain: Output, Out: lo, Proto: TCP, Matches: tag(Mark{Value: spec.TProxyMark}), Target: Return{}})
+	for _, o := range []struct {
+		kind OwnerKind
+		id   uint32
+	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+		b.addMangle(Rule{Chain: Output, Dst: Addr{Prefix: b.addrs.loopback, Not: true}, Out: lo, Proto: TCP,
+			Matches: tag(owner(o.kind, o.id, false)...), Target: SetMark{OutboundMark}})
+	}
+	b.addMangle(Rule{Chain: Output, Proto: TCP, Matches: tag(ConnMark{spec.TProxyMark}), Target: ConnMarkRestore{}})
 }

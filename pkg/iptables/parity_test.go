@@ -143,3 +143,66 @@ func TestUpstreamParityMore(t *testing.T) {
 		})
 	}
 }
+
+// upstreamTProxyMangle is the mangle table of upstream's tproxy.golden
+// (istio-iptables, capture/testdata), in iptables-save's form, with the
+// final order its -I ISTIO_INBOUND 1..3 inserts leave.
+const upstreamTProxyMangle = `*mangle
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:ISTIO_DIVERT - [0:0]
+:ISTIO_TPROXY - [0:0]
+:ISTIO_INBOUND - [0:0]
+-A PREROUTING -i not-istio-nic -m comment --comment istio-cni -j RETURN
+-A OUTPUT -o not-istio-nic -m comment --comment istio-cni -j RETURN
+-A ISTIO_DIVERT -j MARK --set-xmark 0x539/0xffffffff
+-A ISTIO_DIVERT -j ACCEPT
+-A ISTIO_TPROXY ! -d 127.0.0.1/32 -p tcp -j TPROXY --on-port 15006 --on-ip 0.0.0.0 --tproxy-mark 0x539/0xffffffff
+-A PREROUTING -p tcp -j ISTIO_INBOUND
+-A ISTIO_INBOUND -p tcp -m mark --mark 0x539 -j RETURN
+-A ISTIO_INBOUND -s 127.0.0.6/32 -i lo -p tcp -j RETURN
+-A ISTIO_INBOUND -i lo -p tcp -m mark ! --mark 0x53a -j RETURN
+-A ISTIO_INBOUND -p tcp -m conntrack --ctstate RELATED,ESTABLISHED -j ISTIO_DIVERT
+-A ISTIO_INBOUND -p tcp -j ISTIO_TPROXY
+-A PREROUTING -p tcp -m mark --mark 0x539 -m comment --comment istio-cni -j CONNMARK --save-mark --nfmask 0xffffffff --ctmask 0xffffffff
+-A OUTPUT -o lo -p tcp -m mark --mark 0x539 -m comment --comment istio-cni -j RETURN
+-A OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m owner --uid-owner 1337 -m comment --comment istio-cni -j MARK --set-xmark 0x53a/0xffffffff
+-A OUTPUT ! -d 127.0.0.1/32 -o lo -p tcp -m owner --gid-owner 1337 -m comment --comment istio-cni -j MARK --set-xmark 0x53a/0xffffffff
+-A OUTPUT -p tcp -m connmark --mark 0x539 -m comment --comment istio-cni -j CONNMARK --restore-mark --nfmask 0xffffffff --ctmask 0xffffffff
+COMMIT
+`
+
+// TestUpstreamParityTProxy holds the TPROXY mangle table to upstream's
+// (the nat table is REDIRECT mode's minus the inbound jump, covered by the
+// goldens).
+func TestUpstreamParityTProxy(t *testing.T) {
+	spec := iptables.DefaultSpec()
+	spec.TProxy, spec.InboundExclude = true, nil
+	nic, err := iptables.ParseIfName("not-istio-nic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.ExcludeInterfaces = []iptables.IfName{nic}
+	obs, err := iptables.ParseSave([]byte(upstreamTProxyMangle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := iptables.BuildFamily(spec, iptables.IPv4)
+	mangle := iptables.Ruleset{Family: rs.Family}
+	for _, c := range rs.Chains {
+		if c.Table == iptables.TableMangle {
+			mangle.Chains = append(mangle.Chains, c)
+		}
+	}
+	for _, r := range rs.Rules {
+		if r.Table == iptables.TableMangle {
+			mangle.Rules = append(mangle.Rules, r)
+		}
+	}
+	if d := iptables.Diff(&mangle, obs); len(d) != 0 {
+		t.Errorf("mangle differs from upstream:\n%s", strings.Join(d, "\n"))
+	}
+	if rs.Route == nil || *rs.Route != (iptables.PolicyRoute{Mark: 1337, Table: 133}) {
+		t.Errorf("policy route %+v, want fwmark 1337 table 133", rs.Route)
+	}
+}

@@ -9,10 +9,11 @@ import (
 
 // Table names and the built-in chains we hook.
 const (
-	TableNat   = "nat"
-	TableRaw   = "raw"
-	Prerouting = "PREROUTING"
-	Output     = "OUTPUT"
+	TableNat    = "nat"
+	TableRaw    = "raw"
+	TableMangle = "mangle"
+	Prerouting  = "PREROUTING"
+	Output      = "OUTPUT"
 )
 
 // The chains this product owns. Every chain whose name starts with ChainPrefix
@@ -25,6 +26,8 @@ const (
 	ChainOutput     = "ISTIO_OUTPUT"
 	ChainRedirect   = "ISTIO_REDIRECT"
 	ChainOutputDNS  = "ISTIO_OUTPUT_DNS"
+	ChainDivert     = "ISTIO_DIVERT"
+	ChainTProxy     = "ISTIO_TPROXY"
 )
 
 // Proto is the -p match.
@@ -105,6 +108,77 @@ func (m NotDPorts) tokens() []string {
 type CT struct{ Zone uint16 }
 
 func (t CT) tokens() []string { return []string{"-j", "CT", "--zone", strconv.Itoa(int(t.Zone))} }
+
+// Mark matches the packet mark (-m mark [!] --mark 0x539).
+type Mark struct {
+	Value uint32
+	Not   bool
+}
+
+func (m Mark) tokens() []string {
+	t := []string{"-m", "mark"}
+	if m.Not {
+		t = append(t, "!")
+	}
+	return append(t, "--mark", hex(m.Value))
+}
+
+// ConnMark matches the connection mark (-m connmark --mark 0x539).
+type ConnMark struct{ Value uint32 }
+
+func (m ConnMark) tokens() []string { return []string{"-m", "connmark", "--mark", hex(m.Value)} }
+
+// Established matches packets of known connections.
+type Established struct{}
+
+func (Established) tokens() []string {
+	return []string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED"}
+}
+
+func hex(v uint32) string { return "0x" + strconv.FormatUint(uint64(v), 16) }
+
+// SetMark sets the packet mark (MARK --set-mark, printed as --set-xmark).
+type SetMark struct{ Value uint32 }
+
+func (t SetMark) tokens() []string {
+	return []string{"-j", "MARK", "--set-xmark", hex(t.Value) + "/0xffffffff"}
+}
+
+// Accept is -j ACCEPT.
+type Accept struct{}
+
+func (Accept) tokens() []string { return []string{"-j", "ACCEPT"} }
+
+// TProxy hands a packet to a local transparent listener on Port, marking it.
+type TProxy struct {
+	Port uint16
+	Mark uint32
+	V6   bool
+}
+
+func (t TProxy) tokens() []string {
+	ip := "0.0.0.0"
+	if t.V6 {
+		ip = "::"
+	}
+	return []string{"-j", "TPROXY", "--on-port", strconv.Itoa(int(t.Port)), "--on-ip", ip,
+		"--tproxy-mark", hex(t.Mark) + "/0xffffffff"}
+}
+
+// ConnMarkSave copies the packet mark to the connection; ConnMarkRestore
+// the connection's mark back to its packets.
+type (
+	ConnMarkSave    struct{}
+	ConnMarkRestore struct{}
+)
+
+func (ConnMarkSave) tokens() []string {
+	return []string{"-j", "CONNMARK", "--save-mark", "--nfmask", "0xffffffff", "--ctmask", "0xffffffff"}
+}
+
+func (ConnMarkRestore) tokens() []string {
+	return []string{"-j", "CONNMARK", "--restore-mark", "--nfmask", "0xffffffff", "--ctmask", "0xffffffff"}
+}
 
 // Tag marks a rule of ours in a built-in chain whose target is not one of
 // our chains (an interface's RETURN): without a jump into an ISTIO_ chain

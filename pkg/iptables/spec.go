@@ -79,6 +79,21 @@ type Spec struct {
 	// to the proxy's DNS listener, DNSPort; the proxy's own queries go out,
 	// in a conntrack zone of their own.
 	DNSCapture bool
+
+	// TProxy captures inbound TCP with TPROXY in the mangle table instead
+	// of nat REDIRECT: the proxy sees the client's real source address.
+	// Packets for the proxy carry TProxyMark and are routed to lo through
+	// TProxyTable (see PolicyRoute).
+	TProxy      bool
+	TProxyMark  uint32
+	TProxyTable uint32
+}
+
+// PolicyRoute is the routing TPROXY needs in a family: packets marked Mark
+// look up Table, whose one route is "local default dev lo".
+type PolicyRoute struct {
+	Mark  uint32
+	Table uint32
 }
 
 // Istio's fixed ports and ids: the defaults of a sidecar pod.
@@ -92,6 +107,12 @@ const (
 	ProxyMetricsPort    = 15090 // Envoy's Prometheus endpoint
 	DNSPort             = 53
 	ProxyDNSPort        = 15053 // pilot-agent's DNS proxy
+	// TPROXY mode, as istio-iptables defaults them: the inbound mark and
+	// its route table, and the mark of the proxy's own traffic to the app
+	// over lo.
+	DefaultTProxyMark  = 1337
+	DefaultTProxyTable = 133
+	OutboundMark       = 1338
 )
 
 // DefaultSpec is the spec of a pod that carries no traffic annotation.
@@ -106,5 +127,7 @@ func DefaultSpec() Spec {
 		InboundExclude:  []uint16{ProxyStatusPort, ProxyHealthPort, ProxyMetricsPort},
 		OutboundExclude: []uint16{ProxyStatusPort},
 		OutboundIPs:     Prefixes{All: true},
+		TProxyMark:      DefaultTProxyMark,
+		TProxyTable:     DefaultTProxyTable,
 	}
 }

@@ -108,7 +108,9 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		return iptables.Model{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
 	out.families = familyNames(v4, v6)
-	return iptables.Build(out.decision.Spec, v4, v6), true, nil
+	spec := out.decision.Spec
+	spec.TProxyMark, spec.TProxyTable = conf.TProxyMark, conf.TProxyRouteTable
+	return iptables.Build(spec, v4, v6), true, nil
 }
 
 // getPod reads the pod, building the client only now: pods decided without

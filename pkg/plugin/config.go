@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
@@ -37,6 +38,11 @@ type Config struct {
 	// each attempt. Go durations ("20s").
 	APITimeout        string `json:"api_timeout"`
 	APIAttemptTimeout string `json:"api_attempt_timeout"`
+	// TProxyMark and TProxyRouteTable are the packet mark and the route
+	// table of TPROXY-mode pods (istio-iptables' -t and -r); 0 keeps 1337
+	// and 133.
+	TProxyMark       uint32 `json:"tproxy_mark"`
+	TProxyRouteTable uint32 `json:"tproxy_route_table"`
 
 	// Parsed values.
 	logLevel slog.Level
@@ -93,6 +99,20 @@ func parseConfig(stdin []byte) (*Config, error) {
 	}
 	if conf.AgentNamespace != "" && !kube.ValidNamespace(conf.AgentNamespace) {
 		return nil, invalid("agent_namespace", notNamespace(conf.AgentNamespace))
+	}
+	if conf.TProxyMark == 0 {
+		conf.TProxyMark = iptables.DefaultTProxyMark
+	}
+	if conf.TProxyMark == iptables.OutboundMark {
+		return nil, invalid("tproxy_mark", fmt.Sprintf("%d is the proxy's outbound mark: want another mark from 1 to 4294967295", iptables.OutboundMark))
+	}
+	if conf.TProxyRouteTable == 0 {
+		conf.TProxyRouteTable = iptables.DefaultTProxyTable
+	}
+	// 253-255 are the kernel's default, main and local tables; above them
+	// (and 0) is unspecified.
+	if conf.TProxyRouteTable >= 253 && conf.TProxyRouteTable <= 255 || conf.TProxyRouteTable == 0xffffffff {
+		return nil, invalid("tproxy_route_table", fmt.Sprintf("%d is a kernel table: want 1 to 252 or 256 to 4294967294", conf.TProxyRouteTable))
 	}
 	return &conf, nil
 }

@@ -17,7 +17,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Kubeconfig != DefaultKubeconfig || c.backend != xtables.Auto ||
-		c.timeouts.Total != 20*time.Second || c.timeouts.Attempt != 5*time.Second || c.PrevResult != nil {
+		c.timeouts.Total != 20*time.Second || c.timeouts.Attempt != 5*time.Second || c.PrevResult != nil ||
+		c.TProxyMark != 1337 || c.TProxyRouteTable != 133 {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -38,6 +39,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"cniVersion":"1.0.0","api_timeout":"soon"}`, types.ErrInvalidNetworkConfig, `"api_timeout"`},
 		{`{"cniVersion":"1.0.0","api_timeout":"2s","api_attempt_timeout":"5s"}`, types.ErrInvalidNetworkConfig, `"api_attempt_timeout"`},
 		{`{"cniVersion":"1.0.0","prevResult":{"ips":"x"}}`, types.ErrDecodingFailure, "prevResult"},
+		{`{"cniVersion":"1.0.0","tproxy_mark":1338}`, types.ErrInvalidNetworkConfig, `"tproxy_mark"`},
+		{`{"cniVersion":"1.0.0","tproxy_mark":-1}`, types.ErrInvalidNetworkConfig, `"tproxy_mark"`},
+		{`{"cniVersion":"1.0.0","tproxy_route_table":254}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
+		{`{"cniVersion":"1.0.0","tproxy_route_table":"133"}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
 	} {
 		_, err := parseConfig([]byte(tc.conf))
 		var e *types.Error

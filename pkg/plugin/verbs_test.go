@@ -175,9 +175,6 @@ func TestAddFailures(t *testing.T) {
 			pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", Value: "true"}}
 			h.api.pods["team-a/web-1"] = pod
 		}, ErrUnsupported, "INVALID_DROP"},
-		{"tproxy", func(h *harness) {
-			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.InterceptionMode: "TPROXY"})
-		}, ErrUnsupported, "not supported yet"},
 		{"iptables fails", func(h *harness) {
 			h.api.pods["team-a/web-1"] = meshedPod(nil)
 			h.net.programErr = errors.New("iptables-restore: exit status 1")

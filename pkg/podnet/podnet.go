@@ -69,7 +69,13 @@ func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) erro
 						return err
 					}
 				}
-				return n.Programmer.Apply(ctx, rs)
+				if err := n.Programmer.Apply(ctx, rs); err != nil {
+					return err
+				}
+				if rs.Route != nil {
+					return addPolicyRoute(rs.Family, rs.Route)
+				}
+				return nil
 			})
 		})
 	}
@@ -84,7 +90,9 @@ func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) erro
 	}
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
 	defer cancel()
-	if rbErr := do(path, func() error { return n.Programmer.Cleanup(rbCtx, families...) }); rbErr != nil {
+	if rbErr := do(path, func() error {
+		return errors.Join(n.Programmer.Cleanup(rbCtx, families...), removePolicyRoutes(families...))
+	}); rbErr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
 	}
 	return err
@@ -97,6 +105,16 @@ func (n *Netns) Check(ctx context.Context, path string, m iptables.Model) ([]str
 		var err error
 		if diffs, err = n.Programmer.Check(ctx, m); err != nil {
 			return err
+		}
+		for _, rs := range m.Rulesets() {
+			if rs.Route == nil {
+				continue
+			}
+			d, err := policyRouteDiffs(rs.Family, rs.Route)
+			if err != nil {
+				return err
+			}
+			diffs = append(diffs, d...)
 		}
 		if m.V6 != nil {
 			ok, err := hasPassthroughV6()
@@ -115,7 +133,8 @@ func (n *Netns) Check(ctx context.Context, path string, m iptables.Model) ([]str
 // Cleanup removes everything of ours from both families.
 func (n *Netns) Cleanup(ctx context.Context, path string) error {
 	return do(path, func() error {
-		return n.Programmer.Cleanup(ctx, iptables.IPv4, iptables.IPv6)
+		return errors.Join(n.Programmer.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
+			removePolicyRoutes(iptables.IPv4, iptables.IPv6))
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -37,6 +38,17 @@ func newNS(t *testing.T) ns.NetNS {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	// A runtime brings lo up before the chain runs (IPv6 local routes need
+	// it up).
+	if err := n.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
@@ -393,6 +405,55 @@ func TestEverySpecReadsBack(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
+		}
+	})
+}
+
+// TPROXY's policy routing comes and goes with the rules: Program adds the
+// fwmark rule and the local default route in both families, CHECK misses a
+// deleted rule, and Cleanup removes both.
+func TestTProxyPolicyRouting(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		n, ctx := newNS(t), context.Background()
+		net := netnsFor(b, nil)
+		spec := iptables.DefaultSpec()
+		spec.TProxy, spec.TProxyMark, spec.TProxyTable = true, 0x1000, 200
+		m := iptables.Build(spec, true, true)
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+			t.Fatalf("CHECK after Program: %v %v", diffs, err)
+		}
+		ipRule := func(args ...string) string {
+			out, err := exec.Command("ip", append([]string{"-n", filepath.Base(n.Path())}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ip %v: %v\n%s", args, err, out)
+			}
+			return string(out)
+		}
+		for _, fam := range []string{"-4", "-6"} {
+			if r := ipRule(fam, "rule"); !strings.Contains(r, "fwmark 0x1000 lookup 200") {
+				t.Errorf("ip %s rule:\n%s", fam, r)
+			}
+			if r := ipRule(fam, "route", "show", "table", "200"); !strings.Contains(r, "local default dev lo") {
+				t.Errorf("ip %s route table 200:\n%s", fam, r)
+			}
+		}
+		ipRule("-6", "rule", "del", "fwmark", "0x1000", "lookup", "200")
+		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 1 || !strings.Contains(diffs[0], "ipv6: ip rule fwmark 0x1000 lookup 200 missing") {
+			t.Errorf("CHECK after deleting the IPv6 rule: %v %v", diffs, err)
+		}
+		if err := net.Cleanup(ctx, n.Path()); err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range []string{"-4", "-6"} {
+			if r := ipRule(fam, "rule"); strings.Contains(r, "0x1000") {
+				t.Errorf("ip %s rule after Cleanup:\n%s", fam, r)
+			}
+			if r := ipRule(fam, "route", "show", "table", "200"); strings.TrimSpace(r) != "" {
+				t.Errorf("ip %s route table 200 after Cleanup:\n%s", fam, r)
+			}
 		}
 	})
 }

@@ -74,7 +74,7 @@ func run(plugin string, n, conc int, backends []string) error {
 		return err
 	}
 	uids := map[string]string{}
-	for name, pod := range map[string][]byte{"bench": meshedPod, "bench-dns": dnsPod} {
+	for name, pod := range map[string][]byte{"bench": meshedPod, "bench-dns": dnsPod, "bench-tproxy": tproxyPod} {
 		if err := api.CreatePod(ctx, pod); err != nil {
 			return err
 		}
@@ -112,6 +112,12 @@ func podUID(ctx context.Context, api *cluster.APIServer, name string) (string, e
 	}
 	return pod.Metadata.UID, json.Unmarshal(body, &pod)
 }
+
+// tproxyPod is a meshed pod in TPROXY mode.
+var tproxyPod = []byte(`{"apiVersion":"v1","kind":"Pod",
+ "metadata":{"name":"bench-tproxy","namespace":"bench","annotations":{"sidecar.istio.io/status":"{}",
+  "sidecar.istio.io/interceptionMode":"TPROXY"}},
+ "spec":{"containers":[{"name":"app","image":"app:v1"},{"name":"istio-proxy","image":"proxy:v1"}]}}`)
 
 // dnsPod is a meshed pod with DNS capture on.
 var dnsPod = []byte(`{"apiVersion":"v1","kind":"Pod",

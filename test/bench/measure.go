@@ -169,8 +169,11 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 func (b *bench) add(backend xtables.Backend, pod, prevResult string, check, rss bool) func() (sample, error) {
 	stdin := b.stdin(string(backend), prevResult)
 	want := "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"
-	if pod == "bench-dns" {
+	switch pod {
+	case "bench-dns":
 		want = "-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -j REDIRECT --to-ports 15053"
+	case "bench-tproxy":
+		want = "-j TPROXY --on-port 15006"
 	}
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
@@ -190,7 +193,7 @@ func verify(n ns.NetNS, backend xtables.Backend, want string) error {
 		return err
 	}
 	return n.Do(func(ns.NetNS) error {
-		out, err := exec.CommandContext(context.Background(), save, "-t", "nat").Output()
+		out, err := exec.CommandContext(context.Background(), save).Output()
 		if err == nil && !strings.Contains(string(out), want) {
 			err = fmt.Errorf("ADD left no %q:\n%s", want, out)
 		}

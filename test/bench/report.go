@@ -67,6 +67,7 @@ func (b *bench) backend(name string, conc int) error {
 		{"ADD meshed pod (" + name + ")", 1, b.add(be, "bench", prevV4, true, false)},
 		{"ADD meshed dual-stack pod (" + name + ")", 1, b.add(be, "bench", prevDual, true, false)},
 		{"ADD meshed pod, DNS capture (" + name + ")", 1, b.add(be, "bench-dns", prevV4, true, false)},
+		{"ADD meshed pod, TPROXY (" + name + ")", 1, b.add(be, "bench-tproxy", prevV4, true, false)},
 		{fmt.Sprintf("floor, %d at once (%s)", conc, name), conc, func() (sample, error) { return floorOnce(be, text) }},
 		{fmt.Sprintf("ADD, %d at once (%s)", conc, name), conc, b.add(be, "bench", prevV4, false, false)},
 	} {

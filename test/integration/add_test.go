@@ -118,7 +118,8 @@ func TestBadSettingsProgramNothing(t *testing.T) {
 		{map[string]string{"traffic.sidecar.istio.io/excludeOutboundPorts": "80 -j ACCEPT"}, plugin.ErrPodSettings},
 		{map[string]string{"traffic.sidecar.istio.io/excludeOutboundIPRanges": "10.0.0.0/33"}, plugin.ErrPodSettings},
 		{map[string]string{"traffic.sidecar.istio.io/includeInboundPorts": "70000"}, plugin.ErrPodSettings},
-		{map[string]string{"sidecar.istio.io/interceptionMode": "TPROXY"}, plugin.ErrUnsupported},
+		{map[string]string{"traffic.sidecar.istio.io/excludeInterfaces": "eth0,-j"}, plugin.ErrPodSettings},
+		{map[string]string{"sidecar.istio.io/interceptionMode": "tproxy"}, plugin.ErrPodSettings},
 	} {
 		t.Run(fmt.Sprint(tc.ann), func(t *testing.T) {
 			n, name := newNetwork(t), podName(t)

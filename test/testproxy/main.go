@@ -4,7 +4,7 @@
 // test can see where a connection landed after iptables REDIRECT. "client"
 // dials and prints whatever the peer sent.
 //
-//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
+//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
 //	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
 //	testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
@@ -39,7 +39,7 @@ import (
 )
 
 const usage = `usage:
-  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--ready-file PATH]
+  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
   testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
   testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
@@ -94,12 +94,17 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Var(&outbound, "outbound-port", "port of the outbound listener (0 picks a free port)")
 	fs.Var(&inbound, "inbound-port", "port of the inbound listener (0 picks a free port)")
 	readyFile := fs.String("ready-file", "", "file written once both listeners are up")
+	tproxy := fs.Bool("tproxy", false, "inbound listener transparent (IP_TRANSPARENT), for TPROXY mode")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	in := endpoint{name: "inbound", port: inbound.port, reply: proxyReply("inbound")}
+	if *tproxy {
+		in.reply, in.transparent = tproxyReply("inbound"), true
+	}
 	return serve(ctx, []endpoint{
 		{name: "outbound", port: outbound.port, reply: proxyReply("outbound")},
-		{name: "inbound", port: inbound.port, reply: proxyReply("inbound")},
+		in,
 	}, *readyFile, stderr)
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,33 @@ type endpoint struct {
 	name  string
 	port  uint16
 	reply func(c *net.TCPConn) string
+	// transparent: IP_TRANSPARENT, so TPROXY can hand it connections
+	// addressed to other hosts.
+	transparent bool
+}
+
+// tproxyReply is proxyReply for a transparent listener: a TPROXY'd
+// connection's local address is the original destination (no NAT).
+func tproxyReply(listener string) func(*net.TCPConn) string {
+	return func(c *net.TCPConn) string {
+		return fmt.Sprintf("proxy listener=%s orig=%s peer=%s uid=%d\n",
+			listener, plainAddrPort(c.LocalAddr()), plainAddrPort(c.RemoteAddr()), os.Getuid())
+	}
+}
+
+// transparent sets IP_TRANSPARENT and IPV6_TRANSPARENT on a socket before
+// it binds (it needs CAP_NET_ADMIN, as Envoy's does).
+func transparent(_, _ string, rc syscall.RawConn) error {
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.SOL_IP, unix.IP_TRANSPARENT, 1); serr == nil {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_IPV6, unix.IPV6_TRANSPARENT, 1)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 func proxyReply(listener string) func(*net.TCPConn) string {
@@ -66,7 +94,11 @@ func serve(ctx context.Context, eps []endpoint, readyFile string, stderr io.Writ
 		}
 	}()
 	for _, ep := range eps {
-		ln, err := net.Listen("tcp", net.JoinHostPort("::", strconv.Itoa(int(ep.port))))
+		var lc net.ListenConfig
+		if ep.transparent {
+			lc.Control = transparent
+		}
+		ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort("::", strconv.Itoa(int(ep.port))))
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", ep.name, err)
 		}

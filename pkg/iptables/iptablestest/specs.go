@@ -71,6 +71,13 @@ func Specs() map[string]iptables.Spec {
 			s.DNSCapture = true
 			s.ProxyUID, s.ProxyGID = 1000, 2000
 		}),
+		"tproxy": with(func(s *iptables.Spec) { s.TProxy = true }),
+		"tproxy-ports-and-interfaces": with(func(s *iptables.Spec) {
+			s.TProxy = true
+			s.TProxyMark, s.TProxyTable = 0x1000, 200
+			s.InboundPorts = iptables.Ports{List: []uint16{80, 8080}}
+			s.ExcludeInterfaces = ifNames("not-istio-nic")
+		}),
 		"reroute-interfaces": with(func(s *iptables.Spec) {
 			s.RerouteInterfaces = ifNames("eth1", "eth2")
 		}),
