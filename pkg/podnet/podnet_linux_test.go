@@ -457,3 +457,48 @@ func TestTProxyPolicyRouting(t *testing.T) {
 		}
 	})
 }
+
+// Policy routing edge cases: lo still down at ADD; a rule that only looks
+// like ours does not satisfy CHECK; Cleanup removes a rule whose route is
+// gone, and leaves rules that are not plain "fwmark lookup" alone. (A
+// foreign "local default dev lo" route cannot be told from ours; only
+// TPROXY makes one.)
+func TestTProxyPolicyRoutingEdges(t *testing.T) {
+	requireRoot(t)
+	n, ctx := newNS(t), context.Background()
+	name := filepath.Base(n.Path())
+	ip := func(args ...string) string {
+		out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	ip("link", "set", "lo", "down")
+	net := netnsFor(xtables.Auto, nil)
+	spec := iptables.DefaultSpec()
+	spec.TProxy = true
+	m := iptables.Build(spec, true, true)
+	if err := net.Program(ctx, n.Path(), m); err != nil {
+		t.Fatalf("Program with lo down: %v", err)
+	}
+	// Swap our IPv4 rule for an inverted, masked one on another device.
+	ip("-4", "rule", "del", "fwmark", "1337", "lookup", "133")
+	ip("-4", "rule", "add", "not", "fwmark", "0x539/0x1", "iif", "eth9", "lookup", "133")
+	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 1 || !strings.Contains(diffs[0], "ipv4: ip rule") {
+		t.Errorf("CHECK with a look-alike rule: %v %v", diffs, err)
+	}
+	// Foreign routing, and our IPv6 route gone before cleanup.
+	ip("-4", "rule", "add", "fwmark", "0x1/0x1", "iif", "lo", "lookup", "100")
+	ip("-4", "route", "add", "local", "default", "dev", "lo", "table", "100")
+	ip("-6", "route", "del", "local", "default", "dev", "lo", "table", "133")
+	if err := net.Cleanup(ctx, n.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if r := ip("-6", "rule"); strings.Contains(r, "lookup 133") {
+		t.Errorf("our IPv6 rule, its route gone, survived Cleanup:\n%s", r)
+	}
+	if r := ip("-4", "rule"); !strings.Contains(r, "fwmark 0x1/0x1 iif lo lookup 100") || !strings.Contains(r, "not from all fwmark 0x539/0x1 iif eth9") {
+		t.Errorf("foreign rules removed by Cleanup:\n%s", r)
+	}
+}

@@ -36,11 +36,16 @@ func localDefault(f iptables.Family, lo netlink.Link, table uint32) *netlink.Rou
 		Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST, Family: netlinkFamily(f)}
 }
 
-// addPolicyRoute installs the rule and the route; both are idempotent.
+// addPolicyRoute installs the rule and the route; both are idempotent. lo
+// is brought up first, as the runtime's loopback setup does: an IPv6 local
+// route on a down lo is refused, and the runtime may not be done yet.
 func addPolicyRoute(f iptables.Family, r *iptables.PolicyRoute) error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("finding lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
 	}
 	if ok, err := hasPolicyRule(f, r); err != nil {
 		return err
@@ -63,7 +68,22 @@ func hasPolicyRule(f iptables.Family, r *iptables.PolicyRoute) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("%s: listing ip rules: %w", f, err)
 	}
-	return len(rules) > 0, nil
+	return slices.ContainsFunc(rules, plainFwmark), nil
+}
+
+// plainFwmark: "fwmark M lookup T" and nothing else. A rule with a partial
+// mask, an inversion or another selector does not route our packets, and
+// is not ours to remove.
+func plainFwmark(r netlink.Rule) bool {
+	return r.Mark != 0 && !r.Invert && (r.Mask == nil || *r.Mask == 0xffffffff) &&
+		r.Src == nil && r.Dst == nil && r.IifName == "" && r.OifName == "" && r.Goto <= 0 &&
+		r.Dport == nil && r.Sport == nil && r.UIDRange == nil && r.IPProto == 0 && r.Tos == 0
+}
+
+// localDefaultOnLo: "local default dev lo", no gateway. (IPv6 reports no
+// route scope, so the scope is not compared.)
+func localDefaultOnLo(rt netlink.Route, lo netlink.Link) bool {
+	return (rt.Dst == nil || isDefault(rt.Dst)) && rt.LinkIndex == lo.Attrs().Index && rt.Gw == nil
 }
 
 // policyRouteDiffs says what of the policy routing is missing.
@@ -85,17 +105,16 @@ func policyRouteDiffs(f iptables.Family, r *iptables.PolicyRoute) ([]string, err
 }
 
 func hasLocalDefault(f iptables.Family, table int) (bool, error) {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return false, fmt.Errorf("finding lo: %w", err)
+	}
 	routes, err := netlink.RouteListFiltered(netlinkFamily(f), &netlink.Route{Table: table, Type: unix.RTN_LOCAL},
 		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
 	if err != nil {
 		return false, fmt.Errorf("%s: listing routes of table %d: %w", f, table, err)
 	}
-	for _, rt := range routes {
-		if rt.Dst == nil || isDefault(rt.Dst) {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.ContainsFunc(routes, func(rt netlink.Route) bool { return localDefaultOnLo(rt, lo) }), nil
 }
 
 func isDefault(n *net.IPNet) bool {
@@ -103,25 +122,32 @@ func isDefault(n *net.IPNet) bool {
 	return ones == 0
 }
 
-// removePolicyRoutes removes every fwmark rule that leads to a table whose
-// route is a local default on lo, and every such route outside the kernel's
-// local table (only TPROXY makes them). Cleanup runs without the model, so
-// this is how ours are known.
+// removePolicyRoutes removes what TPROXY's routing leaves, without the
+// model (DEL has none): every "local default dev lo" route outside the
+// kernel's local table, and every plain "fwmark M lookup T" rule whose
+// table held such a route or holds no route at all (a rule whose route is
+// already gone, after a failed ADD). Nothing else of the namespace's
+// routing is touched.
 func removePolicyRoutes(families ...iptables.Family) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("finding lo: %w", err)
+	}
 	var errs []error
 	for _, f := range families {
-		routes, err := netlink.RouteListFiltered(netlinkFamily(f), &netlink.Route{Table: unix.RT_TABLE_UNSPEC, Type: unix.RTN_LOCAL},
-			netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+		routes, err := netlink.RouteListFiltered(netlinkFamily(f), &netlink.Route{Table: unix.RT_TABLE_UNSPEC},
+			netlink.RT_FILTER_TABLE)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: listing local routes: %w", f, err))
+			errs = append(errs, fmt.Errorf("%s: listing routes: %w", f, err))
 			continue
 		}
-		var tables []int
+		ours, used := map[int]bool{}, map[int]bool{}
 		for _, rt := range routes {
-			if rt.Table == unix.RT_TABLE_LOCAL || (rt.Dst != nil && !isDefault(rt.Dst)) {
+			if rt.Table == unix.RT_TABLE_LOCAL || rt.Type != unix.RTN_LOCAL || !localDefaultOnLo(rt, lo) {
+				used[rt.Table] = true
 				continue
 			}
-			tables = append(tables, rt.Table)
+			ours[rt.Table] = true
 			if err := netlink.RouteDel(&rt); err != nil {
 				errs = append(errs, fmt.Errorf("%s: deleting local default route of table %d: %w", f, rt.Table, err))
 			}
@@ -132,7 +158,8 @@ func removePolicyRoutes(families ...iptables.Family) error {
 			continue
 		}
 		for _, rule := range rules {
-			if rule.Mark == 0 || !slices.Contains(tables, rule.Table) {
+			leftover := ours[rule.Table] || !used[rule.Table]
+			if !plainFwmark(rule) || rule.Table <= 0 || !leftover {
 				continue
 			}
 			if err := netlink.RuleDel(&rule); err != nil {

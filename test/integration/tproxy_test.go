@@ -80,6 +80,9 @@ func TestTProxyTraffic(t *testing.T) {
 				if strings.TrimSpace(string(out)) != "" {
 					t.Errorf("ip %s route table 133 after DEL:\n%s", fam, out)
 				}
+				if out, _ := exec.Command("ip", "-n", ns, fam, "rule").CombinedOutput(); strings.Contains(string(out), "lookup 133") {
+					t.Errorf("ip %s rule after DEL:\n%s", fam, out)
+				}
 			}
 		})
 	}
