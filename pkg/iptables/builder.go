@@ -213,10 +213,7 @@ func (b *builder) outbound(spec Spec) {
 	// Envoy's inbound passthrough connects to the app from 127.0.0.6 (::6).
 	b.add(Rule{Chain: ChainOutput, Src: Addr{Prefix: b.addrs.passthrough}, Out: lo, Target: Return{}})
 	loopbackIncluded := includesLoopback(spec.OutboundIPs)
-	for _, o := range []struct {
-		kind OwnerKind
-		id   uint32
-	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+	for _, o := range proxyOwners(spec) {
 		// The proxy calling a service VIP that resolves back to this pod:
 		// send it through inbound capture (app -> Envoy -> Envoy -> app).
 		// With DNS capture the proxy's own DNS over lo is left alone (uid
@@ -266,6 +263,17 @@ func (b *builder) outbound(spec Spec) {
 	}
 }
 
+// proxyOwner is one way to recognise the proxy's own sockets.
+type proxyOwner struct {
+	kind OwnerKind
+	id   uint32
+}
+
+// proxyOwners: its uid, then its gid, the order of every per-owner rule.
+func proxyOwners(spec Spec) []proxyOwner {
+	return []proxyOwner{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}}
+}
+
 func (b *builder) inFamily(p netip.Prefix) bool {
 	return p.Addr().Is4() == (b.fam == IPv4)
 }
@@ -285,10 +293,7 @@ func includesLoopback(p Prefixes) bool {
 func (b *builder) dnsRedirect(spec Spec) {
 	b.add(Rule{Chain: ChainOutput, Target: Jump{ChainOutputDNS}})
 	b.add(Rule{Chain: ChainOutputDNS, Proto: TCP, Matches: dport(TCP, DNSPort, false), Target: Redirect{ProxyDNSPort}})
-	for _, o := range []struct {
-		kind OwnerKind
-		id   uint32
-	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+	for _, o := range proxyOwners(spec) {
 		b.add(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append(dport(UDP, DNSPort, false), owner(o.kind, o.id, false)...), Target: Return{}})
 	}
 	b.add(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: dport(UDP, DNSPort, false), Target: Redirect{ProxyDNSPort}})
@@ -300,10 +305,7 @@ func (b *builder) dnsRedirect(spec Spec) {
 // zones the two flows share a 5-tuple after the redirect and collide.
 func (b *builder) dnsZones(spec Spec) {
 	b.addRaw(Rule{Chain: Output, Target: Jump{ChainOutputDNS}})
-	for _, o := range []struct {
-		kind OwnerKind
-		id   uint32
-	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+	for _, o := range proxyOwners(spec) {
 		b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append(dport(UDP, DNSPort, false), owner(o.kind, o.id, false)...), Target: CT{1}})
 		b.addRaw(Rule{Chain: ChainOutputDNS, Proto: UDP, Matches: append([]Match{SPort{UDP, ProxyDNSPort}}, owner(o.kind, o.id, false)...), Target: CT{2}})
 	}
@@ -345,10 +347,7 @@ func (b *builder) inboundTProxy(spec Spec) {
 	}
 	b.addMangle(Rule{Chain: Prerouting, Proto: TCP, Matches: tag(Mark{Value: spec.TProxyMark}), Target: ConnMarkSave{}})
 	b.addMangle(Rule{Chain: Output, Out: lo, Proto: TCP, Matches: tag(Mark{Value: spec.TProxyMark}), Target: Return{}})
-	for _, o := range []struct {
-		kind OwnerKind
-		id   uint32
-	}{{UID, spec.ProxyUID}, {GID, spec.ProxyGID}} {
+	for _, o := range proxyOwners(spec) {
 		b.addMangle(Rule{Chain: Output, Dst: Addr{Prefix: b.addrs.loopback, Not: true}, Out: lo, Proto: TCP,
 			Matches: tag(owner(o.kind, o.id, false)...), Target: SetMark{OutboundMark}})
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 )
 
 // Upstream's goldens for these cases (istio/istio
@@ -88,17 +89,6 @@ COMMIT
 // TestUpstreamParityMore holds the interface and DNS cases to upstream's
 // listings, so a golden refreshed with -update cannot drift from them.
 func TestUpstreamParityMore(t *testing.T) {
-	ifs := func(names ...string) []iptables.IfName {
-		var out []iptables.IfName
-		for _, n := range names {
-			name, err := iptables.ParseIfName(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, name)
-		}
-		return out
-	}
 	// upstream's test config: no inbound capture, no excluded ports.
 	bare := func(f func(*iptables.Spec)) iptables.Spec {
 		s := iptables.DefaultSpec()
@@ -111,13 +101,13 @@ func TestUpstreamParityMore(t *testing.T) {
 		spec          iptables.Spec
 	}{
 		{"basic-exclude-nic", upstreamExcludeNIC, bare(func(s *iptables.Spec) {
-			s.ExcludeInterfaces, s.OutboundIPs = ifs("not-istio-nic"), iptables.Prefixes{}
+			s.ExcludeInterfaces, s.OutboundIPs = iptablestest.IfNames("not-istio-nic"), iptables.Prefixes{}
 		})},
 		{"kube-virt-interfaces", upstreamKubeVirt, bare(func(s *iptables.Spec) {
-			s.RerouteInterfaces = ifs("eth1", "eth2")
+			s.RerouteInterfaces = iptablestest.IfNames("eth1", "eth2")
 		})},
 		{"ipnets-with-kube-virt-interfaces", upstreamKubeVirtIPNets, bare(func(s *iptables.Spec) {
-			s.RerouteInterfaces = ifs("eth1", "eth2")
+			s.RerouteInterfaces = iptablestest.IfNames("eth1", "eth2")
 			s.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 		})},
 		{"dns", upstreamDNS, func() iptables.Spec { s := iptables.DefaultSpec(); s.DNSCapture = true; return s }()},
@@ -178,11 +168,7 @@ COMMIT
 func TestUpstreamParityTProxy(t *testing.T) {
 	spec := iptables.DefaultSpec()
 	spec.TProxy, spec.InboundExclude = true, nil
-	nic, err := iptables.ParseIfName("not-istio-nic")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.ExcludeInterfaces = []iptables.IfName{nic}
+	spec.ExcludeInterfaces = iptablestest.IfNames("not-istio-nic")
 	obs, err := iptables.ParseSave([]byte(upstreamTProxyMangle))
 	if err != nil {
 		t.Fatal(err)

@@ -181,7 +181,6 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
-		ifName := func(s string) iptables.IfName { name, _ := iptables.ParseIfName(s); return name }
 		if err := n.Do(func(ns.NetNS) error {
 			restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
 			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "--noflush")
@@ -190,12 +189,12 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec := iptables.DefaultSpec()
-		spec.ExcludeInterfaces = []iptables.IfName{ifName("net1")}
+		spec.ExcludeInterfaces = iptablestest.IfNames("net1")
 		if err := net.Program(ctx, n.Path(), iptables.Build(spec, true, false)); err != nil {
 			t.Fatal(err)
 		}
-		spec.ExcludeInterfaces = []iptables.IfName{ifName("net2")}
-		spec.RerouteInterfaces = []iptables.IfName{ifName("kv0")}
+		spec.ExcludeInterfaces = iptablestest.IfNames("net2")
+		spec.RerouteInterfaces = iptablestest.IfNames("kv0")
 		m := iptables.Build(spec, true, false)
 		if err := net.Program(ctx, n.Path(), m); err != nil {
 			t.Fatal(err)
@@ -409,6 +408,16 @@ func TestEverySpecReadsBack(t *testing.T) {
 	})
 }
 
+// ipIn runs iproute2's ip in the namespace and returns its output.
+func ipIn(t *testing.T, n ns.NetNS, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"-n", filepath.Base(n.Path())}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
 // TPROXY's policy routing comes and goes with the rules: Program adds the
 // fwmark rule and the local default route in both families, CHECK misses a
 // deleted rule, and Cleanup removes both.
@@ -425,13 +434,7 @@ func TestTProxyPolicyRouting(t *testing.T) {
 		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
 			t.Fatalf("CHECK after Program: %v %v", diffs, err)
 		}
-		ipRule := func(args ...string) string {
-			out, err := exec.Command("ip", append([]string{"-n", filepath.Base(n.Path())}, args...)...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("ip %v: %v\n%s", args, err, out)
-			}
-			return string(out)
-		}
+		ipRule := func(args ...string) string { return ipIn(t, n, args...) }
 		for _, fam := range []string{"-4", "-6"} {
 			if r := ipRule(fam, "rule"); !strings.Contains(r, "fwmark 0x1000 lookup 200") {
 				t.Errorf("ip %s rule:\n%s", fam, r)
@@ -466,14 +469,7 @@ func TestTProxyPolicyRouting(t *testing.T) {
 func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	requireRoot(t)
 	n, ctx := newNS(t), context.Background()
-	name := filepath.Base(n.Path())
-	ip := func(args ...string) string {
-		out, err := exec.Command("ip", append([]string{"-n", name}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ip %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	ip := func(args ...string) string { return ipIn(t, n, args...) }
 	ip("link", "set", "lo", "down")
 	net := netnsFor(xtables.Auto, nil)
 	spec := iptables.DefaultSpec()

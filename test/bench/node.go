@@ -36,11 +36,7 @@ func nodeBench(pods int) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	product, err := cluster.MakeImage(ctx)
-	if err != nil {
-		return err
-	}
-	testImage, err := cluster.BuildTestImage(ctx, dir)
+	images, err := cluster.BuildImages(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -55,10 +51,8 @@ func nodeBench(pods int) (err error) {
 		}
 	}()
 	nodeUp := time.Since(start)
-	for _, img := range []string{testImage, product} {
-		if err := node.ImportImage(ctx, img); err != nil {
-			return err
-		}
+	if err := node.ImportImages(ctx, images...); err != nil {
+		return err
 	}
 	start = time.Now()
 	if _, _, err := node.Install(ctx, filepath.Join(dir, "overlay"), node.APIPort()); err != nil {

@@ -87,11 +87,13 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// ImportImage imports a docker-archive tarball into the node's containerd,
+// ImportImages imports docker-archive tarballs into the node's containerd,
 // where kubelet finds its images (no registry is involved).
-func (n *Node) ImportImage(ctx context.Context, tarball string) error {
-	if out, err := n.ctr(ctx, "images", "import", tarball); err != nil {
-		return fmt.Errorf("importing %s: %w: %s", tarball, err, out)
+func (n *Node) ImportImages(ctx context.Context, tarballs ...string) error {
+	for _, tarball := range tarballs {
+		if out, err := n.ctr(ctx, "images", "import", tarball); err != nil {
+			return fmt.Errorf("importing %s: %w: %s", tarball, err, out)
+		}
 	}
 	return nil
 }

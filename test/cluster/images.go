@@ -41,6 +41,20 @@ func BuildTestImage(ctx context.Context, dir string) (string, error) {
 	return tarball, image.WriteArchive(tarball, img, TestImage, SandboxImage)
 }
 
+// BuildImages builds both images a node needs, the test image (into dir)
+// and the product's (`make image`), and returns their tarballs.
+func BuildImages(ctx context.Context, dir string) ([]string, error) {
+	product, err := MakeImage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	test, err := BuildTestImage(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return []string{test, product}, nil
+}
+
 // MakeImage runs `make image` in the repository, as a user builds the
 // product's image, and returns the tarball's path.
 func MakeImage(ctx context.Context) (string, error) {

@@ -77,15 +77,11 @@ func up(dir string) (err error) {
 	defer cancel()
 
 	step("building the images: make image (install-cni + istio-cni) and the demo workload image")
-	product, err := cluster.MakeImage(ctx)
+	images, err := cluster.BuildImages(ctx, dir)
 	if err != nil {
 		return err
 	}
-	workload, err := cluster.BuildTestImage(ctx, dir)
-	if err != nil {
-		return err
-	}
-	fmt.Println("  ", product)
+	fmt.Println("  ", images[1])
 
 	step("starting the node: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet")
 	node, err := cluster.StartNode(ctx, cluster.NodeOptions{
@@ -103,10 +99,8 @@ func up(dir string) (err error) {
 	fmt.Printf("   node %s Ready; API server %s; primary CNI %s\n", node.Name, node.URL, node.PrimaryConfig)
 
 	step("installing istio-cni: ctr images import, then kubectl apply -k (deployments/ + a local overlay)")
-	for _, img := range []string{workload, product} {
-		if err := node.ImportImage(ctx, img); err != nil {
-			return err
-		}
+	if err := node.ImportImages(ctx, images...); err != nil {
+		return err
 	}
 	if err := install(ctx, node, filepath.Join(dir, "overlay")); err != nil {
 		return err

@@ -58,11 +58,7 @@ func run(m *testing.M) (code int, err error) {
 		}
 	}()
 	// Images first: a build failure should not cost a node start.
-	product, err := cluster.MakeImage(ctx)
-	if err != nil {
-		return 1, err
-	}
-	testImage, err := cluster.BuildTestImage(ctx, dir)
+	images, err := cluster.BuildImages(ctx, dir)
 	if err != nil {
 		return 1, err
 	}
@@ -84,10 +80,8 @@ func run(m *testing.M) (code int, err error) {
 		}
 	}()
 	defer stopOnAbort(stopNode)()
-	for _, img := range []string{testImage, product} {
-		if err := node.ImportImage(ctx, img); err != nil {
-			return 1, err
-		}
+	if err := node.ImportImages(ctx, images...); err != nil {
+		return 1, err
 	}
 	if env.primary, err = os.ReadFile(node.PrimaryConfig); err != nil {
 		return 1, err

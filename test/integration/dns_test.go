@@ -52,29 +52,23 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			startIn(t, s.Path(), proxyUID, "udp", "--host", "::1", "--port", "15053", "--name", "dns-proxy")
 			startIn(t, s.Path(), proxyUID, "server", "--port", "15053", "--name", "dns-proxy-tcp")
 
-			expect := func(got, want string) {
-				t.Helper()
-				if !strings.HasPrefix(got, want) {
-					t.Errorf("got %q, want it to start with %q", got, want)
-				}
-			}
 			// A resolver that exists, and an address on the pod network
 			// where nothing answers: the app's query never leaves the pod.
 			for _, dst := range []string{hostPort(resolver.V4, 53), "198.51.100.253:53", hostPort(resolver.V6, 53)} {
-				expect(exchangeUDP(t, s.Path(), 0, dst), "udp name=dns-proxy ")
-				expect(connect(t, s.Path(), 0, dst), "server name=dns-proxy-tcp ")
+				expectPrefix(t, exchangeUDP(t, s.Path(), 0, dst), "udp name=dns-proxy ")
+				expectPrefix(t, connect(t, s.Path(), 0, dst), "server name=dns-proxy-tcp ")
 			}
 			// The proxy resolves upstream itself: not captured again.
-			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V4, 53)), "udp name=resolver ")
-			expect(exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V6, 53)), "udp name=resolver ")
+			expectPrefix(t, exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V4, 53)), "udp name=resolver ")
+			expectPrefix(t, exchangeUDP(t, s.Path(), proxyUID, hostPort(resolver.V6, 53)), "udp name=resolver ")
 
 			// The app and the proxy query the same resolver from the same
 			// source port: one 5-tuple. Only the conntrack zones keep the
 			// proxy's query from matching the app's redirected flow and
 			// looping back to 15053.
 			to := hostPort(resolver.V4, 53)
-			expect(exchangeUDP(t, s.Path(), 0, to, "40053"), "udp name=dns-proxy ")
-			expect(exchangeUDP(t, s.Path(), proxyUID, to, "40053"), "udp name=resolver ")
+			expectPrefix(t, exchangeUDP(t, s.Path(), 0, to, "40053"), "udp name=dns-proxy ")
+			expectPrefix(t, exchangeUDP(t, s.Path(), proxyUID, to, "40053"), "udp name=resolver ")
 
 			// CHECK sees a conntrack-zone rule go missing from the raw
 			// table; DEL removes the raw table's rules with the rest.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -99,5 +100,14 @@ func assertNoRules(t *testing.T, path string, b xtables.Backend) {
 		if obs := readRules(t, path, b, f); !obs.Empty() {
 			t.Errorf("%s: the pod's namespace holds ISTIO chains", f)
 		}
+	}
+}
+
+// expectPrefix checks the line a connection returned (testproxy replies
+// start with who answered).
+func expectPrefix(t *testing.T, got, want string) {
+	t.Helper()
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("got %q, want it to start with %q", got, want)
 	}
 }

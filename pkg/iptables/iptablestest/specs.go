@@ -18,7 +18,9 @@ func prefixes(s ...string) []netip.Prefix {
 	return out
 }
 
-func ifNames(s ...string) []iptables.IfName {
+// IfNames parses interface names that are known to be valid; it panics on
+// a bad one (a test's own typo).
+func IfNames(s ...string) []iptables.IfName {
 	out := make([]iptables.IfName, 0, len(s))
 	for _, n := range s {
 		name, err := iptables.ParseIfName(n)
@@ -64,7 +66,7 @@ func Specs() map[string]iptables.Spec {
 		"no-outbound-ips": with(func(s *iptables.Spec) { s.OutboundIPs = iptables.Prefixes{} }),
 		"custom-ids":      with(func(s *iptables.Spec) { s.ProxyUID, s.ProxyGID = 1000, 2000 }),
 		"exclude-interfaces": with(func(s *iptables.Spec) {
-			s.ExcludeInterfaces = ifNames("not-istio-nic", "net1")
+			s.ExcludeInterfaces = IfNames("not-istio-nic", "net1")
 		}),
 		"dns-capture": with(func(s *iptables.Spec) { s.DNSCapture = true }),
 		"dns-capture-custom-ids": with(func(s *iptables.Spec) {
@@ -76,16 +78,16 @@ func Specs() map[string]iptables.Spec {
 			s.TProxy = true
 			s.TProxyMark, s.TProxyTable = 0x1000, 200
 			s.InboundPorts = iptables.Ports{List: []uint16{80, 8080}}
-			s.ExcludeInterfaces = ifNames("not-istio-nic")
+			s.ExcludeInterfaces = IfNames("not-istio-nic")
 		}),
 		"reroute-interfaces": with(func(s *iptables.Spec) {
-			s.RerouteInterfaces = ifNames("eth1", "eth2")
+			s.RerouteInterfaces = IfNames("eth1", "eth2")
 		}),
 		// Rerouted for the captured ranges only, per family.
 		"reroute-interfaces-ip-ranges": with(func(s *iptables.Spec) {
-			s.RerouteInterfaces = ifNames("eth1", "eth2")
+			s.RerouteInterfaces = IfNames("eth1", "eth2")
 			s.OutboundIPs = iptables.Prefixes{List: prefixes("10.0.0.0/8", "172.16.0.0/12", "fd00::/8")}
-			s.ExcludeInterfaces = ifNames("net1")
+			s.ExcludeInterfaces = IfNames("net1")
 		}),
 	}
 }
