@@ -53,9 +53,9 @@ func ParseSave(out []byte) (*Observed, error) {
 }
 
 // jumpTarget is the chain an observed rule jumps to: the word after its last
-// "-j" or "-g". Quoted words (comments) are skipped.
-func jumpTarget(spec string) string {
-	toks := splitQuoted(spec)
+// "-j" or "-g", in the rule's words (splitQuoted keeps a quoted comment one
+// word, so a "-j" inside it is not taken).
+func jumpTarget(toks []string) string {
 	for i := len(toks) - 2; i >= 0; i-- {
 		if toks[i] == "-j" || toks[i] == "-g" {
 			return toks[i+1]
@@ -100,10 +100,10 @@ func owned(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
 // ours reports whether an observed rule in a chain that is not ours is one
 // of ours: it jumps into one of our chains, or carries our Tag.
 func ours(spec string) bool {
-	if owned(jumpTarget(spec)) {
+	toks := splitQuoted(spec)
+	if owned(jumpTarget(toks)) {
 		return true
 	}
-	toks := splitQuoted(spec)
 	for i := 0; i+1 < len(toks); i++ {
 		if toks[i] == "--comment" && strings.Trim(toks[i+1], `"`) == RuleTag {
 			return true
