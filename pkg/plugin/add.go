@@ -108,9 +108,8 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		return iptables.Model{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
 	out.families = familyNames(v4, v6)
-	spec := out.decision.Spec
-	spec.TProxyMark, spec.TProxyTable = conf.TProxyMark, conf.TProxyRouteTable
-	return iptables.Build(spec, v4, v6), true, nil
+	node := decision.NodeSettings{TProxyMark: conf.TProxyMark, TProxyTable: conf.TProxyRouteTable}
+	return decision.Rules(out.decision, node, v4, v6), true, nil
 }
 
 // getPod reads the pod, building the client only now: pods decided without

@@ -2,9 +2,12 @@ package plugin
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+
+	"istio-cni.local/istio-cni/pkg/decision"
 )
 
 // k8sArgs are the pod identity the runtime passes in CNI_ARGS.
@@ -48,25 +51,20 @@ func resultFor(conf *Config) (types.Result, error) {
 	return out, nil
 }
 
-// families says which address families the pod uses: IPv4 always, IPv6 when
-// dual-stack is asked for, the previous result has an IPv6 address, or the
-// namespace itself has a global IPv6 address (a primary CNI that reports
-// fewer addresses than it configured must not let IPv6 bypass the proxy).
+// families says which address families the pod uses (decision.Families),
+// its addresses taken from the previous result.
 func families(conf *Config, dualStack bool, hasIPv6 func() (bool, error)) (v4, v6 bool, err error) {
-	if dualStack {
-		return true, true, nil
-	}
-	if conf.PrevResult != nil {
+	var addrs []netip.Addr
+	if conf.PrevResult != nil && !dualStack {
 		res, err := current.NewResultFromResult(conf.PrevResult)
 		if err != nil {
 			return false, false, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 		}
 		for _, ip := range res.IPs {
-			if ip.Address.IP.To4() == nil {
-				return true, true, nil
+			if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
+				addrs = append(addrs, a)
 			}
 		}
 	}
-	v6, err = hasIPv6()
-	return true, v6, err
+	return decision.Families(dualStack, addrs, hasIPv6)
 }
