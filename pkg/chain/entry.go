@@ -22,6 +22,7 @@ type Entry struct {
 	ExcludeNamespaces []string
 	AgentNamespace    string // "" to omit
 	LogLevel          string // "" to omit
+	AgentSocket       string // host path of the agent's event socket; "" to omit
 }
 
 // entryJSON is the entry as the plugin reads it (pkg/plugin.Config). Field
@@ -32,6 +33,7 @@ type entryJSON struct {
 	ExcludeNamespaces []string `json:"exclude_namespaces"`
 	AgentNamespace    string   `json:"agent_namespace,omitempty"`
 	LogLevel          string   `json:"log_level,omitempty"`
+	AgentSocket       string   `json:"agent_socket,omitempty"`
 }
 
 // render validates e and returns its compact JSON. The checks mirror the
@@ -54,6 +56,9 @@ func (e Entry) render() ([]byte, error) {
 	default:
 		return nil, entryError("log_level", fmt.Sprintf("unknown level %q: want debug, info, warn or error", e.LogLevel))
 	}
+	if e.AgentSocket != "" && !filepath.IsAbs(e.AgentSocket) {
+		return nil, entryError("agent_socket", fmt.Sprintf("%q is not an absolute path: want the agent's socket path on the host, or empty", e.AgentSocket))
+	}
 	ex := e.ExcludeNamespaces
 	if ex == nil {
 		ex = []string{} // always an array: the plugin and humans read [] as "none"
@@ -64,6 +69,7 @@ func (e Entry) render() ([]byte, error) {
 		ExcludeNamespaces: ex,
 		AgentNamespace:    e.AgentNamespace,
 		LogLevel:          e.LogLevel,
+		AgentSocket:       e.AgentSocket,
 	}, "")
 }
 

@@ -14,7 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/audit"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nodetaint"
 )
 
 // Mode is how the conflist is installed.
@@ -60,10 +62,26 @@ type Config struct {
 	// undoing us: stop fighting and report it.
 	ConflictRepairs int
 	ConflictWindow  time.Duration
+
+	// The agent's duties beyond the files (see cmd/install-cni): the node
+	// audit, the startup taint. They need API access and NodeName.
+	NodeName      string
+	AuditAction   audit.Action
+	AuditInterval time.Duration
+	AuditConfirm  time.Duration
+	// HostProc is the node's /proc (pods' network namespaces); HostRoot
+	// the node's root filesystem, whose iptables the audit runs.
+	HostProc, HostRoot string
+	NodeTaint          bool
+	TaintGrace         time.Duration
 }
 
 // KubeconfigName is the plugin kubeconfig's file name in KubeconfigDir.
 const KubeconfigName = "istio-cni-kubeconfig"
+
+// EventsSocket is the agent's socket for the plugin's reports, in
+// KubeconfigDir (the host directory of the kubeconfig).
+const EventsSocket = "events.sock"
 
 // PluginBinary is the plugin's file name in PluginSource and CNIBinDir.
 const PluginBinary = "istio-cni"
@@ -96,7 +114,15 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	str(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API; required)")
 	str(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
 	str(&c.PluginServiceAccount, "plugin-service-account", "PLUGIN_SERVICE_ACCOUNT", "", "ServiceAccount (in the agent's namespace) whose tokens the plugin's kubeconfig carries; empty: the installer's own")
-	var repairs, window, ttl string
+	str(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
+	str(&c.HostProc, "host-proc", "HOST_PROC", "/host/proc", "the node's /proc, where the audit finds pods' network namespaces")
+	str(&c.HostRoot, "host-root", "HOST_ROOT", "/host/root", "the node's root filesystem, whose iptables the audit runs (chrooted); / on the node itself")
+	var repairs, window, ttl, action, interval, confirm, taint, grace string
+	str(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
+	str(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
+	str(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
+	str(&taint, "node-taint", "NODE_TAINT", "false", "remove "+nodetaint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
+	str(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
 	str(&ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
 	str(&repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us")
 	str(&window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs")
@@ -113,6 +139,21 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if c.PluginTokenTTL, err = time.ParseDuration(ttl); err != nil || c.PluginTokenTTL < MinPluginTokenTTL || c.PluginTokenTTL > MaxPluginTokenTTL {
 		return Config{}, fmt.Errorf("--plugin-token-ttl %q: want a duration from 10m to 24h", ttl)
 	}
+	if c.AuditAction, err = audit.ParseAction(action); err != nil {
+		return Config{}, fmt.Errorf("--audit-action: %w", err)
+	}
+	if c.AuditInterval, err = time.ParseDuration(interval); err != nil || c.AuditInterval < time.Second || c.AuditInterval > time.Hour {
+		return Config{}, fmt.Errorf("--audit-interval %q: want a duration from 1s to 1h", interval)
+	}
+	if c.AuditConfirm, err = time.ParseDuration(confirm); err != nil || c.AuditConfirm < 0 || c.AuditConfirm > time.Minute {
+		return Config{}, fmt.Errorf("--audit-confirm %q: want a duration from 0s to 1m", confirm)
+	}
+	if c.NodeTaint, err = strconv.ParseBool(taint); err != nil {
+		return Config{}, fmt.Errorf("--node-taint %q: want true or false", taint)
+	}
+	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
+		return Config{}, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace)
+	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -122,7 +163,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 		c.ExcludeNamespaces = strings.Split(exclude, ",")
 	}
 	// Event paths are compared with these: they must be clean.
-	for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.KubeconfigDir, &c.ServiceAccountDir, &c.HostKubeconfigPath} {
+	for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.KubeconfigDir, &c.ServiceAccountDir, &c.HostKubeconfigPath, &c.HostProc, &c.HostRoot} {
 		if *p != "" {
 			*p = filepath.Clean(*p)
 		}
@@ -156,6 +197,14 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("%s and %s are the same directory %q: want distinct directories", other, p.flag, p.value))
 		}
 		watched[p.value] = p.flag
+	}
+	for _, p := range []flagValue{{"--host-proc", c.HostProc}, {"--host-root", c.HostRoot}} {
+		if !filepath.IsAbs(p.value) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.flag, p.value))
+		}
+	}
+	if c.NodeName != "" && !validObjectName(c.NodeName) {
+		errs = append(errs, fmt.Errorf("--node-name %q: want a node name (lower-case letters, digits, '-' and '.')", c.NodeName))
 	}
 	if filepath.Base(c.HostKubeconfigPath) != KubeconfigName {
 		errs = append(errs, fmt.Errorf("--host-kubeconfig-path %q: the file is written as %s, so the path must end in it", c.HostKubeconfigPath, KubeconfigName))

@@ -46,6 +46,14 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"--plugin-token-ttl=5m"}, "--plugin-token-ttl"},
 		{[]string{"--plugin-token-ttl=48h"}, "--plugin-token-ttl"},
 		{[]string{"--plugin-token-ttl=soon"}, "--plugin-token-ttl"},
+		{[]string{"--audit-action=fix"}, "--audit-action"},
+		{[]string{"--audit-interval=10ms"}, "--audit-interval"},
+		{[]string{"--audit-confirm=-1s"}, "--audit-confirm"},
+		{[]string{"--node-taint=maybe"}, "--node-taint"},
+		{[]string{"--taint-grace=1h"}, "--taint-grace"},
+		{[]string{"--host-proc=proc"}, "--host-proc"},
+		{[]string{"--host-root=root"}, "--host-root"},
+		{[]string{"--node-name=Node_A"}, "--node-name"},
 		{[]string{"stray"}, "unexpected"},
 	} {
 		_, err := ParseFlags(tc.args, env(map[string]string{"POD_NAMESPACE": "istio-cni"}), "/bin")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,6 +34,8 @@ type Installer struct {
 	conflist string
 
 	addrs []string // the health and metrics listeners' addresses (under mu)
+
+	readyChanged chan struct{} // signalled after each readiness change
 
 	// Loop state.
 	unwatched       []string         // watched directories not armed yet
@@ -64,7 +67,7 @@ type API struct {
 func New(cfg Config, log *slog.Logger, m *Metrics, api API) *Installer {
 	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: api.Uninstall, mint: api.PluginToken,
 		minted: make(chan mintResult, 1), mintTimeout: defaultMintTimeout, mintRetry: defaultMintRetry,
-		now: time.Now, why: "starting"}
+		now: time.Now, why: "starting", readyChanged: make(chan struct{}, 1)}
 }
 
 // inDir runs f on a directory, created if absent and opened afresh: a
@@ -89,6 +92,9 @@ func (in *Installer) Ready() (bool, string) {
 	return in.ready, in.why
 }
 
+// ReadyChanged is signalled after each change of readiness.
+func (in *Installer) ReadyChanged() <-chan struct{} { return in.readyChanged }
+
 // Conflist is the chained conflist's name as of the last readiness check.
 func (in *Installer) Conflist() string {
 	in.mu.Lock()
@@ -107,6 +113,10 @@ func (in *Installer) setReady(ok bool, why string) {
 		in.metrics.Ready.Set(0)
 	}
 	if changed {
+		select {
+		case in.readyChanged <- struct{}{}:
+		default: // one pending signal is enough: readers call Ready
+		}
 		if ok {
 			in.log.Info("ready", "conflist", in.owned, "primary", in.primary)
 		} else {
@@ -122,6 +132,7 @@ func (in *Installer) entry() chain.Entry {
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 		AgentNamespace:    in.cfg.PodNamespace,
 		LogLevel:          levelName(in.cfg.LogLevel),
+		AgentSocket:       filepath.Join(filepath.Dir(in.cfg.HostKubeconfigPath), EventsSocket),
 	}
 }
 

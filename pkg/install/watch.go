@@ -189,11 +189,15 @@ func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) bool {
 	return true
 }
 
+// ShutdownReason is the not-ready reason while the agent stops: the plugin
+// stays installed, so it is no failure.
+const ShutdownReason = "shutting down"
+
 var errNoUninstallCheck = errors.New("no uninstall check configured")
 
 // shutdown leaves everything in place unless the DaemonSet is being deleted.
 func (in *Installer) shutdown() error {
-	in.setReady(false, "shutting down")
+	in.setReady(false, ShutdownReason)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	check := in.uninstall

@@ -21,6 +21,7 @@ const opBudget = 30 * time.Second
 // outcome is what one verb decided, for its log line.
 type outcome struct {
 	pod      string
+	podUID   string
 	decision decision.Decision
 	families string
 	// apiTime and netnsTime split the duration: the pod lookup (client set-up
@@ -44,8 +45,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	})
 }
 
-// verb runs one verb with its config and logs its one line: pod, decision,
-// duration, error.
+// verb runs one verb with its config, logs its one line (pod, decision,
+// duration, error) and reports the same to the agent.
 func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
 	start := p.deps.Now()
 	var out outcome
@@ -55,7 +56,7 @@ func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcom
 	if err == nil {
 		err = run(conf, &out)
 	}
-	logOutcome(log, name, args, out, p.deps.Now().Sub(start), err)
+	p.finish(log, conf, name, args, out, start, err)
 	return err
 }
 
@@ -86,7 +87,7 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 		out.decision.Reason = decision.NotKubernetes
 		return iptables.Model{}, false, nil
 	}
-	out.pod = ref.String()
+	out.pod, out.podUID = ref.String(), ref.uid
 	if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
 		out.decision = d
 		return iptables.Model{}, false, nil
@@ -140,8 +141,7 @@ func familyNames(v4, v6 bool) string {
 
 // logOutcome writes the one line per verb.
 func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, d time.Duration, err error) {
-	attrs := []any{"verb", verb, "container", args.ContainerID, "pod", out.pod,
-		"duration_ms", float64(d.Microseconds()) / 1000}
+	attrs := []any{"verb", verb, "container", args.ContainerID, "pod", out.pod, "duration_ms", millis(d)}
 	if out.decision.Reason != "" {
 		attrs = append(attrs, "redirect", out.decision.Redirect, "reason", string(out.decision.Reason))
 	}
@@ -149,10 +149,10 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 		attrs = append(attrs, "families", out.families)
 	}
 	if out.apiTime > 0 {
-		attrs = append(attrs, "api_ms", float64(out.apiTime.Microseconds())/1000)
+		attrs = append(attrs, "api_ms", millis(out.apiTime))
 	}
 	if out.netnsTime > 0 {
-		attrs = append(attrs, "netns_ms", float64(out.netnsTime.Microseconds())/1000)
+		attrs = append(attrs, "netns_ms", millis(out.netnsTime))
 	}
 	if err != nil {
 		log.Error(verb+" failed", append(attrs, "error", err.Error())...)

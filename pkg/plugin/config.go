@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -43,6 +44,10 @@ type Config struct {
 	// and 133.
 	TProxyMark       uint32 `json:"tproxy_mark"`
 	TProxyRouteTable uint32 `json:"tproxy_route_table"`
+	// AgentSocket is the node agent's datagram socket: each ADD, DEL and
+	// CHECK outcome is sent there (pkg/agentevents), best effort. "" sends
+	// nothing.
+	AgentSocket string `json:"agent_socket"`
 
 	// Parsed values.
 	logLevel slog.Level
@@ -99,6 +104,9 @@ func parseConfig(stdin []byte) (*Config, error) {
 	}
 	if conf.AgentNamespace != "" && !kube.ValidNamespace(conf.AgentNamespace) {
 		return nil, invalid("agent_namespace", notNamespace(conf.AgentNamespace))
+	}
+	if conf.AgentSocket != "" && !filepath.IsAbs(conf.AgentSocket) {
+		return nil, invalid("agent_socket", fmt.Sprintf("%q is not an absolute path: want the agent's socket path on the host, or empty", conf.AgentSocket))
 	}
 	if conf.TProxyMark == 0 {
 		conf.TProxyMark = iptables.DefaultTProxyMark

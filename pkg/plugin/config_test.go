@@ -43,6 +43,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"cniVersion":"1.0.0","tproxy_mark":-1}`, types.ErrInvalidNetworkConfig, `"tproxy_mark"`},
 		{`{"cniVersion":"1.0.0","tproxy_route_table":254}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
 		{`{"cniVersion":"1.0.0","tproxy_route_table":"133"}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
+		{`{"cniVersion":"1.0.0","agent_socket":"events.sock"}`, types.ErrInvalidNetworkConfig, `"agent_socket": "events.sock" is not an absolute path`},
+		{`{"cniVersion":"1.0.0","agent_socket":1}`, types.ErrInvalidNetworkConfig, `"agent_socket"`},
 	} {
 		_, err := parseConfig([]byte(tc.conf))
 		var e *types.Error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
 
@@ -15,7 +16,8 @@ import (
 // Del removes our chains from the pod's namespace if it still exists. It
 // makes no API call and always succeeds: a DEL that fails blocks the
 // runtime's teardown of the sandbox, and the namespace, with whatever rules
-// it still holds, is destroyed with it. Problems are logged.
+// it still holds, is destroyed with it. Problems are logged, and reported
+// to the agent as the DEL's error.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	start := p.deps.Now()
 	conf, confErr := parseConfig(args.StdinData)
@@ -27,11 +29,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	var out outcome
 	ref, isPod, _ := podID(args.Args)
 	if isPod {
-		out.pod = ref.String()
+		out.pod, out.podUID = ref.String(), ref.uid
 		// Pods decided before the API are never programmed: nothing to undo.
 		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided && confErr == nil {
 			out.decision = d
-			logOutcome(log, "DEL", args, out, p.deps.Now().Sub(start), nil)
+			p.finish(log, conf, "DEL", args, out, start, nil)
 			return nil
 		}
 	}
@@ -45,23 +47,28 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	if err != nil {
 		log.Warn("DEL incomplete; succeeding anyway", "container", args.ContainerID, "pod", out.pod, "error", err.Error())
+		p.report(log, conf, "DEL", args, out, start, p.deps.Now(), err)
 		return nil
 	}
-	logOutcome(log, "DEL", args, out, p.deps.Now().Sub(start), nil)
+	p.finish(log, conf, "DEL", args, out, start, nil)
 	return nil
 }
 
 // fallbackConfig keeps what DEL can use from a config that did not
 // validate: the backend the node pinned, if readable, so the cleanup looks
-// where the rules are.
+// where the rules are, and the agent's socket, so the problem is reported.
 func fallbackConfig(stdin []byte) *Config {
 	var raw struct {
 		IptablesBackend string `json:"iptables_backend"`
+		AgentSocket     string `json:"agent_socket"`
 	}
 	conf := &Config{backend: xtables.Auto}
 	if json.Unmarshal(stdin, &raw) == nil {
 		if b, err := xtables.ParseBackend(raw.IptablesBackend); err == nil {
 			conf.backend = b
+		}
+		if filepath.IsAbs(raw.AgentSocket) {
+			conf.AgentSocket = raw.AgentSocket
 		}
 	}
 	return conf

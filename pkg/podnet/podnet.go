@@ -53,6 +53,10 @@ func do(path string, fn func() error) error {
 	return netns.Do(func(ns.NetNS) error { return fn() })
 }
 
+// Enter runs fn inside the namespace at path, on a locked OS thread; commands
+// fn starts run there too.
+func Enter(path string, fn func() error) error { return do(path, fn) }
+
 // Program installs the model in the namespace and verifies it; on failure
 // nothing of ours is left behind. The families are programmed at once, each
 // from its own thread in the namespace: a dual-stack pod waits for one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,5 +123,24 @@ func TestParseBackend(t *testing.T) {
 	}
 	if _, err := ParseBackend("ebpf"); err == nil || !strings.Contains(err.Error(), Backends) {
 		t.Errorf("ParseBackend(ebpf) = %v, want the allowed values", err)
+	}
+}
+
+func TestRootRunner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	// This machine's root stands for the node's: the program is found
+	// inside it and runs chrooted there.
+	out, err := RootRunner{Root: "/"}.Run(context.Background(), nil, "iptables-save", "--version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "iptables") {
+		t.Errorf("iptables-save --version printed %q", out)
+	}
+	_, err = RootRunner{Root: t.TempDir()}.Run(context.Background(), nil, "iptables-save")
+	if err == nil || !strings.Contains(err.Error(), "not found in the node's") {
+		t.Errorf("an empty root: %v, want the program not found", err)
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -28,7 +31,10 @@ func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...st
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, path, args...)
+	return run(exec.CommandContext(ctx, path, args...), name, stdin)
+}
+
+func run(cmd *exec.Cmd, name string, stdin []byte) ([]byte, error) {
 	// A cancelled iptables may leave a child (modprobe) holding the pipes;
 	// do not wait for it past this.
 	cmd.WaitDelay = time.Second
@@ -45,4 +51,42 @@ func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...st
 		return nil, fmt.Errorf("%s: %w: %s", name, err, msg)
 	}
 	return stdout.Bytes(), nil
+}
+
+// RootRunner runs the node's own programs from the node's root filesystem
+// mounted at Root, chrooted into it: the agent's image ships no iptables,
+// and the node's binaries are the ones whose backend (legacy or nft) and
+// lock file match the rules the plugin wrote. The child inherits the
+// calling thread's network namespace, as with ExecRunner. Root "" runs
+// without chroot.
+type RootRunner struct {
+	Root string
+}
+
+// rootSearchDirs are where a program is looked for inside Root.
+var rootSearchDirs = append(append([]string{}, sbinDirs...), "/usr/bin", "/bin")
+
+// Run executes name from Root's sbin and bin directories, chrooted into
+// Root, with a clean environment.
+func (r RootRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if r.Root == "" {
+		return ExecRunner{}.Run(ctx, stdin, name, args...)
+	}
+	var path string
+	for _, dir := range rootSearchDirs {
+		// Lstat: a symlink (Debian's alternatives) resolves only inside
+		// the chroot.
+		if _, err := os.Lstat(filepath.Join(r.Root, dir, name)); err == nil {
+			path = filepath.Join(dir, name)
+			break
+		}
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%s not found in the node's %v (node root mounted at %s)", name, rootSearchDirs, r.Root)
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root}
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	return run(cmd, name, stdin)
 }

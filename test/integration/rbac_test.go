@@ -19,8 +19,10 @@ import (
 
 // TestDeploymentsRBAC applies deployments/ to a real API server and checks
 // that its RBAC grants exactly what each identity uses: the plugin's minted
-// token may get pods and nothing else; the installer may get its DaemonSet
-// and mint the plugin's token, and nothing else.
+// token may get pods and nothing else; the installer may get its DaemonSet,
+// mint the plugin's token, read pods (the audit), write Events and patch
+// nodes (the taint; see TestNodeTaintPolicy for what the policy leaves of
+// that), and nothing else.
 func TestDeploymentsRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -64,7 +66,12 @@ func TestDeploymentsRBAC(t *testing.T) {
 		{"plugin", pluginToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin/token", false},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", true},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets", false},
-		{"installer", installerToken, "GET", "/api/v1/namespaces/default/pods/any", false},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/default/pods/any", true},
+		{"installer", installerToken, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", true},
+		{"installer", installerToken, "DELETE", "/api/v1/namespaces/default/pods/any", false},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/default/secrets/any", false},
+		{"installer", installerToken, "DELETE", "/api/v1/nodes/any", false},
+		{"installer", installerToken, "GET", "/api/v1/nodes/any", true},
 		{"installer", installerToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni/token", false},
 		{"installer", installerToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/default/token", false},
 	} {

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/inspect"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// Exit codes of inspect beyond 0 (consistent) and 1 (could not inspect).
+const exitInconsistent = 3
+
+const inspectUsage = `usage: install-cni inspect [flags] NAMESPACE/NAME
+
+Prints the plugin's decision for the pod and why, whether the node's CNI
+config chains istio-cni, the rules the pod should have, the rules it has
+(read from its network namespace) and the difference. Run it on the pod's
+node, or in the agent's pod there:
+
+  kubectl -n istio-cni exec ds/istio-cni-node -- /install-cni inspect default/web-0
+
+Exit status: 0 consistent, 3 not as the plugin would leave it, 1 error.
+`
+
+// runInspect is the inspect subcommand. Defaults suit both places it runs:
+// the agent's environment (HOST_PROC, CNI_NET_DIR, ... set by the
+// DaemonSet) or the node itself.
+func runInspect(args []string, getenv func(string) string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	fs.Usage = func() { _, _ = fmt.Fprint(fs.Output(), inspectUsage); fs.PrintDefaults() }
+	envOr := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
+		"/var/run/istio-cni/istio-cni-kubeconfig")
+	proc := fs.String("host-proc", envOr("HOST_PROC", "/proc"), "the node's /proc")
+	root := fs.String("host-root", envOr("HOST_ROOT", "/"), "the node's root filesystem, whose iptables-save is run")
+	netDir := fs.String("cni-net-dir", envOr("CNI_NET_DIR", "/etc/cni/net.d"), "the node's CNI config directory")
+	exclude := fs.String("exclude-namespaces", envOr("EXCLUDE_NAMESPACES", "kube-system"), "the plugin's excluded namespaces, comma-separated")
+	agentNS := fs.String("agent-namespace", envOr("POD_NAMESPACE", "istio-cni"), "the agent's namespace (never redirected)")
+	backendName := fs.String("iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends)
+	if err := fs.Parse(args); err != nil {
+		return 1, err
+	}
+	ns, name, ok := strings.Cut(fs.Arg(0), "/")
+	if fs.NArg() != 1 || !ok || !kube.ValidNamespace(ns) || name == "" {
+		fs.Usage()
+		return 1, fmt.Errorf("inspect: want one NAMESPACE/NAME argument, got %q", fs.Args())
+	}
+	backend, err := xtables.ParseBackend(*backendName)
+	if err != nil {
+		return 1, fmt.Errorf("--iptables-backend: %w", err)
+	}
+	cs, err := inspectClient(*kubeconfig)
+	if err != nil {
+		return 1, err
+	}
+	if *root == "/" {
+		*root = "" // already the node's root: no chroot
+	}
+	prog := &xtables.Programmer{Runner: xtables.RootRunner{Root: *root}, Backend: backend}
+	network := &podnet.Netns{Programmer: prog}
+	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir,
+		Settings: decision.DefaultNodeSettings()}
+	if *exclude != "" {
+		opts.ExcludeNamespaces = strings.Split(*exclude, ",")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	report, err := inspect.Run(ctx, opts, inspect.Deps{
+		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
+		Namespaces: podns.Finder{Proc: *proc},
+		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
+			err = podnet.Enter(path, func() error {
+				obs, err = prog.Read(ctx, f)
+				return err
+			})
+			return obs, err
+		},
+		Check:   network.Check,
+		HasIPv6: network.HasIPv6,
+	})
+	if err != nil {
+		return 1, err
+	}
+	if err := report.Print(stdout); err != nil {
+		return 1, err
+	}
+	if !report.Consistent() {
+		return exitInconsistent, nil
+	}
+	return 0, nil
+}
+
+func inspectClient(kubeconfig string) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	switch {
+	case kubeconfig != "":
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	default:
+		if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
+			rc, err = clientcmd.BuildConfigFromFlags("", "/var/run/istio-cni/istio-cni-kubeconfig")
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect: API credentials: %w", err)
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+func getPod(ctx context.Context, cs kubernetes.Interface, ns, name string) (*inspect.Pod, error) {
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
+	}
+	return toInspect(p)
+}
+
+func toInspect(p *corev1.Pod) (*inspect.Pod, error) {
+	kp, err := apipod.ToKube(p)
+	if err != nil {
+		return nil, err
+	}
+	out := &inspect.Pod{Pod: kp, Node: p.Spec.NodeName, Phase: string(p.Status.Phase)}
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out.IPs = append(out.IPs, a)
+		}
+	}
+	return out, nil
+}
+
+// inspectMain runs inspect and exits.
+func inspectMain(args []string) {
+	code, err := runInspect(args, os.Getenv, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "install-cni:", err)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,69 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/podns"
+)
+
+// act does the configured action for a pod confirmed unredirected.
+func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptables.Model, st *podState) {
+	log := a.deps.Log.With("pod", podName(c.pod), "uid", string(c.pod.UID), "action", string(a.cfg.Action))
+	switch a.cfg.Action {
+	case Repair:
+		if c.err != nil {
+			// The plugin refused this pod's settings: there are no rules
+			// to program. Deleting or labelling is the operator's call.
+			a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", c.err))
+			return
+		}
+		start := a.deps.Now()
+		err := a.deps.Network.Program(ctx, ns.Path, m)
+		if err != nil {
+			a.failed(c.pod, log, err)
+			return
+		}
+		ms := float64(a.deps.Now().Sub(start).Microseconds()) / 1000
+		a.deps.Metrics.Actions.WithLabelValues(string(Repair), "success").Inc()
+		log.Info("audit: repaired in place", "netns", ns.Path, "ms", ms)
+		a.deps.Events.Eventf(c.pod, corev1.EventTypeNormal, ReasonRepaired,
+			"istio-cni programmed the traffic redirect in the pod's network namespace (%.1f ms)", ms)
+		*st = podState{inode: ns.Inode}
+	case Delete:
+		if st.acted {
+			return
+		}
+		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, ReasonDeleted,
+			"istio-cni deletes the pod so that it restarts through the CNI chain")
+		if err := a.deps.Actions.Delete(ctx, c.pod); err != nil {
+			a.failed(c.pod, log, err)
+			return
+		}
+		st.acted = true
+		a.deps.Metrics.Actions.WithLabelValues(string(Delete), "success").Inc()
+		log.Info("audit: pod deleted")
+	case Label:
+		if st.acted || c.pod.Labels[UninitializedLabel] == "true" {
+			return
+		}
+		if err := a.deps.Actions.Label(ctx, c.pod); err != nil {
+			a.failed(c.pod, log, err)
+			return
+		}
+		st.acted = true
+		a.deps.Metrics.Actions.WithLabelValues(string(Label), "success").Inc()
+		a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonLabelled, "istio-cni labelled the pod %s=true", UninitializedLabel)
+		log.Info("audit: pod labelled", "label", UninitializedLabel)
+	}
+}
+
+// failed records an action that did not work; the next pass tries again.
+func (a *Auditor) failed(pod *corev1.Pod, log interface{ Error(string, ...any) }, err error) {
+	a.deps.Metrics.Actions.WithLabelValues(string(a.cfg.Action), "failure").Inc()
+	log.Error("audit: action failed", "error", err.Error())
+	a.deps.Events.Eventf(pod, corev1.EventTypeWarning, ReasonFailed, "istio-cni could not %s the pod: %v", a.cfg.Action, err)
+}

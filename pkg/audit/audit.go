@@ -1,0 +1,361 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/podns"
+)
+
+// Pods lists the pods bound to the node (an informer's cache).
+type Pods interface {
+	List() []*corev1.Pod
+}
+
+// Namespaces finds started pods' network namespaces (podns.Finder).
+type Namespaces interface {
+	Find(uids []string) (map[string]podns.Netns, error)
+}
+
+// Network reads and programs a namespace (podnet.Netns).
+type Network interface {
+	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	Program(ctx context.Context, netns string, m iptables.Model) error
+	HasIPv6(netns string) (bool, error)
+}
+
+// PodActions are the API writes of the Delete and Label actions.
+type PodActions interface {
+	Delete(ctx context.Context, pod *corev1.Pod) error
+	Label(ctx context.Context, pod *corev1.Pod) error
+}
+
+// Deps are the audit's seams.
+type Deps struct {
+	Pods       Pods
+	Namespaces Namespaces
+	Network    Network
+	Actions    PodActions
+	Events     record.EventRecorder
+	Metrics    *Metrics
+	Log        *slog.Logger
+	Now        func() time.Time
+}
+
+// checkBudget bounds reading (and repairing) one pod's namespace.
+const checkBudget = 20 * time.Second
+
+// Event reasons on the pod.
+const (
+	ReasonMissing  = "IstioRedirectMissing"
+	ReasonRepaired = "IstioRedirectRepaired"
+	ReasonFailed   = "IstioRedirectRepairFailed"
+	ReasonDeleted  = "IstioRedirectPodDeleted"
+	ReasonLabelled = "IstioRedirectPodLabelled"
+)
+
+// Auditor checks the node's meshed pods; Run drives it.
+type Auditor struct {
+	cfg  Config
+	deps Deps
+	wake chan string
+	pods map[string]*podState // by pod UID
+}
+
+// podState is what the audit remembers of one pod between checks.
+type podState struct {
+	// inode is the namespace last checked; a new sandbox starts afresh.
+	inode uint64
+	// suspect is when the pod was first seen without its rules in this
+	// namespace; zero while it has them.
+	suspect time.Time
+	// found: confirmed unredirected and not fixed yet.
+	found bool
+	// acted: the label or delete was done (not repeated every pass).
+	acted bool
+}
+
+// New returns an auditor; call Run.
+func New(cfg Config, deps Deps) *Auditor {
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	return &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}}
+}
+
+// SetPods sets the pod source when it must be built after the auditor (an
+// informer whose handlers wake it).
+func (a *Auditor) SetPods(p Pods) { a.deps.Pods = p }
+
+// Wake asks for a check of one pod soon: its status changed, or the plugin
+// reported on it. It never blocks; a full queue is covered by the next full
+// pass.
+func (a *Auditor) Wake(uid string) {
+	select {
+	case a.wake <- uid:
+	default:
+	}
+}
+
+// Run checks the node's pods: all of them every Interval, woken ones at
+// once, suspects when their confirmation is due. It returns when ctx ends.
+func (a *Auditor) Run(ctx context.Context) {
+	a.deps.Log.Info("node audit running", "action", string(a.cfg.Action), "interval", a.cfg.Interval.String(),
+		"confirm", a.cfg.Confirm.String())
+	full := time.NewTicker(a.cfg.Interval)
+	defer full.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	a.fullPass(ctx)
+	for {
+		a.resetDue(due)
+		select {
+		case <-ctx.Done():
+			return
+		case <-full.C:
+			a.fullPass(ctx)
+		case uid := <-a.wake:
+			only := map[string]bool{uid: true}
+			for more := true; more; {
+				select {
+				case u := <-a.wake:
+					only[u] = true
+				default:
+					more = false
+				}
+			}
+			a.pass(ctx, only)
+		case <-due.C:
+			only := map[string]bool{}
+			for uid, st := range a.pods {
+				if !st.suspect.IsZero() {
+					only[uid] = true
+				}
+			}
+			a.pass(ctx, only)
+		}
+	}
+}
+
+// resetDue arms the timer for the earliest suspect's confirmation.
+func (a *Auditor) resetDue(t *time.Timer) {
+	var next time.Time
+	for _, st := range a.pods {
+		if !st.suspect.IsZero() && !st.found {
+			at := st.suspect.Add(a.cfg.Confirm)
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+	}
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	if !next.IsZero() {
+		t.Reset(max(next.Sub(a.deps.Now()), time.Millisecond))
+	}
+}
+
+func (a *Auditor) fullPass(ctx context.Context) {
+	start := a.deps.Now()
+	checked := a.pass(ctx, nil)
+	a.deps.Metrics.Checked.Set(float64(checked))
+	a.deps.Metrics.PassSeconds.Observe(a.deps.Now().Sub(start).Seconds())
+}
+
+// candidate is a started pod the decision says must be redirected.
+type candidate struct {
+	pod      *corev1.Pod
+	decision decision.Decision
+	err      error // the pod must be redirected but its settings are invalid
+}
+
+// pass checks the pods in only (all pods when nil) and returns how many
+// meshed pods it checked.
+func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
+	listed := map[string]bool{}
+	var cands []candidate
+	var uids []string
+	for _, pod := range a.deps.Pods.List() {
+		uid := string(pod.UID)
+		listed[uid] = true
+		if only != nil && !only[uid] {
+			continue
+		}
+		c, ok := a.decide(pod)
+		if !ok {
+			delete(a.pods, uid)
+			continue
+		}
+		cands = append(cands, c)
+		uids = append(uids, uid)
+	}
+	for uid := range a.pods {
+		if !listed[uid] && (only == nil || only[uid]) {
+			delete(a.pods, uid) // gone from the node
+		}
+	}
+	defer a.updateGauge()
+	if len(cands) == 0 {
+		return 0
+	}
+	found, err := a.deps.Namespaces.Find(uids)
+	if err != nil {
+		a.deps.Metrics.Errors.Inc()
+		a.deps.Log.Error("audit: finding pods' network namespaces", "error", err.Error())
+		return 0
+	}
+	checked := 0
+	for _, c := range cands {
+		ns, ok := found[string(c.pod.UID)]
+		if !ok {
+			continue // no live process: not started yet, or gone
+		}
+		checked++
+		a.check(ctx, c, ns)
+	}
+	return checked
+}
+
+// decide keeps started, non-terminating pods the plugin must redirect.
+func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
+	if pod.DeletionTimestamp != nil || !started(pod) {
+		return candidate{}, false
+	}
+	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces, a.cfg.AgentNamespace); decided {
+		return candidate{}, false
+	}
+	kp, err := apipod.ToKube(pod)
+	if err != nil {
+		a.deps.Log.Error("audit: reading pod", "pod", podName(pod), "error", err.Error())
+		return candidate{}, false
+	}
+	d, err := decision.Pod(kp)
+	if err != nil {
+		return candidate{pod: pod, err: err}, true
+	}
+	return candidate{pod: pod, decision: d}, d.Redirect
+}
+
+// started: some container of the pod runs or ran in its current sandbox,
+// i.e. ADD has completed for it (the runtime starts no container before).
+func started(pod *corev1.Pod) bool {
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		return true
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return false
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// check compares one pod's namespace with its model and acts on a
+// confirmed difference.
+func (a *Auditor) check(ctx context.Context, c candidate, ns podns.Netns) {
+	uid := string(c.pod.UID)
+	st := a.pods[uid]
+	if st == nil || st.inode != ns.Inode {
+		st = &podState{inode: ns.Inode}
+		a.pods[uid] = st
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkBudget)
+	defer cancel()
+	var m iptables.Model
+	var diffs []string
+	var err error
+	if c.err != nil {
+		diffs = []string{"cannot build the rules: " + c.err.Error()}
+	} else if m, err = a.model(c, ns); err == nil {
+		diffs, err = a.deps.Network.Check(ctx, ns.Path, m)
+	}
+	if err != nil {
+		if !errors.Is(err, podnet.ErrNoNetns) {
+			a.deps.Metrics.Errors.Inc()
+			a.deps.Log.Warn("audit: cannot check pod", "pod", podName(c.pod), "netns", ns.Path, "error", err.Error())
+		}
+		return
+	}
+	now := a.deps.Now()
+	if len(diffs) == 0 {
+		if st.found {
+			a.deps.Log.Info("audit: pod has its redirect again", "pod", podName(c.pod))
+		}
+		*st = podState{inode: ns.Inode}
+		return
+	}
+	if st.suspect.IsZero() {
+		st.suspect = now
+	}
+	if now.Sub(st.suspect) < a.cfg.Confirm {
+		a.deps.Log.Debug("audit: pod lacks its redirect; confirming", "pod", podName(c.pod), "diffs", diffs)
+		return
+	}
+	if !st.found {
+		st.found = true
+		a.deps.Metrics.Findings.Inc()
+		msg := "running without its traffic redirect: " + summary(diffs)
+		a.deps.Log.Warn("audit: meshed pod running unredirected", "pod", podName(c.pod), "uid", uid,
+			"netns", ns.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))
+		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, ReasonMissing, msg)
+	}
+	a.act(ctx, c, ns, m, st)
+}
+
+// model is the pod's rule model, its families from its addresses and its
+// namespace, exactly as ADD computes it.
+func (a *Auditor) model(c candidate, ns podns.Netns) (iptables.Model, error) {
+	var addrs []netip.Addr
+	for _, ip := range c.pod.Status.PodIPs {
+		if addr, err := netip.ParseAddr(ip.IP); err == nil {
+			addrs = append(addrs, addr)
+		}
+	}
+	v4, v6, err := decision.Families(c.decision.DualStack, addrs, func() (bool, error) {
+		return a.deps.Network.HasIPv6(ns.Path)
+	})
+	if err != nil {
+		return iptables.Model{}, fmt.Errorf("reading the pod's addresses: %w", err)
+	}
+	return decision.Rules(c.decision, a.cfg.Settings, v4, v6), nil
+}
+
+func (a *Auditor) updateGauge() {
+	n := 0
+	for _, st := range a.pods {
+		if st.found {
+			n++
+		}
+	}
+	a.deps.Metrics.Unredirected.Set(float64(n))
+}
+
+func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// summary keeps an Event's message short: the first differences.
+func summary(diffs []string) string {
+	const keep = 3
+	if len(diffs) <= keep {
+		return strings.Join(diffs, "; ")
+	}
+	return strings.Join(diffs[:keep], "; ") + fmt.Sprintf("; and %d more", len(diffs)-keep)
+}

@@ -1,0 +1,68 @@
+// Package audit is the node agent's proof that no meshed pod runs
+// unredirected: it checks every started pod on its node that the plugin's
+// decision says must be redirected against the same rule model ADD and
+// CHECK use, read from the pod's own network namespace, and acts on a pod
+// found without its rules: it programs them in place (the default), deletes
+// the pod so it restarts through the chain, labels it, or only reports it.
+// Every finding and action is logged, counted and recorded as an Event on
+// the pod.
+package audit
+
+import (
+	"fmt"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+)
+
+// Action is what the audit does with a pod found running unredirected.
+type Action string
+
+const (
+	// Repair programs the pod's rules in its namespace, as ADD would have.
+	Repair Action = "repair"
+	// Delete deletes the pod (UID precondition) so its controller
+	// recreates it through the chain.
+	Delete Action = "delete"
+	// Label sets UninitializedLabel on the pod for an operator or a
+	// controller to act on.
+	Label Action = "label"
+	// Report only logs, counts and records the Event.
+	Report Action = "report"
+	// Off disables the audit.
+	Off Action = "off"
+)
+
+// Actions lists the valid values, for error messages.
+const Actions = "repair, delete, label, report or off"
+
+// ParseAction validates a configured action.
+func ParseAction(s string) (Action, error) {
+	switch a := Action(s); a {
+	case Repair, Delete, Label, Report, Off:
+		return a, nil
+	}
+	return "", fmt.Errorf("unknown audit action %q: want %s", s, Actions)
+}
+
+// UninitializedLabel marks a pod the Label action found unredirected (the
+// label upstream's repair controller uses).
+const UninitializedLabel = "cni.istio.io/uninitialized"
+
+// Config is the audit's configuration.
+type Config struct {
+	Node   string
+	Action Action
+	// Interval is the period of the full pass over the node's pods; pod
+	// updates and the plugin's reports trigger checks in between.
+	Interval time.Duration
+	// Confirm is how long a pod must stay without its rules, in the same
+	// network namespace, before the audit acts: a sandbox whose ADD is
+	// still running looks unredirected for that long at most.
+	Confirm time.Duration
+	// ExcludeNamespaces and AgentNamespace are the plugin's: the audit
+	// decides exactly as ADD does.
+	ExcludeNamespaces []string
+	AgentNamespace    string
+	Settings          decision.NodeSettings
+}

@@ -1,0 +1,154 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/podns"
+)
+
+type fakePods struct{ pods []*corev1.Pod }
+
+func (f *fakePods) List() []*corev1.Pod { return f.pods }
+
+type fakeNamespaces map[string]podns.Netns
+
+func (f fakeNamespaces) Find(uids []string) (map[string]podns.Netns, error) {
+	out := map[string]podns.Netns{}
+	for _, u := range uids {
+		if n, ok := f[u]; ok {
+			out[u] = n
+		}
+	}
+	return out, nil
+}
+
+// fakeNetwork holds, per namespace path, whether the rules are in place.
+type fakeNetwork struct {
+	mu         sync.Mutex
+	redirected map[string]bool
+	programmed []iptables.Model
+	programErr error
+}
+
+func (f *fakeNetwork) Check(_ context.Context, path string, _ iptables.Model) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.redirected[path] {
+		return nil, nil
+	}
+	return []string{"nat ISTIO_OUTPUT: chain missing", "nat OUTPUT: missing rule 1: -j ISTIO_OUTPUT"}, nil
+}
+
+func (f *fakeNetwork) Program(_ context.Context, path string, m iptables.Model) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.programmed = append(f.programmed, m)
+	if f.programErr != nil {
+		return f.programErr
+	}
+	f.redirected[path] = true
+	return nil
+}
+
+func (f *fakeNetwork) HasIPv6(string) (bool, error) { return false, nil }
+
+type fakeActions struct{ deleted, labelled []string }
+
+func (f *fakeActions) Delete(_ context.Context, p *corev1.Pod) error {
+	f.deleted = append(f.deleted, p.Name)
+	return nil
+}
+
+func (f *fakeActions) Label(_ context.Context, p *corev1.Pod) error {
+	f.labelled = append(f.labelled, p.Name)
+	return nil
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+type harness struct {
+	a       *Auditor
+	pods    *fakePods
+	ns      fakeNamespaces
+	net     *fakeNetwork
+	actions *fakeActions
+	events  *record.FakeRecorder
+	metrics *Metrics
+	clock   *clock
+}
+
+func newHarness(action Action) *harness {
+	h := &harness{
+		pods:    &fakePods{},
+		ns:      fakeNamespaces{},
+		net:     &fakeNetwork{redirected: map[string]bool{}},
+		actions: &fakeActions{},
+		events:  record.NewFakeRecorder(100),
+		metrics: NewMetrics(prometheus.NewRegistry()),
+		clock:   &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)},
+	}
+	h.a = New(Config{
+		Node: "node-a", Action: action, Interval: time.Minute, Confirm: 2 * time.Second,
+		ExcludeNamespaces: []string{"kube-system"}, AgentNamespace: "istio-cni",
+		Settings: decision.DefaultNodeSettings(),
+	}, Deps{
+		Pods: h.pods, Namespaces: h.ns, Network: h.net, Actions: h.actions, Events: h.events,
+		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,
+	})
+	return h
+}
+
+// add puts a started pod on the node with its namespace.
+func (h *harness) add(p *corev1.Pod, redirected bool) {
+	h.pods.pods = append(h.pods.pods, p)
+	path := "/proc/" + string(p.UID) + "/ns/net"
+	h.ns[string(p.UID)] = podns.Netns{Path: path, Inode: uint64(len(h.ns) + 1000)}
+	h.net.redirected[path] = redirected
+}
+
+func (h *harness) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-h.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+var errBoom = errors.New("iptables-restore: exit status 4")
+
+// meshed is a running pod with an injected sidecar.
+func meshed(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			Annotations: map[string]string{decision.StatusAnnotation: `{"containers":["istio-proxy"]}`},
+		},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "app"},
+			{Name: decision.ProxyContainer, Args: []string{"proxy", "sidecar"}},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.99.0.7"}}},
+	}
+}
+
+func podnsNetns(path string, inode uint64) podns.Netns { return podns.Netns{Path: path, Inode: inode} }

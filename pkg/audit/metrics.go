@@ -1,0 +1,54 @@
+package audit
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the audit's series.
+type Metrics struct {
+	// Unredirected is the number of meshed pods currently running without
+	// their rules (confirmed, not yet repaired).
+	Unredirected prometheus.Gauge
+	// Checked is the number of meshed pods the last full pass checked.
+	Checked prometheus.Gauge
+	// Findings counts pods found running unredirected.
+	Findings prometheus.Counter
+	// Actions counts what was done about them, by action and result
+	// (success or failure).
+	Actions *prometheus.CounterVec
+	// Errors counts checks that could not read a pod's namespace.
+	Errors prometheus.Counter
+	// PassSeconds is the duration of full passes.
+	PassSeconds prometheus.Histogram
+}
+
+// NewMetrics registers the audit's series with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Unredirected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_audit_pods_unredirected",
+			Help: "Meshed pods on this node currently running without their redirect rules.",
+		}),
+		Checked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_audit_pods_checked",
+			Help: "Meshed pods the last full audit pass checked.",
+		}),
+		Findings: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_audit_findings_total",
+			Help: "Meshed pods found running without their redirect rules.",
+		}),
+		Actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_audit_actions_total",
+			Help: "Actions on pods found unredirected, by action (repair, delete, label) and result (success, failure).",
+		}, []string{"action", "result"}),
+		Errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "istio_cni_audit_check_errors_total",
+			Help: "Pod checks that could not read the pod's network namespace.",
+		}),
+		PassSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "istio_cni_audit_pass_seconds",
+			Help:    "Duration of a full audit pass over the node's pods.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+	}
+	reg.MustRegister(m.Unredirected, m.Checked, m.Findings, m.Actions, m.Errors, m.PassSeconds)
+	return m
+}

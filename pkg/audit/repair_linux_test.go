@@ -1,0 +1,53 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// TestRepairInRealNamespace repairs a real namespace with the node's own
+// iptables run chrooted into the node's root (here this machine's), as the
+// agent does, and proves the result with the plugin's CHECK logic.
+func TestRepairInRealNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	netns, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
+		t.Run(string(backend), func(t *testing.T) {
+			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: "/"}, Backend: backend}}
+			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
+			h := newHarness(Repair)
+			h.a.deps.Network = network
+			p := meshed("real")
+			h.pods.pods = append(h.pods.pods, p)
+			h.ns[string(p.UID)] = podns.Netns{Path: netns.Path(), Inode: 1}
+			ctx := context.Background()
+			h.a.pass(ctx, nil)
+			h.clock.advance(2 * time.Second)
+			h.a.pass(ctx, nil)
+			if testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")) != 1 {
+				t.Fatalf("events %q", h.drainEvents())
+			}
+			m := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+			diffs, err := network.Check(ctx, netns.Path(), m)
+			if err != nil || len(diffs) != 0 {
+				t.Fatalf("after the repair CHECK says %v, %v", diffs, err)
+			}
+		})
+	}
+}

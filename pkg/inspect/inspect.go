@@ -1,0 +1,201 @@
+// Package inspect answers "why is my pod (not) in the mesh?" for one pod:
+// the plugin's decision and its reason, whether the node's CNI config
+// chains the plugin, the rules the pod should have, the rules it has (read
+// from its network namespace) and the difference.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/podns"
+)
+
+// Pod is what inspect reads of a pod: the decision's subset plus where it
+// runs.
+type Pod struct {
+	*kube.Pod
+	Node  string
+	Phase string
+	IPs   []netip.Addr
+}
+
+// Deps are inspect's seams.
+type Deps struct {
+	// GetPod reads the pod from the API.
+	GetPod func(ctx context.Context, namespace, name string) (*Pod, error)
+	// Namespaces finds the pod's network namespace on this node.
+	Namespaces interface {
+		Find(uids []string) (map[string]podns.Netns, error)
+	}
+	// Observe reads a family's tables in a namespace (iptables-save).
+	Observe func(ctx context.Context, netns string, f iptables.Family) (*iptables.Observed, error)
+	// Check is the plugin's CHECK: the differences from the model.
+	Check func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	// HasIPv6 reads whether the namespace has a global IPv6 address.
+	HasIPv6 func(netns string) (bool, error)
+}
+
+// Options are the node's settings, as the plugin has them.
+type Options struct {
+	Namespace, Name   string
+	ExcludeNamespaces []string
+	AgentNamespace    string
+	Settings          decision.NodeSettings
+	// CNINetDir is the node's CNI config directory: whether the config the
+	// runtime uses chains istio-cni decides whether new pods reach the
+	// plugin at all.
+	CNINetDir string
+}
+
+// Report is inspect's answer.
+type Report struct {
+	Pod, UID, Node, Phase string
+	// Config is the config file the runtime uses; Chained whether it
+	// holds the istio-cni entry.
+	Config  string
+	Chained bool
+	// ConfigErr explains a config directory that could not be read.
+	ConfigErr string
+	Redirect  bool
+	Reason    string
+	// Invalid is set when the pod must be redirected but its settings are
+	// refused (the plugin fails its ADD).
+	Invalid  string
+	Netns    string
+	Families string
+	// Want and Have are the tables in iptables-save form: Have only the
+	// rules istio-cni owns.
+	Want, Have []string
+	Diffs      []string
+	// NetnsErr explains why the namespace was not read.
+	NetnsErr string
+}
+
+// Consistent is true when the pod is as the plugin would leave it:
+// redirected with exactly its rules, or not redirected and free of ours.
+func (r Report) Consistent() bool {
+	if r.Invalid != "" || r.NetnsErr != "" {
+		return false
+	}
+	if r.Redirect {
+		return len(r.Diffs) == 0
+	}
+	return len(r.Have) == 0
+}
+
+// Run builds the report.
+func Run(ctx context.Context, o Options, d Deps) (Report, error) {
+	pod, err := d.GetPod(ctx, o.Namespace, o.Name)
+	if err != nil {
+		return Report{}, err
+	}
+	r := Report{Pod: o.Namespace + "/" + o.Name, UID: pod.Metadata.UID, Node: pod.Node, Phase: pod.Phase}
+	r.Config, r.Chained, err = runtimeConfig(o.CNINetDir)
+	if err != nil {
+		r.ConfigErr = err.Error()
+	}
+	dec, decided := decision.Namespace(o.Namespace, o.ExcludeNamespaces, o.AgentNamespace)
+	if !decided {
+		if dec, err = decision.Pod(pod.Pod); err != nil {
+			r.Invalid = err.Error()
+			dec = decision.Decision{Redirect: true, Reason: decision.Redirected}
+		}
+	}
+	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
+	found, err := d.Namespaces.Find([]string{pod.Metadata.UID})
+	if err != nil {
+		r.NetnsErr = err.Error()
+		return r, nil
+	}
+	ns, ok := found[pod.Metadata.UID]
+	if !ok {
+		if dec.Reason == decision.HostNetwork {
+			return r, nil
+		}
+		r.NetnsErr = "no process of the pod runs on this node (not started, finished, or on another node: run inspect on " + nodeOr(pod.Node) + ")"
+		return r, nil
+	}
+	r.Netns = ns.Path
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		obs, err := d.Observe(ctx, ns.Path, f)
+		if err != nil {
+			if f == iptables.IPv6 {
+				continue // a node without ip6tables: IPv4 is what there is
+			}
+			r.NetnsErr = err.Error()
+			return r, nil
+		}
+		r.Have = append(r.Have, prefixed(f, obs.OursListing())...)
+	}
+	if !dec.Redirect || r.Invalid != "" {
+		return r, nil
+	}
+	v4, v6, err := decision.Families(dec.DualStack, pod.IPs, func() (bool, error) { return d.HasIPv6(ns.Path) })
+	if err != nil {
+		r.NetnsErr = err.Error()
+		return r, nil
+	}
+	m := decision.Rules(dec, o.Settings, v4, v6)
+	r.Families = familyNames(v4, v6)
+	for _, rs := range m.Rulesets() {
+		r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
+	}
+	if r.Diffs, err = d.Check(ctx, ns.Path, m); err != nil {
+		r.NetnsErr = err.Error()
+	}
+	return r, nil
+}
+
+// runtimeConfig names the config the runtime uses (the first in its
+// order) and whether it chains istio-cni.
+func runtimeConfig(dir string) (string, bool, error) {
+	if dir == "" {
+		return "", false, errors.New("no CNI config directory given")
+	}
+	names, err := chain.ConfigFiles(dir)
+	if err != nil {
+		return "", false, err
+	}
+	if len(names) == 0 {
+		return "", false, fmt.Errorf("no CNI config in %s", dir)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, names[0])) // #nosec G304 -- the node's CNI config, by design
+	if err != nil {
+		return names[0], false, err
+	}
+	return names[0], chain.HasEntry(data), nil
+}
+
+func nodeOr(n string) string {
+	if n == "" {
+		return "the pod's node"
+	}
+	return "node " + n
+}
+
+func familyNames(v4, v6 bool) string {
+	switch {
+	case v4 && v6:
+		return "ipv4,ipv6"
+	case v6:
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+func prefixed(f iptables.Family, lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = f.String() + " " + l
+	}
+	return out
+}

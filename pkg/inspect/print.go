@@ -1,0 +1,81 @@
+package inspect
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Print writes the report for a human.
+func (r Report) Print(w io.Writer) error {
+	var b strings.Builder
+	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	line("pod:       %s (uid %s) on node %s, %s", r.Pod, r.UID, or(r.Node, "?"), or(r.Phase, "?"))
+	switch {
+	case r.ConfigErr != "":
+		line("cni:       cannot read the node's CNI config: %s", r.ConfigErr)
+	case r.Chained:
+		line("cni:       %s (the runtime's config) chains istio-cni", r.Config)
+	default:
+		line("cni:       %s (the runtime's config) does NOT chain istio-cni: pods started now are not redirected", r.Config)
+	}
+	switch {
+	case r.Invalid != "":
+		line("decision:  must be redirected, but its settings are refused (ADD fails): %s", r.Invalid)
+	case r.Redirect:
+		line("decision:  redirect (%s)", r.Families)
+	default:
+		line("decision:  not redirected: %s", r.Reason)
+	}
+	if r.Netns != "" {
+		line("netns:     %s", r.Netns)
+	}
+	if r.NetnsErr != "" {
+		line("netns:     not read: %s", r.NetnsErr)
+	}
+	if r.Redirect && r.Invalid == "" && r.NetnsErr == "" {
+		section(&b, "should have", r.Want)
+	}
+	if r.Netns != "" && r.NetnsErr == "" {
+		section(&b, "has (istio-cni's rules only)", r.Have)
+	}
+	line("verdict:   %s", r.verdict())
+	if r.Redirect && len(r.Diffs) > 0 {
+		section(&b, "differences", r.Diffs)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r Report) verdict() string {
+	switch {
+	case r.Invalid != "":
+		return "NOT REDIRECTED: the plugin refuses this pod's settings"
+	case r.NetnsErr != "":
+		return "unknown: the pod's network namespace was not read"
+	case r.Redirect && len(r.Diffs) == 0:
+		return "ok: redirected as the plugin decides"
+	case r.Redirect:
+		return fmt.Sprintf("NOT REDIRECTED: %d difference(s) from the rules it should have", len(r.Diffs))
+	case len(r.Have) > 0:
+		return "unexpected: not to be redirected, yet it holds istio-cni rules"
+	}
+	return "ok: not redirected, as the plugin decides"
+}
+
+func section(b *strings.Builder, title string, lines []string) {
+	fmt.Fprintf(b, "%s:\n", title)
+	if len(lines) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	for _, l := range lines {
+		fmt.Fprintf(b, "  %s\n", l)
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,185 @@
+// Package nodetaint keeps the node's startup taint in step with the agent's
+// readiness: nodes join with Key:NoSchedule (kubelet's
+// --register-with-taints), the agent removes it from its own node once the
+// plugin is installed and watched, and puts it back when it loses that state
+// for longer than a grace period, so no pod is scheduled onto a node that
+// cannot redirect it.
+package nodetaint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Key is the taint's key; its effect is always NoSchedule (NoExecute would
+// evict every running pod when the agent restarts).
+const Key = "cni.istio.io/not-ready"
+
+// Readiness is the agent's state as the taint follows it.
+type Readiness interface {
+	// Ready reports readiness and, when not ready, why.
+	Ready() (bool, string)
+	// ReadyChanged is signalled after each change.
+	ReadyChanged() <-chan struct{}
+}
+
+// Controller applies the taint.
+type Controller struct {
+	Client kubernetes.Interface
+	Node   string
+	Ready  Readiness
+	// Grace is how long the agent may be not ready before the taint goes
+	// back: the installer repairs in milliseconds, so this is a failure it
+	// could not repair.
+	Grace time.Duration
+	// Exempt is the not-ready reason that never taints: a restarting agent
+	// leaves the plugin installed and pods keep starting.
+	Exempt string
+	Log    *slog.Logger
+	// Tainted mirrors whether the node carries the taint (as last set or
+	// seen by the controller).
+	Tainted prometheus.Gauge
+}
+
+// retry bounds the backoff of a failed API write.
+const (
+	retryMin = 500 * time.Millisecond
+	retryMax = 30 * time.Second
+)
+
+// Run keeps the taint in step until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	var notReadySince time.Time
+	retry := retryMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.Ready.ReadyChanged():
+		case <-timer.C:
+		}
+		ready, why := c.Ready.Ready()
+		var want bool
+		switch {
+		case ready:
+			notReadySince = time.Time{}
+		case why == c.Exempt:
+			continue
+		case notReadySince.IsZero():
+			notReadySince = time.Now()
+			resetTimer(timer, c.Grace)
+			continue
+		case time.Since(notReadySince) >= c.Grace:
+			want = true
+		default:
+			resetTimer(timer, c.Grace-time.Since(notReadySince))
+			continue
+		}
+		if err := c.set(ctx, want, why); err != nil {
+			c.Log.Warn("node taint: update failed; retrying", "taint", Key, "want", want, "retry_in", retry.String(), "error", err.Error())
+			resetTimer(timer, retry)
+			retry = min(2*retry, retryMax)
+			continue
+		}
+		retry = retryMin
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(max(d, time.Millisecond))
+}
+
+// set adds (want) or removes the taint with a JSON patch guarded by the
+// node's resourceVersion: another writer's taints are never lost.
+func (c *Controller) set(ctx context.Context, want bool, why string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", c.Node, err)
+	}
+	taints, changed := With(node.Spec.Taints, want)
+	c.setGauge(want)
+	if !changed {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": node.ResourceVersion},
+		{"op": "add", "path": "/spec/taints", "value": taints},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching node %s: %w", c.Node, err)
+	}
+	if want {
+		c.Log.Warn("node tainted: the plugin cannot be kept installed; no new pods are scheduled here", "taint", Key+":NoSchedule", "reason", why)
+	} else {
+		c.Log.Info("node taint removed: the plugin is installed and watched", "taint", Key)
+	}
+	return nil
+}
+
+func (c *Controller) setGauge(tainted bool) {
+	if c.Tainted == nil {
+		return
+	}
+	if tainted {
+		c.Tainted.Set(1)
+	} else {
+		c.Tainted.Set(0)
+	}
+}
+
+// With returns taints with ours present (want) or absent, and whether that
+// differs from the input. Other taints keep their order.
+func With(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
+	i := slices.IndexFunc(taints, func(t corev1.Taint) bool { return t.Key == Key })
+	switch {
+	case want && i >= 0 && taints[i].Effect == corev1.TaintEffectNoSchedule:
+		return taints, false
+	case want && i >= 0:
+		out := slices.Clone(taints)
+		out[i] = Taint()
+		return out, true
+	case want:
+		return append(slices.Clone(taints), Taint()), true
+	case i < 0:
+		return taints, false
+	}
+	out := slices.Delete(slices.Clone(taints), i, i+1)
+	for j := i; j < len(out); j++ {
+		if out[j].Key == Key {
+			out = slices.Delete(out, j, j+1)
+			j--
+		}
+	}
+	if out == nil {
+		out = []corev1.Taint{}
+	}
+	return out, true
+}
+
+// Taint is the startup taint.
+func Taint() corev1.Taint {
+	return corev1.Taint{Key: Key, Effect: corev1.TaintEffectNoSchedule}
+}

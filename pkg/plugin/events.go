@@ -1,0 +1,51 @@
+package plugin
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"istio-cni.local/istio-cni/pkg/agentevents"
+)
+
+// finish ends a verb: its one log line, then the same outcome to the agent.
+func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start time.Time, err error) {
+	end := p.deps.Now()
+	logOutcome(log, verb, args, out, end.Sub(start), err)
+	p.report(log, conf, verb, args, out, start, end, err)
+}
+
+// report sends the outcome to the agent's socket when the config names one.
+// It cannot change the verb's result: an absent agent (the DaemonSet not yet
+// or no longer running) is silent, and any other failure, a full queue
+// included, is a debug line. It costs at most agentevents.SendTimeout.
+func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start, end time.Time, err error) {
+	if conf == nil || conf.AgentSocket == "" {
+		return
+	}
+	ev := agentevents.Event{
+		Time:       end,
+		Verb:       verb,
+		Pod:        out.pod,
+		PodUID:     out.podUID,
+		Container:  args.ContainerID,
+		Netns:      args.Netns,
+		Redirect:   out.decision.Redirect,
+		Reason:     string(out.decision.Reason),
+		Families:   out.families,
+		DurationMS: millis(end.Sub(start)),
+		APIMS:      millis(out.apiTime),
+		NetnsMS:    millis(out.netnsTime),
+	}
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	if sendErr := agentevents.Send(conf.AgentSocket, ev); sendErr != nil && !errors.Is(sendErr, agentevents.ErrNoAgent) {
+		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
+	}
+}
+
+// millis is a duration in milliseconds, to the microsecond, as logged.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

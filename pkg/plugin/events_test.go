@@ -1,0 +1,170 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+// agent is a real agent socket in a temporary directory.
+type agent struct {
+	path   string
+	events chan agentevents.Event
+}
+
+// listenAgent starts a listener that reads until the test ends.
+func listenAgent(t *testing.T) *agent {
+	t.Helper()
+	a := &agent{path: filepath.Join(t.TempDir(), "events.sock"), events: make(chan agentevents.Event, 10)}
+	l, err := agentevents.Listen(a.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx, func(ev agentevents.Event) { a.events <- ev }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; _ = l.Close() })
+	return a
+}
+
+// next waits for the next event; the limit only turns a hang into a failure.
+func (a *agent) next(t *testing.T) agentevents.Event {
+	t.Helper()
+	select {
+	case ev := <-a.events:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event reached the agent")
+	}
+	return agentevents.Event{}
+}
+
+// withSocket adds agent_socket (and debug logging) to a config.
+func withSocket(c, path string) string {
+	return strings.TrimSuffix(c, "}") + fmt.Sprintf(`,"log_level":"debug","agent_socket":%q}`, path)
+}
+
+const podArgsUID = podArgs + ";K8S_POD_UID=0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+
+func TestEventForRedirectedPod(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	ev := a.next(t)
+	if ev.V != agentevents.Version || ev.Verb != "ADD" || ev.Pod != "team-a/web-1" || ev.PodUID != "0d5e2f4c-aaaa-bbbb-cccc-444455556666" ||
+		ev.Container != "c1" || ev.Netns != "/var/run/netns/pod" || !ev.Redirect || ev.Reason != "redirect" ||
+		ev.Families != "ipv4" || ev.Error != "" || ev.DurationMS <= 0 || ev.Time.IsZero() {
+		t.Errorf("event %+v", ev)
+	}
+}
+
+func TestEventForFailedAdd(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	h.api.err = &kube.APIError{Kind: kube.Unavailable, Pod: "team-a/web-1", Attempts: 9, Err: errors.New("connection refused")}
+	err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
+	wantCode(t, err, types.ErrTryAgainLater)
+	ev := a.next(t)
+	if ev.Verb != "ADD" || ev.Error != err.Error() || ev.Redirect || ev.Reason != "" || ev.Pod != "team-a/web-1" {
+		t.Errorf("event %+v, want the error %q", ev, err)
+	}
+}
+
+func TestEventForPassThroughAndCheck(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	c := withSocket(conf("1.0.0", prevV4), a.path)
+	if err := h.p.Add(cmdArgs(c, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := a.next(t); ev.Redirect || ev.Reason != "namespace excluded" || ev.Families != "" || ev.Error != "" {
+		t.Errorf("pass-through event %+v", ev)
+	}
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: missing rule 12"}
+	err := h.p.Check(cmdArgs(c, podArgs))
+	wantCode(t, err, ErrRulesMismatch)
+	if ev := a.next(t); ev.Verb != "CHECK" || !ev.Redirect || !strings.Contains(ev.Error, "missing rule 12") {
+		t.Errorf("CHECK event %+v", ev)
+	}
+}
+
+// TestEventForDel: DEL succeeds whatever happens; the agent still hears
+// about a failed cleanup, and about a config it could not read.
+func TestEventForDel(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	if err := h.p.Del(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := a.next(t); ev.Verb != "DEL" || ev.Error != "" || ev.Pod != "team-a/web-1" {
+		t.Errorf("DEL event %+v", ev)
+	}
+	h.net.cleanupErr = errors.New("iptables-save: exit status 1")
+	if err := h.p.Del(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := a.next(t); ev.Verb != "DEL" || !strings.Contains(ev.Error, "exit status 1") {
+		t.Errorf("failed cleanup event %+v", ev)
+	}
+	h.net.cleanupErr = nil
+	bad := fmt.Sprintf(`{"cniVersion":"1.0.0","log_level":"loud","agent_socket":%q}`, a.path)
+	if err := h.p.Del(cmdArgs(bad, podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := a.next(t); !strings.Contains(ev.Error, `"log_level"`) {
+		t.Errorf("bad config event %+v", ev)
+	}
+}
+
+// TestNoAgent: with nobody at the socket the verbs work as without one,
+// and say nothing about it even at debug level.
+func TestNoAgent(t *testing.T) {
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	c := withSocket(conf("1.0.0", prevV4), filepath.Join(t.TempDir(), "events.sock"))
+	if err := h.p.Add(cmdArgs(c, podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	assertPassThrough(t, h.stdout.Bytes(), prevV4)
+	if err := h.p.Del(cmdArgs(c, podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(h.stderr.String(), "agent") {
+		t.Errorf("log mentions the absent agent: %s", h.stderr)
+	}
+}
+
+// TestStuckAgent: an agent that stopped reading costs a debug line, not
+// the ADD.
+func TestStuckAgent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.sock")
+	l, err := agentevents.Listen(path) // never Run: nothing reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for agentevents.Send(path, agentevents.Event{Verb: "ADD"}) == nil { // fill the queue
+	}
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), path), podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	assertPassThrough(t, h.stdout.Bytes(), prevV4)
+	if !strings.Contains(h.stderr.String(), `"level":"DEBUG","msg":"cannot report to the agent"`) {
+		t.Errorf("no debug line for the failed send: %s", h.stderr)
+	}
+}

@@ -1,0 +1,167 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// agentOn is the agent's identity as the API server sees a token bound to
+// its pod on node: the ServiceAccount plus the node-name extra (admin
+// impersonation stands for kubelet's projected token).
+func agentOn(t *testing.T, node string) *kubernetes.Clientset {
+	t.Helper()
+	rc := restConfig(cluster.AdminToken)
+	rc.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:istio-cni:istio-cni",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:istio-cni", "system:authenticated"},
+	}
+	if node != "" {
+		rc.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestNodeTaintPolicy: deployments/ lets the agent add and remove
+// cni.istio.io/not-ready on its own node, with the real taint controller's
+// patch, and refuses every other node write its RBAC alone would allow.
+func TestNodeTaintPolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, kubectl(t), "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
+	}
+	adminClient := clientFor(t, cluster.AdminToken)
+	other := corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	for _, name := range []string{"taint-node-a", "taint-node-b"} {
+		_ = adminClient.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+		_, err := adminClient.CoreV1().Nodes().Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/os": "linux"}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{nodetaint.Taint(), other}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = adminClient.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	taints := func(node string) []corev1.Taint {
+		n, err := adminClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Spec.Taints
+	}
+
+	// Allowed: the controller removes, then restores, the taint on its own
+	// node. The policy may take a moment to load after the apply.
+	r := &fixedReadiness{ok: true, ch: make(chan struct{}, 1)}
+	c := &nodetaint.Controller{Client: agentOn(t, "taint-node-a"), Node: "taint-node-a", Ready: r, Grace: time.Second,
+		Exempt: "shutting down", Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { c.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	waitFor(t, 20*time.Second, "the agent removes its node's taint", func() bool {
+		// The node controller may add its own not-ready taint meanwhile.
+		got := taints("taint-node-a")
+		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == nodetaint.Key }) &&
+			slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&other) })
+	})
+	r.set(false, "conflist: gone and cannot be written")
+	waitFor(t, 20*time.Second, "the agent restores its node's taint", func() bool {
+		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == nodetaint.Key })
+	})
+	stop()
+	<-done
+
+	// Refused by the policy (RBAC alone allows every one of them).
+	for _, tc := range []struct {
+		name, node, asNode, patch string
+	}{
+		{"another node's taint", "taint-node-b", "taint-node-a", `{"spec":{"taints":[{"key":"example.com/dedicated","value":"db","effect":"NoSchedule"}]}}`},
+		{"a token not bound to a node", "taint-node-a", "", `{"spec":{"taints":[{"key":"example.com/dedicated","value":"db","effect":"NoSchedule"}]}}`},
+		{"another taint on its own node", "taint-node-a", "taint-node-a", `{"spec":{"taints":[{"key":"cni.istio.io/not-ready","effect":"NoSchedule"}]}}`},
+		{"a NoExecute not-ready taint", "taint-node-a", "taint-node-a", `{"spec":{"taints":[{"key":"example.com/dedicated","value":"db","effect":"NoSchedule"},{"key":"cni.istio.io/not-ready","effect":"NoExecute"}]}}`},
+		{"a label", "taint-node-a", "taint-node-a", `{"metadata":{"labels":{"kubernetes.io/os":"windows"}}}`},
+		{"an annotation", "taint-node-a", "taint-node-a", `{"metadata":{"annotations":{"x":"y"}}}`},
+		{"cordon", "taint-node-a", "taint-node-a", `{"spec":{"unschedulable":true}}`},
+	} {
+		_, err := agentOn(t, tc.asNode).CoreV1().Nodes().Patch(ctx, tc.node, types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), "istio-cni-node-taint") {
+			t.Errorf("%s: %v, want the policy to refuse it", tc.name, err)
+		}
+	}
+	// And nothing else changed.
+	n, err := adminClient.CoreV1().Nodes().Get(ctx, "taint-node-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(n.Spec.Taints)
+	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodetaint.Key }) || n.Labels["kubernetes.io/os"] != "linux" {
+		t.Errorf("taint-node-b changed: %s", got)
+	}
+}
+
+type fixedReadiness struct {
+	mu  sync.Mutex
+	ok  bool
+	why string
+	ch  chan struct{}
+}
+
+func (r *fixedReadiness) Ready() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ok, r.why
+}
+
+func (r *fixedReadiness) ReadyChanged() <-chan struct{} { return r.ch }
+
+func (r *fixedReadiness) set(ok bool, why string) {
+	r.mu.Lock()
+	r.ok, r.why = ok, why
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
