@@ -5,7 +5,9 @@
 // run, for the e2e tests and the demo.
 //
 // Every child runs in its own process group with Pdeathsig=SIGKILL, and Stop
-// ends exactly the processes Start started, by PID.
+// ends exactly the processes Start started, by PID. APIServer.Pause and
+// Resume, and Node.Reboot, stage outages for chaos tests: a process they
+// restart takes its predecessor's place, for Stop and StopRecorded alike.
 package cluster
 
 import (
@@ -52,8 +54,14 @@ type APIServer struct {
 	admin    *http.Client // trusts CAFile; requests carry a bearer token
 	launcher *launcher
 	etcd     *proc
-	apiserv  *proc
 	grace    time.Duration
+	timeout  time.Duration // Options.StartTimeout, also for Resume
+
+	// mu guards apiserv, which Resume replaces, and stopped, after which
+	// Resume starts nothing.
+	mu      sync.Mutex
+	apiserv *proc
+	stopped bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -101,6 +109,7 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 		token:    tokenFile,
 		launcher: newLauncher(pidFileFor(o)),
 		grace:    o.StopGrace,
+		timeout:  o.StartTimeout,
 	}
 	defer func() {
 		if err != nil {
@@ -186,8 +195,8 @@ func (a *APIServer) readyz(ctx context.Context) error {
 
 // PIDs returns the process IDs of kube-apiserver and etcd (0 if not started).
 func (a *APIServer) PIDs() (apiserver, etcd int) {
-	if a.apiserv != nil {
-		apiserver = a.apiserv.pid()
+	if p := a.apiProc(); p != nil {
+		apiserver = p.pid()
 	}
 	if a.etcd != nil {
 		etcd = a.etcd.pid()
@@ -200,8 +209,12 @@ func (a *APIServer) PIDs() (apiserver, etcd int) {
 // calls return the first result.
 func (a *APIServer) Stop() error {
 	a.stopOnce.Do(func() {
+		a.mu.Lock()
+		a.stopped = true
+		procs := []*proc{a.apiserv, a.etcd}
+		a.mu.Unlock()
 		var errs []error
-		for _, p := range []*proc{a.apiserv, a.etcd} {
+		for _, p := range procs {
 			if p != nil {
 				errs = append(errs, p.stop(a.grace))
 			}

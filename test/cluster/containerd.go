@@ -66,6 +66,11 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 		return err
 	}
 	n.components = append(n.components, p)
+	return n.waitContainerd(ctx, p)
+}
+
+// waitContainerd returns once containerd p answers on its socket.
+func (n *Node) waitContainerd(ctx context.Context, p *proc) error {
 	return poll(ctx, p, func(ctx context.Context) error {
 		out, err := n.ctr(ctx, "version")
 		if err != nil {

@@ -70,8 +70,11 @@ func (n *Node) sandboxNetNS(ctx context.Context, rt runtimeapi.RuntimeServiceCli
 			return ns.Path, nil
 		}
 	}
-	return "", errors.New("the sandbox has no network namespace path")
+	return "", errNoNetNS
 }
+
+// errNoNetNS: the sandbox shares the host's network namespace.
+var errNoNetNS = errors.New("the sandbox has no network namespace path")
 
 // removeSandboxes stops every pod sandbox (containers killed, CNI DEL run,
 // network namespace released) and removes it, as kubelet would.

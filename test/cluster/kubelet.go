@@ -68,7 +68,7 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 	args := []string{
 		"--config=" + cfg,
 		"--kubeconfig=" + n.Kubeconfig,
-		"--root-dir=" + filepath.Join(root, "root"),
+		"--root-dir=" + n.kubeletRootDir(),
 		"--cert-dir=" + filepath.Join(root, "pki"),
 		"--hostname-override=" + n.Name,
 		"--node-ip=127.0.0.1",
@@ -81,3 +81,6 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 	}
 	return err
 }
+
+// kubeletRootDir is kubelet's --root-dir, the node's /var/lib/kubelet.
+func (n *Node) kubeletRootDir() string { return filepath.Join(n.Dir, "kubelet", "root") }

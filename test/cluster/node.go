@@ -51,7 +51,9 @@ type Node struct {
 
 	bridge     string
 	components []*proc  // started after the API server, stopped before it
-	netnsPaths []string // sandboxes' network namespaces seen at teardown
+	netnsPaths []string // sandboxes' network namespaces seen at teardown or reboot
+	timeout    time.Duration
+	lastReboot time.Duration // see LastRebootDuration
 }
 
 // NodeName is the node's name in the API.
@@ -84,6 +86,7 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 		ContainerdSocket: filepath.Join(o.Dir, "containerd", "containerd.sock"),
 		PodLogDir:        filepath.Join(o.Dir, "kubelet", "pod-logs"),
 		bridge:           o.Bridge,
+		timeout:          o.StartTimeout,
 	}
 	n.PrimaryConfig = filepath.Join(n.CNINetDir, "10-bridge.conflist")
 	for _, d := range []string{n.CNIBinDir, n.CNINetDir, n.PodLogDir} {
@@ -206,7 +209,14 @@ func (n *Node) untaint(ctx context.Context) error {
 	return nil
 }
 
-func (n *Node) nodeReady(ctx context.Context) error {
+func (n *Node) nodeReady(ctx context.Context) error { return n.readyAfter(ctx, time.Time{}) }
+
+// readyAfter succeeds once the node is Ready by a heartbeat after t. Nothing
+// marks a node whose kubelet stopped NotReady (the node lifecycle
+// controller is off), so only a fresh heartbeat tells that a restarted
+// kubelet found the node ready. Heartbeats have whole seconds: one older
+// than t never passes.
+func (n *Node) readyAfter(ctx context.Context, t time.Time) error {
 	status, body, err := n.Do(ctx, http.MethodGet, "/api/v1/nodes/"+n.Name, nil)
 	if err != nil {
 		return err
@@ -216,18 +226,24 @@ func (n *Node) nodeReady(ctx context.Context) error {
 	}
 	var node struct {
 		Status struct {
-			Conditions []struct{ Type, Status, Message string }
+			Conditions []struct {
+				Type, Status, Message string
+				LastHeartbeatTime     time.Time
+			}
 		}
 	}
 	if err := json.Unmarshal(body, &node); err != nil {
 		return err
 	}
 	for _, c := range node.Status.Conditions {
-		if c.Type == "Ready" && c.Status == "True" {
-			return nil
-		}
-		if c.Type == "Ready" {
+		switch {
+		case c.Type != "Ready":
+		case c.Status != "True":
 			return fmt.Errorf("node %s not Ready: %s", n.Name, c.Message)
+		case !c.LastHeartbeatTime.After(t):
+			return fmt.Errorf("node %s: no heartbeat since %s (last %s)", n.Name, t.Format(time.RFC3339), c.LastHeartbeatTime.Format(time.RFC3339))
+		default:
+			return nil
 		}
 	}
 	return fmt.Errorf("node %s has no Ready condition yet", n.Name)
@@ -236,7 +252,7 @@ func (n *Node) nodeReady(ctx context.Context) error {
 // Logs returns the tails of every component's log.
 func (n *Node) Logs(lines int) string {
 	var out string
-	for _, p := range append([]*proc{n.apiserv, n.etcd}, n.components...) {
+	for _, p := range append([]*proc{n.apiProc(), n.etcd}, n.components...) {
 		if p != nil {
 			out += fmt.Sprintf("--- tail of %s ---\n%s\n", p.log, logTail(p.log, lines))
 		}

@@ -9,9 +9,11 @@ import (
 
 // overlay adapts deployments/ to a node whose "host" paths live under its
 // directory, the way a user's overlay adapts it to their cluster: the
-// hostPath volumes, where the plugin finds its kubeconfig, the API server
-// address (no kube-proxy here, so no Service IP), and health and metrics
-// ports that cannot clash with this machine's.
+// hostPath volumes of the node's own directories (the node's /proc, root
+// and xtables lock are this machine's), where the plugin finds its
+// kubeconfig, the API server address (no kube-proxy here, so no Service
+// IP), health and metrics ports that cannot clash with this machine's, and
+// a short audit period so tests see repairs within seconds.
 const overlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -21,15 +23,30 @@ patches:
     kind: DaemonSet
     name: istio-cni-node
   patch: |-
+    - op: test
+      path: /spec/template/spec/volumes/0/name
+      value: cni-bin-dir
     - op: replace
-      path: /spec/template/spec/volumes
-      value:
-      - name: cni-bin-dir
-        hostPath: {path: %[2]s, type: DirectoryOrCreate}
-      - name: cni-net-dir
-        hostPath: {path: %[3]s, type: DirectoryOrCreate}
-      - name: cni-kubeconfig-dir
-        hostPath: {path: %[4]s, type: DirectoryOrCreate}
+      path: /spec/template/spec/volumes/0/hostPath/path
+      value: %[2]s
+    - op: test
+      path: /spec/template/spec/volumes/1/name
+      value: cni-net-dir
+    - op: replace
+      path: /spec/template/spec/volumes/1/hostPath/path
+      value: %[3]s
+    - op: test
+      path: /spec/template/spec/volumes/2/name
+      value: cni-kubeconfig-dir
+    - op: replace
+      path: /spec/template/spec/volumes/2/hostPath/path
+      value: %[4]s
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_INTERVAL, value: "2s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_CONFIRM, value: "1s"}
     - op: add
       path: /spec/template/spec/containers/0/env/-
       value: {name: HOST_KUBECONFIG_PATH, value: %[4]s/istio-cni-kubeconfig}

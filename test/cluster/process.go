@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -27,6 +28,11 @@ type launcher struct {
 	reqs    chan *exec.Cmd
 	errs    chan error
 	pidFile string // "" unless detached
+
+	// mu orders starts against close (a restart may race Stop) and
+	// serializes writes to pidFile.
+	mu     sync.Mutex
+	closed bool
 }
 
 func newLauncher(pidFile string) *launcher {
@@ -43,11 +49,23 @@ func newLauncher(pidFile string) *launcher {
 }
 
 func (l *launcher) start(cmd *exec.Cmd) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("the cluster is stopped")
+	}
 	l.reqs <- cmd
 	return <-l.errs
 }
 
-func (l *launcher) close() { close(l.reqs) }
+func (l *launcher) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.reqs)
+	}
+}
 
 // proc is one child process, its log file and its exit.
 type proc struct {
@@ -61,6 +79,12 @@ type proc struct {
 // startProc runs bin in its own process group with stdout and stderr
 // appended to logPath.
 func startProc(l *launcher, name, bin string, args []string, logPath string) (*proc, error) {
+	return spawn(l, name, bin, args, logPath, 0)
+}
+
+// spawn is startProc; in a detached cluster, a non-zero replaces is the
+// PID whose line in the PID file the new process takes over (see restart).
+func spawn(l *launcher, name, bin string, args []string, logPath string, replaces int) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -76,7 +100,7 @@ func startProc(l *launcher, name, bin string, args []string, logPath string) (*p
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	if l.pidFile != "" {
-		if err := recordPID(l.pidFile, name, cmd.Process.Pid); err != nil {
+		if err := l.record(name, cmd.Process.Pid, replaces); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			return nil, err

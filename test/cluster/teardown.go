@@ -63,11 +63,7 @@ func (n *Node) cleanPods() error {
 func (n *Node) cleanHost() error {
 	var errs []error
 	errs = append(errs, killShims(n.ContainerdSocket))
-	if n.bridge != "" {
-		if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) {
-			errs = append(errs, fmt.Errorf("deleting bridge %s: %v: %s", n.bridge, err, out))
-		}
-	}
+	errs = append(errs, n.deleteBridge())
 	errs = append(errs, unmountUnder(filepath.Dir(filepath.Dir(n.ContainerdSocket))))
 	for _, p := range n.netnsPaths {
 		if _, err := os.Stat(p); err == nil {
@@ -100,8 +96,7 @@ func killShims(socket string) error {
 		if err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") || !slices.Contains(args, socket) {
+		if !isShimOf(strings.Split(string(cmdline), "\x00"), socket) {
 			continue
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -109,6 +104,23 @@ func killShims(socket string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// deleteBridge deletes the primary CNI's bridge, if there is one.
+func (n *Node) deleteBridge() error {
+	if n.bridge == "" {
+		return nil
+	}
+	if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) {
+		return fmt.Errorf("deleting bridge %s: %v: %s", n.bridge, err, out)
+	}
+	return nil
+}
+
+// isShimOf tells a containerd shim serving the containerd at socket by
+// its command line (it is started with -address <socket>).
+func isShimOf(args []string, socket string) bool {
+	return strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") && slices.Contains(args, socket)
 }
 
 // unmountUnder lazily unmounts every mount point below dir, deepest first

@@ -23,7 +23,7 @@ func StartForTest(t testing.TB) *APIServer {
 			t.Errorf("stopping API server: %v", err)
 		}
 		if t.Failed() {
-			for _, p := range []*proc{a.apiserv, a.etcd} {
+			for _, p := range []*proc{a.apiProc(), a.etcd} {
 				t.Logf("--- tail of %s ---\n%s", p.log, logTail(p.log, 30))
 			}
 		}

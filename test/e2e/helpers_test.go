@@ -143,31 +143,26 @@ func createPod(t *testing.T, s cluster.PodSpec) {
 	})
 }
 
-var (
-	serverOnce sync.Once
-	serverAddr string
-	serverErr  error
-)
+var serverOnce sync.Once
 
 // server is a plain (unmeshed) server pod every app dials; it lives for
-// the whole run.
+// the whole run. Its address is read afresh each time: a node reboot
+// gives it a new sandbox, maybe a new IP.
 func server(t *testing.T) string {
 	t.Helper()
-	serverOnce.Do(func() {
-		s := cluster.PodSpec{Namespace: "default", Name: "server", Server: true}
-		if serverErr = env.node.CreatePod(context.Background(), s.JSON()); serverErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), podTimeout)
-		defer cancel()
-		var p cluster.Pod
-		p, serverErr = env.node.WaitRunning(ctx, s.Namespace, s.Name)
-		serverAddr = fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
-	})
-	if serverErr != nil {
-		t.Fatal(serverErr)
+	s := cluster.PodSpec{Namespace: "default", Name: "server", Server: true}
+	var err error
+	serverOnce.Do(func() { err = env.node.CreatePod(context.Background(), s.JSON()) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	return serverAddr
+	ctx, cancel := context.WithTimeout(context.Background(), podTimeout)
+	defer cancel()
+	p, err := env.node.WaitRunning(ctx, s.Namespace, s.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
 }
 
 // The ISTIO chains a redirected pod's nat table holds.

@@ -27,6 +27,10 @@ var env struct {
 	proxy   *apiProxy
 	overlay string
 	health  int // the installer's /healthz and /readyz port
+	metrics int // the agent's /metrics port
+	// installCNI is the agent's binary as built for the image, for
+	// inspect run on the node.
+	installCNI string
 	primary []byte
 }
 
@@ -96,7 +100,8 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	env.health = overlay.HealthPort
+	env.health, env.metrics = overlay.HealthPort, overlay.MetricsPort
+	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
 	return m.Run(), nil
 }
 

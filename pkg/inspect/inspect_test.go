@@ -1,0 +1,138 @@
+package inspect
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/podns"
+)
+
+type namespaces map[string]podns.Netns
+
+func (n namespaces) Find(uids []string) (map[string]podns.Netns, error) {
+	out := map[string]podns.Netns{}
+	for _, u := range uids {
+		if v, ok := n[u]; ok {
+			out[u] = v
+		}
+	}
+	return out, nil
+}
+
+func pod(annotations map[string]string) *Pod {
+	return &Pod{Pod: &kube.Pod{
+		Metadata: kube.ObjectMeta{Name: "web-0", Namespace: "default", UID: "u1", Annotations: annotations},
+		Spec:     kube.PodSpec{Containers: []kube.Container{{Name: "app"}, {Name: "istio-proxy", Args: []string{"proxy", "sidecar"}}}},
+	}, Node: "node-a", Phase: "Running"}
+}
+
+// deps serves the pod and a namespace whose iptables-save output is save.
+func deps(p *Pod, save string, diffs []string) Deps {
+	return Deps{
+		GetPod:     func(context.Context, string, string) (*Pod, error) { return p, nil },
+		Namespaces: namespaces{"u1": {Path: "/proc/42/ns/net", Inode: 7, PID: 42}},
+		Observe: func(_ context.Context, _ string, f iptables.Family) (*iptables.Observed, error) {
+			if f == iptables.IPv6 {
+				return iptables.ParseSave(nil)
+			}
+			return iptables.ParseSave([]byte(save))
+		},
+		Check:   func(context.Context, string, iptables.Model) ([]string, error) { return diffs, nil },
+		HasIPv6: func(string) (bool, error) { return false, nil },
+	}
+}
+
+func configDir(t *testing.T, chained bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	plugins := `[{"type":"bridge"}]`
+	if chained {
+		plugins = `[{"type":"bridge"},{"type":"istio-cni"}]`
+	}
+	if err := os.WriteFile(filepath.Join(dir, "02-istio-cni.conflist"), []byte(`{"cniVersion":"1.0.0","name":"k8s","plugins":`+plugins+`}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func opts(dir string) Options {
+	return Options{Namespace: "default", Name: "web-0", ExcludeNamespaces: []string{"kube-system"},
+		AgentNamespace: "istio-cni", Settings: decision.DefaultNodeSettings(), CNINetDir: dir}
+}
+
+func render(t *testing.T, r Report) string {
+	t.Helper()
+	var b strings.Builder
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestMeshedPodWithoutRules(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	r, err := Run(context.Background(), opts(configDir(t, false)), deps(p, "*nat\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", []string{"nat ISTIO_OUTPUT: chain missing"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	for _, want := range []string{
+		"does NOT chain istio-cni", "decision:  redirect (ipv4)", "should have:\n  ipv4 nat -A ISTIO_INBOUND",
+		"has (istio-cni's rules only):\n  (none)", "verdict:   NOT REDIRECTED: 1 difference(s)", "nat ISTIO_OUTPUT: chain missing",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if r.Consistent() {
+		t.Error("consistent, want not")
+	}
+}
+
+func TestPodOutsideTheMeshSaysWhy(t *testing.T) {
+	p := pod(nil) // no sidecar.istio.io/status
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	for _, want := range []string{"chains istio-cni", "not redirected: " + string(decision.NoStatus), "verdict:   ok: not redirected"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !r.Consistent() {
+		t.Error("not consistent")
+	}
+}
+
+func TestStrayRulesOnUnmeshedPod(t *testing.T) {
+	p := pod(nil)
+	save := "*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT - [0:0]\n-A OUTPUT -p tcp -j ISTIO_OUTPUT\nCOMMIT\n"
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, save, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Consistent() || !strings.Contains(render(t, r), "ipv4 nat -A OUTPUT -p tcp -j ISTIO_OUTPUT") {
+		t.Errorf("stray rules not reported:\n%s", render(t, r))
+	}
+}
+
+func TestPodNotOnThisNode(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	d := deps(p, "", nil)
+	d.Namespaces = namespaces{}
+	r, err := Run(context.Background(), opts(configDir(t, true)), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "run inspect on node node-a") || !strings.Contains(out, "verdict:   unknown") {
+		t.Errorf("report:\n%s", out)
+	}
+}

@@ -1,0 +1,55 @@
+package cluster
+
+import (
+	"context"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Sandbox is a ready pod sandbox as the runtime sees it, with or without
+// the API server.
+type Sandbox struct {
+	ID, Namespace, Name, UID string
+	// Netns is the sandbox's network namespace path.
+	Netns string
+	// Running lists the names of its containers that run now.
+	Running []string
+}
+
+// ReadySandboxes lists the ready sandboxes of pods in namespace, straight
+// from the runtime: a chaos test's view of what runs, which holds while
+// the API server is down.
+func (n *Node) ReadySandboxes(ctx context.Context, namespace string) ([]Sandbox, error) {
+	rt, closeConn, err := n.cri()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = closeConn() }()
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	running := map[string][]string{}
+	for _, c := range cs.Containers {
+		running[c.PodSandboxId] = append(running[c.PodSandboxId], c.Metadata.Name)
+	}
+	var out []Sandbox
+	for _, sb := range sbs.Items {
+		path, err := n.sandboxNetNS(ctx, rt, sb.Id)
+		if err != nil {
+			continue // gone meanwhile, or host network
+		}
+		out = append(out, Sandbox{ID: sb.Id, Namespace: sb.Metadata.Namespace, Name: sb.Metadata.Name,
+			UID: sb.Metadata.Uid, Netns: path, Running: running[sb.Id]})
+	}
+	return out, nil
+}

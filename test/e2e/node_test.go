@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// 8. A meshed pod whose rules are removed behind everyone's back (as a
+// primary CNI's or an operator's flush would) is found by the node audit
+// and repaired in place: same pod, same sandbox, its rules back, an Event
+// on the pod and the repair counted.
+func TestAuditRepairsInPlace(t *testing.T) {
+	requireInstalled(t)
+	p := startPod(t, meshedPod(t, "audited"))
+	netns, err := env.node.PodNetNS(t.Context(), "default", "audited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	before := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`)
+	if err := flush.Cleanup(t.Context(), netns); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the audit's repair", func() (bool, string) {
+		rules, err := env.node.IptablesSave(t.Context(), "default", "audited")
+		return err == nil && strings.Contains(rules, ":ISTIO_OUTPUT "), rules
+	})
+	after, err := env.node.PodNetNS(t.Context(), "default", "audited")
+	if err != nil || after != netns {
+		t.Errorf("the pod's sandbox changed (%s -> %s, %v): want the repair in place", netns, after, err)
+	}
+	assertRedirected(t, p)
+	if got := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`); got < before+1 {
+		t.Errorf("repairs counted: %v -> %v", before, got)
+	}
+	if got := metric(t, "istio_cni_audit_pods_unredirected"); got != 0 {
+		t.Errorf("istio_cni_audit_pods_unredirected = %v after the repair", got)
+	}
+	eventually(t, 30*time.Second, "the pod's Events", func() (bool, string) {
+		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default",
+			"--field-selector", "involvedObject.name=audited", "-o", "custom-columns=REASON:.reason,SOURCE:.source.component")
+		return strings.Contains(out, audit.ReasonMissing) && strings.Contains(out, audit.ReasonRepaired) &&
+			strings.Contains(out, audit.Component), out
+	})
+}
+
+// 9. The plugin reports each ADD to the agent, whose log shows it.
+func TestPluginReportsInAgentLog(t *testing.T) {
+	requireInstalled(t)
+	startPod(t, meshedPod(t, "reported"))
+	agent, ok := installerPodOrEmpty(t)
+	if !ok {
+		t.Fatal("no agent pod")
+	}
+	eventually(t, 30*time.Second, "the ADD in the agent's log", func() (bool, string) {
+		log := env.node.ContainerLog(agent, "install-cni")
+		for line := range strings.Lines(log) {
+			if strings.Contains(line, `"msg":"plugin ADD"`) && strings.Contains(line, `"pod":"default/reported"`) &&
+				strings.Contains(line, `"redirect":true`) {
+				return true, line
+			}
+		}
+		return false, log
+	})
+}
+
+// 10. inspect, run on the node, explains a meshed pod, an unmeshed one,
+// and a meshed one whose rules are gone (before the audit repairs it).
+func TestInspect(t *testing.T) {
+	requireInstalled(t)
+	startPod(t, meshedPod(t, "inspected"))
+	startPod(t, cluster.PodSpec{Namespace: "default", Name: "inspected-plain", Target: server(t)})
+	run := func(pod string) (string, int) {
+		cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig,
+			"--cni-net-dir", env.node.CNINetDir, pod) // #nosec G204 -- test binary
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	out, code := run("default/inspected")
+	for _, want := range []string{"chains istio-cni", "decision:  redirect (ipv4)", "ipv4 nat -A ISTIO_OUTPUT", "verdict:   ok: redirected"} {
+		if !strings.Contains(out, want) || code != 0 {
+			t.Errorf("inspect default/inspected (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	t.Logf("inspect default/inspected:\n%s", out)
+	out, code = run("default/inspected-plain")
+	if !strings.Contains(out, "not redirected: no sidecar.istio.io/status annotation") || code != 0 {
+		t.Errorf("inspect default/inspected-plain (exit %d):\n%s", code, out)
+	}
+	out, code = run("kube-system/none")
+	if code != 1 || !strings.Contains(out, "not found") {
+		t.Errorf("inspect of a missing pod (exit %d):\n%s", code, out)
+	}
+}
+
+// 11. With the startup taint on the node (as kubelet's
+// --register-with-taints puts it there), a new agent removes it once
+// ready: its pod-bound token and the admission policy allow exactly that.
+func TestStartupTaintRemoved(t *testing.T) {
+	requireInstalled(t)
+	if _, err := env.node.Kubectl(t.Context(), "taint", "node", env.node.Name, nodetaint.Key+"=:NoSchedule", "--overwrite"); err != nil {
+		t.Fatal(err)
+	}
+	old := installerPod(t)
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the new agent removes the taint", func() (bool, string) {
+		out, err := env.node.Kubectl(t.Context(), "get", "node", env.node.Name, "-o", "jsonpath={.spec.taints}")
+		return err == nil && !strings.Contains(out, nodetaint.Key), out
+	})
+	requireInstalled(t)
+	if got := metric(t, "istio_cni_node_tainted"); got != 0 {
+		t.Errorf("istio_cni_node_tainted = %v", got)
+	}
+}
+
+// metric reads one series from the agent's /metrics (0 when absent).
+func metric(t *testing.T, series string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", env.metrics), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
