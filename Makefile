@@ -20,7 +20,7 @@ KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet k
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build image deps kube-binaries lint test unit e2e bench bench-node demo demo-down clean
+.PHONY: all build image deps kube-binaries lint test unit e2e chaos bench bench-node demo demo-down clean
 
 all: build
 
@@ -74,6 +74,13 @@ test: deps kube-binaries image lint
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image
 	$(GO) test -count=1 -timeout 20m -v ./test/e2e
+
+## chaos: the long chaos loop on a real node (make test runs 5 iterations):
+## 50 perturbations while meshed pods come and go; figures in
+## $(OUT)/chaos.json (BENCHMARKS.md).
+CHAOS_ITERATIONS ?= 50
+chaos: deps kube-binaries image
+	$(GO) test -count=1 -timeout 90m -v -run 'TestChaos' ./test/e2e -args -chaos.iterations=$(CHAOS_ITERATIONS) -chaos.report=$(CURDIR)/$(OUT)/chaos.json
 
 ## unit: the tests that need neither root nor the API server.
 unit:

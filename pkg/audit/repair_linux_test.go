@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/podns"
 	"istio-cni.local/istio-cni/pkg/xtables"
@@ -51,3 +52,39 @@ func TestRepairInRealNamespace(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCheckRedirectedPod is the audit's cost per meshed pod and pass:
+// one iptables-save of the pod's namespace, run from the node's root
+// (chroot) as in the DaemonSet, compared with the model.
+func BenchmarkCheckRedirectedPod(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces")
+	}
+	netns, err := testutils.NewNS()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+	for _, root := range []string{"/", ""} {
+		name := "chroot"
+		if root == "" {
+			name = "no-chroot"
+		}
+		b.Run(name, func(b *testing.B) {
+			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: root}, Backend: xtables.Auto}}
+			m := decision.Rules(decision.Decision{Redirect: true, Spec: iptablesDefault()}, decision.DefaultNodeSettings(), true, false)
+			ctx := context.Background()
+			if err := network.Program(ctx, netns.Path(), m); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = network.Cleanup(ctx, netns.Path()) })
+			for b.Loop() {
+				if diffs, err := network.Check(ctx, netns.Path(), m); err != nil || len(diffs) > 0 {
+					b.Fatal(diffs, err)
+				}
+			}
+		})
+	}
+}
+
+func iptablesDefault() iptables.Spec { return iptables.DefaultSpec() }

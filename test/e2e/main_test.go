@@ -31,7 +31,7 @@ var env struct {
 	// installCNI is the agent's binary as built for the image, for
 	// inspect run on the node.
 	installCNI string
-	primary []byte
+	primary    []byte
 }
 
 func TestMain(m *testing.M) {

@@ -115,7 +115,8 @@ func TestChaos(t *testing.T) {
 	streamCtx, stopStream := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var created int
-	wg.Go(func() { created = stream(streamCtx, t) })
+	live := &livePods{}
+	wg.Go(func() { created = stream(streamCtx, t, live) })
 	wg.Go(func() { obs.run(streamCtx) })
 	figs := chaosFigures{Iterations: *chaosIterations, HealMS: map[string][]float64{}}
 	for i := range *chaosIterations {
@@ -126,7 +127,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("iteration %d, %s: %v", i, p.name, err)
 		}
 		end := time.Now()
-		if err := waitHealed(ctx, obs, 3*time.Minute); err != nil {
+		if err := waitHealed(ctx, obs, live, end, 3*time.Minute); err != nil {
 			figs.Unhealed = append(figs.Unhealed, fmt.Sprintf("%d %s: %v", i, p.name, err))
 			continue
 		}
@@ -160,15 +161,41 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// livePods are the stream's pods not deleted yet, with their creation
+// times.
+type livePods struct {
+	mu   sync.Mutex
+	pods []livePod
+}
+
+type livePod struct {
+	name string
+	at   time.Time
+}
+
+func (l *livePods) createdBefore(t time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, p := range l.pods {
+		if p.at.Before(t) {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+func (l *livePods) set(pods []livePod) {
+	l.mu.Lock()
+	l.pods = slices.Clone(pods)
+	l.mu.Unlock()
+}
+
 // stream creates a meshed pod every 1.5 s and deletes each after about 10
 // s, until ctx ends; then it deletes what is left and returns how many it
 // created. API errors (an outage) are skipped.
-func stream(ctx context.Context, t *testing.T) int {
-	type live struct {
-		name string
-		at   time.Time
-	}
-	var pods []live
+func stream(ctx context.Context, t *testing.T, l *livePods) int {
+	var pods []livePod
 	del := func(name string) bool {
 		status, _, err := env.node.Do(context.Background(), http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil)
 		return err == nil && (status < 300 || status == http.StatusNotFound)
@@ -179,6 +206,7 @@ func stream(ctx context.Context, t *testing.T) int {
 	for {
 		select {
 		case <-ctx.Done():
+			l.set(nil)
 			for _, p := range pods {
 				for i := 0; i < 50 && !del(p.name); i++ {
 					time.Sleep(200 * time.Millisecond)
@@ -190,6 +218,7 @@ func stream(ctx context.Context, t *testing.T) int {
 		for len(pods) > 0 && time.Since(pods[0].at) > 10*time.Second && del(pods[0].name) {
 			pods = pods[1:]
 		}
+		l.set(pods)
 		if len(pods) >= 6 {
 			continue
 		}
@@ -198,14 +227,16 @@ func stream(ctx context.Context, t *testing.T) int {
 			continue
 		}
 		n++
-		pods = append(pods, live{name, time.Now()})
+		pods = append(pods, livePod{name, time.Now()})
+		l.set(pods)
 	}
 }
 
 // observer reads the rules of every running meshed sandbox of the stream.
 type observer struct {
-	mu   sync.Mutex
-	seen map[string]*sandboxState // by sandbox ID
+	mu     sync.Mutex
+	seen   map[string]*sandboxState // by sandbox ID
+	byName map[string]*sandboxState // each pod's latest sandbox
 }
 
 type sandboxState struct {
@@ -216,6 +247,16 @@ type sandboxState struct {
 	diffs      []string
 	goodAfter  bool // seen with them after having been without
 	lastUpdate time.Time
+	running    int // containers running at the last sighting
+}
+
+// runningRedirected reports whether the pod's latest sandbox was seen
+// since `since` with both containers running and its rules in place.
+func (o *observer) runningRedirected(name string, since time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := o.byName[name]
+	return st != nil && st.lastUpdate.After(since) && st.running >= 2 && !st.bad
 }
 
 var chaosModel = iptables.Build(iptables.DefaultSpec(), true, false)
@@ -249,6 +290,11 @@ func (o *observer) record(sb cluster.Sandbox, diffs []string) {
 		o.seen[sb.ID] = st
 	}
 	st.lastUpdate = time.Now()
+	st.running = len(sb.Running)
+	if o.byName == nil {
+		o.byName = map[string]*sandboxState{}
+	}
+	o.byName[sb.Name] = st
 	if len(diffs) > 0 {
 		if !st.everBad {
 			st.firstBad, st.diffs = time.Now(), diffs
@@ -294,17 +340,25 @@ func (o *observer) figures() (seen, unredirected, repaired int, violations []str
 	return seen, unredirected, repaired, violations
 }
 
-// waitHealed waits until the node is whole again: the API answers, the
-// agent is ready, the runtime's first config chains istio-cni, and no
-// running meshed sandbox lacks its rules.
-func waitHealed(ctx context.Context, o *observer, limit time.Duration) error {
+// waitHealed waits until the node is whole again: the agent answers
+// /readyz, the runtime's first config chains istio-cni, no running meshed
+// sandbox lacks its rules, and every stream pod created before the
+// perturbation ended runs, redirected.
+func waitHealed(ctx context.Context, o *observer, l *livePods, end time.Time, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	var why string
 	for time.Now().Before(deadline) {
-		ok, detail := daemonSetReady(ctx)
+		var waiting []string
+		for _, name := range l.createdBefore(end) {
+			if !o.runningRedirected(name, end) {
+				waiting = append(waiting, name)
+			}
+		}
 		switch {
-		case !ok:
-			why = "agent: " + detail
+		case !agentReady(ctx):
+			why = "the agent's /readyz does not answer 200"
+		case len(waiting) > 0:
+			why = fmt.Sprint("not running redirected yet: ", waiting)
 		case !firstConfigChains():
 			why = "the runtime's first config does not chain istio-cni"
 		case len(o.badNow()) > 0:
@@ -315,6 +369,22 @@ func waitHealed(ctx context.Context, o *observer, limit time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return errors.New(why)
+}
+
+// agentReady asks the agent itself (the API's view lags a restart).
+func agentReady(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func firstConfigChains() bool {

@@ -24,6 +24,7 @@ import (
 func TestAuditRepairsInPlace(t *testing.T) {
 	requireInstalled(t)
 	p := startPod(t, meshedPod(t, "audited"))
+	assertRedirected(t, p)
 	netns, err := env.node.PodNetNS(t.Context(), "default", "audited")
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,17 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	if err != nil || after != netns {
 		t.Errorf("the pod's sandbox changed (%s -> %s, %v): want the repair in place", netns, after, err)
 	}
-	assertRedirected(t, p)
+	// Requests went direct while the rules were gone; the ones after the
+	// repair go through the proxy again.
+	time.Sleep(1500 * time.Millisecond)
+	offset := len(env.node.ContainerLog(p, "app"))
+	eventually(t, 30*time.Second, "two requests through the proxy after the repair", func() (bool, string) {
+		log := env.node.ContainerLog(p, "app")[offset:]
+		return strings.Count(log, "proxy listener=outbound orig="+server(t)) >= 2, log
+	})
+	if log := env.node.ContainerLog(p, "app")[offset:]; strings.Contains(log, "server name=server") {
+		t.Errorf("a request bypassed the proxy after the repair:\n%s", log)
+	}
 	if got := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`); got < before+1 {
 		t.Errorf("repairs counted: %v -> %v", before, got)
 	}
@@ -102,7 +113,7 @@ func TestInspect(t *testing.T) {
 	}
 	t.Logf("inspect default/inspected:\n%s", out)
 	out, code = run("default/inspected-plain")
-	if !strings.Contains(out, "not redirected: no sidecar.istio.io/status annotation") || code != 0 {
+	if !strings.Contains(out, "not redirected: no istio-proxy container") || code != 0 {
 		t.Errorf("inspect default/inspected-plain (exit %d):\n%s", code, out)
 	}
 	out, code = run("kube-system/none")

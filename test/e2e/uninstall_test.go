@@ -63,4 +63,3 @@ func TestRestartThenUninstall(t *testing.T) {
 	// The node works without istio-cni: a plain pod starts on the primary.
 	assertDirect(t, startPod(t, cluster.PodSpec{Namespace: "default", Name: "after-uninstall", Target: server(t)}))
 }
-
