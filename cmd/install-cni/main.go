@@ -59,9 +59,12 @@ func run() error {
 	if duties.audit != nil {
 		wake = duties.audit.Wake
 	}
+	// The plugin's reports are best effort: without them the agent still
+	// installs, repairs and audits.
 	waitEvents, err := listenEvents(dutiesCtx, cfg, log, wake)
 	if err != nil {
-		return err
+		log.Warn("not listening for the plugin's reports", "error", err.Error())
+		waitEvents = func() {}
 	}
 	wait := duties.start(dutiesCtx, log)
 	err = in.Run(ctx)

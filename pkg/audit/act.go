@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -17,8 +18,12 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptabl
 	case Repair:
 		if c.err != nil {
 			// The plugin refused this pod's settings: there are no rules
-			// to program. Deleting or labelling is the operator's call.
-			a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", c.err))
+			// to program, now or on the next pass. Deleting or labelling
+			// is the operator's call.
+			if !st.acted {
+				st.acted = true
+				a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", c.err))
+			}
 			return
 		}
 		start := a.deps.Now()
@@ -62,7 +67,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptabl
 }
 
 // failed records an action that did not work; the next pass tries again.
-func (a *Auditor) failed(pod *corev1.Pod, log interface{ Error(string, ...any) }, err error) {
+func (a *Auditor) failed(pod *corev1.Pod, log *slog.Logger, err error) {
 	a.deps.Metrics.Actions.WithLabelValues(string(a.cfg.Action), "failure").Inc()
 	log.Error("audit: action failed", "error", err.Error())
 	a.deps.Events.Eventf(pod, corev1.EventTypeWarning, ReasonFailed, "istio-cni could not %s the pod: %v", a.cfg.Action, err)

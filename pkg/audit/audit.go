@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -167,7 +169,13 @@ func (a *Auditor) resetDue(t *time.Timer) {
 		}
 	}
 	if !next.IsZero() {
-		t.Reset(max(next.Sub(a.deps.Now()), time.Millisecond))
+		// A confirmation already due was not resolved (the pod's process
+		// or namespace was not found): retry, but never in a tight loop.
+		d := next.Sub(a.deps.Now())
+		if d <= 0 {
+			d = max(min(a.cfg.Confirm, time.Second), 100*time.Millisecond)
+		}
+		t.Reset(d)
 	}
 }
 
@@ -220,14 +228,21 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 		a.deps.Log.Error("audit: finding pods' network namespaces", "error", err.Error())
 		return 0
 	}
-	checked := 0
+	checked, unchecked := 0, 0
 	for _, c := range cands {
 		ns, ok := found[string(c.pod.UID)]
-		if !ok {
-			continue // no live process: not started yet, or gone
+		if !ok || !a.check(ctx, c, ns) {
+			// A started pod without a live process in its cgroup, or
+			// whose namespace cannot be read: it may be gone, or this
+			// node's layout defeats the lookup (static pods, whose API
+			// UID is not their cgroup's). Counted, never silent.
+			unchecked++
+			continue
 		}
 		checked++
-		a.check(ctx, c, ns)
+	}
+	if only == nil {
+		a.deps.Metrics.Unchecked.Set(float64(unchecked))
 	}
 	return checked
 }
@@ -270,30 +285,42 @@ func started(pod *corev1.Pod) bool {
 }
 
 // check compares one pod's namespace with its model and acts on a
-// confirmed difference.
-func (a *Auditor) check(ctx context.Context, c candidate, ns podns.Netns) {
+// confirmed difference. It reports whether the namespace could be read.
+func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) bool {
 	uid := string(c.pod.UID)
+	// Hold the namespace open for the whole check and repair, and use it
+	// through our own descriptor: the process that led to it may exit and
+	// its PID be reused by another process meanwhile.
+	f, err := os.Open(found.Path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	var st0 syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st0); err != nil || st0.Ino != found.Inode {
+		return false // another process now answers at that PID
+	}
+	ns := podns.Netns{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode, PID: found.PID}
 	st := a.pods[uid]
 	if st == nil || st.inode != ns.Inode {
 		st = &podState{inode: ns.Inode}
 		a.pods[uid] = st
 	}
-	ctx, cancel := context.WithTimeout(ctx, checkBudget)
+	checkCtx, cancel := context.WithTimeout(ctx, checkBudget)
 	defer cancel()
 	var m iptables.Model
 	var diffs []string
-	var err error
 	if c.err != nil {
 		diffs = []string{"cannot build the rules: " + c.err.Error()}
 	} else if m, err = a.model(c, ns); err == nil {
-		diffs, err = a.deps.Network.Check(ctx, ns.Path, m)
+		diffs, err = a.deps.Network.Check(checkCtx, ns.Path, m)
 	}
 	if err != nil {
 		if !errors.Is(err, podnet.ErrNoNetns) {
 			a.deps.Metrics.Errors.Inc()
-			a.deps.Log.Warn("audit: cannot check pod", "pod", podName(c.pod), "netns", ns.Path, "error", err.Error())
+			a.deps.Log.Warn("audit: cannot check pod", "pod", podName(c.pod), "netns", found.Path, "error", err.Error())
 		}
-		return
+		return false
 	}
 	now := a.deps.Now()
 	if len(diffs) == 0 {
@@ -301,24 +328,29 @@ func (a *Auditor) check(ctx context.Context, c candidate, ns podns.Netns) {
 			a.deps.Log.Info("audit: pod has its redirect again", "pod", podName(c.pod))
 		}
 		*st = podState{inode: ns.Inode}
-		return
+		return true
 	}
 	if st.suspect.IsZero() {
 		st.suspect = now
 	}
 	if now.Sub(st.suspect) < a.cfg.Confirm {
 		a.deps.Log.Debug("audit: pod lacks its redirect; confirming", "pod", podName(c.pod), "diffs", diffs)
-		return
+		return true
 	}
 	if !st.found {
 		st.found = true
 		a.deps.Metrics.Findings.Inc()
 		msg := "running without its traffic redirect: " + summary(diffs)
 		a.deps.Log.Warn("audit: meshed pod running unredirected", "pod", podName(c.pod), "uid", uid,
-			"netns", ns.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))
+			"netns", found.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))
 		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, ReasonMissing, msg)
 	}
-	a.act(ctx, c, ns, m, st)
+	// The repair has a budget of its own: a slow check (the xtables lock)
+	// must not leave it too little to finish, and fail half-way.
+	actCtx, cancelAct := context.WithTimeout(ctx, checkBudget)
+	defer cancelAct()
+	a.act(actCtx, c, ns, m, st)
+	return true
 }
 
 // model is the pod's rule model, its families from its addresses and its

@@ -14,10 +14,11 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/podns"
 )
 
 func TestRedirectedPodIsLeftAlone(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	h.add(meshed("ok"), true)
 	if n := h.a.pass(context.Background(), nil); n != 1 {
 		t.Fatalf("checked %d pods, want 1", n)
@@ -28,7 +29,7 @@ func TestRedirectedPodIsLeftAlone(t *testing.T) {
 }
 
 func TestRepairAfterConfirmation(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	h.add(meshed("bare"), false)
 	ctx := context.Background()
 
@@ -66,14 +67,14 @@ func TestRepairAfterConfirmation(t *testing.T) {
 }
 
 func TestNewSandboxRestartsConfirmation(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	p := meshed("flip")
 	h.add(p, false)
 	ctx := context.Background()
 	h.a.pass(ctx, nil)
 	h.clock.advance(time.Second)
 	// A new sandbox (new namespace) whose ADD is under way.
-	h.ns[string(p.UID)] = podnsNetns(h.ns[string(p.UID)].Path, 4242)
+	h.ns[string(p.UID)] = h.netns("new-sandbox")
 	h.clock.advance(time.Second)
 	h.a.pass(ctx, nil)
 	if len(h.net.programmed) != 0 {
@@ -82,7 +83,7 @@ func TestNewSandboxRestartsConfirmation(t *testing.T) {
 }
 
 func TestFailedRepairKeepsPodCounted(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	h.net.programErr = errBoom
 	h.add(meshed("stuck"), false)
 	ctx := context.Background()
@@ -110,7 +111,7 @@ func TestFailedRepairKeepsPodCounted(t *testing.T) {
 func TestDeleteAndLabelActOnce(t *testing.T) {
 	for _, action := range []Action{Delete, Label} {
 		t.Run(string(action), func(t *testing.T) {
-			h := newHarness(action)
+			h := newHarness(t, action)
 			h.add(meshed("leak"), false)
 			ctx := context.Background()
 			h.a.pass(ctx, nil)
@@ -132,7 +133,7 @@ func TestDeleteAndLabelActOnce(t *testing.T) {
 }
 
 func TestReportOnlyRecords(t *testing.T) {
-	h := newHarness(Report)
+	h := newHarness(t, Report)
 	h.add(meshed("seen"), false)
 	h.a.pass(context.Background(), nil)
 	h.clock.advance(3 * time.Second)
@@ -146,7 +147,7 @@ func TestReportOnlyRecords(t *testing.T) {
 }
 
 func TestOnlyMeshedStartedPodsAreChecked(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	plain := meshed("plain")
 	plain.Annotations = nil
 	system := meshed("system")
@@ -171,7 +172,7 @@ func TestOnlyMeshedStartedPodsAreChecked(t *testing.T) {
 }
 
 func TestInvalidSettingsAreFoundNotRepaired(t *testing.T) {
-	h := newHarness(Repair)
+	h := newHarness(t, Repair)
 	p := meshed("bad")
 	p.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"
 	h.add(p, false)
@@ -185,10 +186,15 @@ func TestInvalidSettingsAreFoundNotRepaired(t *testing.T) {
 	if len(evs) != 2 || !strings.Contains(evs[1], "cannot repair in place") {
 		t.Errorf("events %q", evs)
 	}
+	// Reported once, not on every pass.
+	h.a.pass(context.Background(), nil)
+	if evs := h.drainEvents(); len(evs) != 0 || testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "failure")) != 1 {
+		t.Errorf("repeated: %q", evs)
+	}
 }
 
 func TestGonePodsAreForgotten(t *testing.T) {
-	h := newHarness(Report)
+	h := newHarness(t, Report)
 	h.add(meshed("gone"), false)
 	h.a.pass(context.Background(), nil)
 	h.clock.advance(3 * time.Second)
@@ -211,4 +217,27 @@ func mustDecide(t *testing.T, p *corev1.Pod) decision.Decision {
 		t.Fatalf("decision %+v, %v", d, err)
 	}
 	return d
+}
+
+func TestUncheckablePodsAreCounted(t *testing.T) {
+	h := newHarness(t, Repair)
+	h.add(meshed("seen"), true)
+	h.pods.pods = append(h.pods.pods, meshed("no-process"))
+	gone := meshed("pid-reused")
+	h.add(gone, true)
+	// Another namespace now answers at the path the lookup found.
+	other := h.netns("other")
+	h.ns[string(gone.UID)] = podnsWithPath(h.ns[string(gone.UID)], other.Path)
+	h.a.fullPass(context.Background())
+	if c, u := testutil.ToFloat64(h.metrics.Checked), testutil.ToFloat64(h.metrics.Unchecked); c != 1 || u != 2 {
+		t.Errorf("checked %v, unchecked %v: want 1 and 2", c, u)
+	}
+	if len(h.net.programmed) != 0 {
+		t.Error("acted on a namespace it could not verify")
+	}
+}
+
+func podnsWithPath(n podns.Netns, path string) podns.Netns {
+	n.Path = path
+	return n
 }

@@ -57,8 +57,11 @@ type Config struct {
 	// updates and the plugin's reports trigger checks in between.
 	Interval time.Duration
 	// Confirm is how long a pod must stay without its rules, in the same
-	// network namespace, before the audit acts: a sandbox whose ADD is
-	// still running looks unredirected for that long at most.
+	// network namespace, before the audit acts. Runtimes start no process
+	// in a new sandbox's namespace before its ADD completes, so a namespace
+	// found through a pod's process is past its ADD; the delay covers what
+	// is left: a repeated ADD reconciling the same namespace, a flush and
+	// reprogram by someone else, a sandbox being torn down.
 	Confirm time.Duration
 	// ExcludeNamespaces and AgentNamespace are the plugin's: the audit
 	// decides exactly as ADD does.

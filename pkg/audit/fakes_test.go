@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
+	"syscall"
+	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,18 +38,27 @@ func (f fakeNamespaces) Find(uids []string) (map[string]podns.Netns, error) {
 	return out, nil
 }
 
-// fakeNetwork holds, per namespace path, whether the rules are in place.
+// fakeNetwork holds, per namespace (a file standing for it, by inode),
+// whether the rules are in place. The audit hands it a /proc/self/fd path.
 type fakeNetwork struct {
 	mu         sync.Mutex
-	redirected map[string]bool
+	redirected map[uint64]bool
 	programmed []iptables.Model
 	programErr error
+}
+
+func inodeOf(path string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Ino
 }
 
 func (f *fakeNetwork) Check(_ context.Context, path string, _ iptables.Model) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.redirected[path] {
+	if f.redirected[inodeOf(path)] {
 		return nil, nil
 	}
 	return []string{"nat ISTIO_OUTPUT: chain missing", "nat OUTPUT: missing rule 1: -j ISTIO_OUTPUT"}, nil
@@ -59,7 +71,7 @@ func (f *fakeNetwork) Program(_ context.Context, path string, m iptables.Model) 
 	if f.programErr != nil {
 		return f.programErr
 	}
-	f.redirected[path] = true
+	f.redirected[inodeOf(path)] = true
 	return nil
 }
 
@@ -83,6 +95,7 @@ func (c *clock) now() time.Time          { return c.t }
 func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 type harness struct {
+	dir     string // files standing for namespaces
 	a       *Auditor
 	pods    *fakePods
 	ns      fakeNamespaces
@@ -93,11 +106,12 @@ type harness struct {
 	clock   *clock
 }
 
-func newHarness(action Action) *harness {
+func newHarness(t *testing.T, action Action) *harness {
 	h := &harness{
+		dir:     t.TempDir(),
 		pods:    &fakePods{},
 		ns:      fakeNamespaces{},
-		net:     &fakeNetwork{redirected: map[string]bool{}},
+		net:     &fakeNetwork{redirected: map[uint64]bool{}},
 		actions: &fakeActions{},
 		events:  record.NewFakeRecorder(100),
 		metrics: NewMetrics(prometheus.NewRegistry()),
@@ -117,9 +131,19 @@ func newHarness(action Action) *harness {
 // add puts a started pod on the node with its namespace.
 func (h *harness) add(p *corev1.Pod, redirected bool) {
 	h.pods.pods = append(h.pods.pods, p)
-	path := "/proc/" + string(p.UID) + "/ns/net"
-	h.ns[string(p.UID)] = podns.Netns{Path: path, Inode: uint64(len(h.ns) + 1000)}
-	h.net.redirected[path] = redirected
+	h.ns[string(p.UID)] = h.netns(string(p.UID))
+	h.net.redirected[h.ns[string(p.UID)].Inode] = redirected
+}
+
+// netns makes a file that stands for a new namespace.
+func (h *harness) netns(name string) podns.Netns {
+	f, err := os.CreateTemp(h.dir, name)
+	if err != nil {
+		panic(err)
+	}
+	path := f.Name()
+	_ = f.Close()
+	return podns.Netns{Path: path, Inode: inodeOf(path)}
 }
 
 func (h *harness) drainEvents() []string {
@@ -150,5 +174,3 @@ func meshed(name string) *corev1.Pod {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.99.0.7"}}},
 	}
 }
-
-func podnsNetns(path string, inode uint64) podns.Netns { return podns.Netns{Path: path, Inode: inode} }

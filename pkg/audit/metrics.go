@@ -7,8 +7,10 @@ type Metrics struct {
 	// Unredirected is the number of meshed pods currently running without
 	// their rules (confirmed, not yet repaired).
 	Unredirected prometheus.Gauge
-	// Checked is the number of meshed pods the last full pass checked.
-	Checked prometheus.Gauge
+	// Checked is the number of meshed pods the last full pass checked;
+	// Unchecked those started but whose namespace it could not read.
+	Checked   prometheus.Gauge
+	Unchecked prometheus.Gauge
 	// Findings counts pods found running unredirected.
 	Findings prometheus.Counter
 	// Actions counts what was done about them, by action and result
@@ -31,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "istio_cni_audit_pods_checked",
 			Help: "Meshed pods the last full audit pass checked.",
 		}),
+		Unchecked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_audit_pods_unchecked",
+			Help: "Started meshed pods the last full audit pass could not check (no live process found, or the namespace unreadable).",
+		}),
 		Findings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "istio_cni_audit_findings_total",
 			Help: "Meshed pods found running without their redirect rules.",
@@ -49,6 +55,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
-	reg.MustRegister(m.Unredirected, m.Checked, m.Findings, m.Actions, m.Errors, m.PassSeconds)
+	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds)
 	return m
 }

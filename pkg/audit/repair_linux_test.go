@@ -32,11 +32,11 @@ func TestRepairInRealNamespace(t *testing.T) {
 		t.Run(string(backend), func(t *testing.T) {
 			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: "/"}, Backend: backend}}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
-			h := newHarness(Repair)
+			h := newHarness(t, Repair)
 			h.a.deps.Network = network
 			p := meshed("real")
 			h.pods.pods = append(h.pods.pods, p)
-			h.ns[string(p.UID)] = podns.Netns{Path: netns.Path(), Inode: 1}
+			h.ns[string(p.UID)] = podns.Netns{Path: netns.Path(), Inode: inodeOf(netns.Path())}
 			ctx := context.Background()
 			h.a.pass(ctx, nil)
 			h.clock.advance(2 * time.Second)

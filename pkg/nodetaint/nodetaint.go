@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,10 +50,13 @@ type Controller struct {
 	Tainted prometheus.Gauge
 }
 
-// retry bounds the backoff of a failed API write.
+// retry bounds the backoff of a failed API write; resync is how often the
+// node is read again while nothing changes (someone else may have put the
+// taint back).
 const (
 	retryMin = 500 * time.Millisecond
 	retryMax = 30 * time.Second
+	resync   = 5 * time.Minute
 )
 
 // Run keeps the taint in step until ctx ends.
@@ -94,6 +96,7 @@ func (c *Controller) Run(ctx context.Context) {
 			continue
 		}
 		retry = retryMin
+		resetTimer(timer, resync)
 	}
 }
 
@@ -117,8 +120,8 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 		return fmt.Errorf("reading node %s: %w", c.Node, err)
 	}
 	taints, changed := With(node.Spec.Taints, want)
-	c.setGauge(want)
 	if !changed {
+		c.setGauge(want)
 		return nil
 	}
 	patch, err := json.Marshal([]map[string]any{
@@ -131,6 +134,7 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("patching node %s: %w", c.Node, err)
 	}
+	c.setGauge(want)
 	if want {
 		c.Log.Warn("node tainted: the plugin cannot be kept installed; no new pods are scheduled here", "taint", Key+":NoSchedule", "reason", why)
 	} else {
@@ -150,31 +154,32 @@ func (c *Controller) setGauge(tainted bool) {
 	}
 }
 
-// With returns taints with ours present (want) or absent, and whether that
-// differs from the input. Other taints keep their order.
+// With returns taints with ours present once (want) or absent, and whether
+// that differs from the input. Other taints keep their order; entries of
+// our key with another effect go (a duplicate key and effect would fail
+// validation).
 func With(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
-	i := slices.IndexFunc(taints, func(t corev1.Taint) bool { return t.Key == Key })
-	switch {
-	case want && i >= 0 && taints[i].Effect == corev1.TaintEffectNoSchedule:
-		return taints, false
-	case want && i >= 0:
-		out := slices.Clone(taints)
-		out[i] = Taint()
-		return out, true
-	case want:
-		return append(slices.Clone(taints), Taint()), true
-	case i < 0:
-		return taints, false
-	}
-	out := slices.Delete(slices.Clone(taints), i, i+1)
-	for j := i; j < len(out); j++ {
-		if out[j].Key == Key {
-			out = slices.Delete(out, j, j+1)
-			j--
+	ours := Taint()
+	out := make([]corev1.Taint, 0, len(taints)+1)
+	for _, t := range taints {
+		if t.Key != Key {
+			out = append(out, t)
 		}
 	}
-	if out == nil {
-		out = []corev1.Taint{}
+	if want {
+		out = append(out, ours)
+	}
+	changed := len(out) != len(taints)
+	if !changed {
+		for i := range out {
+			if !out[i].MatchTaint(&taints[i]) || out[i].Value != taints[i].Value {
+				changed = true
+				break
+			}
+		}
+	}
+	if !changed {
+		return taints, false
 	}
 	return out, true
 }

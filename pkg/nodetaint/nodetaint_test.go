@@ -31,6 +31,7 @@ func TestWith(t *testing.T) {
 		{"wrong effect fixed", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}}, true, []corev1.Taint{ours}, true},
 		{"remove keeps others in order", []corev1.Taint{ours, other}, false, []corev1.Taint{other}, true},
 		{"remove duplicates", []corev1.Taint{ours, other, {Key: Key, Effect: corev1.TaintEffectPreferNoSchedule}}, false, []corev1.Taint{other}, true},
+		{"duplicate keys collapse", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}, other, ours}, true, []corev1.Taint{other, ours}, true},
 		{"remove the last", []corev1.Taint{ours}, false, []corev1.Taint{}, true},
 		{"absent", []corev1.Taint{other}, false, []corev1.Taint{other}, false},
 	} {

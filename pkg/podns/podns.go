@@ -61,6 +61,7 @@ func (f Finder) Find(uids []string) (map[string]Netns, error) {
 		return nil, fmt.Errorf("listing %s: %w", f.Proc, err)
 	}
 	found := map[string]Netns{}
+	started := map[string]uint64{} // the chosen process's start time, by pod
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -75,7 +76,15 @@ func (f Finder) Find(uids []string) (map[string]Netns, error) {
 		if !ok {
 			continue
 		}
-		if _, seen := found[uid]; seen {
+		// The pod's first process (the sandbox's pause, or the first
+		// container where the runtime pins the namespace without one) is
+		// in the pod's namespace; a later one may have made a nested
+		// namespace (Docker-in-Docker, browser sandboxes).
+		start, err := startTime(dir)
+		if err != nil {
+			continue
+		}
+		if prev, seen := started[uid]; seen && prev <= start {
 			continue
 		}
 		path := filepath.Join(dir, "ns", "net")
@@ -84,8 +93,30 @@ func (f Finder) Find(uids []string) (map[string]Netns, error) {
 			continue // a zombie has no namespace; host network is not a pod's
 		}
 		found[uid] = Netns{Path: path, Inode: ino, PID: pid}
+		started[uid] = start
 	}
 	return found, nil
+}
+
+// startTime reads a process's start time (clock ticks since boot, field 22
+// of /proc/<pid>/stat).
+func startTime(dir string) (uint64, error) {
+	stat, err := os.ReadFile(filepath.Join(dir, "stat")) // #nosec G304 -- /proc, by design
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields that follow start after its last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("%s/stat: no command name", dir)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	const startField = 22 - 3 // fields[0] is field 3 (state)
+	if len(fields) <= startField {
+		return 0, fmt.Errorf("%s/stat: %d fields", dir, len(fields)+2)
+	}
+	return strconv.ParseUint(fields[startField], 10, 64)
 }
 
 // podOf finds the pod UID a /proc/<pid>/cgroup names, if wanted. The pod's

@@ -1,6 +1,7 @@
 package podns
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,11 @@ func fakeProc(t *testing.T, procs map[int]string, shareWith map[int]int) string 
 	for pid, cg := range procs {
 		dir := mk(pid)
 		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Start times follow the pids: a lower pid started earlier.
+		stat := fmt.Sprintf("%d (proc name) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0", pid, 1000+pid)
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := shareWith[pid]; !ok {
@@ -96,6 +102,25 @@ func TestFindSameSandboxSameInode(t *testing.T) {
 	}
 	if first[uidA].Inode != second[uidA].Inode || first[uidA].PID == second[uidA].PID {
 		t.Errorf("first %+v, second %+v: want the same inode from another process", first[uidA], second[uidA])
+	}
+}
+
+func TestFindPicksThePodsFirstProcess(t *testing.T) {
+	// pid 30 started first (the sandbox); pid 20 is listed first but made a
+	// nested namespace later (ReadDir order is by name: "20" < "30").
+	proc := fakeProc(t, map[int]string{
+		30: "0::/kubepods/pod" + uidA + "/pause\n",
+		20: "0::/kubepods/pod" + uidA + "/app\n",
+	}, nil)
+	if err := os.WriteFile(filepath.Join(proc, "20", "stat"), []byte("20 (dind (x)) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99999 0 0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Finder{Proc: proc, HostNetns: filepath.Join(proc, "1", "ns", "net")}.Find([]string{uidA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[uidA].PID != 30 {
+		t.Errorf("picked pid %d, want the pod's first process 30", got[uidA].PID)
 	}
 }
 

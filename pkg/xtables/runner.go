@@ -63,8 +63,10 @@ type RootRunner struct {
 	Root string
 }
 
-// rootSearchDirs are where a program is looked for inside Root.
-var rootSearchDirs = append(append([]string{}, sbinDirs...), "/usr/bin", "/bin")
+// rootSearchDirs are where a program is looked for inside Root, in the
+// order of systemd's default PATH, which the node's runtime (and so the
+// plugin) runs with.
+var rootSearchDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // Run executes name from Root's sbin and bin directories, chrooted into
 // Root, with a clean environment.
@@ -75,8 +77,8 @@ func (r RootRunner) Run(ctx context.Context, stdin []byte, name string, args ...
 	var path string
 	for _, dir := range rootSearchDirs {
 		// Lstat: a symlink (Debian's alternatives) resolves only inside
-		// the chroot.
-		if _, err := os.Lstat(filepath.Join(r.Root, dir, name)); err == nil {
+		// the chroot, so its target is not checked here.
+		if st, err := os.Lstat(filepath.Join(r.Root, dir, name)); err == nil && (st.Mode()&os.ModeSymlink != 0 || st.Mode().IsRegular() && st.Mode()&0o111 != 0) {
 			path = filepath.Join(dir, name)
 			break
 		}

@@ -109,6 +109,9 @@ func TestNodeTaintPolicy(t *testing.T) {
 		{"a label", "taint-node-a", "taint-node-a", `{"metadata":{"labels":{"kubernetes.io/os":"windows"}}}`},
 		{"an annotation", "taint-node-a", "taint-node-a", `{"metadata":{"annotations":{"x":"y"}}}`},
 		{"cordon", "taint-node-a", "taint-node-a", `{"spec":{"unschedulable":true}}`},
+		{"an owner reference", "taint-node-a", "taint-node-a", `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"6f0a4c2e-1b7d-4e8e-9a51-2c3d4e5f6a7b"}]}}`},
+		{"a finalizer", "taint-node-a", "taint-node-a", `{"metadata":{"finalizers":["example.com/block"]}}`},
+		{"a pod CIDR", "taint-node-a", "taint-node-a", `{"spec":{"podCIDR":"10.200.0.0/24","podCIDRs":["10.200.0.0/24"]}}`},
 	} {
 		_, err := agentOn(t, tc.asNode).CoreV1().Nodes().Patch(ctx, tc.node, types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
 		if err == nil || !strings.Contains(err.Error(), "istio-cni-node-taint") {

@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// livePods are the stream's pods not deleted yet, with their creation
+// times.
+type livePods struct {
+	mu   sync.Mutex
+	pods []livePod
+}
+
+type livePod struct {
+	name string
+	at   time.Time
+}
+
+func (l *livePods) createdBefore(t time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, p := range l.pods {
+		if p.at.Before(t) {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+func (l *livePods) set(pods []livePod) {
+	l.mu.Lock()
+	l.pods = slices.Clone(pods)
+	l.mu.Unlock()
+}
+
+// stream creates a meshed pod every 1.5 s and deletes each after about 10
+// s, until ctx ends; then it deletes what is left and returns how many it
+// created. API errors (an outage) are skipped.
+func stream(ctx context.Context, t *testing.T, l *livePods) int {
+	var pods []livePod
+	del := func(name string) bool {
+		status, _, err := env.node.Do(context.Background(), http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil)
+		return err == nil && (status < 300 || status == http.StatusNotFound)
+	}
+	n := 0
+	tick := time.NewTicker(1500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.set(nil)
+			for _, p := range pods {
+				for i := 0; i < 50 && !del(p.name); i++ {
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+			return n
+		case <-tick.C:
+		}
+		for len(pods) > 0 && time.Since(pods[0].at) > 10*time.Second && del(pods[0].name) {
+			pods = pods[1:]
+		}
+		l.set(pods)
+		if len(pods) >= 6 {
+			continue
+		}
+		name := fmt.Sprintf("chaos-%d", n)
+		if err := env.node.CreatePod(ctx, meshedPod(t, name).JSON()); err != nil {
+			continue
+		}
+		n++
+		pods = append(pods, livePod{name, time.Now()})
+		l.set(pods)
+	}
+}
+
+// observer reads the rules of every running meshed sandbox of the stream.
+type observer struct {
+	mu     sync.Mutex
+	seen   map[string]*sandboxState // by sandbox ID
+	byName map[string]*sandboxState // each pod's latest sandbox
+}
+
+type sandboxState struct {
+	name       string
+	bad        bool      // now without its rules
+	everBad    bool      // seen without them at least once
+	firstBad   time.Time // when
+	diffs      []string
+	goodAfter  bool // seen with them after having been without
+	lastUpdate time.Time
+	running    int // containers running at the last sighting
+}
+
+// runningRedirected reports whether the pod's latest sandbox was seen
+// since `since` with both containers running and its rules in place.
+func (o *observer) runningRedirected(name string, since time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := o.byName[name]
+	return st != nil && st.lastUpdate.After(since) && st.running >= 2 && !st.bad
+}
+
+var chaosModel = iptables.Build(iptables.DefaultSpec(), true, false)
+
+func (o *observer) run(ctx context.Context) {
+	check := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	for ctx.Err() == nil {
+		sbs, err := env.node.ReadySandboxes(ctx, "default")
+		if err == nil {
+			for _, sb := range sbs {
+				if !strings.HasPrefix(sb.Name, "chaos-") || len(sb.Running) == 0 {
+					continue
+				}
+				diffs, err := check.Check(ctx, sb.Netns, chaosModel)
+				if err != nil {
+					continue // torn down meanwhile
+				}
+				o.record(sb, diffs)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (o *observer) record(sb cluster.Sandbox, diffs []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	st := o.seen[sb.ID]
+	if st == nil {
+		st = &sandboxState{name: sb.Name}
+		o.seen[sb.ID] = st
+	}
+	st.lastUpdate = time.Now()
+	st.running = len(sb.Running)
+	if o.byName == nil {
+		o.byName = map[string]*sandboxState{}
+	}
+	o.byName[sb.Name] = st
+	if len(diffs) > 0 {
+		if !st.everBad {
+			st.firstBad, st.diffs = time.Now(), diffs
+		}
+		st.bad, st.everBad = true, true
+		return
+	}
+	if st.bad {
+		st.goodAfter = true
+	}
+	st.bad = false
+}
+
+// badNow lists the sandboxes currently seen without their rules.
+func (o *observer) badNow() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for id, st := range o.seen {
+		// A sandbox not seen for a while is gone.
+		if st.bad && time.Since(st.lastUpdate) < 2*time.Second {
+			out = append(out, st.name+"/"+id[:12])
+		}
+	}
+	return out
+}
+
+func (o *observer) figures() (seen, unredirected, repaired int, violations []string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, st := range o.seen {
+		seen++
+		if st.everBad {
+			unredirected++
+			violations = append(violations, fmt.Sprintf("%s (sandbox %s) at %s: %s",
+				st.name, id[:12], st.firstBad.Format("15:04:05.000"), strings.Join(st.diffs, "; ")))
+		}
+		if st.goodAfter {
+			repaired++
+		}
+	}
+	slices.Sort(violations)
+	return seen, unredirected, repaired, violations
+}
+
+// waitHealed waits until the node is whole again: the agent answers
+// /readyz, the runtime's first config chains istio-cni, no running meshed
+// sandbox lacks its rules, and every stream pod created before the
+// perturbation ended runs, redirected.
+func waitHealed(ctx context.Context, o *observer, l *livePods, end time.Time, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	var why string
+	for time.Now().Before(deadline) {
+		var waiting []string
+		for _, name := range l.createdBefore(end) {
+			if !o.runningRedirected(name, end) {
+				waiting = append(waiting, name)
+			}
+		}
+		switch {
+		case !agentReady(ctx):
+			why = "the agent's /readyz does not answer 200"
+		case len(waiting) > 0:
+			why = fmt.Sprint("not running redirected yet: ", waiting)
+		case !firstConfigChains():
+			why = "the runtime's first config does not chain istio-cni"
+		case len(o.badNow()) > 0:
+			why = fmt.Sprint("unredirected: ", o.badNow())
+		default:
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New(why)
+}
+
+// agentReady asks the agent itself (the API's view lags a restart).
+func agentReady(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func firstConfigChains() bool {
+	names, err := chain.ConfigFiles(env.node.CNINetDir)
+	if err != nil || len(names) == 0 {
+		return false
+	}
+	data, err := os.ReadFile(filepath.Join(env.node.CNINetDir, names[0]))
+	return err == nil && chain.HasEntry(data)
+}
+
+// chaosEvents counts the stream's pods' repair and sandbox-failure Events.
+func chaosEvents(t *testing.T) (repairs, failures int) {
+	t.Helper()
+	status, body, err := env.node.Do(t.Context(), http.MethodGet, "/api/v1/namespaces/default/events?limit=5000", nil)
+	if err != nil || status != http.StatusOK {
+		t.Errorf("listing events: %d %v", status, err)
+		return 0, 0
+	}
+	var list struct {
+		Items []struct {
+			Reason         string
+			Count          int
+			InvolvedObject struct{ Name string }
+		}
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Error(err)
+		return 0, 0
+	}
+	for _, e := range list.Items {
+		if !strings.HasPrefix(e.InvolvedObject.Name, "chaos-") {
+			continue
+		}
+		switch e.Reason {
+		case "IstioRedirectRepaired":
+			repairs += max(e.Count, 1)
+		case "FailedCreatePodSandBox":
+			failures += max(e.Count, 1)
+		}
+	}
+	return repairs, failures
+}
