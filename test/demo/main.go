@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -105,7 +106,7 @@ func up(dir string) (err error) {
 	if err := install(ctx, node, filepath.Join(dir, "overlay")); err != nil {
 		return err
 	}
-	return showApps(ctx, node, dir)
+	return showApps(ctx, node, filepath.Join(filepath.Dir(images[1]), "bin", "install-cni"))
 }
 
 func install(ctx context.Context, node *cluster.Node, overlay string) error {
@@ -120,7 +121,7 @@ func install(ctx context.Context, node *cluster.Node, overlay string) error {
 	return err
 }
 
-func showApps(ctx context.Context, node *cluster.Node, dir string) error {
+func showApps(ctx context.Context, node *cluster.Node, installCNI string) error {
 	step("starting demo/server, demo/meshed-app (with an istio-proxy sidecar) and demo/plain-app (without)")
 	server := cluster.PodSpec{Namespace: "demo", Name: "server", Server: true}
 	if err := node.CreatePod(ctx, server.JSON()); err != nil {
@@ -174,6 +175,12 @@ func showApps(ctx context.Context, node *cluster.Node, dir string) error {
 			verdict = "THROUGH THE PROXY"
 		}
 		fmt.Printf("   %-10s -> %s: %s\n", s.Name, verdict, line)
+	}
+	if err := showInspect(ctx, node, installCNI, apps); err != nil {
+		return err
+	}
+	if err := showReports(ctx, node); err != nil {
+		return err
 	}
 	kubectl, err := cluster.Kubectl()
 	if err != nil {
@@ -237,4 +244,48 @@ func indent(s string) string {
 		b.WriteString("   " + line)
 	}
 	return b.String()
+}
+
+// showInspect runs `install-cni inspect` on the node for each app and
+// prints its summary lines (the full report also lists the rules).
+func showInspect(ctx context.Context, node *cluster.Node, installCNI string, apps []cluster.PodSpec) error {
+	step("why is each app (not) in the mesh? install-cni inspect NAMESPACE/NAME, run on the node")
+	for _, s := range apps {
+		cmd := exec.CommandContext(ctx, installCNI, "inspect", "--kubeconfig", node.Kubeconfig, // #nosec G204 -- the demo's own binary
+			"--cni-net-dir", node.CNINetDir, s.Namespace+"/"+s.Name)
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("inspect %s/%s: %w\n%s", s.Namespace, s.Name, err, out)
+		}
+		fmt.Printf("   $ install-cni inspect %s/%s\n", s.Namespace, s.Name)
+		for line := range strings.Lines(string(out)) {
+			if strings.HasPrefix(line, "decision:") || strings.HasPrefix(line, "verdict:") || strings.HasPrefix(line, "cni:") {
+				fmt.Print("     " + line)
+			}
+		}
+	}
+	return nil
+}
+
+// showReports prints what the plugin reported to the agent about the demo's
+// pods, from the agent's log (kubectl logs on a real cluster).
+func showReports(ctx context.Context, node *cluster.Node) error {
+	step("the plugin's reports in the agent's log (kubectl -n istio-cni logs ds/istio-cni-node on a cluster)")
+	out, err := node.Kubectl(ctx, "-n", "istio-cni", "get", "pods", "-o", "jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}")
+	if err != nil {
+		return err
+	}
+	var agent cluster.Pod
+	if _, err := fmt.Sscan(out, &agent.Metadata.Name, &agent.Metadata.UID); err != nil {
+		return fmt.Errorf("the agent's pod: %q: %w", out, err)
+	}
+	agent.Metadata.Namespace = "istio-cni"
+	for line := range strings.Lines(node.ContainerLog(agent, "install-cni")) {
+		if strings.Contains(line, `"msg":"plugin ADD"`) && strings.Contains(line, `"pod":"demo/`) {
+			if i := strings.Index(line, "{"); i >= 0 {
+				fmt.Print("   " + line[i:])
+			}
+		}
+	}
+	return nil
 }

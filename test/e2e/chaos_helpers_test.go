@@ -134,11 +134,25 @@ func (o *observer) run(ctx context.Context) {
 				if err != nil {
 					continue // torn down meanwhile
 				}
+				// A sandbox being torn down loses its rules (CNI DEL)
+				// only after its containers stopped: rules found missing
+				// count only if a container still runs after the check.
+				if len(diffs) > 0 && !stillRunning(ctx, sb.ID) {
+					continue
+				}
 				o.record(sb, diffs)
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+func stillRunning(ctx context.Context, id string) bool {
+	sbs, err := env.node.ReadySandboxes(ctx, "default")
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(sbs, func(sb cluster.Sandbox) bool { return sb.ID == id && len(sb.Running) > 0 })
 }
 
 func (o *observer) record(sb cluster.Sandbox, diffs []string) {
@@ -204,10 +218,15 @@ func (o *observer) figures() (seen, unredirected, repaired int, violations []str
 // /readyz, the runtime's first config chains istio-cni, no running meshed
 // sandbox lacks its rules, and every stream pod created before the
 // perturbation ended runs, redirected.
-func waitHealed(ctx context.Context, o *observer, l *livePods, end time.Time, limit time.Duration) error {
+func waitHealed(ctx context.Context, o *observer, l *livePods, end time.Time, limit time.Duration, logf func(string, ...any)) error {
 	deadline := time.Now().Add(limit)
 	var why string
+	lastLog := time.Now()
 	for time.Now().Before(deadline) {
+		if why != "" && time.Since(lastLog) > 10*time.Second {
+			logf("still healing after %v: %s", time.Since(end).Round(time.Second), why)
+			lastLog = time.Now()
+		}
 		var waiting []string
 		for _, name := range l.createdBefore(end) {
 			if !o.runningRedirected(name, end) {

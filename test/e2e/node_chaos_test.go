@@ -121,7 +121,7 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("iteration %d, %s: %v", i, p.name, err)
 		}
 		end := time.Now()
-		if err := waitHealed(ctx, obs, live, end, 3*time.Minute); err != nil {
+		if err := waitHealed(ctx, obs, live, end, 3*time.Minute, t.Logf); err != nil {
 			figs.Unhealed = append(figs.Unhealed, fmt.Sprintf("%d %s: %v", i, p.name, err))
 			continue
 		}
