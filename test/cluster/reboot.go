@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -132,7 +134,9 @@ func (n *Node) podNetNSPaths(ctx context.Context) ([]string, error) {
 	for _, sb := range list.Items {
 		path, err := n.sandboxNetNS(ctx, rt, sb.Id)
 		switch {
-		case errors.Is(err, errNoNetNS):
+		case errors.Is(err, errNoNetNS), status.Code(err) == codes.NotFound:
+			// Host network, or removed since the list (kubelet is still
+			// running): nothing of it to clean.
 		case err != nil:
 			return nil, fmt.Errorf("sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err)
 		default:
