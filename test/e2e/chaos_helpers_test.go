@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -306,4 +307,55 @@ func chaosEvents(t *testing.T) (repairs, failures int) {
 		}
 	}
 	return repairs, failures
+}
+
+// readyAt is when the agent's /readyz first answers 200 from now on.
+func readyAt(ctx context.Context) time.Time {
+	for !agentReady(ctx) && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Now()
+}
+
+// agentStarted is the start time of the running agent process (the
+// newest install-cni), from /proc: its start in clock ticks after boot,
+// against the uptime.
+func agentStarted() (time.Time, error) {
+	// Uptime (to the centisecond) beats btime (to the second).
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now()
+	var uptime float64
+	if _, err := fmt.Sscan(string(up), &uptime); err != nil {
+		return time.Time{}, err
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return time.Time{}, err
+	}
+	var newest uint64
+	for _, e := range entries {
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "install-cni" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		var ticks uint64
+		if len(fields) > 19 {
+			_, _ = fmt.Sscan(fields[19], &ticks)
+		}
+		newest = max(newest, ticks)
+	}
+	if newest == 0 {
+		return time.Time{}, errors.New("no install-cni process")
+	}
+	const clockTicks = 100 // USER_HZ on Linux
+	sinceStart := time.Duration(uptime*float64(time.Second)) - time.Duration(newest)*time.Second/clockTicks
+	return now.Add(-sinceStart), nil
 }
