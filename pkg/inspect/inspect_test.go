@@ -83,7 +83,7 @@ func TestMeshedPodWithoutRules(t *testing.T) {
 	}
 	out := render(t, r)
 	for _, want := range []string{
-		"does NOT chain istio-cni", "decision:  redirect (ipv4)", "should have:\n  ipv4 nat -A ISTIO_INBOUND",
+		"does NOT chain istio-cni", "decision:  redirect (ipv4)", "should have:\n  ipv4 nat -A PREROUTING -p tcp -j ISTIO_INBOUND",
 		"has (istio-cni's rules only):\n  (none)", "verdict:   NOT REDIRECTED: 1 difference(s)", "nat ISTIO_OUTPUT: chain missing",
 	} {
 		if !strings.Contains(out, want) {
