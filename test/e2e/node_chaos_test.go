@@ -101,7 +101,7 @@ type chaosFigures struct {
 	Violations          []string  `json:"violations,omitempty"`
 }
 
-// TestChaos: while a stream of meshed pods is created and deleted, the node
+// 7. TestChaos: while a stream of meshed pods is created and deleted, the node
 // goes through each perturbation in turn, *chaosIterations times. An
 // observer reads every running meshed sandbox's rules straight from the
 // runtime and the kernel (it holds while the API is down). No meshed pod may
