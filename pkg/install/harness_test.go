@@ -94,7 +94,9 @@ func (n *node) write(path, content string, mode os.FileMode) {
 	if err := os.WriteFile(path, []byte(content), mode); err != nil {
 		n.t.Fatal(err)
 	}
-	if err := os.Chmod(path, mode); err != nil {
+	// The running installer may have consumed the file already (inplace
+	// mode converts a .conf into a .conflist): its mode is moot then.
+	if err := os.Chmod(path, mode); err != nil && !os.IsNotExist(err) {
 		n.t.Fatal(err)
 	}
 }
