@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -145,13 +144,7 @@ func toInspect(p *corev1.Pod) (*inspect.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &inspect.Pod{Pod: kp, Node: p.Spec.NodeName, Phase: string(p.Status.Phase)}
-	for _, ip := range p.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			out.IPs = append(out.IPs, a)
-		}
-	}
-	return out, nil
+	return &inspect.Pod{Pod: kp, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), IPs: apipod.IPs(p)}, nil
 }
 
 // inspectMain runs inspect and exits.

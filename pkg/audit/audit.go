@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -356,13 +355,7 @@ func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) boo
 // model is the pod's rule model, its families from its addresses and its
 // namespace, exactly as ADD computes it.
 func (a *Auditor) model(c candidate, ns podns.Netns) (iptables.Model, error) {
-	var addrs []netip.Addr
-	for _, ip := range c.pod.Status.PodIPs {
-		if addr, err := netip.ParseAddr(ip.IP); err == nil {
-			addrs = append(addrs, addr)
-		}
-	}
-	v4, v6, err := decision.Families(c.decision.DualStack, addrs, func() (bool, error) {
+	v4, v6, err := decision.Families(c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
 		return a.deps.Network.HasIPv6(ns.Path)
 	})
 	if err != nil {

@@ -35,6 +35,17 @@ func Families(dualStack bool, addrs []netip.Addr, hasIPv6 func() (bool, error)) 
 	return true, v6, err
 }
 
+// FamilyNames names the families as the logs and reports do.
+func FamilyNames(v4, v6 bool) string {
+	switch {
+	case v4 && v6:
+		return "ipv4,ipv6"
+	case v6:
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
 // Rules is what a redirected pod must hold: the one computation ADD, CHECK,
 // the node audit and inspect share.
 func Rules(d Decision, node NodeSettings, v4, v6 bool) iptables.Model {

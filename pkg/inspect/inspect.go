@@ -145,7 +145,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		return r, nil
 	}
 	m := decision.Rules(dec, o.Settings, v4, v6)
-	r.Families = familyNames(v4, v6)
+	r.Families = decision.FamilyNames(v4, v6)
 	for _, rs := range m.Rulesets() {
 		r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
 	}
@@ -180,16 +180,6 @@ func nodeOr(n string) string {
 		return "the pod's node"
 	}
 	return "node " + n
-}
-
-func familyNames(v4, v6 bool) string {
-	switch {
-	case v4 && v6:
-		return "ipv4,ipv6"
-	case v6:
-		return "ipv6"
-	}
-	return "ipv4"
 }
 
 func prefixed(f iptables.Family, lines []string) []string {

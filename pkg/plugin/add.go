@@ -108,7 +108,7 @@ func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables
 	if err != nil {
 		return iptables.Model{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
-	out.families = familyNames(v4, v6)
+	out.families = decision.FamilyNames(v4, v6)
 	node := decision.NodeSettings{TProxyMark: conf.TProxyMark, TProxyTable: conf.TProxyRouteTable}
 	return decision.Rules(out.decision, node, v4, v6), true, nil
 }
@@ -127,16 +127,6 @@ func (p *Plugin) getPod(conf *Config, ref podRef, out *outcome) (*kube.Pod, erro
 		return nil, podError(err)
 	}
 	return pod, nil
-}
-
-func familyNames(v4, v6 bool) string {
-	switch {
-	case v4 && v6:
-		return "ipv4,ipv6"
-	case v6:
-		return "ipv6"
-	}
-	return "ipv4"
 }
 
 // logOutcome writes the one line per verb.

@@ -5,6 +5,7 @@ package apipod
 
 import (
 	"encoding/json"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -24,4 +25,15 @@ func ToKube(pod *corev1.Pod) (*kube.Pod, error) {
 		return nil, err
 	}
 	return &kp, nil
+}
+
+// IPs are the pod's addresses from its status; unparsable ones are skipped.
+func IPs(pod *corev1.Pod) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
