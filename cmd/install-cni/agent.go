@@ -42,10 +42,6 @@ func newNodeDuties(cfg install.Config, rc *rest.Config, in *install.Installer, r
 		return nil, err
 	}
 	if cfg.AuditAction != audit.Off {
-		root := cfg.HostRoot
-		if root == "/" {
-			root = "" // the agent runs on the node itself: no chroot
-		}
 		rec, stop := audit.NewRecorder(cs, cfg.NodeName)
 		d.stop = stop
 		d.audit = audit.New(audit.Config{
@@ -54,7 +50,7 @@ func newNodeDuties(cfg install.Config, rc *rest.Config, in *install.Installer, r
 			Settings: decision.DefaultNodeSettings(),
 		}, audit.Deps{
 			Namespaces: podns.Finder{Proc: cfg.HostProc},
-			Network:    &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: root}, Backend: xtables.Auto}},
+			Network:    &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: cfg.HostRoot}, Backend: xtables.Auto}},
 			Actions:    audit.APIActions{Client: cs},
 			Events:     rec,
 			Metrics:    audit.NewMetrics(reg),

@@ -77,9 +77,6 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if err != nil {
 		return 1, err
 	}
-	if *root == "/" {
-		*root = "" // already the node's root: no chroot
-	}
 	prog := &xtables.Programmer{Runner: xtables.RootRunner{Root: *root}, Backend: backend}
 	network := &podnet.Netns{Programmer: prog}
 	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir,

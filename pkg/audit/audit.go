@@ -161,12 +161,8 @@ func (a *Auditor) resetDue(t *time.Timer) {
 			}
 		}
 	}
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
+	// Since Go 1.23, Stop and Reset discard a pending fire.
+	t.Stop()
 	if !next.IsZero() {
 		// A confirmation already due was not resolved (the pod's process
 		// or namespace was not found): retry, but never in a tight loop.

@@ -30,7 +30,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
 	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		t.Run(string(backend), func(t *testing.T) {
-			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: "/"}, Backend: backend}}
+			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: "/proc/self/root"}, Backend: backend}}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
 			h.a.deps.Network = network
@@ -65,7 +65,7 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, root := range []string{"/", ""} {
+	for _, root := range []string{"/proc/self/root", ""} {
 		name := "chroot"
 		if root == "" {
 			name = "no-chroot"

@@ -100,15 +100,8 @@ func (c *Controller) Run(ctx context.Context) {
 	}
 }
 
-func resetTimer(t *time.Timer, d time.Duration) {
-	if !t.Stop() {
-		select {
-		case <-t.C:
-		default:
-		}
-	}
-	t.Reset(max(d, time.Millisecond))
-}
+// resetTimer re-arms t; since Go 1.23 Reset discards a pending fire.
+func resetTimer(t *time.Timer, d time.Duration) { t.Reset(max(d, time.Millisecond)) }
 
 // set adds (want) or removes the taint with a JSON patch guarded by the
 // node's resourceVersion: another writer's taints are never lost.

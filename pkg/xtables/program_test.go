@@ -131,8 +131,9 @@ func TestRootRunner(t *testing.T) {
 		t.Skip("chroot needs root")
 	}
 	// This machine's root stands for the node's: the program is found
-	// inside it and runs chrooted there.
-	out, err := RootRunner{Root: "/"}.Run(context.Background(), nil, "iptables-save", "--version")
+	// inside it and runs chrooted there (/proc/self/root is "/", but not
+	// spelled "/", which would skip the chroot).
+	out, err := RootRunner{Root: "/proc/self/root"}.Run(context.Background(), nil, "iptables-save", "--version")
 	if err != nil {
 		t.Fatal(err)
 	}

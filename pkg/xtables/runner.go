@@ -57,8 +57,9 @@ func run(cmd *exec.Cmd, name string, stdin []byte) ([]byte, error) {
 // mounted at Root, chrooted into it: the agent's image ships no iptables,
 // and the node's binaries are the ones whose backend (legacy or nft) and
 // lock file match the rules the plugin wrote. The child inherits the
-// calling thread's network namespace, as with ExecRunner. Root "" runs
-// without chroot.
+// calling thread's network namespace, as with ExecRunner. Root "" or "/"
+// (already the node's root: the agent or inspect run on the node itself)
+// runs without chroot.
 type RootRunner struct {
 	Root string
 }
@@ -71,7 +72,7 @@ var rootSearchDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", 
 // Run executes name from Root's sbin and bin directories, chrooted into
 // Root, with a clean environment.
 func (r RootRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if r.Root == "" {
+	if r.Root == "" || r.Root == "/" {
 		return ExecRunner{}.Run(ctx, stdin, name, args...)
 	}
 	var path string
