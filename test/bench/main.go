@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 
+	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/test/cluster"
 )
 
@@ -82,7 +83,16 @@ func run(plugin string, n, conc int, backends []string) error {
 			return err
 		}
 	}
-	b := &bench{plugin: plugin, kubeconfig: kubeconfig, n: n, uids: uids}
+	// An agent takes the reporting rows' reports, as the DaemonSet's does.
+	agent, err := agentevents.Listen(filepath.Join(dir, "events.sock"))
+	if err != nil {
+		return err
+	}
+	defer agent.Close()
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	go func() { _ = agent.Run(agentCtx, func(agentevents.Event) {}) }()
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "events.sock"), n: n, uids: uids}
 	printHeader(plugin, n, conc)
 	if err := b.version(); err != nil {
 		return err
@@ -95,6 +105,11 @@ func run(plugin string, n, conc int, backends []string) error {
 	if err := b.peakRSS(); err != nil {
 		return err
 	}
+	// The reports must have arrived, or the reporting rows measured nothing.
+	if got := agent.Stats().Events; got < uint64(n*len(backends)) {
+		return fmt.Errorf("the agent received %d reports, want %d", got, n*len(backends))
+	}
+	fmt.Printf("\nThe agent received %d reports (none malformed: %d).\n", agent.Stats().Events, agent.Stats().Malformed)
 	fmt.Printf("\nGo %s, GOMAXPROCS %d.\n", runtime.Version(), runtime.GOMAXPROCS(0))
 	return nil
 }

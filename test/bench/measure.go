@@ -22,6 +22,9 @@ import (
 type bench struct {
 	plugin     string
 	kubeconfig string
+	// agentSocket is where a listening agent takes the plugin's reports,
+	// for the ADD rows that report.
+	agentSocket string
 	uids       map[string]string // bench pod name -> uid
 	n          int
 }
@@ -45,6 +48,11 @@ func (b *bench) stdin(backend, prevResult string) []byte {
 	return []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni",
  "kubeconfig":%q,"exclude_namespaces":["kube-system"],"log_level":"info","iptables_backend":%q,
  "prevResult":%s}`, b.kubeconfig, backend, prevResult))
+}
+
+// reporting is stdin with agent_socket set, as the installer writes it.
+func (b *bench) reporting(stdin []byte) []byte {
+	return []byte(strings.Replace(string(stdin), `"log_level":"info",`, fmt.Sprintf(`"log_level":"info","agent_socket":%q,`, b.agentSocket), 1))
 }
 
 // execPlugin runs the plugin once as a runtime would and times it. With
@@ -167,7 +175,10 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 // timed); the concurrent runs rely on the plugin's own read-back instead, so
 // the bench adds no CPU load of its own.
 func (b *bench) add(backend xtables.Backend, pod, prevResult string, check, rss bool) func() (sample, error) {
-	stdin := b.stdin(string(backend), prevResult)
+	return b.addWith(backend, pod, b.stdin(string(backend), prevResult), check, rss)
+}
+
+func (b *bench) addWith(backend xtables.Backend, pod string, stdin []byte, check, rss bool) func() (sample, error) {
 	want := "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"
 	switch pod {
 	case "bench-dns":

@@ -65,6 +65,7 @@ func (b *bench) backend(name string, conc int) error {
 	}{
 		{"floor: bare iptables-restore (" + name + ")", 1, func() (sample, error) { return floorOnce(be, text) }},
 		{"ADD meshed pod (" + name + ")", 1, b.add(be, "bench", prevV4, true, false)},
+		{"ADD meshed pod, reporting to a listening agent (" + name + ")", 1, b.addWith(be, "bench", b.reporting(b.stdin(name, prevV4)), true, false)},
 		{"ADD meshed dual-stack pod (" + name + ")", 1, b.add(be, "bench", prevDual, true, false)},
 		{"ADD meshed pod, DNS capture (" + name + ")", 1, b.add(be, "bench-dns", prevV4, true, false)},
 		{"ADD meshed pod, TPROXY (" + name + ")", 1, b.add(be, "bench-tproxy", prevV4, true, false)},
