@@ -25,8 +25,8 @@ type bench struct {
 	// agentSocket is where a listening agent takes the plugin's reports,
 	// for the ADD rows that report.
 	agentSocket string
-	uids       map[string]string // bench pod name -> uid
-	n          int
+	uids        map[string]string // bench pod name -> uid
+	n           int
 }
 
 // sample is one timed run, and the peak RSS of the process in KiB when
