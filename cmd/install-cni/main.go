@@ -1,97 +1,38 @@
-// Command install-cni runs in the istio-cni DaemonSet on every node: it
-// installs the plugin, its kubeconfig and the chained conflist, keeps them
-// in place, and removes them when the DaemonSet is deleted; it audits the
-// node's meshed pods and keeps the node's startup taint in step. Its
-// inspect subcommand explains one pod (see inspect.go).
+// Command install-cni is the istio-cni DaemonSet's process on every node
+// (pkg/nodeagent): it installs the plugin, its kubeconfig and the chained
+// conflist and keeps them in place, audits the node's meshed pods, keeps
+// the node's startup taint in step, and removes the files when istio-cni is
+// uninstalled.
+//
+//	install-cni [flags]                  the agent (flags: install-cni --help)
+//	install-cni inspect NAMESPACE/NAME   why a pod is (not) redirected
+//	install-cni uninstall [flags]        remove istio-cni from a node whose agent is gone
 package main
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
-	"k8s.io/client-go/rest"
-
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent"
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "inspect" {
-		inspectMain(os.Args[2:])
-	}
-	if err := run(); err != nil {
+	self, err := os.Executable()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "install-cni:", err)
 		os.Exit(1)
 	}
-}
-
-func run() error {
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	args := os.Args[1:]
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
 	}
-	cfg, err := install.ParseFlags(os.Args[1:], os.Getenv, filepath.Dir(self))
-	if err != nil {
-		return err
+	switch sub {
+	case "inspect":
+		os.Exit(nodeagent.Inspect(args[1:], os.Getenv, os.Stdout, os.Stderr))
+	case "uninstall":
+		os.Exit(nodeagent.Uninstall(args[1:], os.Getenv, os.Stdout, os.Stderr))
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	api, rc, err := apiClients(cfg, log)
-	if err != nil {
-		return err
-	}
-	metrics := install.NewMetrics()
-	in := install.New(cfg, log, metrics, api)
-	duties := &nodeDuties{stop: func() {}}
-	if rc != nil {
-		if duties, err = newNodeDuties(cfg, rc, in, metrics.Registry, log); err != nil {
-			return err
-		}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	dutiesCtx, stopDuties := context.WithCancel(ctx)
-	defer stopDuties()
-	var wake func(string)
-	if duties.audit != nil {
-		wake = duties.audit.Wake
-	}
-	// The plugin's reports are best effort: without them the agent still
-	// installs, repairs and audits.
-	waitEvents, err := listenEvents(dutiesCtx, cfg, log, wake)
-	if err != nil {
-		log.Warn("not listening for the plugin's reports", "error", err.Error())
-		waitEvents = func() {}
-	}
-	wait := duties.start(dutiesCtx, log)
-	err = in.Run(ctx)
-	stopDuties()
-	wait()
-	waitEvents()
-	return err
-}
-
-// apiClients connects the installer's API uses with its in-cluster
-// credentials. Outside a cluster it runs without them: the plugin then
-// carries the installer's token and is never uninstalled at shutdown.
-func apiClients(cfg install.Config, log *slog.Logger) (install.API, *rest.Config, error) {
-	var api install.API
-	rc, err := rest.InClusterConfig()
-	if err != nil {
-		if cfg.PluginServiceAccount != "" {
-			return api, nil, fmt.Errorf("--plugin-service-account %q needs API access to mint its tokens: %w", cfg.PluginServiceAccount, err)
-		}
-		log.Warn("no API access: at shutdown the plugin is always left installed; no node audit, no taint", "error", err.Error())
-		return api, nil, nil
-	}
-	if api.Uninstall, err = install.DaemonSetGone(rc, cfg.PodNamespace, cfg.DaemonSetName); err != nil {
-		return api, nil, err
-	}
-	if cfg.PluginServiceAccount != "" {
-		api.PluginToken, err = install.PluginTokenMinter(rc, cfg.PodNamespace, cfg.PluginServiceAccount, cfg.PluginTokenTTL)
-	}
-	return api, rc, err
+	os.Exit(nodeagent.Main(args, os.Getenv, filepath.Dir(self), os.Stderr))
 }

@@ -228,6 +228,9 @@ func (l *Listener) check() {
 	_ = old.Close()
 }
 
+// Listening says whether a process (an agent) listens at path.
+func Listening(path string) bool { return listening(path) }
+
 // listening says whether a process has a socket open at path.
 func listening(path string) bool {
 	c, err := net.DialTimeout("unixgram", path, SendTimeout)

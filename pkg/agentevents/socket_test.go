@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // running is a Listener with Run going; events arrive on ch.
@@ -51,17 +53,6 @@ func (r *running) next(t *testing.T) Event {
 		t.Fatal("no event")
 	}
 	return Event{}
-}
-
-// eventually polls cond until it holds; the limit only turns a hang into a
-// failure.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("never: %s", what)
-		}
-	}
 }
 
 func sockPath(t testing.TB) string { return filepath.Join(t.TempDir(), "events.sock") }
@@ -190,7 +181,7 @@ func TestRunRecreatesRemovedSocket(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Send succeeds after the socket file was removed", func() bool { return Send(path, sample()) == nil })
+	poll.UntilTrue(t, 30*time.Second, "Send succeeds after the socket file was removed", func() bool { return Send(path, sample()) == nil })
 	if ev := r.next(t); ev.Verb != "ADD" {
 		t.Errorf("event %+v", ev)
 	}
@@ -212,7 +203,7 @@ func TestRunRecreatesReplacedSocket(t *testing.T) {
 	if err := os.Rename(other, path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "Send succeeds after the socket file was replaced", func() bool { return Send(path, sample()) == nil })
+	poll.UntilTrue(t, 30*time.Second, "Send succeeds after the socket file was replaced", func() bool { return Send(path, sample()) == nil })
 	r.next(t)
 }
 
@@ -223,7 +214,7 @@ func TestNewerListenerWins(t *testing.T) {
 	path := sockPath(t)
 	older := start(t, path)
 	newer := start(t, path)
-	eventually(t, "the older listener notices", func() bool { return older.l.Stats().Superseded })
+	poll.UntilTrue(t, 30*time.Second, "the older listener notices", func() bool { return older.l.Stats().Superseded })
 	if err := Send(path, sample()); err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,10 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptabl
 	log := a.deps.Log.With("pod", podName(c.pod), "uid", string(c.pod.UID), "action", string(a.cfg.Action))
 	switch a.cfg.Action {
 	case Repair:
-		if c.err != nil {
-			// The plugin refused this pod's settings: there are no rules
-			// to program, now or on the next pass. Deleting or labelling
-			// is the operator's call.
+		if m.V4 == nil && m.V6 == nil {
+			// The plugin refuses this pod's settings and nothing was
+			// recorded at ADD: there are no rules to program, now or on
+			// the next pass. Deleting or labelling is the operator's call.
 			if !st.acted {
 				st.acted = true
 				a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", c.err))

@@ -13,7 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/health"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -37,6 +39,12 @@ type Network interface {
 	HasIPv6(netns string) (bool, error)
 }
 
+// Records are what ADD programmed in each sandbox (applied.Store).
+type Records interface {
+	ForPod(uid string) ([]applied.Record, error)
+	Prune(live func(uid string) bool) error
+}
+
 // PodActions are the API writes of the Delete and Label actions.
 type PodActions interface {
 	Delete(ctx context.Context, pod *corev1.Pod) error
@@ -48,6 +56,7 @@ type Deps struct {
 	Pods       Pods
 	Namespaces Namespaces
 	Network    Network
+	Records    Records // nil: every pod is checked against its annotations
 	Actions    PodActions
 	Events     record.EventRecorder
 	Metrics    *Metrics
@@ -55,8 +64,8 @@ type Deps struct {
 	Now        func() time.Time
 }
 
-// checkBudget bounds reading (and repairing) one pod's namespace.
-const checkBudget = 20 * time.Second
+// CheckBudget bounds reading (and repairing) one pod's namespace.
+const CheckBudget = 20 * time.Second
 
 // Event reasons on the pod.
 const (
@@ -65,14 +74,21 @@ const (
 	ReasonFailed   = "IstioRedirectRepairFailed"
 	ReasonDeleted  = "IstioRedirectPodDeleted"
 	ReasonLabelled = "IstioRedirectPodLabelled"
+	// ReasonSettingsChanged: the pod's traffic annotations differ from
+	// what ADD applied; the audit keeps (and repairs to) what ADD applied.
+	ReasonSettingsChanged = "IstioTrafficSettingsChanged"
 )
 
 // Auditor checks the node's meshed pods; Run drives it.
 type Auditor struct {
-	cfg  Config
-	deps Deps
-	wake chan string
-	pods map[string]*podState // by pod UID
+	cfg   Config
+	deps  Deps
+	alive *health.Beat
+	wake  chan string
+	pods  map[string]*podState // by pod UID
+	// notes are what was said once of a pod (its settings changed, it has
+	// no record), so it is not said every pass; by pod UID.
+	notes map[string]string
 }
 
 // podState is what the audit remembers of one pod between checks.
@@ -93,7 +109,7 @@ func New(cfg Config, deps Deps) *Auditor {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	return &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}}
+	return &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}, notes: map[string]string{}}
 }
 
 // SetPods sets the pod source when it must be built after the auditor (an
@@ -112,7 +128,9 @@ func (a *Auditor) Wake(uid string) {
 
 // Run checks the node's pods: all of them every Interval, woken ones at
 // once, suspects when their confirmation is due. It returns when ctx ends.
-func (a *Auditor) Run(ctx context.Context) {
+// Each finished pass and each pod checked beat alive (/healthz).
+func (a *Auditor) Run(ctx context.Context, alive *health.Beat) {
+	a.alive = alive
 	a.deps.Log.Info("node audit running", "action", string(a.cfg.Action), "interval", a.cfg.Interval.String(),
 		"confirm", a.cfg.Confirm.String())
 	full := time.NewTicker(a.cfg.Interval)
@@ -175,17 +193,21 @@ func (a *Auditor) resetDue(t *time.Timer) {
 }
 
 func (a *Auditor) fullPass(ctx context.Context) {
+	defer a.alive.Beat()
 	start := a.deps.Now()
 	checked := a.pass(ctx, nil)
+	a.pruneRecords()
 	a.deps.Metrics.Checked.Set(float64(checked))
 	a.deps.Metrics.PassSeconds.Observe(a.deps.Now().Sub(start).Seconds())
 }
 
-// candidate is a started pod the decision says must be redirected.
+// candidate is a started pod the decision says must be redirected, or
+// one ADD redirected (it has records).
 type candidate struct {
 	pod      *corev1.Pod
 	decision decision.Decision
 	err      error // the pod must be redirected but its settings are invalid
+	records  []applied.Record
 }
 
 // pass checks the pods in only (all pods when nil) and returns how many
@@ -213,6 +235,11 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			delete(a.pods, uid) // gone from the node
 		}
 	}
+	for uid := range a.notes {
+		if !listed[uid] {
+			delete(a.notes, uid)
+		}
+	}
 	defer a.updateGauge()
 	if len(cands) == 0 {
 		return 0
@@ -225,6 +252,7 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 	}
 	checked, unchecked := 0, 0
 	for _, c := range cands {
+		a.alive.Beat()
 		ns, ok := found[string(c.pod.UID)]
 		if !ok || !a.check(ctx, c, ns) {
 			// A started pod without a live process in its cgroup, or
@@ -250,6 +278,13 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces, a.cfg.AgentNamespace); decided {
 		return candidate{}, false
 	}
+	var recs []applied.Record
+	if a.deps.Records != nil {
+		var err error
+		if recs, err = a.deps.Records.ForPod(string(pod.UID)); err != nil {
+			a.deps.Log.Warn("audit: reading records", "pod", podName(pod), "error", err.Error())
+		}
+	}
 	kp, err := apipod.ToKube(pod)
 	if err != nil {
 		a.deps.Log.Error("audit: reading pod", "pod", podName(pod), "error", err.Error())
@@ -257,9 +292,9 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	}
 	d, err := decision.Pod(kp)
 	if err != nil {
-		return candidate{pod: pod, err: err}, true
+		return candidate{pod: pod, err: err, records: recs}, true
 	}
-	return candidate{pod: pod, decision: d}, d.Redirect
+	return candidate{pod: pod, decision: d, records: recs}, d.Redirect || len(recs) > 0
 }
 
 // started: some container of the pod runs or ran in its current sandbox,
@@ -301,13 +336,17 @@ func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) boo
 		st = &podState{inode: ns.Inode}
 		a.pods[uid] = st
 	}
-	checkCtx, cancel := context.WithTimeout(ctx, checkBudget)
+	checkCtx, cancel := context.WithTimeout(ctx, CheckBudget)
 	defer cancel()
-	var m iptables.Model
+	m, ok, err := a.want(c, ns)
+	if !ok {
+		return true // neither recorded for this sandbox nor meshed now
+	}
 	var diffs []string
-	if c.err != nil {
-		diffs = []string{"cannot build the rules: " + c.err.Error()}
-	} else if m, err = a.model(c, ns); err == nil {
+	if err != nil {
+		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil
+		m = iptables.Model{}
+	} else {
 		diffs, err = a.deps.Network.Check(checkCtx, ns.Path, m)
 	}
 	if err != nil {
@@ -342,10 +381,78 @@ func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) boo
 	}
 	// The repair has a budget of its own: a slow check (the xtables lock)
 	// must not leave it too little to finish, and fail half-way.
-	actCtx, cancelAct := context.WithTimeout(ctx, checkBudget)
+	actCtx, cancelAct := context.WithTimeout(ctx, CheckBudget)
 	defer cancelAct()
 	a.act(actCtx, c, ns, m, st)
 	return true
+}
+
+// want is what the pod's namespace must hold: what ADD recorded for this
+// sandbox, else (a sandbox from before records, or its record lost) what
+// its annotations say now, as ADD computes it. ok=false: this sandbox was
+// not redirected and the pod is not meshed now.
+func (a *Auditor) want(c candidate, ns podns.Netns) (iptables.Model, bool, error) {
+	uid := string(c.pod.UID)
+	for _, r := range c.records {
+		if r.NetnsInode == ns.Inode {
+			a.noteSettingsChanged(c, r)
+			return r.Model(), true, nil
+		}
+	}
+	if !c.decision.Redirect && c.err == nil {
+		return iptables.Model{}, false, nil
+	}
+	if a.deps.Records != nil && a.notes[uid] != noteNoRecord {
+		a.notes[uid] = noteNoRecord
+		a.deps.Log.Info("audit: no record of what ADD applied to this sandbox (started before records were kept?); checking it against its annotations as they are now",
+			"pod", podName(c.pod), "uid", uid)
+	}
+	if c.err != nil {
+		return iptables.Model{}, true, c.err
+	}
+	m, err := a.model(c, ns)
+	return m, true, err
+}
+
+const noteNoRecord = "no record"
+
+// noteSettingsChanged reports, once per pod and change, that its traffic
+// settings now differ from what ADD applied: Istio applies them only when
+// a pod starts, and so does the audit.
+func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
+	uid := string(c.pod.UID)
+	var now string
+	switch {
+	case c.err != nil:
+		now = "invalid: " + c.err.Error()
+	case !c.decision.Redirect:
+		now = "no longer meshed: " + string(c.decision.Reason)
+	default:
+		if spec := decision.FinalSpec(c.decision, a.cfg.Settings); !applied.SameSpec(spec, r.Spec) {
+			now = "changed: " + applied.SpecDiff(r.Spec, spec)
+		}
+	}
+	if now == "" || a.notes[uid] == now {
+		return
+	}
+	a.notes[uid] = now
+	a.deps.Log.Warn("audit: the pod's traffic settings changed after it started; keeping what ADD applied", "pod", podName(c.pod), "uid", uid, "now", now)
+	a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonSettingsChanged,
+		"traffic settings changed after the pod started (%s); istio-cni keeps the rules applied at start: restart the pod to apply", now)
+}
+
+// pruneRecords drops the records of pods no longer on the node.
+func (a *Auditor) pruneRecords() {
+	if a.deps.Records == nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, p := range a.deps.Pods.List() {
+		live[string(p.UID)] = true
+	}
+	if err := a.deps.Records.Prune(func(uid string) bool { return live[uid] }); err != nil {
+		a.deps.Log.Warn("audit: pruning records", "error", err.Error())
+	}
 }
 
 // model is the pod's rule model, its families from its addresses and its

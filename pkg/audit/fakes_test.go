@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/podns"
@@ -104,6 +106,7 @@ type harness struct {
 	events  *record.FakeRecorder
 	metrics *Metrics
 	clock   *clock
+	records applied.Store
 }
 
 func newHarness(t *testing.T, action Action) *harness {
@@ -116,13 +119,14 @@ func newHarness(t *testing.T, action Action) *harness {
 		events:  record.NewFakeRecorder(100),
 		metrics: NewMetrics(prometheus.NewRegistry()),
 		clock:   &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)},
+		records: applied.Store{Dir: filepath.Join(t.TempDir(), "sandboxes")},
 	}
 	h.a = New(Config{
 		Node: "node-a", Action: action, Interval: time.Minute, Confirm: 2 * time.Second,
 		ExcludeNamespaces: []string{"kube-system"}, AgentNamespace: "istio-cni",
 		Settings: decision.DefaultNodeSettings(),
 	}, Deps{
-		Pods: h.pods, Namespaces: h.ns, Network: h.net, Actions: h.actions, Events: h.events,
+		Pods: h.pods, Namespaces: h.ns, Network: h.net, Actions: h.actions, Events: h.events, Records: h.records,
 		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,
 	})
 	return h

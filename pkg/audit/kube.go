@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,10 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 )
 
 // NodePods is an informer over the pods bound to one node: the field
@@ -110,19 +106,4 @@ func (a APIActions) Label(ctx context.Context, pod *corev1.Pod) error {
 		return fmt.Errorf("labelling pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
-}
-
-// Component is the Events' source.
-const Component = "istio-cni-node"
-
-// NewRecorder records Events through the API; stop flushes and ends it.
-func NewRecorder(cs kubernetes.Interface, node string) (rec record.EventRecorder, stop func()) {
-	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{})
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: node})
-	return rec, func() {
-		// Shutdown drops what is queued; give a last Event a moment.
-		time.Sleep(100 * time.Millisecond)
-		b.Shutdown()
-	}
 }

@@ -7,76 +7,33 @@ package chain
 
 import (
 	"fmt"
-	"path/filepath"
-	"strings"
 
-	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 // PluginType is istio-cni's "type" in a plugin list.
 const PluginType = "istio-cni"
 
-// Entry is istio-cni's plugin entry in the chain.
-type Entry struct {
-	Kubeconfig        string // host path of the plugin's kubeconfig
-	ExcludeNamespaces []string
-	AgentNamespace    string // "" to omit
-	LogLevel          string // "" to omit
-	AgentSocket       string // host path of the agent's event socket; "" to omit
-}
-
-// entryJSON is the entry as the plugin reads it (pkg/plugin.Config). Field
-// order here is the order in the file.
+// entryJSON is the entry as written: its type first, then its keys.
 type entryJSON struct {
-	Type              string   `json:"type"`
-	Kubeconfig        string   `json:"kubeconfig"`
-	ExcludeNamespaces []string `json:"exclude_namespaces"`
-	AgentNamespace    string   `json:"agent_namespace,omitempty"`
-	LogLevel          string   `json:"log_level,omitempty"`
-	AgentSocket       string   `json:"agent_socket,omitempty"`
+	Type string `json:"type"`
+	pluginconf.Entry
 }
 
-// render validates e and returns its compact JSON. The checks mirror the
-// plugin's parseConfig: a value the plugin would reject would fail every
-// pod's ADD on the node, so it fails the install instead.
-func (e Entry) render() ([]byte, error) {
-	if !filepath.IsAbs(e.Kubeconfig) {
-		return nil, entryError("kubeconfig", fmt.Sprintf("%q is not an absolute path: want the kubeconfig's path on the host", e.Kubeconfig))
+// renderEntry validates e exactly as the plugin will (pluginconf) and
+// returns its compact JSON: a value the plugin would reject would fail
+// every pod's ADD on the node, so it fails the install instead.
+func renderEntry(e pluginconf.Entry) ([]byte, error) {
+	if e.Kubeconfig == "" {
+		return nil, entryError(&pluginconf.FieldError{Field: "kubeconfig", Problem: "required: want the kubeconfig's path on the host"})
 	}
-	for _, ns := range e.ExcludeNamespaces {
-		if !kube.ValidNamespace(ns) {
-			return nil, entryError("exclude_namespaces", notNamespace(ns))
-		}
+	if _, err := e.Normalize(); err != nil {
+		return nil, entryError(err)
 	}
-	if e.AgentNamespace != "" && !kube.ValidNamespace(e.AgentNamespace) {
-		return nil, entryError("agent_namespace", notNamespace(e.AgentNamespace))
+	if e.ExcludeNamespaces == nil {
+		e.ExcludeNamespaces = []string{} // always an array: the plugin and humans read [] as "none"
 	}
-	switch strings.ToLower(e.LogLevel) {
-	case "", "debug", "info", "warn", "warning", "error":
-	default:
-		return nil, entryError("log_level", fmt.Sprintf("unknown level %q: want debug, info, warn or error", e.LogLevel))
-	}
-	if e.AgentSocket != "" && !filepath.IsAbs(e.AgentSocket) {
-		return nil, entryError("agent_socket", fmt.Sprintf("%q is not an absolute path: want the agent's socket path on the host, or empty", e.AgentSocket))
-	}
-	ex := e.ExcludeNamespaces
-	if ex == nil {
-		ex = []string{} // always an array: the plugin and humans read [] as "none"
-	}
-	return marshal(entryJSON{
-		Type:              PluginType,
-		Kubeconfig:        e.Kubeconfig,
-		ExcludeNamespaces: ex,
-		AgentNamespace:    e.AgentNamespace,
-		LogLevel:          e.LogLevel,
-		AgentSocket:       e.AgentSocket,
-	}, "")
+	return marshal(entryJSON{Type: PluginType, Entry: e}, "")
 }
 
-func entryError(field, problem string) error {
-	return fmt.Errorf("istio-cni entry: field %q: %s", field, problem)
-}
-
-func notNamespace(s string) string {
-	return fmt.Sprintf("%q is not a namespace name: want 1 to 63 lower-case letters, digits and '-'", s)
-}
+func entryError(err error) error { return fmt.Errorf("istio-cni entry: %w", err) }

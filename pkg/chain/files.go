@@ -1,9 +1,11 @@
 package chain
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/containernetworking/cni/libcni"
 )
@@ -43,4 +45,18 @@ func ConfigFiles(dir string) ([]string, error) {
 func HasEntry(data []byte) bool {
 	c, err := parseList(data)
 	return err == nil && c.hasEntry()
+}
+
+// Describe says what a config holds, for messages about who wrote it: its
+// network's name and its plugins' types.
+func Describe(data []byte) string {
+	c, err := parseList(data)
+	if err != nil {
+		if c, err = fromConf(data); err != nil {
+			return "not a CNI config"
+		}
+	}
+	var name string
+	_ = json.Unmarshal(c.fields["name"], &name)
+	return fmt.Sprintf("network %q with plugins %s", name, strings.Join(c.types(), ", "))
 }

@@ -8,12 +8,13 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // testEntry is the entry every golden file is built with.
-var testEntry = chain.Entry{
+var testEntry = pluginconf.Entry{
 	Kubeconfig:        "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig",
 	ExcludeNamespaces: []string{"kube-system"},
 	AgentNamespace:    "istio-system",

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 // ErrOnlyEntry: removing istio-cni would leave a plugin list with no plugin,
@@ -17,12 +19,12 @@ var ErrOnlyEntry = errors.New("istio-cni is the only plugin in the list")
 // it; a converted .conf also gets "loadOnlyInlinedPlugins": true (see
 // fromConf). Output is deterministic: top-level keys sorted, two-space indent,
 // final newline. Errors name the file and what is wrong.
-func Owned(p *Primary, e Entry) ([]byte, error) {
+func Owned(p *Primary, e pluginconf.Entry) ([]byte, error) {
 	c, err := parsePrimary(p)
 	if err != nil {
 		return nil, err
 	}
-	entry, err := e.render()
+	entry, err := renderEntry(e)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +37,7 @@ func Owned(p *Primary, e Entry) ([]byte, error) {
 // written by the caller under InplaceName(p.Name) instead of a name of our
 // own. Running it on its own output changes nothing, so a re-install over
 // a file it already rewrote (or an old upstream install) is a no-op.
-func Inplace(p *Primary, e Entry) ([]byte, error) {
+func Inplace(p *Primary, e pluginconf.Entry) ([]byte, error) {
 	return Owned(p, e)
 }
 

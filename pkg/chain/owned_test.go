@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 // TestOwnedPreserves: fields we do not own come out as the primary wrote
@@ -13,7 +14,7 @@ import (
 func TestOwnedPreserves(t *testing.T) {
 	p := &chain.Primary{Name: "10-x.conflist", Data: []byte(`{"name":"n","cniVersion":"1.0.0","disableCheck":"true","x-vendor":{"b":1,"a":2},
 		"plugins":[{"type":"x","big":18446744073709551615,"f":1.50,"s":"caf\u00e9 <a&b>","z":null,"a":[]}]}`)}
-	got, err := chain.Owned(p, chain.Entry{Kubeconfig: "/k"})
+	got, err := chain.Owned(p, pluginconf.Entry{Kubeconfig: "/k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestOwnedErrors(t *testing.T) {
 	ok := `{"name":"n","plugins":[{"type":"x"}]}`
 	for _, tc := range []struct {
 		name, data string
-		e          chain.Entry
+		e          pluginconf.Entry
 		want       string
 	}{
 		{"10-x.yaml", ok, testEntry, "10-x.yaml: want a name ending in .conflist, .conf or .json"},
@@ -64,11 +65,11 @@ func TestOwnedErrors(t *testing.T) {
 		{"10-x.conflist", `{"type":"bridge","name":"n"}`, testEntry, `10-x.conflist: no "plugins" list`},
 		{"10-x.conflist", `{"name":"n","plugins":[{"type":"x"},{"type":1}]}`, testEntry, "10-x.conflist: failed to parse plugin config 1"},
 		{"10-x.conflist", `[1]`, testEntry, "10-x.conflist: error parsing configuration list"},
-		{"10-x.conflist", ok, chain.Entry{Kubeconfig: "kubeconfig"}, `istio-cni entry: field "kubeconfig": "kubeconfig" is not an absolute path`},
-		{"10-x.conflist", ok, chain.Entry{Kubeconfig: "/k", ExcludeNamespaces: []string{"Kube"}}, `field "exclude_namespaces": "Kube" is not a namespace name`},
-		{"10-x.conflist", ok, chain.Entry{Kubeconfig: "/k", AgentNamespace: "a_b"}, `field "agent_namespace": "a_b"`},
-		{"10-x.conflist", ok, chain.Entry{Kubeconfig: "/k", LogLevel: "loud"}, `field "log_level": unknown level "loud": want debug, info, warn or error`},
-		{"10-x.conflist", ok, chain.Entry{Kubeconfig: "/k", AgentSocket: "events.sock"}, `field "agent_socket": "events.sock" is not an absolute path`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "kubeconfig"}, `istio-cni entry: field "kubeconfig": "kubeconfig" is not an absolute path`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", ExcludeNamespaces: []string{"Kube"}}, `field "exclude_namespaces": "Kube" is not a namespace name`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", AgentNamespace: "a_b"}, `field "agent_namespace": "a_b"`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", LogLevel: "loud"}, `field "log_level": unknown level "loud": want debug, info, warn or error`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", AgentSocket: "events.sock"}, `field "agent_socket": "events.sock" is not an absolute path`},
 	} {
 		_, err := chain.Owned(&chain.Primary{Name: tc.name, Data: []byte(tc.data)}, tc.e)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

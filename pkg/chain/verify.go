@@ -7,13 +7,15 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 // Verify reports why ownedData is not what Owned(p, e) produces, compared
 // as JSON values (key order and whitespace do not count), or nil. It names
 // the first difference: the plugin types in order, then the first plugin
 // field, then the first top-level field.
-func Verify(ownedData []byte, p *Primary, e Entry) error {
+func Verify(ownedData []byte, p *Primary, e pluginconf.Entry) error {
 	wantData, err := Owned(p, e)
 	if err != nil {
 		return fmt.Errorf("cannot build the expected chain: %w", err)

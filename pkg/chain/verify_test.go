@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 func TestVerify(t *testing.T) {
@@ -45,7 +46,7 @@ func TestVerify(t *testing.T) {
 		name string
 		data []byte
 		p    *chain.Primary
-		e    chain.Entry
+		e    pluginconf.Entry
 		want string
 	}{
 		{"entry missing", withoutEntry, p, testEntry, "istio-cni entry is missing; plugin types are [calico portmap bandwidth], want [calico portmap bandwidth istio-cni]"},

@@ -49,6 +49,7 @@ const (
 	NoStatus          Reason = "no sidecar.istio.io/status annotation"
 	HostNetwork       Reason = "pod uses the host network"
 	InterceptNone     Reason = "sidecar.istio.io/interceptionMode is NONE"
+	Recorded          Reason = "redirected at ADD (as recorded)"
 )
 
 // Decision is the outcome for one pod.

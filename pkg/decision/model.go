@@ -46,10 +46,16 @@ func FamilyNames(v4, v6 bool) string {
 	return "ipv4"
 }
 
+// FinalSpec is a redirected pod's spec with the node's settings: what ADD
+// programs and records (pkg/applied).
+func FinalSpec(d Decision, node NodeSettings) iptables.Spec {
+	spec := d.Spec
+	spec.TProxyMark, spec.TProxyTable = node.TProxyMark, node.TProxyTable
+	return spec
+}
+
 // Rules is what a redirected pod must hold: the one computation ADD, CHECK,
 // the node audit and inspect share.
 func Rules(d Decision, node NodeSettings, v4, v6 bool) iptables.Model {
-	spec := d.Spec
-	spec.TProxyMark, spec.TProxyTable = node.TProxyMark, node.TProxyTable
-	return iptables.Build(spec, v4, v6)
+	return iptables.Build(FinalSpec(d, node), v4, v6)
 }

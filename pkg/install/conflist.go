@@ -35,13 +35,13 @@ func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
 	// The primary we follow is still there but does not parse: it is being
 	// rewritten in place (truncate, write). Keep the copy of its last valid
 	// content rather than drop it or copy another network.
-	if in.primary != "" && slices.Contains(files, in.primary) && (errors.Is(err, chain.ErrNoPrimary) || (err == nil && p.Name > in.primary)) {
-		return outcome{problem: fmt.Errorf("the primary %s does not parse now (being rewritten?); keeping our chained copy of its last valid content", in.primary)}
+	if in.files.primary != "" && slices.Contains(files, in.files.primary) && (errors.Is(err, chain.ErrNoPrimary) || (err == nil && p.Name > in.files.primary)) {
+		return outcome{problem: fmt.Errorf("the primary %s does not parse now (being rewritten?); keeping our chained copy of its last valid content", in.files.primary)}
 	}
 	if errors.Is(err, chain.ErrNoPrimary) {
 		// No primary CNI: a copy of one must not outlive it, here or from an
 		// earlier run.
-		in.owned, in.primary = "", ""
+		in.files.owned, in.files.primary = "", ""
 		return outcome{problem: errors.Join(err, in.removeStaleOwned(netd))}
 	}
 	if err != nil {
@@ -65,19 +65,20 @@ func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	why := classifyWrite(changed, data, in.lastConflist)
-	if in.owned != "" && name != in.owned && before < in.owned {
-		why = writePreempted
+	why := classifyWrite(changed, data, in.files.lastConflist)
+	foreign := ""
+	if in.files.owned != "" && name != in.files.owned && before < in.files.owned {
+		why, foreign = writePreempted, before
 		in.metrics.Preemptions.Inc()
-		in.log.Warn("preempted: a foreign config sorts before ours; took priority back", "foreign", before, "was", in.owned, "now", name)
-	} else if renamed && name != in.owned {
+		in.log.Warn("preempted: a foreign config sorts before ours; took priority back", "foreign", before, "was", in.files.owned, "now", name)
+	} else if renamed && name != in.files.owned {
 		in.log.Info("a config sorts before the preferred name; using another", "before", before, "preferred", in.cfg.OwnedConfigName, "name", name)
 	}
-	if name != in.owned && why == writeRepair {
+	if name != in.files.owned && why == writeRepair {
 		why = writeUpdate // same content under a new name: the primary moved
 	}
-	in.owned, in.primary, in.lastConflist = name, p.Name, data
-	return outcome{why: why, problem: in.removeStaleOwned(netd)}
+	in.files.owned, in.files.primary, in.files.lastConflist = name, p.Name, data
+	return outcome{why: why, problem: in.removeStaleOwned(netd), foreign: foreign}
 }
 
 // firstForeign is the first config file that is not ours, or "".
@@ -93,7 +94,7 @@ func (in *Installer) firstForeign(netd *fsutil.Dir, files []string) string {
 // isOurs: the configured name, the current one, or a generated name
 // holding our entry.
 func (in *Installer) isOurs(netd *fsutil.Dir, name string) bool {
-	if name == in.cfg.OwnedConfigName || (name == in.owned && in.cfg.Mode == Owned) {
+	if name == in.cfg.OwnedConfigName || (name == in.files.owned && in.cfg.Mode == Owned) {
 		return true
 	}
 	if !strings.HasSuffix(name, chain.OwnedSuffix) {
@@ -112,10 +113,10 @@ func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
 	}
 	var errs []error
 	for _, name := range files {
-		if name == in.owned || !in.isOurs(netd, name) {
+		if name == in.files.owned || !in.isOurs(netd, name) {
 			continue
 		}
-		in.log.Info("removing our conflist under an old name", "name", name, "now", in.owned)
+		in.log.Info("removing our conflist under an old name", "name", name, "now", in.files.owned)
 		errs = append(errs, netd.Remove(name))
 	}
 	return errors.Join(errs...)
@@ -147,8 +148,8 @@ func (in *Installer) installInplace(netd *fsutil.Dir) outcome {
 	if err == nil && renamed {
 		err = netd.Remove(p.Name)
 	}
-	why := classifyWrite(changed, data, in.lastConflist)
-	in.owned, in.primary, in.lastConflist = name, name, data
+	why := classifyWrite(changed, data, in.files.lastConflist)
+	in.files.owned, in.files.primary, in.files.lastConflist = name, name, data
 	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd))}
 }
 
@@ -156,8 +157,8 @@ func (in *Installer) installInplace(netd *fsutil.Dir) outcome {
 // for the primary.
 func (in *Installer) ownedNames() []string {
 	names := []string{in.cfg.OwnedConfigName}
-	if in.owned != "" && in.owned != in.cfg.OwnedConfigName && in.cfg.Mode == Owned {
-		names = append(names, in.owned)
+	if in.files.owned != "" && in.files.owned != in.cfg.OwnedConfigName && in.cfg.Mode == Owned {
+		names = append(names, in.files.owned)
 	}
 	return names
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"istio-cni.local/istio-cni/pkg/health"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // node is a fake node's directories and a running installer.
@@ -27,6 +29,8 @@ type node struct {
 	uninstall              atomic.Bool
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
+	fights                 FightReporter
+	beats                  *health.Beats
 	tweak                  func(*Installer)
 }
 
@@ -56,19 +60,26 @@ func (n *node) config() Config {
 		HostKubeconfigPath: "/var/run/istio-cni/" + KubeconfigName, ServiceAccountDir: n.sa,
 		APIHost: "10.96.0.1", APIPort: "443", OwnedConfigName: "02-istio-cni.conflist",
 		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,
-		HealthAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", Mode: Owned,
-		PodNamespace: "istio-cni", DaemonSetName: "istio-cni-node",
-		// Tests undo our files quickly on purpose; only the conflict test
-		// wants the fight detected.
-		ConflictRepairs: 1000, ConflictWindow: 2 * time.Second,
+		Mode: Owned, PodNamespace: "istio-cni",
+		// Tests undo our files quickly on purpose; only the fight tests
+		// want the fight detected.
+		FightRepairs: 1000, FightWindow: 2 * time.Second,
 	}
 }
 
 // start runs an installer with cfg until the test ends.
 func (n *node) start(cfg Config) {
 	n.t.Helper()
-	in := New(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), NewMetrics(),
-		API{Uninstall: func(context.Context) (bool, error) { return n.uninstall.Load(), nil }, PluginToken: n.mint})
+	in := New(cfg, Deps{
+		Log:     slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Metrics: NewMetrics(),
+		Uninstall: func(context.Context) (bool, string, error) {
+			return n.uninstall.Load(), "the test says so", nil
+		},
+		PluginToken: n.mint,
+		Fights:      n.fights,
+		Liveness:    n.beats,
+	})
 	if n.tweak != nil {
 		n.tweak(in)
 	}
@@ -143,17 +154,7 @@ func testCA(t *testing.T) []byte {
 // eventually waits for cond, failing the test with what it last saw.
 func (n *node) eventually(what string, cond func() (bool, string)) {
 	n.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: not after 10s; last saw: %s", what, saw)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(n.t, 10*time.Second, what, cond)
 }
 
 func (n *node) waitReady() {

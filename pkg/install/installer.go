@@ -6,69 +6,110 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/fsutil"
+	"istio-cni.local/istio-cni/pkg/health"
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
-// UninstallCheck tells, at shutdown, whether the agent stops because its
-// DaemonSet is being deleted (uninstall: remove everything) or for any other
-// reason (rolling update, restart, node drain or reboot: leave everything so
-// pods keep starting while the agent is away).
-type UninstallCheck func(ctx context.Context) (bool, error)
+// UninstallCheck tells, at shutdown, whether the agent stops because the
+// product is being removed (remove everything) or for any other reason
+// (rolling update, restart, node drain or reboot: leave everything so pods
+// keep starting while the agent is away). pkg/lifecycle implements it.
+type UninstallCheck func(ctx context.Context) (uninstall bool, why string, err error)
 
-// Installer keeps the plugin installed on the node.
-type Installer struct {
-	cfg       Config
-	log       *slog.Logger
-	metrics   *Metrics
-	uninstall UninstallCheck
-	mint      TokenMinter // nil: the plugin uses the installer's own token
-	now       func() time.Time
-
-	mu       sync.Mutex // guards ready, why, conflist and addrs
-	ready    bool
-	why      string
-	conflist string
-
-	addrs []string // the health and metrics listeners' addresses (under mu)
-
-	readyChanged chan struct{} // signalled after each readiness change
-
-	// Loop state.
-	unwatched       []string         // watched directories not armed yet
-	owned           string           // our conflist's current name (inplace: the primary's)
-	primary         string           // the primary config's name
-	lastConflist    []byte           // what we last wrote there
-	lastKubeconfig  []byte           // what we last wrote there
-	pluginTok       pluginTokenState // the plugin's minted token
-	minted          chan mintResult  // background mints report here
-	mintTimeout     time.Duration    // bounds one mint
-	mintRetry       time.Duration    // after a failed mint
-	binaryInstalled bool             // the binary was copied once by this process
-	repairs         []time.Time      // recent repairs forced on our files, for conflict detection
-	problems        map[string]error // each file's last failure, for readiness
-	conflict        string           // non-empty while we have stopped fighting: what we saw
-}
-
-// API is what the installer asks the API server; either may be nil.
-type API struct {
+// Deps are what the installer is given besides its configuration; every
+// one may be nil.
+type Deps struct {
+	Log     *slog.Logger
+	Metrics *Metrics
 	// Uninstall tells uninstall from restart at shutdown; nil: always
 	// restart.
 	Uninstall UninstallCheck
 	// PluginToken mints the plugin's tokens; nil: the plugin's kubeconfig
 	// carries the installer's own service-account token.
 	PluginToken TokenMinter
+	// Fights hears of a writer that keeps undoing our files (an Event on
+	// the Node); the log and the metrics hear of it anyway.
+	Fights FightReporter
+	// Liveness gets the watch loop's and the minter's progress (/healthz).
+	Liveness *health.Beats
+	Now      func() time.Time
 }
 
-// New returns an installer that has not touched anything yet.
-func New(cfg Config, log *slog.Logger, m *Metrics, api API) *Installer {
-	return &Installer{cfg: cfg, log: log, metrics: m, uninstall: api.Uninstall, mint: api.PluginToken,
-		minted: make(chan mintResult, 1), mintTimeout: defaultMintTimeout, mintRetry: defaultMintRetry,
-		now: time.Now, why: "starting", readyChanged: make(chan struct{}, 1)}
+// Installer keeps the plugin installed on the node. Only Run's loop
+// touches its state, except readiness, which others read.
+type Installer struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	deps    Deps
+	now     func() time.Time
+
+	ready  *readiness    // what /readyz says, read by other goroutines
+	fights *fights       // another writer undoing us, and the repairs' pace
+	tokens *pluginTokens // the plugin's minted token; nil: the installer's own
+	files  fileState     // what the loop wrote and found
+	alive  *health.Beat  // the watch loop's progress
+
+	unwatched []string // watched directories not armed yet
 }
+
+// fileState is what the loop knows of the node's files.
+type fileState struct {
+	owned           string           // our conflist's current name (inplace: the primary's)
+	primary         string           // the primary config's name
+	lastConflist    []byte           // what we last wrote there
+	lastKubeconfig  []byte           // what we last wrote there
+	binaryInstalled bool             // the binary was copied once by this process
+	problems        map[string]error // each file's last failure, for readiness
+}
+
+// aliveBound is how long the watch loop may go without a turn before
+// /healthz fails; it ticks every aliveTick even when nothing happens. A
+// reconcile is a few file operations: only a loop stuck in a system call
+// (a hung mount) goes silent this long.
+const (
+	aliveTick  = 5 * time.Second
+	aliveBound = 30 * time.Second
+)
+
+// New returns an installer that has not touched anything yet.
+func New(cfg Config, deps Deps) *Installer {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Metrics == nil {
+		deps.Metrics = NewMetrics()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	in := &Installer{cfg: cfg, log: deps.Log, metrics: deps.Metrics, deps: deps, now: deps.Now,
+		ready:  newReadiness(deps.Log, deps.Metrics),
+		fights: newFights(cfg.FightRepairs, cfg.FightWindow),
+	}
+	if deps.PluginToken != nil {
+		in.tokens = newPluginTokens(deps.PluginToken, deps.Log, deps.Now)
+	}
+	if deps.Liveness != nil {
+		in.alive = deps.Liveness.Loop("watch loop", aliveBound)
+		if in.tokens != nil {
+			in.tokens.busy = deps.Liveness.Episodic("token minter", 3*defaultMintTimeout)
+		}
+	}
+	return in
+}
+
+// Ready reports readiness and, when not ready, why.
+func (in *Installer) Ready() (bool, string) { return in.ready.get() }
+
+// ReadyChanged is signalled after each change of readiness.
+func (in *Installer) ReadyChanged() <-chan struct{} { return in.ready.changed }
+
+// Conflist is the chained conflist's name as of the last readiness check.
+func (in *Installer) Conflist() string { return in.ready.conflistName() }
 
 // inDir runs f on a directory, created if absent and opened afresh: a
 // directory that was removed and recreated on the host is the new one.
@@ -85,54 +126,16 @@ func inDir[T any](path string, mode os.FileMode, f func(*fsutil.Dir) (T, error))
 	return f(d)
 }
 
-// Ready reports readiness and, when not ready, why.
-func (in *Installer) Ready() (bool, string) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.ready, in.why
-}
-
-// ReadyChanged is signalled after each change of readiness.
-func (in *Installer) ReadyChanged() <-chan struct{} { return in.readyChanged }
-
-// Conflist is the chained conflist's name as of the last readiness check.
-func (in *Installer) Conflist() string {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.conflist
-}
-
-func (in *Installer) setReady(ok bool, why string) {
-	in.mu.Lock()
-	changed := in.ready != ok || in.why != why
-	in.ready, in.why, in.conflist = ok, why, in.owned
-	in.mu.Unlock()
-	if ok {
-		in.metrics.Ready.Set(1)
-	} else {
-		in.metrics.Ready.Set(0)
-	}
-	if changed {
-		select {
-		case in.readyChanged <- struct{}{}:
-		default: // one pending signal is enough: readers call Ready
-		}
-		if ok {
-			in.log.Info("ready", "conflist", in.owned, "primary", in.primary)
-		} else {
-			in.log.Warn("not ready", "reason", why)
-		}
-	}
-}
-
 // entry is the plugin's conflist entry.
-func (in *Installer) entry() chain.Entry {
-	return chain.Entry{
+func (in *Installer) entry() pluginconf.Entry {
+	run := filepath.Dir(in.cfg.HostKubeconfigPath)
+	return pluginconf.Entry{
 		Kubeconfig:        in.cfg.HostKubeconfigPath,
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 		AgentNamespace:    in.cfg.PodNamespace,
 		LogLevel:          levelName(in.cfg.LogLevel),
-		AgentSocket:       filepath.Join(filepath.Dir(in.cfg.HostKubeconfigPath), EventsSocket),
+		AgentSocket:       filepath.Join(run, EventsSocket),
+		RecordsDir:        filepath.Join(run, RecordsDirName),
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -21,6 +20,8 @@ type trigger struct {
 	at     time.Time // when it was noticed
 	// also holds the reasons of the other events of the same burst.
 	also []string
+	// writer is what the event tells of whoever changed our file.
+	writer string
 }
 
 // Files the installer writes, as metric labels.
@@ -42,6 +43,9 @@ const (
 type outcome struct {
 	why     string // one of write*, "" when nothing was written
 	problem error
+	// foreign is the config that had come to sort before ours, when
+	// why is writePreempted.
+	foreign string
 }
 
 // reconcile makes the node hold the binary, the kubeconfig and the chained
@@ -50,24 +54,25 @@ type outcome struct {
 // content-guarded, so a reconcile that finds its file in place writes
 // nothing.
 func (in *Installer) reconcile(t trigger) {
-	if in.conflict != "" {
-		in.setReady(false, in.conflict)
-		return
-	}
-	var wrote, fights []string
-	for _, s := range []struct {
+	var wrote []string
+	var fight *Fight
+	now := in.now() // the pace counts from when repairs happen, not from the events
+	for _, st := range []struct {
 		file string
 		run  func() outcome
 	}{{fileBinary, in.installBinary}, {fileKubeconfig, in.installKubeconfig}, {fileConflist, in.installConflist}} {
-		if !t.concerns(s.file) {
+		if !t.concerns(st.file) {
 			continue
 		}
-		o := in.run(s.file, s.run)
+		o := in.run(st.file, st.run)
 		if o.why != "" {
-			wrote = append(wrote, s.file+":"+o.why)
+			wrote = append(wrote, st.file+":"+o.why)
 		}
-		if o.why == writeRepair || o.why == writePreempted {
-			fights = append(fights, s.file)
+		switch o.why {
+		case writeRepair:
+			fight = in.fights.repaired(now, t.file, t.writerOr("changed or removed by another process"))
+		case writePreempted:
+			fight = in.fights.repaired(now, o.foreign, "sorts before our "+in.files.owned+"; another installer writes it")
 		}
 	}
 	if len(wrote) > 0 {
@@ -76,24 +81,53 @@ func (in *Installer) reconcile(t trigger) {
 			in.metrics.RepairSeconds.Observe(d.Seconds())
 		}
 		in.log.Info("installed", "wrote", wrote, "reason", t.reason, "file", t.file,
-			"conflist", in.owned, "primary", in.primary, "ms", float64(d.Microseconds())/1000)
+			"conflist", in.files.owned, "primary", in.files.primary, "ms", float64(d.Microseconds())/1000)
 	}
-	if len(fights) > 0 && in.countFight(t) {
-		in.setReady(false, in.conflict)
-		return
+	if fight != nil {
+		in.startFight(*fight)
 	}
 	in.updateReadiness()
+}
+
+// startFight reports a fight: the log, the metric, not ready (so the
+// node's startup taint comes back), and an Event on the Node.
+func (in *Installer) startFight(f Fight) {
+	in.metrics.Conflict.Set(1)
+	in.log.Error("conflict: another writer keeps undoing our files; repairing at most once a second until it stops",
+		"file", f.File, "writer", f.Writer, "repairs", f.Repairs, "window", f.Window.String(),
+		"conflist", in.files.owned, "primary", in.files.primary)
+	if in.deps.Fights != nil {
+		in.deps.Fights.Fighting(f)
+	}
+}
+
+// endFight: no repair was forced for a whole window.
+func (in *Installer) endFight() {
+	f := in.fights.end()
+	in.metrics.Conflict.Set(0)
+	in.log.Info("conflict over: no repair forced for a whole window", "file", f.File, "writer", f.Writer, "window", f.Window.String())
+	if in.deps.Fights != nil {
+		in.deps.Fights.Calm(f)
+	}
+	in.updateReadiness()
+}
+
+func (t trigger) writerOr(def string) string {
+	if t.writer != "" {
+		return t.writer
+	}
+	return def
 }
 
 // run runs one step and records its problem and write.
 func (in *Installer) run(file string, step func() outcome) outcome {
 	o := step()
-	if in.problems == nil {
-		in.problems = map[string]error{}
+	if in.files.problems == nil {
+		in.files.problems = map[string]error{}
 	}
-	in.problems[file] = nil
+	in.files.problems[file] = nil
 	if o.problem != nil {
-		in.problems[file] = fmt.Errorf("%s: %w", file, o.problem)
+		in.files.problems[file] = fmt.Errorf("%s: %w", file, o.problem)
 	}
 	if o.why != "" {
 		in.metrics.Writes.WithLabelValues(file, o.why).Inc()
@@ -121,7 +155,41 @@ func concerns(reason, file string) bool {
 	case reasonConflistChanged, reasonConflistDeleted, reasonConfigChanged, reasonConfigRemoved:
 		return file == fileConflist
 	}
-	return true // install, re-armed watches, lost events, end of a conflict
+	return true // install, re-armed watches, lost events
+}
+
+// paced reports whether a fight may hold this trigger back: a change to
+// our own files, or to a config that is not the primary (one that may sort
+// before ours). The primary's own changes, token rotations and start-up
+// are followed at once.
+func (t trigger) paced(primary string) bool {
+	for _, reason := range append([]string{t.reason}, t.also...) {
+		switch reason {
+		case reasonBinary, reasonKubeconfig, reasonConflistChanged, reasonConflistDeleted:
+		case reasonConfigChanged, reasonConfigRemoved:
+			if t.file == primary {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// merge folds a held trigger into a later one: one reconcile covers both.
+func (t trigger) merge(held *trigger) trigger {
+	if held == nil {
+		return t
+	}
+	t.also = append(append(t.also, held.reason), held.also...)
+	if t.writer == "" {
+		t.writer = held.writer
+	}
+	if held.at.Before(t.at) {
+		t.at = held.at // repair time counts from the first change noticed
+	}
+	return t
 }
 
 // Trigger reasons.
@@ -161,12 +229,12 @@ func (in *Installer) installBinary() outcome {
 	why := ""
 	switch {
 	case !changed:
-	case in.binaryInstalled:
+	case in.files.binaryInstalled:
 		why = writeRepair
 	default:
 		why = writeInstall
 	}
-	in.binaryInstalled = in.binaryInstalled || err == nil
+	in.files.binaryInstalled = in.files.binaryInstalled || err == nil
 	return outcome{why: why, problem: err}
 }
 
@@ -176,9 +244,9 @@ func (in *Installer) installKubeconfig() outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	if in.mint != nil {
+	if in.tokens != nil {
 		// Without a valid minted token the file keeps the last one.
-		if src.Token, err = in.pluginToken(); err != nil {
+		if src.Token, err = in.tokens.current(); err != nil {
 			return outcome{problem: err}
 		}
 	}
@@ -189,9 +257,9 @@ func (in *Installer) installKubeconfig() outcome {
 	changed, err := inDir(in.cfg.KubeconfigDir, 0o700, func(d *fsutil.Dir) (bool, error) {
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
-	why := classifyWrite(changed, data, in.lastKubeconfig)
+	why := classifyWrite(changed, data, in.files.lastKubeconfig)
 	if err == nil {
-		in.lastKubeconfig = data
+		in.files.lastKubeconfig = data
 	}
 	return outcome{why: why, problem: err}
 }
@@ -201,9 +269,11 @@ func (in *Installer) installKubeconfig() outcome {
 func (in *Installer) updateReadiness() {
 	var problems []error
 	for _, file := range []string{fileBinary, fileKubeconfig, fileConflist} {
-		problems = append(problems, in.problems[file])
+		problems = append(problems, in.files.problems[file])
 	}
 	switch err := errors.Join(problems...); {
+	case in.fights.active != nil:
+		in.setReady(false, "conflict: "+in.fights.active.String()+"; repairing at most once a second")
 	case err != nil:
 		in.setReady(false, err.Error())
 	case len(in.unwatched) > 0:
@@ -226,46 +296,28 @@ func (in *Installer) verifyFirst() error {
 	if err != nil {
 		return err
 	}
-	if !slices.Contains(files, in.owned) {
+	owned := in.files.owned
+	if !slices.Contains(files, owned) {
 		in.metrics.Preempted.Set(0)
-		return fmt.Errorf("our conflist %q is missing", in.owned)
+		return fmt.Errorf("our conflist %q is missing", owned)
 	}
-	if files[0] != in.owned {
+	if files[0] != owned {
 		in.metrics.Preempted.Set(1)
-		return fmt.Errorf("%s sorts before our %s", files[0], in.owned)
+		return fmt.Errorf("%s sorts before our %s", files[0], owned)
 	}
 	in.metrics.Preempted.Set(0)
-	data, err := os.ReadFile(filepath.Join(in.cfg.CNINetDir, in.owned))
+	// Ours to read, but never through a symlink someone planted there.
+	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *fsutil.Dir) ([]byte, error) { return d.ReadFile(owned) })
 	if err != nil {
 		return err
 	}
 	if in.cfg.Mode == Inplace {
 		// The primary is the file itself, our entry inside it.
-		return chain.Verify(data, &chain.Primary{Name: in.owned, Data: data}, in.entry())
+		return chain.Verify(data, &chain.Primary{Name: owned, Data: data}, in.entry())
 	}
 	p, err := chain.FindPrimary(in.cfg.CNINetDir, in.cfg.OwnedConfigName, in.ownedNames()...)
 	if err != nil {
 		return err
 	}
 	return chain.Verify(data, p, in.entry())
-}
-
-// countFight records a repair of our own files or a preemption; too many
-// within the window mean another writer is fighting us, and we stop.
-// It reports whether we just stopped.
-func (in *Installer) countFight(t trigger) bool {
-	cutoff := t.at.Add(-in.cfg.ConflictWindow)
-	in.repairs = slices.DeleteFunc(append(in.repairs, t.at), func(at time.Time) bool { return at.Before(cutoff) })
-	if len(in.repairs) < in.cfg.ConflictRepairs {
-		return false
-	}
-	what := fmt.Sprintf("another writer keeps undoing %s: %d repairs in %s", t.file, len(in.repairs), in.cfg.ConflictWindow)
-	if t.reason == reasonConfigChanged {
-		what = fmt.Sprintf("%s keeps sorting before our conflist: %d takeovers in %s", t.file, len(in.repairs), in.cfg.ConflictWindow)
-	}
-	in.conflict = "conflict: " + what + "; stopped fighting"
-	in.metrics.Conflict.Set(1)
-	in.log.Error("conflict with another writer; stopped repairing until it stops", "detail", what,
-		"conflist", in.owned, "primary", in.primary)
-	return true
 }

@@ -62,7 +62,7 @@ func TestOwnWritesAreNoFight(t *testing.T) {
 	primary := filepath.Join(n.netd, "10-bridge.conflist")
 	n.write(primary, bridgePrimary, 0o644)
 	cfg := n.config()
-	cfg.ConflictRepairs = 2
+	cfg.FightRepairs = 2
 	n.start(cfg)
 	n.waitReady()
 	for i, plugin := range []string{`"bandwidth"`, `"tuning"`, `"firewall"`, `"sbr"`} {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/health"
 )
 
 // TokenMinter returns a new bearer token for the plugin and when it expires.
@@ -55,13 +58,21 @@ func PluginTokenMinter(cfg *rest.Config, namespace, serviceAccount string, ttl t
 	}, nil
 }
 
-// pluginTokenState is the minted token, when to replace it, and the
+// pluginTokens is the plugin's minted token, when to replace it, and the
 // mint in flight. Only Run's loop touches it.
-type pluginTokenState struct {
+type pluginTokens struct {
+	mint    TokenMinter
+	log     *slog.Logger
+	now     func() time.Time
+	minted  chan mintResult // background mints report here
+	timeout time.Duration   // bounds one mint
+	retry   time.Duration   // after a failed mint
+	busy    *health.Beat    // a mint in flight, for /healthz
+
 	token     string
 	expires   time.Time
 	refreshAt time.Time // when to mint next; zero: at once
-	minting   bool      // a mint runs; its result arrives on Installer.minted
+	minting   bool      // a mint runs; its result arrives on minted
 	lastErr   error     // the last mint's failure, for readiness
 }
 
@@ -71,79 +82,77 @@ type mintResult struct {
 	err     error
 }
 
-// startMint mints in the background, so a slow or unreachable API server
-// never holds up a repair: the loop goes on and takes the result from
-// in.minted.
-func (in *Installer) startMint(ctx context.Context) {
-	in.pluginTok.minting = true
+func newPluginTokens(mint TokenMinter, log *slog.Logger, now func() time.Time) *pluginTokens {
+	return &pluginTokens{mint: mint, log: log, now: now, minted: make(chan mintResult, 1),
+		timeout: defaultMintTimeout, retry: defaultMintRetry}
+}
+
+// start mints in the background, so a slow or unreachable API server never
+// holds up a repair: the loop goes on and takes the result from minted.
+func (p *pluginTokens) start(ctx context.Context) {
+	p.minting = true
+	p.busy.Start()
 	go func() {
-		ctx, cancel := context.WithTimeout(ctx, in.mintTimeout)
+		ctx, cancel := context.WithTimeout(ctx, p.timeout)
 		defer cancel()
-		token, expires, err := in.mint(ctx)
-		in.minted <- mintResult{token: token, expires: expires, err: err}
+		token, expires, err := p.mint(ctx)
+		p.minted <- mintResult{token: token, expires: expires, err: err}
 	}()
 }
 
-// minted takes a mint's result. Tokens are replaced at 80% of their
-// lifetime (as kubelet does for projected tokens), so a failed mint is
-// retried every mintRetry for a fifth of the lifetime before the plugin's
-// token lapses. It reports whether the token changed.
-func (in *Installer) mintDone(r mintResult) bool {
-	st := &in.pluginTok
-	st.minting = false
-	now := in.now() // after the call, which may have taken mintTimeout
+// done takes a mint's result. Tokens are replaced at 80% of their lifetime
+// (as kubelet does for projected tokens), so a failed mint is retried every
+// retry for a fifth of the lifetime before the plugin's token lapses. It
+// reports whether the token changed.
+func (p *pluginTokens) done(r mintResult) bool {
+	p.minting = false
+	p.busy.Done()
+	now := p.now() // after the call, which may have taken the timeout
 	switch {
 	case r.err != nil:
-		st.refreshAt, st.lastErr = now.Add(in.mintRetry), r.err
-		if st.token != "" && now.Before(st.expires) {
-			in.log.Warn("keeping the plugin's current token", "expires", st.expires.Format(time.RFC3339),
-				"retry_in", in.mintRetry.String(), "error", r.err.Error())
+		p.refreshAt, p.lastErr = now.Add(p.retry), r.err
+		if p.valid() {
+			p.log.Warn("keeping the plugin's current token", "expires", p.expires.Format(time.RFC3339),
+				"retry_in", p.retry.String(), "error", r.err.Error())
 		}
 		return false
 	case !r.expires.After(now):
-		st.refreshAt = now.Add(in.mintRetry)
-		st.lastErr = fmt.Errorf("minted plugin token expires at %s, which is not in the future: check the node's clock", r.expires.Format(time.RFC3339))
+		p.refreshAt = now.Add(p.retry)
+		p.lastErr = fmt.Errorf("minted plugin token expires at %s, which is not in the future: check the node's clock", r.expires.Format(time.RFC3339))
 		return false
 	}
-	st.token, st.expires, st.lastErr = r.token, r.expires, nil
-	st.refreshAt = now.Add(r.expires.Sub(now) * 4 / 5)
-	in.log.Info("minted the plugin's token", "expires", r.expires.Format(time.RFC3339), "refresh_at", st.refreshAt.Format(time.RFC3339))
+	p.token, p.expires, p.lastErr = r.token, r.expires, nil
+	p.refreshAt = now.Add(r.expires.Sub(now) * 4 / 5)
+	p.log.Info("minted the plugin's token", "expires", r.expires.Format(time.RFC3339), "refresh_at", p.refreshAt.Format(time.RFC3339))
 	return true
 }
 
-// pluginToken is the token for the plugin's kubeconfig: the minted one
-// while it is valid. It never mints (the loop does, in the background), and
-// never falls back to the installer's own token.
-func (in *Installer) pluginToken() (string, error) {
-	st := &in.pluginTok
-	if st.token != "" && in.now().Before(st.expires) {
-		return st.token, nil
+func (p *pluginTokens) valid() bool { return p.token != "" && p.now().Before(p.expires) }
+
+// current is the token for the plugin's kubeconfig: the minted one while it
+// is valid. It never mints (the loop does, in the background), and never
+// falls back to the installer's own token.
+func (p *pluginTokens) current() (string, error) {
+	if p.valid() {
+		return p.token, nil
 	}
-	if st.lastErr != nil {
-		return "", fmt.Errorf("no valid token for the plugin: %w", st.lastErr)
+	if p.lastErr != nil {
+		return "", fmt.Errorf("no valid token for the plugin: %w", p.lastErr)
 	}
 	return "", errors.New("no valid token for the plugin yet: minting")
 }
 
-// tokenRefresh fires when the next mint is due; nil when tokens are not
-// minted or a mint is in flight.
-func (in *Installer) tokenRefresh() <-chan time.Time {
-	if in.mint == nil || in.pluginTok.minting {
+// due fires when the next mint is due; nil when a mint is in flight.
+func (p *pluginTokens) due() <-chan time.Time {
+	if p.minting {
 		return nil
 	}
-	return time.After(in.pluginTok.refreshAt.Sub(in.now()))
+	return time.After(p.refreshAt.Sub(p.now()))
 }
 
-// writePluginToken puts a new token into the kubeconfig. During a conflict
-// reconcile stands still, but the plugin's credential must not lapse: only
-// the kubeconfig is written then.
+// writePluginToken puts a new token into the kubeconfig. Only the
+// kubeconfig is concerned, and it is written even while a fight paces other
+// repairs: the plugin's credential must not lapse.
 func (in *Installer) writePluginToken() {
-	t := trigger{reason: reasonPluginToken, at: in.now()}
-	if in.conflict == "" {
-		in.reconcile(t)
-		return
-	}
-	if o := in.run(fileKubeconfig, in.installKubeconfig); o.problem != nil {
-		in.log.Warn("writing the plugin's new token", "error", o.problem.Error())
-	}
+	in.reconcile(trigger{reason: reasonPluginToken, at: in.now()})
 }

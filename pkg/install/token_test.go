@@ -58,7 +58,7 @@ func (n *node) kubeconfig() string { return n.read(filepath.Join(n.kc, Kubeconfi
 // and giving up on a mint after 300 ms.
 func (n *node) minting(m *fakeMinter) {
 	n.mint = m.mint
-	n.tweak = func(in *Installer) { in.mintRetry, in.mintTimeout = 50*time.Millisecond, 300*time.Millisecond }
+	n.tweak = func(in *Installer) { in.tokens.retry, in.tokens.timeout = 50*time.Millisecond, 300*time.Millisecond }
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 }
 
@@ -140,7 +140,7 @@ func TestPluginTokenHungAPIDoesNotBlockRepairs(t *testing.T) {
 	// A hang far longer than any repair: a repair that waited for it would
 	// take seconds, one that does not takes milliseconds, whatever the load.
 	const hang = 5 * time.Second
-	n.tweak = func(in *Installer) { in.mintRetry, in.mintTimeout = 50*time.Millisecond, hang }
+	n.tweak = func(in *Installer) { in.tokens.retry, in.tokens.timeout = 50*time.Millisecond, hang }
 	n.start(n.config())
 	n.waitReady()
 	calls, _ := m.counts()
@@ -169,15 +169,15 @@ func TestPluginTokenHungAPIDoesNotBlockRepairs(t *testing.T) {
 	}
 }
 
-// During a conflict the installer stops repairing, but the plugin's token
-// is still renewed (it is our credential, not the file being fought over),
-// and at the pace of its lifetime, not in a loop.
+// During a fight repairs are paced, but the plugin's token is renewed on
+// time (it is our credential, not the file being fought over), and at the
+// pace of its lifetime, not in a loop.
 func TestPluginTokenRenewedDuringConflict(t *testing.T) {
 	n := newNode(t)
 	m := &fakeMinter{ttl: time.Second}
 	n.minting(m)
 	cfg := n.config()
-	cfg.ConflictRepairs, cfg.ConflictWindow = 4, 30*time.Second
+	cfg.FightRepairs, cfg.FightWindow = 4, 30*time.Second
 	n.start(cfg)
 	n.waitReady()
 	owned := filepath.Join(n.netd, "02-istio-cni.conflist")

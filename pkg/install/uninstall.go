@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	appsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
-	"k8s.io/client-go/rest"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/fsutil"
@@ -22,7 +21,7 @@ import (
 // still names istio-cni with no binary would fail every pod.
 func (in *Installer) Uninstall() error {
 	_, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (struct{}, error) {
-		in.owned = ""
+		in.files.owned = ""
 		return struct{}{}, errors.Join(in.removeStaleOwned(netd), in.removeEntries(netd))
 	})
 	if err != nil {
@@ -30,6 +29,17 @@ func (in *Installer) Uninstall() error {
 	}
 	for dir, name := range map[string]string{in.cfg.KubeconfigDir: KubeconfigName, in.cfg.CNIBinDir: PluginBinary} {
 		if _, err := inDir(dir, 0o755, func(d *fsutil.Dir) (struct{}, error) { return struct{}{}, d.Remove(name) }); err != nil {
+			return fmt.Errorf("uninstalling: %w", err)
+		}
+	}
+	// What the plugin and the agent leave in the run directory: the
+	// sandboxes' records and the agent's socket.
+	if err := os.RemoveAll(filepath.Join(in.cfg.KubeconfigDir, RecordsDirName)); err != nil {
+		return fmt.Errorf("uninstalling: %w", err)
+	}
+	sock := filepath.Join(in.cfg.KubeconfigDir, EventsSocket)
+	if fi, err := os.Lstat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
+		if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("uninstalling: %w", err)
 		}
 	}
@@ -64,26 +74,32 @@ func (in *Installer) removeEntries(netd *fsutil.Dir) error {
 	return errors.Join(errs...)
 }
 
-// DaemonSetGone is the UninstallCheck against the API: the DaemonSet is gone
-// or has a deletion timestamp. A rolling update or a pod restart leaves it
-// in place; `kubectl delete` removes it (background deletion, the default)
-// or marks it (foreground) before its pods get SIGTERM.
-func DaemonSetGone(cfg *rest.Config, namespace, name string) (UninstallCheck, error) {
-	if namespace == "" || name == "" {
-		return nil, errors.New("the DaemonSet's namespace and name are needed to tell uninstall from restart")
+// ShutdownReason is the not-ready reason while the agent stops: the plugin
+// stays installed, so it is no failure.
+const ShutdownReason = "shutting down"
+
+// shutdownBudget bounds the uninstall check: within the DaemonSet's
+// 30-second grace period, with room for the removal itself.
+const shutdownBudget = 20 * time.Second
+
+// shutdown leaves everything in place unless the product is being removed.
+func (in *Installer) shutdown() error {
+	in.setReady(false, ShutdownReason)
+	if in.deps.Uninstall == nil {
+		in.log.Info("stopping; no uninstall check configured: leaving the plugin installed so pods keep starting")
+		return nil
 	}
-	client, err := appsv1.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	uninstall, why, err := in.deps.Uninstall(ctx)
+	switch {
+	case err != nil:
+		in.log.Warn("cannot tell uninstall from restart; leaving the plugin installed so pods keep starting (install-cni uninstall removes it)", "error", err.Error())
+		return nil
+	case !uninstall:
+		in.log.Info("stopping, not uninstalling: leaving the plugin installed so pods keep starting", "why", why)
+		return nil
 	}
-	return func(ctx context.Context) (bool, error) {
-		ds, err := client.DaemonSets(namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("reading DaemonSet %s/%s: %w", namespace, name, err)
-		}
-		return ds.DeletionTimestamp != nil, nil
-	}, nil
+	in.log.Info("uninstalling", "why", why)
+	return in.Uninstall()
 }

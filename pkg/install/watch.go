@@ -42,10 +42,14 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	// hidden names count, our temp files (.tmp) do not.
 	case dir != in.cfg.CNINetDir || !chain.IsConfigName(name):
 		return t, false
-	case name == in.owned && gone:
-		t.reason = reasonConflistDeleted
-	case name == in.owned:
+	case name == in.files.owned && gone:
+		t.reason, t.writer = reasonConflistDeleted, "deleted by another process"
+	case name == in.files.owned:
 		t.reason = reasonConflistChanged
+		// What the other writer left says who it may be.
+		if data, err := os.ReadFile(ev.Name); err == nil {
+			t.writer = "rewritten by another process, now " + chain.Describe(data)
+		}
 	case gone:
 		t.reason = reasonConfigRemoved
 	default:
@@ -59,11 +63,81 @@ var errWatcherClosed = errors.New("inotify watcher closed")
 // Run installs, then watches and repairs until ctx ends; then it shuts down
 // (see shutdown).
 func (in *Installer) Run(ctx context.Context) error {
-	stopServing, err := in.serve(ctx)
+	if err := in.removeTemps(); err != nil {
+		return err
+	}
+	wa, err := newWatcher(in.watchedDirs())
 	if err != nil {
 		return err
 	}
-	defer stopServing()
+	defer func() { _ = wa.w.Close() }()
+	in.unwatched = wa.missing()
+	if in.tokens != nil {
+		// The first token before the first reconcile, so a fresh node
+		// gets a working kubeconfig with everything else; bounded by
+		// the mint timeout, and a failure only means not ready until a
+		// retry.
+		in.tokens.start(ctx)
+		select {
+		case r := <-in.tokens.minted:
+			in.tokens.done(r)
+		case <-ctx.Done():
+		}
+	}
+	in.reconcile(trigger{reason: reasonInstall, at: in.now()})
+	l := loop{in: in, wa: wa, pacer: stoppedTimer(), calm: stoppedTimer()}
+	tick := time.NewTicker(aliveTick)
+	defer tick.Stop()
+	for {
+		in.alive.Beat()
+		l.armCalm()
+		var due <-chan time.Time
+		var minted <-chan mintResult
+		if in.tokens != nil {
+			due, minted = in.tokens.due(), in.tokens.minted
+		}
+		select {
+		case <-ctx.Done():
+			return in.shutdown()
+		case ev, ok := <-wa.w.Events:
+			if !ok {
+				return errWatcherClosed
+			}
+			if t, relevant := in.collect(wa, append([]fsnotify.Event{ev}, drain(wa.w.Events)...)); relevant {
+				l.dispatch(t)
+			}
+		case err, ok := <-wa.w.Errors:
+			if !ok {
+				return errWatcherClosed
+			}
+			// An overflow loses events: reconcile from scratch.
+			in.log.Warn("inotify", "error", err.Error())
+			l.now(trigger{reason: "watch_error", at: in.now()})
+		case <-l.pacer.C:
+			if l.held != nil {
+				t := *l.held
+				l.held = nil
+				l.now(t)
+			}
+		case <-l.calm.C:
+			if at := in.fights.calmAt(); !at.IsZero() && !in.now().Before(at) {
+				in.endFight()
+			}
+		case <-due:
+			in.tokens.start(ctx)
+		case r := <-minted:
+			// A new token, or none valid any more (readiness says why).
+			if in.tokens.done(r) || !in.tokens.valid() {
+				in.writePluginToken()
+			}
+		case <-tick.C: // only shows the loop turns
+		}
+	}
+}
+
+// removeTemps removes the temp files of writes a crash interrupted: never
+// read, but ours to clean.
+func (in *Installer) removeTemps() error {
 	for _, d := range []struct {
 		path   string
 		mode   os.FileMode
@@ -73,68 +147,65 @@ func (in *Installer) Run(ctx context.Context) error {
 		{in.cfg.CNINetDir, 0o755, chain.IsConfigName},
 		{in.cfg.KubeconfigDir, 0o700, func(n string) bool { return n == KubeconfigName }},
 	} {
-		// Temp files of a write a crash interrupted are never read, but
-		// they are ours to clean.
 		if _, err := inDir(d.path, d.mode, func(dir *fsutil.Dir) (struct{}, error) {
 			return struct{}{}, dir.RemoveTemps(d.target)
 		}); err != nil {
 			return err
 		}
 	}
-	wa, err := newWatcher(in.watchedDirs())
-	if err != nil {
-		return err
+	return nil
+}
+
+// loop is Run's state between turns: a trigger held back by a fight, and
+// the timers that end the hold and the fight.
+type loop struct {
+	in    *Installer
+	wa    *watcher
+	held  *trigger
+	pacer *time.Timer // fires when the held trigger may run
+	calm  *time.Timer // fires when the fight may be over
+}
+
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// dispatch reconciles at once, or holds a repair back while a fight paces
+// them; a later trigger that may not wait takes the held one along.
+func (l *loop) dispatch(t trigger) {
+	if hold := l.in.fights.hold(l.in.now()); hold > 0 && t.paced(l.in.files.primary) {
+		merged := t.merge(l.held)
+		l.held = &merged
+		l.pacer.Reset(hold)
+		return
 	}
-	defer func() { _ = wa.w.Close() }()
-	in.unwatched = wa.missing()
-	if in.mint != nil {
-		// The first token before the first reconcile, so a fresh node
-		// gets a working kubeconfig with everything else; bounded by
-		// the mint timeout, and a failure only means not ready until a
-		// retry.
-		in.startMint(ctx)
-		select {
-		case r := <-in.minted:
-			in.mintDone(r)
-		case <-ctx.Done():
-		}
+	l.now(t.merge(l.held))
+	l.held = nil
+}
+
+// now reconciles, then re-arms watches a recreated directory needs.
+func (l *loop) now(t trigger) {
+	l.pacer.Stop()
+	l.held = nil
+	in := l.in
+	in.reconcile(t)
+	l.wa.armAll()
+	if missing := l.wa.missing(); len(missing) != len(in.unwatched) {
+		in.unwatched = missing
+		in.updateReadiness()
 	}
-	in.reconcile(trigger{reason: reasonInstall, at: in.now()})
-	cooldown := time.NewTimer(time.Hour)
-	cooldown.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return in.shutdown()
-		case ev, ok := <-wa.w.Events:
-			if !ok {
-				return errWatcherClosed
-			}
-			if in.handle(wa, append([]fsnotify.Event{ev}, drain(wa.w.Events)...)) && in.conflict != "" {
-				cooldown.Reset(in.cfg.ConflictWindow) // the fight goes on
-			}
-		case err, ok := <-wa.w.Errors:
-			if !ok {
-				return errWatcherClosed
-			}
-			// An overflow loses events: reconcile from scratch.
-			in.log.Warn("inotify", "error", err.Error())
-			in.reconcile(trigger{reason: "watch_error", at: in.now()})
-		case <-in.tokenRefresh():
-			in.startMint(ctx)
-		case r := <-in.minted:
-			if in.mintDone(r) {
-				in.writePluginToken()
-			} else if in.pluginTok.token == "" || !in.now().Before(in.pluginTok.expires) {
-				in.writePluginToken() // no valid token: readiness says why
-			}
-		case <-cooldown.C:
-			in.log.Info("the other writer stopped; repairing again", "was", in.conflict)
-			in.conflict, in.repairs = "", nil
-			in.metrics.Conflict.Set(0)
-			in.reconcile(trigger{reason: "conflict_cleared", at: in.now()})
-		}
+}
+
+// armCalm sets the calm timer to when the fight would be over.
+func (l *loop) armCalm() {
+	at := l.in.fights.calmAt()
+	if at.IsZero() {
+		l.calm.Stop()
+		return
 	}
+	l.calm.Reset(max(at.Sub(l.in.now()), 0))
 }
 
 // drain takes the events already queued: one burst, one reconcile. It never
@@ -154,10 +225,10 @@ func drain(ch <-chan fsnotify.Event) []fsnotify.Event {
 	}
 }
 
-// handle reconciles once for a burst of events: named for its first
+// collect turns a burst of events into one trigger: named for its first
 // relevant event, covering the files all of them concern. It reports
 // whether any event was relevant.
-func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) bool {
+func (in *Installer) collect(wa *watcher, evs []fsnotify.Event) (trigger, bool) {
 	at := in.now()
 	var first *trigger
 	var also []string
@@ -175,44 +246,9 @@ func (in *Installer) handle(wa *watcher, evs []fsnotify.Event) bool {
 		}
 	}
 	if first == nil {
-		return false
+		return trigger{}, false
 	}
 	first.also = also
 	in.unwatched = wa.missing()
-	in.reconcile(*first)
-	// The reconcile may have recreated a missing directory.
-	wa.armAll()
-	if missing := wa.missing(); len(missing) != len(in.unwatched) {
-		in.unwatched = missing
-		in.updateReadiness()
-	}
-	return true
-}
-
-// ShutdownReason is the not-ready reason while the agent stops: the plugin
-// stays installed, so it is no failure.
-const ShutdownReason = "shutting down"
-
-var errNoUninstallCheck = errors.New("no uninstall check configured")
-
-// shutdown leaves everything in place unless the DaemonSet is being deleted.
-func (in *Installer) shutdown() error {
-	in.setReady(false, ShutdownReason)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	check := in.uninstall
-	if check == nil {
-		check = func(context.Context) (bool, error) { return false, errNoUninstallCheck }
-	}
-	uninstall, err := check(ctx)
-	switch {
-	case err != nil:
-		in.log.Warn("cannot tell uninstall from restart; leaving the plugin installed so pods keep starting", "error", err.Error())
-		return nil
-	case !uninstall:
-		in.log.Info("stopping (restart, update or node shutdown): leaving the plugin installed so pods keep starting")
-		return nil
-	}
-	in.log.Info("the DaemonSet is being deleted: uninstalling")
-	return in.Uninstall()
+	return *first, true
 }

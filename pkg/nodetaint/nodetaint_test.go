@@ -2,6 +2,7 @@ package nodetaint
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -12,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 var other = corev1.Taint{Key: "example.com/dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}
@@ -81,17 +84,10 @@ func taintsOf(t *testing.T, c *fake.Clientset) []corev1.Taint {
 
 func waitTaints(t *testing.T, c *fake.Clientset, want []corev1.Taint) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("taints %v", want), func() (bool, string) {
 		got := taintsOf(t, c)
-		if len(got) == 0 && len(want) == 0 || reflect.DeepEqual(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("taints %v, want %v", got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(got) == 0 && len(want) == 0 || reflect.DeepEqual(got, want), fmt.Sprint(got)
+	})
 }
 
 func TestControllerFollowsReadiness(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 )
 
 // opBudget bounds the work in the pod's namespace after the pod lookup. With
-// the API budget (at most maxAPITimeout) it stays below the kubelet's
+// the API budget (at most pluginconf.MaxAPITimeout) it stays below the kubelet's
 // two-minute runtime request timeout, which the primary CNI shares.
 const opBudget = 30 * time.Second
 
@@ -27,6 +27,8 @@ type outcome struct {
 	// apiTime and netnsTime split the duration: the pod lookup (client set-up
 	// included) and the work in the pod's namespace.
 	apiTime, netnsTime time.Duration
+	// warnings are problems that did not change the verb's result.
+	warnings []string
 }
 
 // Add redirects the pod's traffic if it must be, then passes the previous
@@ -61,56 +63,66 @@ func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcom
 }
 
 func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
-	m, ok, err := p.model(args, conf, out)
+	pl, ok, err := p.plan(args, conf, out)
 	if err != nil || !ok {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
 	start := p.deps.Now()
-	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, m)
+	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
 	out.netnsTime = p.deps.Now().Sub(start)
 	if err != nil {
 		return netnsError(out.pod, "programming the redirect", err)
 	}
+	p.record(conf, args, out, pl)
 	return nil
 }
 
-// model decides for the pod named in CNI_ARGS and, when it must be
-// redirected, returns its rule model. ok=false means pass through.
-func (p *Plugin) model(args *skel.CmdArgs, conf *Config, out *outcome) (iptables.Model, bool, error) {
+// plan is what a redirected pod must hold: its spec, with the node's
+// settings, and its families.
+type plan struct {
+	spec   iptables.Spec
+	v4, v6 bool
+}
+
+func (pl plan) model() iptables.Model { return iptables.Build(pl.spec, pl.v4, pl.v6) }
+
+// plan decides for the pod named in CNI_ARGS and, when it must be
+// redirected, returns what it must hold. ok=false means pass through.
+func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, bool, error) {
 	ref, isPod, err := podID(args.Args)
 	if err != nil {
-		return iptables.Model{}, false, err
+		return plan{}, false, err
 	}
 	if !isPod {
 		out.decision.Reason = decision.NotKubernetes
-		return iptables.Model{}, false, nil
+		return plan{}, false, nil
 	}
 	out.pod, out.podUID = ref.String(), ref.uid
 	if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
 		out.decision = d
-		return iptables.Model{}, false, nil
+		return plan{}, false, nil
 	}
 	pod, err := p.getPod(conf, ref, out)
 	if err != nil {
-		return iptables.Model{}, false, err
+		return plan{}, false, err
 	}
 	if out.decision, err = decision.Pod(pod); err != nil {
-		return iptables.Model{}, false, decisionError(out.pod, err)
+		return plan{}, false, decisionError(out.pod, err)
 	}
 	if !out.decision.Redirect {
-		return iptables.Model{}, false, nil
+		return plan{}, false, nil
 	}
 	v4, v6, err := families(conf, out.decision.DualStack, func() (bool, error) {
 		return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns)
 	})
 	if err != nil {
-		return iptables.Model{}, false, netnsError(out.pod, "reading the pod's addresses", err)
+		return plan{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
 	out.families = decision.FamilyNames(v4, v6)
-	node := decision.NodeSettings{TProxyMark: conf.TProxyMark, TProxyTable: conf.TProxyRouteTable}
-	return decision.Rules(out.decision, node, v4, v6), true, nil
+	node := decision.NodeSettings{TProxyMark: conf.parsed.TProxyMark, TProxyTable: conf.parsed.TProxyTable}
+	return plan{spec: decision.FinalSpec(out.decision, node), v4: v4, v6: v6}, true, nil
 }
 
 // getPod reads the pod, building the client only now: pods decided without
@@ -143,6 +155,9 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	}
 	if out.netnsTime > 0 {
 		attrs = append(attrs, "netns_ms", millis(out.netnsTime))
+	}
+	if len(out.warnings) > 0 {
+		attrs = append(attrs, "warnings", out.warnings)
 	}
 	if err != nil {
 		log.Error(verb+" failed", append(attrs, "error", err.Error())...)

@@ -7,6 +7,9 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
 // Check verifies that a pod that must be redirected holds exactly the rules
@@ -22,9 +25,23 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	if conf.PrevResult == nil {
 		return types.NewError(types.ErrInvalidNetworkConfig, errPrefix+": field \"prevResult\": required for CHECK", "")
 	}
-	m, ok, err := p.model(args, conf, out)
-	if err != nil || !ok {
-		return err
+	// The rules ADD recorded are the expectation; the pod's annotations
+	// may have changed since (they take effect only at ADD).
+	var m iptables.Model
+	if ref, isPod, _ := podID(args.Args); isPod {
+		if r, ok := recorded(conf, args, ref.uid); ok {
+			out.pod, out.podUID = ref.String(), ref.uid
+			out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+			out.families = decision.FamilyNames(r.IPv4, r.IPv6)
+			m = r.Model()
+		}
+	}
+	if m.V4 == nil && m.V6 == nil {
+		pl, ok, err := p.plan(args, conf, out)
+		if err != nil || !ok {
+			return err
+		}
+		m = pl.model()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/pluginconf"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
@@ -16,9 +17,9 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kubeconfig != DefaultKubeconfig || c.backend != xtables.Auto ||
-		c.timeouts.Total != 20*time.Second || c.timeouts.Attempt != 5*time.Second || c.PrevResult != nil ||
-		c.TProxyMark != 1337 || c.TProxyRouteTable != 133 {
+	if c.Kubeconfig != pluginconf.DefaultKubeconfig || c.parsed.Backend != xtables.Auto ||
+		c.parsed.Timeouts.Total != 20*time.Second || c.parsed.Timeouts.Attempt != 5*time.Second || c.PrevResult != nil ||
+		c.parsed.TProxyMark != 1337 || c.parsed.TProxyTable != 133 {
 		t.Errorf("defaults: %+v", c)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/xtables"
@@ -38,6 +39,11 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		}
 	}
 	err := confErr
+	if conf.RecordsDir != "" {
+		if rErr := (applied.Store{Dir: conf.RecordsDir}).Remove(out.podUID, args.ContainerID); rErr != nil {
+			err = errors.Join(err, rErr)
+		}
+	}
 	if args.Netns != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 		defer cancel()
@@ -61,14 +67,19 @@ func fallbackConfig(stdin []byte) *Config {
 	var raw struct {
 		IptablesBackend string `json:"iptables_backend"`
 		AgentSocket     string `json:"agent_socket"`
+		RecordsDir      string `json:"records_dir"`
 	}
-	conf := &Config{backend: xtables.Auto}
+	conf := &Config{}
+	conf.parsed.Backend = xtables.Auto
 	if json.Unmarshal(stdin, &raw) == nil {
 		if b, err := xtables.ParseBackend(raw.IptablesBackend); err == nil {
-			conf.backend = b
+			conf.parsed.Backend = b
 		}
 		if filepath.IsAbs(raw.AgentSocket) {
 			conf.AgentSocket = raw.AgentSocket
+		}
+		if filepath.IsAbs(raw.RecordsDir) {
+			conf.RecordsDir = raw.RecordsDir
 		}
 	}
 	return conf

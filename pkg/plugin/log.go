@@ -13,7 +13,7 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 	w, closeFn := stderr, func() {}
 	level := slog.LevelInfo
 	if conf != nil {
-		level = conf.logLevel
+		level = conf.parsed.LogLevel
 	}
 	if conf != nil && conf.LogFile != "" {
 		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)

@@ -59,10 +59,10 @@ type Plugin struct {
 func New() *Plugin {
 	return NewWithDeps(Deps{
 		NewPodGetter: func(c *Config) (PodGetter, error) {
-			return kube.NewClient(c.Kubeconfig, c.timeouts)
+			return kube.NewClient(c.Kubeconfig, c.parsed.Timeouts)
 		},
 		NewPodNetwork: func(c *Config) PodNetwork {
-			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.backend}}
+			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend}}
 		},
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,

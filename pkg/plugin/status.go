@@ -23,7 +23,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if _, err := p.deps.NewPodGetter(conf); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig: %v", err), "")
 	}
-	cmds := conf.backend.CommandsFor(iptables.IPv4)
+	cmds := conf.parsed.Backend.CommandsFor(iptables.IPv4)
 	for _, name := range []string{cmds.Restore, cmds.Save} {
 		if _, err := xtables.LookPath(name); err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")

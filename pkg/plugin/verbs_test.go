@@ -254,8 +254,8 @@ func TestDelOfAPodNeverProgrammedDoesNothing(t *testing.T) {
 }
 
 func TestDelWithBadConfigKeepsTheBackend(t *testing.T) {
-	if c := fallbackConfig([]byte(`{"iptables_backend":"legacy","log_level":7}`)); c.backend != "legacy" {
-		t.Errorf("backend %q, want the pinned legacy", c.backend)
+	if c := fallbackConfig([]byte(`{"iptables_backend":"legacy","log_level":7}`)); c.parsed.Backend != "legacy" {
+		t.Errorf("backend %q, want the pinned legacy", c.parsed.Backend)
 	}
 }
 

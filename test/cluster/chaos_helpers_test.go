@@ -48,23 +48,6 @@ func startNode(t *testing.T, bridge, subnet string) (*cluster.Node, func() error
 	return n, stop
 }
 
-// waitFor polls cond until it holds, failing the test with what it last
-// saw after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last saw: %s", what, timeout, saw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // pidsMentioning lists live processes whose command line holds s (every
 // process a node starts names a path under its directory, and every shim
 // its containerd's socket), by name.

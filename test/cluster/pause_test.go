@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // A paused API server refuses connections while etcd, kubelet, the
@@ -45,7 +46,7 @@ func TestPauseResume(t *testing.T) {
 	// until kubelet has also failed a request of its own (a node status
 	// update, every 5s). The others retry at client-go's verbosity 4,
 	// silently here.
-	waitFor(t, 30*time.Second, "kubelet failing to reach the API server", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "kubelet failing to reach the API server", func() (bool, string) {
 		b, _ := os.ReadFile(kubeletLog)
 		return strings.Contains(string(b[offset:]), "connection refused"), "no \"connection refused\" in kubelet.log yet"
 	})
@@ -74,7 +75,7 @@ func TestPauseResume(t *testing.T) {
 	// Each is in touch again: kubelet reports, the service-account
 	// controller fills a new namespace, the scheduler judges a pod (one no
 	// node fits, so nothing runs).
-	waitFor(t, 30*time.Second, "a node heartbeat after Resume", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "a node heartbeat after Resume", func() (bool, string) {
 		hb, err := readyHeartbeat(n)
 		return err == nil && hb.After(resumed), hb.String()
 	})
@@ -82,7 +83,7 @@ func TestPauseResume(t *testing.T) {
 	if status, body, err := n.Do(ctx, http.MethodPost, "/api/v1/namespaces", ns); err != nil || status != http.StatusCreated {
 		t.Fatalf("creating a namespace: %d %s %v", status, body, err)
 	}
-	waitFor(t, 30*time.Second, "the default ServiceAccount in a new namespace", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the default ServiceAccount in a new namespace", func() (bool, string) {
 		status, body, err := n.Do(ctx, http.MethodGet, "/api/v1/namespaces/resumed/serviceaccounts/default", nil)
 		return err == nil && status == http.StatusOK, string(body)
 	})
@@ -91,7 +92,7 @@ func TestPauseResume(t *testing.T) {
 	if err := n.CreatePod(ctx, []byte(pod)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the scheduler's verdict on a new pod", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the scheduler's verdict on a new pod", func() (bool, string) {
 		status, body, err := n.Do(ctx, http.MethodGet, "/api/v1/namespaces/resumed/pods/nowhere", nil)
 		return err == nil && status == http.StatusOK && strings.Contains(string(body), `"reason":"Unschedulable"`), string(body)
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // A rebooted node loses its pods' processes and network namespaces, the
@@ -107,11 +108,11 @@ func rebootOnce(ctx context.Context, t *testing.T, n *cluster.Node, bridge strin
 
 	// The pod's status still says Running from before: wait for kubelet
 	// to have made a new sandbox and started the container in it.
-	waitFor(t, time.Minute, "a new sandbox for the pod", func() (bool, string) {
+	poll.Until(t, time.Minute, "a new sandbox for the pod", func() (bool, string) {
 		p, err := n.PodNetNS(ctx, "default", "server")
 		return err == nil && p != oldNetNS, fmt.Sprintf("%q %v", p, err)
 	})
-	waitFor(t, time.Minute, "the pod's container started again", func() (bool, string) {
+	poll.Until(t, time.Minute, "the pod's container started again", func() (bool, string) {
 		p, found, err := n.GetPod(ctx, "default", "server")
 		if err != nil || !found || len(p.Status.ContainerStatuses) != 1 {
 			return false, fmt.Sprintf("%+v %v %v", p.Status, found, err)

@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // livePods are the stream's pods not deleted yet, with their creation
@@ -220,35 +221,36 @@ func (o *observer) figures() (seen, unredirected, repaired int, violations []str
 // sandbox lacks its rules, and every stream pod created before the
 // perturbation ended runs, redirected.
 func waitHealed(ctx context.Context, o *observer, l *livePods, end time.Time, limit time.Duration, logf func(string, ...any)) error {
-	deadline := time.Now().Add(limit)
-	var why string
 	lastLog := time.Now()
-	for time.Now().Before(deadline) {
+	return poll.Wait(limit, "healed", func() (bool, string) {
+		why := unhealed(ctx, o, l, end)
 		if why != "" && time.Since(lastLog) > 10*time.Second {
 			logf("still healing after %v: %s", time.Since(end).Round(time.Second), why)
 			lastLog = time.Now()
 		}
-		var waiting []string
-		for _, name := range l.createdBefore(end) {
-			if !o.runningRedirected(name, end) {
-				waiting = append(waiting, name)
-			}
+		return why == "", why
+	})
+}
+
+// unhealed says what is not whole yet, or "".
+func unhealed(ctx context.Context, o *observer, l *livePods, end time.Time) string {
+	var waiting []string
+	for _, name := range l.createdBefore(end) {
+		if !o.runningRedirected(name, end) {
+			waiting = append(waiting, name)
 		}
-		switch {
-		case !agentReady(ctx):
-			why = "the agent's /readyz does not answer 200"
-		case len(waiting) > 0:
-			why = fmt.Sprint("not running redirected yet: ", waiting)
-		case !firstConfigChains():
-			why = "the runtime's first config does not chain istio-cni"
-		case len(o.badNow()) > 0:
-			why = fmt.Sprint("unredirected: ", o.badNow())
-		default:
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	return errors.New(why)
+	switch {
+	case !agentReady(ctx):
+		return "the agent's /readyz does not answer 200"
+	case len(waiting) > 0:
+		return fmt.Sprint("not running redirected yet: ", waiting)
+	case !firstConfigChains():
+		return "the runtime's first config does not chain istio-cni"
+	case len(o.badNow()) > 0:
+		return fmt.Sprint("unredirected: ", o.badNow())
+	}
+	return ""
 }
 
 // agentReady asks the agent itself (the API's view lags a restart).

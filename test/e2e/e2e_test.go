@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // 1. The DaemonSet is Ready; the plugin, its kubeconfig and the owned
@@ -111,7 +112,7 @@ func TestPrimaryRewriteAndOwnedDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.primary = rewritten
-	eventually(t, 10*time.Second, "owned conflist follows the primary", func() (bool, string) {
+	poll.Until(t, 10*time.Second, "owned conflist follows the primary", func() (bool, string) {
 		b, _ := os.ReadFile(ownedPath())
 		return bytes.Contains(b, []byte(`"hairpinMode": false`)), string(b)
 	})
@@ -146,7 +147,7 @@ func TestAPIUnreachable(t *testing.T) {
 		}
 	}()
 	createPod(t, s)
-	eventually(t, 2*time.Minute, "a failed sandbox for "+s.Name, func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "a failed sandbox for "+s.Name, func() (bool, string) {
 		return sandboxFailed(t.Context(), s.Namespace, s.Name)
 	})
 	p, found, err := env.node.GetPod(t.Context(), s.Namespace, s.Name)

@@ -15,27 +15,11 @@ import (
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // podTimeout bounds a pod's start: image present, sandbox, CNI, containers.
 const podTimeout = 2 * time.Minute
-
-// eventually polls cond until it holds or timeout passes, then fails the
-// test with what it last saw.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last saw: %s", what, timeout, saw)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
 
 // The node's files the installer owns.
 func pluginPath() string     { return filepath.Join(env.node.CNIBinDir, install.PluginBinary) }
@@ -74,7 +58,7 @@ func daemonSetReady(ctx context.Context) (bool, string) {
 // right after a change the DaemonSet can count a terminating pod as ready.
 func requireInstalled(t *testing.T) {
 	t.Helper()
-	eventually(t, 3*time.Minute, "DaemonSet ready", func() (bool, string) {
+	poll.Until(t, 3*time.Minute, "DaemonSet ready", func() (bool, string) {
 		if ok, why := daemonSetReady(t.Context()); !ok {
 			return false, why
 		}
@@ -193,7 +177,7 @@ func assertRedirected(t *testing.T, p cluster.Pod) {
 		}
 	}
 	want := "proxy listener=outbound orig=" + server(t)
-	eventually(t, 30*time.Second, "the app's request through the proxy", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the app's request through the proxy", func() (bool, string) {
 		log := env.node.ContainerLog(p, "app")
 		return strings.Contains(log, want), log
 	})
@@ -213,7 +197,7 @@ func assertDirect(t *testing.T, p cluster.Pod) {
 	if strings.Contains(rules, "ISTIO_") {
 		t.Errorf("%s/%s: unmeshed pod has ISTIO rules:\n%s", p.Metadata.Namespace, p.Metadata.Name, rules)
 	}
-	eventually(t, 30*time.Second, "the app's request straight to the server", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the app's request straight to the server", func() (bool, string) {
 		log := env.node.ContainerLog(p, "app")
 		return strings.Contains(log, "server name=server"), log
 	})

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent"
 	"istio-cni.local/istio-cni/pkg/nodetaint"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // 8. A meshed pod whose rules are removed behind everyone's back (as a
@@ -34,7 +36,7 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	if err := flush.Cleanup(t.Context(), netns); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the audit's repair", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the audit's repair", func() (bool, string) {
 		rules, err := env.node.IptablesSave(t.Context(), "default", "audited")
 		return err == nil && strings.Contains(rules, ":ISTIO_OUTPUT "), rules
 	})
@@ -46,7 +48,7 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	// repair go through the proxy again.
 	time.Sleep(1500 * time.Millisecond)
 	offset := len(env.node.ContainerLog(p, "app"))
-	eventually(t, 30*time.Second, "two requests through the proxy after the repair", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "two requests through the proxy after the repair", func() (bool, string) {
 		log := env.node.ContainerLog(p, "app")[offset:]
 		return strings.Count(log, "proxy listener=outbound orig="+server(t)) >= 2, log
 	})
@@ -59,11 +61,11 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	if got := metric(t, "istio_cni_audit_pods_unredirected"); got != 0 {
 		t.Errorf("istio_cni_audit_pods_unredirected = %v after the repair", got)
 	}
-	eventually(t, 30*time.Second, "the pod's Events", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the pod's Events", func() (bool, string) {
 		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default",
 			"--field-selector", "involvedObject.name=audited", "-o", "custom-columns=REASON:.reason,SOURCE:.source.component")
 		return strings.Contains(out, audit.ReasonMissing) && strings.Contains(out, audit.ReasonRepaired) &&
-			strings.Contains(out, audit.Component), out
+			strings.Contains(out, nodeagent.Component), out
 	})
 }
 
@@ -75,7 +77,7 @@ func TestPluginReportsInAgentLog(t *testing.T) {
 	if !ok {
 		t.Fatal("no agent pod")
 	}
-	eventually(t, 30*time.Second, "the ADD in the agent's log", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "the ADD in the agent's log", func() (bool, string) {
 		log := env.node.ContainerLog(agent, "install-cni")
 		for line := range strings.Lines(log) {
 			if strings.Contains(line, `"msg":"plugin ADD"`) && strings.Contains(line, `"pod":"default/reported"`) &&
@@ -134,7 +136,7 @@ func TestStartupTaintRemoved(t *testing.T) {
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Minute, "the new agent removes the taint", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "the new agent removes the taint", func() (bool, string) {
 		out, err := env.node.Kubectl(t.Context(), "get", "node", env.node.Name, "-o", "jsonpath={.spec.taints}")
 		return err == nil && !strings.Contains(out, nodetaint.Key), out
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // 12, last because it uninstalls. The installer pod is deleted (a restart):
@@ -21,7 +22,7 @@ func TestRestartThenUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertFilesStay(t, "a restart")
-	eventually(t, 2*time.Minute, "a new installer pod", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "a new installer pod", func() (bool, string) {
 		p, ok := installerPodOrEmpty(t)
 		return ok && p.Metadata.Name != old, p.Metadata.Name
 	})
@@ -34,7 +35,7 @@ func TestRestartThenUninstall(t *testing.T) {
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
+	poll.Until(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
 		pods := installerPods(t)
 		return len(pods) == 0, fmt.Sprint(len(pods), " pods")
 	})
@@ -48,7 +49,7 @@ func TestRestartThenUninstall(t *testing.T) {
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "daemonset", "istio-cni-node", "--wait=true"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "uninstalled", func() (bool, string) {
+	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
 		var left []string
 		for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
 			if exists(p) {

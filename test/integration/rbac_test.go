@@ -15,6 +15,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // TestDeploymentsRBAC applies deployments/ to a real API server and checks
@@ -66,6 +67,15 @@ func TestDeploymentsRBAC(t *testing.T) {
 		{"plugin", pluginToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin/token", false},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", true},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets", false},
+		// The uninstall check's watches, each by name only.
+		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets?fieldSelector=metadata.name%3Distio-cni-node&watch=true&timeoutSeconds=1", true},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni", true},
+		{"installer", installerToken, "GET", "/api/v1/namespaces?fieldSelector=metadata.name%3Distio-cni&watch=true&timeoutSeconds=1", true},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/default", false},
+		{"installer", installerToken, "GET", "/api/v1/namespaces", false},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni", true},
+		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin", false},
+		{"installer", installerToken, "DELETE", "/api/v1/namespaces/istio-cni", false},
 		{"installer", installerToken, "GET", "/api/v1/namespaces/default/pods/any", true},
 		{"installer", installerToken, "GET", "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-a", true},
 		{"installer", installerToken, "DELETE", "/api/v1/namespaces/default/pods/any", false},
@@ -87,18 +97,14 @@ func TestDeploymentsRBAC(t *testing.T) {
 			}
 			return status == http.StatusForbidden
 		}
+		// RBAC caches may lag the objects just applied: poll for the verdict.
 		var status int
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			status, _, err = env.api.DoAs(ctx, c.token, c.method, c.path, body)
-			if err != nil {
+		_ = poll.Wait(10*time.Second, "verdict", func() (bool, string) {
+			if status, _, err = env.api.DoAs(ctx, c.token, c.method, c.path, body); err != nil {
 				t.Fatal(err)
 			}
-			if verdict(status) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return verdict(status), ""
+		})
 		if !verdict(status) {
 			t.Errorf("%s %s %s: %d, want allowed=%v", c.who, c.method, c.path, status, c.allowed)
 		}

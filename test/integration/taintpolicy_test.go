@@ -20,6 +20,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/nodetaint"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // agentOn is the agent's identity as the API server sees a token bound to
@@ -85,14 +86,14 @@ func TestNodeTaintPolicy(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(runCtx); close(done) }()
 	defer func() { stop(); <-done }()
-	waitFor(t, 20*time.Second, "the agent removes its node's taint", func() bool {
+	poll.UntilTrue(t, 20*time.Second, "the agent removes its node's taint", func() bool {
 		// The node controller may add its own not-ready taint meanwhile.
 		got := taints("taint-node-a")
 		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == nodetaint.Key }) &&
 			slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&other) })
 	})
 	r.set(false, "conflist: gone and cannot be written")
-	waitFor(t, 20*time.Second, "the agent restores its node's taint", func() bool {
+	poll.UntilTrue(t, 20*time.Second, "the agent restores its node's taint", func() bool {
 		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == nodetaint.Key })
 	})
 	stop()
@@ -149,17 +150,6 @@ func (r *fixedReadiness) set(ok bool, why string) {
 	r.ok, r.why = ok, why
 	r.mu.Unlock()
 	r.ch <- struct{}{}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 type testWriter struct{ t *testing.T }

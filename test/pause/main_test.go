@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // The test binary doubles as pause (helper "pause") and as a child that
@@ -32,18 +34,6 @@ func TestMain(m *testing.M) {
 		main()
 	}
 	os.Exit(m.Run())
-}
-
-// waitFor polls cond until it holds, failing the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestReapsChildrenAndExitsOnSignal(t *testing.T) {
@@ -71,7 +61,7 @@ func TestReapsChildrenAndExitsOnSignal(t *testing.T) {
 			// A reaped child leaves no /proc entry; a zombie keeps one.
 			// Reaping needs the SIGCHLD handler, which comes with the
 			// SIGTERM/SIGINT one.
-			waitFor(t, "the child to be reaped", func() bool {
+			poll.UntilTrue(t, 10*time.Second, "the child to be reaped", func() bool {
 				_, err := os.Stat(fmt.Sprintf("/proc/%d", child))
 				return os.IsNotExist(err)
 			})

@@ -1,4 +1,4 @@
-package main
+package nodeagent
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -144,11 +143,11 @@ func toInspect(p *corev1.Pod) (*inspect.Pod, error) {
 	return &inspect.Pod{Pod: kp, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), IPs: apipod.IPs(p)}, nil
 }
 
-// inspectMain runs inspect and exits.
-func inspectMain(args []string) {
-	code, err := runInspect(args, os.Getenv, os.Stdout)
+// Inspect is the inspect subcommand; it returns the exit status.
+func Inspect(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	code, err := runInspect(args, getenv, stdout)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "install-cni:", err)
+		_, _ = fmt.Fprintln(stderr, "install-cni:", err)
 	}
-	os.Exit(code)
+	return code
 }

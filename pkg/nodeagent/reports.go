@@ -1,23 +1,27 @@
-package main
+package nodeagent
 
 import (
 	"context"
-	"log/slog"
+	"os"
 	"path/filepath"
 
 	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/install"
 )
 
-// listenEvents logs what the plugin reports on the node, so `kubectl logs`
-// on the agent shows every pod's ADD, and wakes the audit for each pod an
-// ADD concerned. It runs until ctx ends.
-func listenEvents(ctx context.Context, cfg install.Config, log *slog.Logger, wake func(uid string)) (wait func(), err error) {
-	l, err := agentevents.Listen(filepath.Join(cfg.KubeconfigDir, install.EventsSocket))
+// listenReports logs what the plugin reports on the node, so `kubectl
+// logs` on the agent shows every pod's ADD, and wakes the audit for each
+// pod an ADD concerned. It runs until ctx ends; wait returns once it has.
+func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait func(), err error) {
+	// The run directory is the installer's to create; it may not exist yet.
+	if err := os.MkdirAll(a.cfg.Install.KubeconfigDir, 0o700); err != nil {
+		return nil, err
+	}
+	l, err := agentevents.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.EventsSocket))
 	if err != nil {
 		return nil, err
 	}
-	log = log.With("component", "plugin")
+	log := a.log.With("component", "plugin")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

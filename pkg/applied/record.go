@@ -1,0 +1,229 @@
+// Package applied keeps, for each sandbox the plugin redirected, a record
+// of the rules ADD programmed there: the typed spec and the address
+// families. The node audit repairs a pod to exactly that, not to what its
+// annotations say now: Istio reads traffic annotations only when the pod
+// starts, and admission policies that guard them usually check only
+// CREATE, so an edit to a running pod must never weaken its rules through
+// a repair. A pod whose annotations no longer match its record is reported
+// instead.
+//
+// Records live in the run directory (/var/run/istio-cni/sandboxes, a
+// tmpfs on most nodes: a reboot, which ends every sandbox, empties it), one
+// file per sandbox: <pod UID>/<container ID>.json. DEL removes it; the
+// agent prunes records of pods no longer on the node.
+package applied
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// Version is the records' format; a record of another version is ignored
+// (the audit then falls back to the pod's annotations, and says so).
+const Version = 1
+
+// Record is what ADD programmed in one sandbox.
+type Record struct {
+	Version   int    `json:"version"`
+	PodUID    string `json:"podUID"`
+	Pod       string `json:"pod"`       // namespace/name, for people
+	Container string `json:"container"` // the sandbox's container ID
+	// NetnsInode identifies the sandbox's network namespace: the audit
+	// finds the pod's namespace by its processes and matches it here.
+	NetnsInode uint64        `json:"netnsInode"`
+	Spec       iptables.Spec `json:"spec"`
+	IPv4       bool          `json:"ipv4"`
+	IPv6       bool          `json:"ipv6"`
+	At         time.Time     `json:"at"`
+}
+
+// Model is the rule model the record stands for.
+func (r Record) Model() iptables.Model { return iptables.Build(r.Spec, r.IPv4, r.IPv6) }
+
+// maxRecord bounds a record file read: a spec is a few kilobytes at most.
+const maxRecord = 256 << 10
+
+// Store is a records directory.
+type Store struct {
+	Dir string
+}
+
+// validID: a pod UID or container ID as a single, plain path element.
+func validID(s string) bool {
+	return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "/\\\x00") && s != "." && s != ".."
+}
+
+// Write stores r atomically (a temp file renamed into place) under the
+// store's directory, which it creates (0700) if missing. It does not
+// follow symlinks inside the directory.
+func (s Store) Write(r Record) error {
+	if !validID(r.PodUID) || !validID(r.Container) {
+		return fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
+	}
+	r.Version = Version
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	root, err := os.OpenRoot(s.Dir)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer func() { _ = root.Close() }()
+	if err := root.Mkdir(r.PodUID, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("records: %w", err)
+	}
+	name := filepath.Join(r.PodUID, r.Container+".json")
+	tmp := filepath.Join(r.PodUID, "."+r.Container+".tmp")
+	f, err := root.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	_, werr := f.Write(data)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("records: %w", err)
+	}
+	if err := root.Rename(tmp, name); err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("records: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes a sandbox's record, and its pod's directory once empty.
+// An empty podUID looks for the container under every pod. A record that
+// is not there is no error.
+func (s Store) Remove(podUID, container string) error {
+	if !validID(container) || (podUID != "" && !validID(podUID)) {
+		return nil
+	}
+	root, err := os.OpenRoot(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("records: %w", err)
+	}
+	defer func() { _ = root.Close() }()
+	uids := []string{podUID}
+	if podUID == "" {
+		if uids, err = s.podUIDs(); err != nil {
+			return err
+		}
+	}
+	for _, uid := range uids {
+		if err := root.Remove(filepath.Join(uid, container+".json")); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			_ = root.Remove(uid) // only succeeds once empty
+			return err
+		}
+	}
+	return nil
+}
+
+// ForPod returns the records of a pod's sandboxes (usually one). A record
+// that cannot be read or is of another version is skipped.
+func (s Store) ForPod(podUID string) ([]Record, error) {
+	if !validID(podUID) {
+		return nil, nil
+	}
+	root, err := os.OpenRoot(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	defer func() { _ = root.Close() }()
+	dir, err := root.Open(podUID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	names, err := dir.Readdirnames(-1)
+	_ = dir.Close()
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	var out []Record
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
+			continue
+		}
+		if r, ok := readRecord(root, filepath.Join(podUID, n)); ok && r.PodUID == podUID {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// readRecord reads one record, never through a symlink planted at its
+// name, and no more of it than any record the plugin writes.
+func readRecord(root *os.Root, name string) (Record, bool) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return Record{}, false
+	}
+	defer func() { _ = f.Close() }()
+	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	var r Record
+	if err != nil || len(data) > maxRecord || json.Unmarshal(data, &r) != nil || r.Version != Version {
+		return Record{}, false
+	}
+	// Names reach rules: only what ParseIfName accepts (the plugin made
+	// them so; a hand-edited record is not trusted further).
+	for _, n := range append(append([]iptables.IfName{}, r.Spec.ExcludeInterfaces...), r.Spec.RerouteInterfaces...) {
+		if _, err := iptables.ParseIfName(string(n)); err != nil {
+			return Record{}, false
+		}
+	}
+	return r, true
+}
+
+// Prune removes the records of pods that are not live (the agent's view of
+// its node), so a sandbox torn down without DEL leaves nothing for long.
+func (s Store) Prune(live func(podUID string) bool) error {
+	uids, err := s.podUIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, uid := range uids {
+		if !live(uid) {
+			errs = append(errs, os.RemoveAll(filepath.Join(s.Dir, uid)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s Store) podUIDs() ([]string, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	var uids []string
+	for _, e := range entries {
+		if e.IsDir() && validID(e.Name()) {
+			uids = append(uids, e.Name())
+		}
+	}
+	return uids, nil
+}

@@ -1,0 +1,99 @@
+package applied
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+func sample(uid, container string) Record {
+	spec := iptables.DefaultSpec()
+	spec.ExcludeInterfaces = []iptables.IfName{"eth9"}
+	return Record{PodUID: uid, Pod: "default/web", Container: container, NetnsInode: 42, Spec: spec, IPv4: true,
+		At: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+}
+
+func TestWriteReadRemovePrune(t *testing.T) {
+	s := Store{Dir: filepath.Join(t.TempDir(), "sandboxes")}
+	a, b := sample("uid-a", "c1"), sample("uid-b", "c2")
+	for _, r := range []Record{a, b} {
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ForPod("uid-a")
+	if err != nil || len(got) != 1 || !SameSpec(got[0].Spec, a.Spec) || got[0].NetnsInode != 42 || got[0].Version != Version {
+		t.Fatalf("ForPod: %+v, %v", got, err)
+	}
+	if fi, err := os.Stat(filepath.Join(s.Dir, "uid-a", "c1.json")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("record file: %v %v", fi, err)
+	}
+	// DEL without the pod's UID finds the container anyway.
+	if err := s.Remove("", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "uid-a")); !os.IsNotExist(err) {
+		t.Errorf("the pod's empty directory stays: %v", err)
+	}
+	if err := s.Prune(func(uid string) bool { return uid != "uid-b" }); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(s.Dir); len(left) != 0 {
+		t.Errorf("left after prune: %v", left)
+	}
+	if err := s.Remove("uid-x", "none"); err != nil {
+		t.Errorf("removing what is not there: %v", err)
+	}
+}
+
+func TestUnreadableRecordsAreSkipped(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	if err := s.Write(sample("uid", "good")); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(s.Dir, "uid")
+	secret := filepath.Join(t.TempDir(), "secret.json")
+	if err := os.WriteFile(secret, []byte(`{"version":1,"podUID":"uid"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{
+		"old.json":  `{"version":0,"podUID":"uid"}`,
+		"huge.json": `{"version":1,"podUID":"uid","pod":"` + strings.Repeat("x", maxRecord) + `"}`,
+		"bad.json":  `{`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "link.json")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ForPod("uid")
+	if err != nil || len(got) != 1 || got[0].Container != "good" {
+		t.Errorf("ForPod: %d records, %v; want only the good one", len(got), err)
+	}
+	if err := s.Write(Record{PodUID: "../escape", Container: "c"}); err == nil {
+		t.Error("a pod UID that is a path was accepted")
+	}
+}
+
+func TestSpecDiff(t *testing.T) {
+	was := iptables.DefaultSpec()
+	now := was
+	if !SameSpec(was, now) {
+		t.Fatal("same spec differs")
+	}
+	now.OutboundExclude = append([]uint16{}, 15020, 9000)
+	if d := SpecDiff(was, now); !strings.Contains(d, "OutboundExclude [15020] -> [15020,9000]") {
+		t.Errorf("diff %q", d)
+	}
+	was.RerouteInterfaces, now.RerouteInterfaces = nil, []iptables.IfName{}
+	now.OutboundExclude = was.OutboundExclude
+	if !SameSpec(was, now) {
+		t.Error("nil and empty lists differ")
+	}
+}

@@ -1,0 +1,126 @@
+package audit
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/decision"
+)
+
+// recordADD writes the record ADD would have left for p's sandbox.
+func (h *harness) recordADD(t *testing.T, p *corev1.Pod) applied.Record {
+	t.Helper()
+	r := applied.Record{PodUID: string(p.UID), Pod: podName(p), Container: "sandbox-" + p.Name,
+		NetnsInode: h.ns[string(p.UID)].Inode, IPv4: true,
+		Spec: decision.FinalSpec(mustDecide(t, p), decision.DefaultNodeSettings())}
+	if err := h.records.Write(r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestRepairRestoresWhatADDApplied: someone allowed to patch pods widens a
+// running pod's exclusions; its rules are then flushed. The repair restores
+// the rules ADD applied, not the weakened ones, and the change is reported
+// once.
+func TestRepairRestoresWhatADDApplied(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("edited")
+	h.add(p, false)
+	rec := h.recordADD(t, p)
+	p.Annotations["traffic.sidecar.istio.io/excludeOutboundIPRanges"] = "0.0.0.0/0"
+	ctx := context.Background()
+	h.a.pass(ctx, nil)
+	h.clock.advance(3 * time.Second)
+	h.a.pass(ctx, nil)
+	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed[0], rec.Model()) {
+		t.Fatalf("programmed %d models; want exactly the recorded one", len(h.net.programmed))
+	}
+	evs := h.drainEvents()
+	var changed []string
+	for _, e := range evs {
+		if strings.Contains(e, ReasonSettingsChanged) {
+			changed = append(changed, e)
+		}
+	}
+	if len(changed) != 1 || !strings.Contains(changed[0], "restart the pod to apply") || !strings.Contains(changed[0], "OutboundIPExclude") {
+		t.Errorf("events %q: want one %s naming the field", evs, ReasonSettingsChanged)
+	}
+	// Said once, not every pass.
+	h.clock.advance(time.Minute)
+	h.a.pass(ctx, nil)
+	for _, e := range h.drainEvents() {
+		if strings.Contains(e, ReasonSettingsChanged) {
+			t.Errorf("reported again: %s", e)
+		}
+	}
+}
+
+// TestRecordedPodNoLongerMeshedIsKept: annotations that now say "not
+// meshed" (inject=false, added after start) do not take the pod out of
+// the audit: it was redirected at ADD and stays so.
+func TestRecordedPodNoLongerMeshedIsKept(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("opted-out-later")
+	h.add(p, false)
+	h.recordADD(t, p)
+	p.Labels = map[string]string{decision.InjectLabel: "false"}
+	h.a.pass(context.Background(), nil)
+	h.clock.advance(3 * time.Second)
+	if n := h.a.pass(context.Background(), nil); n != 1 || len(h.net.programmed) != 1 {
+		t.Errorf("checked %d, programmed %d: want the recorded pod checked and repaired", n, len(h.net.programmed))
+	}
+}
+
+// TestRecordOfAnotherSandboxIsNotUsed: a record for an older sandbox of the
+// pod does not apply to the current one; its annotations do.
+func TestRecordOfAnotherSandboxIsNotUsed(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("resandboxed")
+	h.add(p, false)
+	old := h.recordADD(t, p)
+	old.Container, old.NetnsInode = "older", 1
+	old.Spec.OutboundPort = 16001
+	if err := h.records.Write(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.records.Remove(old.PodUID, "sandbox-"+p.Name); err != nil {
+		t.Fatal(err)
+	}
+	h.a.pass(context.Background(), nil)
+	h.clock.advance(3 * time.Second)
+	h.a.pass(context.Background(), nil)
+	want := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed[0], want) {
+		t.Errorf("programmed %d: want the annotations' model", len(h.net.programmed))
+	}
+}
+
+// TestRecordsOfGonePodsArePruned: a full pass removes the records of pods
+// no longer on the node.
+func TestRecordsOfGonePodsArePruned(t *testing.T) {
+	h := newHarness(t, Repair)
+	stay, leave := meshed("stay"), meshed("leave")
+	h.add(stay, true)
+	h.add(leave, true)
+	h.recordADD(t, stay)
+	h.recordADD(t, leave)
+	h.pods.pods = h.pods.pods[:1]
+	h.a.fullPass(context.Background())
+	if r, _ := h.records.ForPod(string(stay.UID)); len(r) != 1 {
+		t.Errorf("the running pod's record: %d", len(r))
+	}
+	if r, _ := h.records.ForPod(string(leave.UID)); len(r) != 0 {
+		t.Errorf("the gone pod's record kept: %d", len(r))
+	}
+	if testutil.ToFloat64(h.metrics.Unredirected) != 0 {
+		t.Error("gauge")
+	}
+}

@@ -1,0 +1,64 @@
+package install
+
+import (
+	"log/slog"
+	"sync"
+)
+
+// readiness is what /readyz says: the loop sets it, other goroutines (the
+// endpoints, the taint controller) read it.
+type readiness struct {
+	log     *slog.Logger
+	metrics *Metrics
+	changed chan struct{} // signalled after each change
+
+	mu       sync.Mutex
+	ok       bool
+	why      string
+	conflist string
+}
+
+func newReadiness(log *slog.Logger, m *Metrics) *readiness {
+	return &readiness{log: log, metrics: m, why: "starting", changed: make(chan struct{}, 1)}
+}
+
+func (r *readiness) get() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ok, r.why
+}
+
+func (r *readiness) conflistName() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conflist
+}
+
+// set records the state; conflist is our chained conflist's name now.
+func (r *readiness) set(ok bool, why, conflist, primary string) {
+	r.mu.Lock()
+	changed := r.ok != ok || r.why != why
+	r.ok, r.why, r.conflist = ok, why, conflist
+	r.mu.Unlock()
+	if ok {
+		r.metrics.Ready.Set(1)
+	} else {
+		r.metrics.Ready.Set(0)
+	}
+	if !changed {
+		return
+	}
+	select {
+	case r.changed <- struct{}{}:
+	default: // one pending signal is enough: readers call get
+	}
+	if ok {
+		r.log.Info("ready", "conflist", conflist, "primary", primary)
+	} else {
+		r.log.Warn("not ready", "reason", why)
+	}
+}
+
+func (in *Installer) setReady(ok bool, why string) {
+	in.ready.set(ok, why, in.files.owned, in.files.primary)
+}

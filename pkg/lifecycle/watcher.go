@@ -1,0 +1,233 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Config names the agent's own objects.
+type Config struct {
+	Namespace      string
+	DaemonSet      string
+	ServiceAccount string
+	// ReplaceWait is how long a deleted DaemonSet may take to reappear
+	// before its deletion counts as an uninstall.
+	ReplaceWait time.Duration
+}
+
+// Watcher follows the agent's namespace, DaemonSet and ServiceAccount and
+// answers, at shutdown, whether to uninstall (Check).
+type Watcher struct {
+	cfg    Config
+	client kubernetes.Interface
+	log    *slog.Logger
+
+	mu  sync.Mutex
+	obj map[kind]*object
+	// readOK: a read or watch of the DaemonSet succeeded once.
+	readOK bool
+}
+
+type kind string
+
+const (
+	namespaceKind      kind = "namespace"
+	daemonSetKind      kind = "daemonset"
+	serviceAccountKind kind = "serviceaccount"
+)
+
+// New returns a watcher; Start begins watching.
+func New(cfg Config, client kubernetes.Interface, log *slog.Logger) *Watcher {
+	if cfg.ReplaceWait <= 0 {
+		cfg.ReplaceWait = DefaultReplaceWait
+	}
+	return &Watcher{cfg: cfg, client: client, log: log, obj: map[kind]*object{
+		namespaceKind: {}, daemonSetKind: {}, serviceAccountKind: {},
+	}}
+}
+
+// Start watches the three objects until ctx ends. Each watch is one
+// object, by name (RBAC grants them by resourceNames). A watch that cannot
+// start is logged: shutdown then relies on fresh reads.
+func (w *Watcher) Start(ctx context.Context) {
+	core, apps := w.client.CoreV1().RESTClient(), w.client.AppsV1().RESTClient()
+	for _, s := range []struct {
+		k      kind
+		getter cache.Getter
+		res    string
+		ns     string
+		name   string
+		obj    runtime.Object
+	}{
+		{namespaceKind, core, "namespaces", "", w.cfg.Namespace, &corev1.Namespace{}},
+		{daemonSetKind, apps, "daemonsets", w.cfg.Namespace, w.cfg.DaemonSet, &appsv1.DaemonSet{}},
+		{serviceAccountKind, core, "serviceaccounts", w.cfg.Namespace, w.cfg.ServiceAccount, &corev1.ServiceAccount{}},
+	} {
+		lw := cache.NewFilteredListWatchFromClient(s.getter, s.res, s.ns, func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.name).String()
+		})
+		inf := cache.NewSharedIndexInformer(lw, s.obj, 0, cache.Indexers{})
+		k := s.k
+		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+			if !errors.Is(err, context.Canceled) {
+				w.log.Debug("lifecycle watch", "object", string(k), "error", err.Error())
+			}
+		})
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { w.saw(k, o) },
+			UpdateFunc: func(_, o any) { w.saw(k, o) },
+			DeleteFunc: func(any) { w.deleted(k) },
+		}); err != nil {
+			w.log.Warn("lifecycle: cannot watch", "object", string(k), "error", err.Error())
+			continue
+		}
+		go inf.RunWithContext(ctx)
+	}
+}
+
+// saw records an object as a watch or read returned it.
+func (w *Watcher) saw(k kind, o any) {
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := *w.obj[k]
+	cur := object{known: true, deleting: m.GetDeletionTimestamp() != nil, uid: string(m.GetUID())}
+	*w.obj[k] = cur
+	if k == daemonSetKind {
+		w.readOK = true
+	}
+	if cur.deleting && !prev.deleting {
+		w.log.Info("lifecycle: being deleted", "object", string(k), "name", m.GetName())
+	}
+}
+
+func (w *Watcher) deleted(k kind) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if o := w.obj[k]; !o.gone {
+		w.log.Info("lifecycle: deleted", "object", string(k))
+	}
+	*w.obj[k] = object{known: true, gone: true}
+}
+
+// Check is the UninstallCheck: it reads the three objects afresh (what it
+// cannot read keeps what the watches saw), decides, and waits for a
+// replacement DaemonSet when the old one is gone.
+func (w *Watcher) Check(ctx context.Context) (bool, string, error) {
+	f := w.refresh(ctx)
+	v, why := decide(f, w.cfg.Namespace, w.cfg.DaemonSet, w.cfg.ServiceAccount)
+	switch v {
+	case keep:
+		return false, why, nil
+	case remove:
+		return true, why, nil
+	case unknown:
+		return false, why, fmt.Errorf("cannot tell uninstall from restart: %s", why)
+	}
+	if uid, ok := w.awaitReplacement(ctx, f.daemonSet.uid); ok {
+		return false, fmt.Sprintf("%s and replaced (uid %s): a delete and recreate", why, uid), nil
+	}
+	return true, fmt.Sprintf("%s and not replaced within %s", why, w.cfg.ReplaceWait), nil
+}
+
+// refresh reads the three objects in parallel and merges the answers into
+// what the watches saw.
+func (w *Watcher) refresh(ctx context.Context) facts {
+	ctx, cancel := context.WithTimeout(ctx, freshReadTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	outcomes := make([]refusal, 3)
+	for i, k := range []kind{namespaceKind, daemonSetKind, serviceAccountKind} {
+		wg.Go(func() { outcomes[i] = w.read(ctx, k) })
+	}
+	wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := facts{namespace: *w.obj[namespaceKind], daemonSet: *w.obj[daemonSetKind],
+		serviceAccount: *w.obj[serviceAccountKind], readOK: w.readOK}
+	// The DaemonSet's read speaks for the agent's rights; the others only
+	// if it got no answer at all.
+	f.fresh = outcomes[1]
+	for _, o := range outcomes {
+		if f.fresh == unreachable && o != unreachable {
+			f.fresh = o
+		}
+	}
+	return f
+}
+
+// read gets one object and records what it learnt.
+func (w *Watcher) read(ctx context.Context, k kind) refusal {
+	var o metav1.Object
+	var err error
+	switch k {
+	case namespaceKind:
+		o, err = w.client.CoreV1().Namespaces().Get(ctx, w.cfg.Namespace, metav1.GetOptions{})
+	case daemonSetKind:
+		o, err = w.client.AppsV1().DaemonSets(w.cfg.Namespace).Get(ctx, w.cfg.DaemonSet, metav1.GetOptions{})
+	case serviceAccountKind:
+		o, err = w.client.CoreV1().ServiceAccounts(w.cfg.Namespace).Get(ctx, w.cfg.ServiceAccount, metav1.GetOptions{})
+	}
+	switch {
+	case err == nil:
+		w.saw(k, o)
+		return answered
+	case apierrors.IsNotFound(err):
+		w.deleted(k)
+		return answered
+	case apierrors.IsUnauthorized(err):
+		return unauthorized
+	case apierrors.IsForbidden(err):
+		return forbidden
+	}
+	w.log.Warn("lifecycle: reading at shutdown", "object", string(k), "error", err.Error())
+	return unreachable
+}
+
+// awaitReplacement polls for a DaemonSet of the same name that is not
+// being deleted (a new one, or the old one whose deletion was only a
+// foreground wait); the watch may see it first. It gives up at once when
+// the API refuses the agent: its rights went with the uninstall.
+func (w *Watcher) awaitReplacement(ctx context.Context, old string) (string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReplaceWait)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		switch w.read(ctx, daemonSetKind) {
+		case unauthorized, forbidden:
+			return "", false
+		}
+		w.mu.Lock()
+		ds := *w.obj[daemonSetKind]
+		w.mu.Unlock()
+		if ds.present() {
+			if ds.uid == old {
+				return ds.uid + ", the same object", true
+			}
+			return ds.uid, true
+		}
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/health"
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/lifecycle"
+	"istio-cni.local/istio-cni/pkg/nodetaint"
+)
+
+// Agent is the node agent: the installer and the duties that need the API.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	beats     *health.Beats
+	metrics   *install.Metrics
+	installer *install.Installer
+	lifecycle *lifecycle.Watcher // nil without API access
+	audit     *audit.Auditor     // nil when off or without API access
+	pods      *audit.NodePods
+	taint     *nodetaint.Controller
+	events    *Events // nil without API access: Events and their flush
+	addrs     addrList
+}
+
+// New builds the agent. rc is the API access (rest.InClusterConfig); nil
+// runs the installer alone: no audit, no taint, and at shutdown the plugin
+// is always left installed.
+func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
+	a := &Agent{cfg: cfg, log: log, beats: health.NewBeats(nil), metrics: install.NewMetrics()}
+	deps := install.Deps{Log: log, Metrics: a.metrics, Liveness: a.beats}
+	if rc == nil {
+		if cfg.Install.PluginServiceAccount != "" {
+			return nil, fmt.Errorf("--plugin-service-account %q needs API access to mint its tokens", cfg.Install.PluginServiceAccount)
+		}
+		log.Warn("no API access: at shutdown the plugin is always left installed; no node audit, no taint")
+		a.installer = install.New(cfg.Install, deps)
+		return a, nil
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	a.events = newEvents(cs, cfg.NodeName)
+	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
+		ServiceAccount: cfg.ServiceAccount}, cs, log.With("component", "lifecycle"))
+	deps.Uninstall = a.lifecycle.Check
+	deps.Fights = nodeFights{events: a.events, node: cfg.NodeName}
+	if cfg.Install.PluginServiceAccount != "" {
+		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount, cfg.Install.PluginTokenTTL); err != nil {
+			return nil, err
+		}
+	}
+	a.installer = install.New(cfg.Install, deps)
+	if err := a.nodeDuties(cs, a.metrics.Registry); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// nodeDuties builds what the configuration turns on: the audit, the taint.
+func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) error {
+	cfg := a.cfg
+	if cfg.AuditAction == audit.Off && !cfg.NodeTaint {
+		return nil
+	}
+	if cfg.NodeName == "" {
+		return errors.New("--node-name: required (NODE_NAME from the downward API spec.nodeName) for the node audit and the taint; or set --audit-action=off and --node-taint=false")
+	}
+	if cfg.AuditAction != audit.Off {
+		var err error
+		if a.audit, a.pods, err = newAudit(cfg, cs, a.events.recorder, reg, a.log.With("component", "audit")); err != nil {
+			return err
+		}
+	}
+	if cfg.NodeTaint {
+		tainted := prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_node_tainted",
+			Help: "1 while this node carries " + nodetaint.Key + " as last set or seen by the agent.",
+		})
+		reg.MustRegister(tainted)
+		a.taint = &nodetaint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
+			Exempt: install.ShutdownReason, Log: a.log.With("component", "taint"), Tainted: tainted}
+	}
+	return nil
+}
+
+// Run serves the endpoints, runs every duty and the installer until ctx
+// ends, then shuts down: the installer decides whether to uninstall while
+// the other duties stop.
+func (a *Agent) Run(ctx context.Context) error {
+	stopServing, err := a.serve(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopServing()
+	dutiesCtx, stopDuties := context.WithCancel(ctx)
+	defer stopDuties()
+	var wg sync.WaitGroup
+	if a.lifecycle != nil {
+		a.lifecycle.Start(dutiesCtx)
+	}
+	var wake func(string)
+	if a.audit != nil {
+		wake = a.audit.Wake
+		wg.Go(func() {
+			// Liveness counts from the first list: an API server that
+			// does not answer is no reason to restart the agent.
+			if a.pods.Start(dutiesCtx) {
+				a.audit.Run(dutiesCtx, a.beats.Loop("node audit", auditBound(a.cfg.AuditInterval)))
+			}
+		})
+	}
+	if a.taint != nil {
+		wg.Go(func() { a.taint.Run(dutiesCtx) })
+	}
+	// The plugin's reports are best effort: without them the agent still
+	// installs, repairs and audits.
+	if waitReports, err := a.listenReports(dutiesCtx, wake); err != nil {
+		a.log.Warn("not listening for the plugin's reports", "error", err.Error())
+	} else {
+		defer waitReports()
+	}
+	err = a.installer.Run(ctx)
+	stopDuties()
+	wg.Wait()
+	if a.events != nil {
+		a.events.flush()
+	}
+	return err
+}
+
+// auditBound is how long the audit may go without finishing a pass or a
+// pod's check before /healthz fails: a full pass is due every interval,
+// and one check (or repair) may take its whole budget twice.
+func auditBound(interval time.Duration) time.Duration {
+	return interval + 2*audit.CheckBudget + 10*time.Second
+}

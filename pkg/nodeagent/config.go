@@ -1,0 +1,127 @@
+// Package nodeagent is the istio-cni DaemonSet's process on every node: it
+// runs the installer (pkg/install), and, with API access, the node audit
+// (pkg/audit), the startup taint (pkg/nodetaint), the plugin's reports
+// (pkg/agentevents) and the uninstall check (pkg/lifecycle); it serves
+// /readyz, /healthz and /metrics. Its subcommands explain one pod
+// (inspect) and clean a node whose agent is gone (uninstall).
+package nodeagent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/envflag"
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodetaint"
+)
+
+// Config is the agent's configuration: the installer's, and the agent's
+// own duties.
+type Config struct {
+	Install install.Config
+
+	HealthAddr  string
+	MetricsAddr string
+	// DaemonSetName and ServiceAccount are the agent's own objects, in
+	// Install.PodNamespace: what the uninstall check follows.
+	DaemonSetName  string
+	ServiceAccount string
+
+	NodeName      string
+	AuditAction   audit.Action
+	AuditInterval time.Duration
+	AuditConfirm  time.Duration
+	// HostProc is the node's /proc (pods' network namespaces); HostRoot
+	// the node's root filesystem, whose iptables the audit runs.
+	HostProc, HostRoot string
+	NodeTaint          bool
+	TaintGrace         time.Duration
+}
+
+// ParseFlags reads the configuration from args and the environment (each
+// flag defaults to the variable its usage names). selfDir holds the
+// agent's own binary, the default plugin source.
+func ParseFlags(args []string, getenv func(string) string, selfDir string) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
+	installConfig := install.BindFlags(fs, getenv, selfDir)
+	f := envflag.Set{FS: fs, Getenv: getenv}
+	var action, interval, confirm, taint, grace string
+	f.String(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
+	f.String(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
+	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
+	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
+	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
+	f.String(&c.HostProc, "host-proc", "HOST_PROC", "/host/proc", "the node's /proc, where the audit finds pods' network namespaces")
+	f.String(&c.HostRoot, "host-root", "HOST_ROOT", "/host/root", "the node's root filesystem, whose iptables the audit runs (chrooted); / on the node itself")
+	f.String(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
+	f.String(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
+	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
+	f.String(&taint, "node-taint", "NODE_TAINT", "false", "remove "+nodetaint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
+	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	var errs []error
+	var err error
+	if c.Install, err = installConfig(); err != nil {
+		errs = append(errs, err)
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if c.AuditAction, err = audit.ParseAction(action); err != nil {
+		errs = append(errs, fmt.Errorf("--audit-action: %w", err))
+	}
+	if c.AuditInterval, err = time.ParseDuration(interval); err != nil || c.AuditInterval < time.Second || c.AuditInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("--audit-interval %q: want a duration from 1s to 1h", interval))
+	}
+	if c.AuditConfirm, err = time.ParseDuration(confirm); err != nil || c.AuditConfirm < 0 || c.AuditConfirm > time.Minute {
+		errs = append(errs, fmt.Errorf("--audit-confirm %q: want a duration from 0s to 1m", confirm))
+	}
+	if c.NodeTaint, err = strconv.ParseBool(taint); err != nil {
+		errs = append(errs, fmt.Errorf("--node-taint %q: want true or false", taint))
+	}
+	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace))
+	}
+	for _, p := range []*string{&c.HostProc, &c.HostRoot} {
+		if *p != "" {
+			*p = filepath.Clean(*p)
+		}
+	}
+	errs = append(errs, c.validate())
+	return c, errors.Join(errs...)
+}
+
+// validate checks the agent's own flags; the error names the flag and what
+// is allowed.
+func (c Config) validate() error {
+	var errs []error
+	for _, p := range []struct{ flag, value string }{{"--host-proc", c.HostProc}, {"--host-root", c.HostRoot}} {
+		if !filepath.IsAbs(p.value) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.flag, p.value))
+		}
+	}
+	if c.NodeName != "" && !install.ValidObjectName(c.NodeName) {
+		errs = append(errs, fmt.Errorf("--node-name %q: want a node name (lower-case letters, digits, '-' and '.')", c.NodeName))
+	}
+	if !install.ValidObjectName(c.DaemonSetName) {
+		errs = append(errs, fmt.Errorf("--daemonset-name %q: want a DNS subdomain name (lower-case letters, digits, '-' and '.')", c.DaemonSetName))
+	}
+	if !install.ValidObjectName(c.ServiceAccount) {
+		errs = append(errs, fmt.Errorf("--service-account %q: want a ServiceAccount name (lower-case letters, digits, '-' and '.')", c.ServiceAccount))
+	}
+	for _, a := range []struct{ flag, value string }{{"--health-addr", c.HealthAddr}, {"--metrics-addr", c.MetricsAddr}} {
+		if _, _, err := net.SplitHostPort(a.value); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want host:port or :port", a.flag, a.value))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,72 @@
+package nodeagent
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"istio-cni.local/istio-cni/pkg/install"
+)
+
+// Component is the Events' source.
+const Component = "istio-cni-node"
+
+// Events records the agent's Events through the API: on pods (the audit's
+// findings) and on its Node (a fight over the CNI config).
+type Events struct {
+	recorder    record.EventRecorder
+	broadcaster record.EventBroadcaster
+}
+
+func newEvents(cs kubernetes.Interface, node string) *Events {
+	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{})
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	return &Events{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: node})}
+}
+
+// flush gives the last Events a moment, then stops (Shutdown drops what is
+// still queued).
+func (e *Events) flush() {
+	time.Sleep(100 * time.Millisecond)
+	e.broadcaster.Shutdown()
+}
+
+// Event reasons on the Node.
+const (
+	ReasonConflict     = "IstioCNIConfigConflict"
+	ReasonConflictOver = "IstioCNIConfigConflictOver"
+)
+
+// nodeFights reports the installer's fights as Events on the Node, where
+// `kubectl describe node` shows them.
+type nodeFights struct {
+	events *Events
+	node   string
+}
+
+// nodeRef is the Node as kubelet names it in its own Events (the UID is
+// the node's name).
+func nodeRef(node string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node)}
+}
+
+func (f nodeFights) Fighting(x install.Fight) {
+	if f.node == "" {
+		return
+	}
+	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeWarning, ReasonConflict,
+		"%s; istio-cni keeps repairing at most once a second, and is not ready until it stops", x)
+}
+
+func (f nodeFights) Calm(x install.Fight) {
+	if f.node == "" {
+		return
+	}
+	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeNormal, ReasonConflictOver,
+		"no repair of %s needed for %s: the other writer stopped", x.File, x.Window)
+}

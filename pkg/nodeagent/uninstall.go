@@ -1,0 +1,67 @@
+package nodeagent
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/envflag"
+	"istio-cni.local/istio-cni/pkg/install"
+)
+
+const uninstallUsage = `usage: install-cni uninstall [flags]
+
+Removes istio-cni from a node whose agent is not running (the node was
+down or the agent crash-looping when istio-cni was deleted): first every
+CNI config that chains istio-cni, then the plugin, its kubeconfig, the
+sandboxes' records and the agent's socket. The primary CNI's own config is
+kept (only our entry is removed from it). Run it on the node, as root:
+
+  install-cni uninstall --cni-bin-dir=/opt/cni/bin --cni-net-dir=/etc/cni/net.d --kubeconfig-dir=/var/run/istio-cni
+
+or with deployments/optional/uninstall-node-job.yaml, which mounts the
+node's directories where the defaults expect them. It refuses to run while
+an agent is running on the node (it would reinstall at once): delete the
+DaemonSet instead.
+
+`
+
+// Uninstall is the uninstall subcommand; it returns the exit status.
+func Uninstall(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("uninstall", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { _, _ = fmt.Fprint(stderr, uninstallUsage); fs.PrintDefaults() }
+	var cfg install.Config
+	f := envflag.Set{FS: fs, Getenv: getenv}
+	f.String(&cfg.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "the node's CNI bin directory")
+	f.String(&cfg.CNINetDir, "cni-net-dir", "CNI_NET_DIR", "/host/etc/cni/net.d", "the node's CNI config directory")
+	f.String(&cfg.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "istio-cni's run directory (kubeconfig, socket, records)")
+	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "02-istio-cni.conflist", "the owned conflist's configured name")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	for _, p := range []struct{ flag, value string }{{"--cni-bin-dir", cfg.CNIBinDir}, {"--cni-net-dir", cfg.CNINetDir}, {"--kubeconfig-dir", cfg.KubeconfigDir}} {
+		if !filepath.IsAbs(p.value) {
+			_, _ = fmt.Fprintf(stderr, "install-cni uninstall: %s %q: want an absolute path\n", p.flag, p.value)
+			return 2
+		}
+	}
+	if sock := filepath.Join(cfg.KubeconfigDir, install.EventsSocket); agentevents.Listening(sock) {
+		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: an istio-cni agent is running on this node (it listens at %s) and would reinstall at once: delete its DaemonSet instead\n", sock)
+		return 1
+	}
+	cfg.Mode = install.Owned
+	log := slog.New(slog.NewTextHandler(stdout, nil))
+	if err := install.New(cfg, install.Deps{Log: log}).Uninstall(); err != nil {
+		_, _ = fmt.Fprintln(stderr, "install-cni uninstall:", err)
+		return 1
+	}
+	return 0
+}

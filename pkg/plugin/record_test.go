@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+)
+
+func confWithRecords(dir string) string {
+	return strings.TrimSuffix(conf("1.0.0", prevV4), "}") + `,"records_dir":"` + dir + `"}`
+}
+
+// TestRecordLifecycle: ADD records what it programmed, CHECK compares the
+// namespace with the record (not with annotations edited since), DEL
+// removes it.
+func TestRecordLifecycle(t *testing.T) {
+	h := newHarness()
+	dir := filepath.Join(t.TempDir(), "sandboxes")
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	c := confWithRecords(dir)
+	if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	store := applied.Store{Dir: dir}
+	recs, err := store.ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666")
+	if err != nil || len(recs) != 1 || recs[0].Container != "c1" || recs[0].Pod != "team-a/web-1" || !recs[0].IPv4 || recs[0].IPv6 {
+		t.Fatalf("records %+v, %v", recs, err)
+	}
+	if got := recs[0].Model(); !reflect.DeepEqual(got, h.net.programmed["/var/run/netns/pod"]) {
+		t.Error("the record's model is not what ADD programmed")
+	}
+	// Annotations edited after the start (here: invalid now) do not
+	// change what CHECK expects, and CHECK needs no API call.
+	h.api.pods["team-a/web-1"] = meshedPod(map[string]string{"traffic.sidecar.istio.io/includeInboundPorts": "nope"})
+	calls := h.api.calls
+	if err := h.p.Check(cmdArgs(c, podArgsUID)); err != nil {
+		t.Fatalf("CHECK against the record: %v", err)
+	}
+	if h.api.calls != calls {
+		t.Error("CHECK read the pod although ADD recorded its rules")
+	}
+	if err := h.p.Del(cmdArgs(c, podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := store.ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666"); len(recs) != 0 {
+		t.Errorf("DEL left %d records", len(recs))
+	}
+}
+
+// TestRecordWriteFailureKeepsADD: a records directory that cannot be
+// written costs the record, not the pod's start.
+func TestRecordWriteFailureKeepsADD(t *testing.T) {
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(confWithRecords("/proc/no-such-dir/sandboxes"), podArgsUID)); err != nil {
+		t.Fatalf("ADD failed on a record write: %v", err)
+	}
+	if !strings.Contains(h.stderr.String(), "recording the applied rules") {
+		t.Errorf("the failed record is not logged: %s", h.stderr)
+	}
+}

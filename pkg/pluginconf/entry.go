@@ -1,0 +1,172 @@
+// Package pluginconf is istio-cni's entry in a CNI config: the keys the
+// plugin reads, their defaults, and the one validation that both the plugin
+// (on every verb) and the installer (before it writes the entry) run. A
+// value the plugin would refuse would fail every pod's ADD on the node, so
+// the installer refuses it first, with the same message.
+package pluginconf
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/xtables"
+)
+
+// Entry holds the plugin's own keys. Field order is the order the installer
+// writes them in; unset optional keys are left out.
+type Entry struct {
+	// Kubeconfig is the file the installer writes for the plugin.
+	Kubeconfig string `json:"kubeconfig"`
+	// ExcludeNamespaces pass through without an API call.
+	ExcludeNamespaces []string `json:"exclude_namespaces"`
+	// AgentNamespace is the istio-cni DaemonSet's namespace. Its pods pass
+	// through before any client is built, so the agent can always start
+	// even when the plugin cannot reach the API (it is what repairs that).
+	AgentNamespace string `json:"agent_namespace,omitempty"`
+	// LogLevel is debug, info, warn or error; LogFile, if set, gets a copy
+	// of stderr's log lines.
+	LogLevel string `json:"log_level,omitempty"`
+	LogFile  string `json:"log_file,omitempty"`
+	// IptablesBackend is auto, legacy or nft (see xtables.Backend).
+	IptablesBackend string `json:"iptables_backend,omitempty"`
+	// APITimeout bounds a pod lookup with all its retries; APIAttemptTimeout
+	// each attempt. Go durations ("20s").
+	APITimeout        string `json:"api_timeout,omitempty"`
+	APIAttemptTimeout string `json:"api_attempt_timeout,omitempty"`
+	// TProxyMark and TProxyRouteTable are the packet mark and the route
+	// table of TPROXY-mode pods (istio-iptables' -t and -r); 0 keeps 1337
+	// and 133.
+	TProxyMark       uint32 `json:"tproxy_mark,omitempty"`
+	TProxyRouteTable uint32 `json:"tproxy_route_table,omitempty"`
+	// AgentSocket is the node agent's datagram socket: each ADD, DEL and
+	// CHECK outcome is sent there (pkg/agentevents), best effort. "" sends
+	// nothing.
+	AgentSocket string `json:"agent_socket,omitempty"`
+	// RecordsDir is where ADD records the rules it applied to each sandbox
+	// (pkg/applied), so the node audit restores exactly those. "" records
+	// nothing.
+	RecordsDir string `json:"records_dir,omitempty"`
+}
+
+// Settings are an entry's values, validated and with defaults applied.
+type Settings struct {
+	LogLevel    slog.Level
+	Backend     xtables.Backend
+	Timeouts    kube.Timeouts
+	TProxyMark  uint32
+	TProxyTable uint32
+}
+
+// Defaults, in one place.
+const (
+	DefaultKubeconfig        = "/var/run/istio-cni/istio-cni-kubeconfig"
+	DefaultAPITimeout        = 20 * time.Second
+	DefaultAPIAttemptTimeout = 5 * time.Second
+	// MaxAPITimeout keeps a lookup, with the plugin's budget for the pod's
+	// namespace after it, below the kubelet's two-minute runtime request
+	// timeout (shared with the primary CNI), so a failure is ours to report,
+	// not a kubelet timeout.
+	MaxAPITimeout = 60 * time.Second
+)
+
+// FieldError is a key's value the plugin cannot use: it names the key and
+// what is allowed.
+type FieldError struct {
+	Field, Problem string
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("field %q: %s", e.Field, e.Problem) }
+
+func invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Normalize fills defaults into e (an empty kubeconfig becomes
+// DefaultKubeconfig) and validates every key; the error is a *FieldError.
+func (e *Entry) Normalize() (Settings, error) {
+	var s Settings
+	if e.Kubeconfig == "" {
+		e.Kubeconfig = DefaultKubeconfig
+	}
+	var err error
+	for _, p := range []struct{ field, path, what string }{
+		{"kubeconfig", e.Kubeconfig, "the kubeconfig's path on the host"},
+		{"log_file", e.LogFile, "a file path on the host, or empty"},
+		{"agent_socket", e.AgentSocket, "the agent's socket path on the host, or empty"},
+		{"records_dir", e.RecordsDir, "a directory on the host, or empty"},
+	} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			return s, invalid(p.field, "%q is not an absolute path: want %s", p.path, p.what)
+		}
+	}
+	if s.LogLevel, err = ParseLevel(e.LogLevel); err != nil {
+		return s, invalid("log_level", "%v", err)
+	}
+	if s.Backend, err = xtables.ParseBackend(e.IptablesBackend); err != nil {
+		return s, invalid("iptables_backend", "%v", err)
+	}
+	if s.Timeouts.Total, err = parseDuration(e.APITimeout, DefaultAPITimeout, MaxAPITimeout); err != nil {
+		return s, invalid("api_timeout", "%v", err)
+	}
+	if s.Timeouts.Attempt, err = parseDuration(e.APIAttemptTimeout, DefaultAPIAttemptTimeout, s.Timeouts.Total); err != nil {
+		return s, invalid("api_attempt_timeout", "%v (at most api_timeout)", err)
+	}
+	for _, ns := range e.ExcludeNamespaces {
+		if !kube.ValidNamespace(ns) {
+			return s, invalid("exclude_namespaces", "%s", notNamespace(ns))
+		}
+	}
+	if e.AgentNamespace != "" && !kube.ValidNamespace(e.AgentNamespace) {
+		return s, invalid("agent_namespace", "%s", notNamespace(e.AgentNamespace))
+	}
+	if s.TProxyMark = e.TProxyMark; s.TProxyMark == 0 {
+		s.TProxyMark = iptables.DefaultTProxyMark
+	}
+	if s.TProxyMark == iptables.OutboundMark {
+		return s, invalid("tproxy_mark", "%d is the proxy's outbound mark: want another mark from 1 to 4294967295", iptables.OutboundMark)
+	}
+	if s.TProxyTable = e.TProxyRouteTable; s.TProxyTable == 0 {
+		s.TProxyTable = iptables.DefaultTProxyTable
+	}
+	// 253-255 are the kernel's default, main and local tables; above them
+	// (and 0) is unspecified.
+	if s.TProxyTable >= 253 && s.TProxyTable <= 255 || s.TProxyTable == 0xffffffff {
+		return s, invalid("tproxy_route_table", "%d is a kernel table: want 1 to 252 or 256 to 4294967294", s.TProxyTable)
+	}
+	return s, nil
+}
+
+func notNamespace(s string) string {
+	return fmt.Sprintf("%q is not a namespace name: want 1 to 63 lower-case letters, digits and '-'", s)
+}
+
+// ParseLevel reads a log level; "" is info.
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "", "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("unknown level %q: want debug, info, warn or error", s)
+}
+
+func parseDuration(s string, def, maxD time.Duration) (time.Duration, error) {
+	if s == "" {
+		return min(def, maxD), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > maxD {
+		return 0, fmt.Errorf("%q: want a duration such as \"20s\", above 0 and at most %s", s, maxD)
+	}
+	return d, nil
+}
