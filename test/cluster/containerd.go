@@ -102,3 +102,12 @@ func (n *Node) ImportImages(ctx context.Context, tarballs ...string) error {
 	}
 	return nil
 }
+
+// TagImage gives an image in the node's containerd a second reference, as
+// a new release of the same image would arrive under a new tag.
+func (n *Node) TagImage(ctx context.Context, src, dst string) error {
+	if out, err := n.ctr(ctx, "images", "tag", "--force", src, dst); err != nil {
+		return fmt.Errorf("tagging %s as %s: %w: %s", src, dst, err, out)
+	}
+	return nil
+}

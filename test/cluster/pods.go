@@ -78,6 +78,9 @@ type Pod struct {
 		Name, Namespace, UID string
 		DeletionTimestamp    *time.Time
 	}
+	Spec struct {
+		Containers []struct{ Name, Image string }
+	}
 	Status struct {
 		Phase, PodIP      string
 		ContainerStatuses []struct {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,15 +55,18 @@ func (l *livePods) set(pods []livePod) {
 }
 
 // stream creates a meshed pod every 1.5 s and deletes each after about 10
-// s, until ctx ends; then it deletes what is left and returns how many it
-// created. API errors (an outage) are skipped.
-func stream(ctx context.Context, t *testing.T, l *livePods) int {
+// s, until ctx ends; then it deletes what is left and returns how many
+// meshed pods it created. While hold is set it creates plain pods instead
+// (they must start, and are not observed). API errors (an outage) are
+// skipped.
+func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) int {
 	var pods []livePod
 	del := func(name string) bool {
 		status, _, err := env.node.Do(context.Background(), http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil)
 		return err == nil && (status < 300 || status == http.StatusNotFound)
 	}
-	n := 0
+	n, plainN := 0, 0
+	var plains []string
 	tick := time.NewTicker(1500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -74,6 +78,9 @@ func stream(ctx context.Context, t *testing.T, l *livePods) int {
 					time.Sleep(200 * time.Millisecond)
 				}
 			}
+			for _, name := range plains {
+				del(name)
+			}
 			return n
 		case <-tick.C:
 		}
@@ -82,6 +89,14 @@ func stream(ctx context.Context, t *testing.T, l *livePods) int {
 		}
 		l.set(pods)
 		if len(pods) >= 6 {
+			continue
+		}
+		if hold.Load() {
+			plain := fmt.Sprintf("plain-while-uninstalled-%d", plainN)
+			if env.node.CreatePod(ctx, cluster.PodSpec{Namespace: "default", Name: plain, Target: server(t)}.JSON()) == nil {
+				plainN++
+				plains = append(plains, plain)
+			}
 			continue
 		}
 		name := fmt.Sprintf("chaos-%d", n)

@@ -10,25 +10,38 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 var (
-	chaosIterations = flag.Int("chaos.iterations", 5, "perturbations TestChaos runs, one of each kind in turn (make chaos: 50)")
+	chaosIterations = flag.Int("chaos.iterations", 7, "perturbations TestChaos runs, one of each kind in turn (make chaos: 50)")
 	chaosReport     = flag.String("chaos.report", "", "file TestChaos writes its figures to, as JSON")
 )
 
 // A perturbation is one thing that goes wrong on a real node.
 type perturbation struct {
 	name string
-	run  func(ctx context.Context, t *testing.T) error
+	run  func(ctx context.Context, t *testing.T, c *chaosRun) error
+}
+
+// chaosRun is what perturbations may use of the loop: the stream's pods,
+// the observer, and the stream's hold on meshed pods.
+type chaosRun struct {
+	live *livePods
+	obs  *observer
+	// meshedHold stops the stream creating meshed pods (it creates plain
+	// ones instead) while istio-cni is uninstalled: with no mesh CNI on
+	// the node there is nothing to redirect them, by design.
+	meshedHold atomic.Bool
 }
 
 var perturbations = []perturbation{
-	{"agent-restart", func(ctx context.Context, t *testing.T) error {
+	{"agent-restart", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
 		p, ok := installerPodOrEmpty(t)
 		if !ok {
 			return errors.New("no agent pod")
@@ -36,7 +49,7 @@ var perturbations = []perturbation{
 		_, err := env.node.Kubectl(ctx, "-n", "istio-cni", "delete", "pod", p.Metadata.Name, "--wait=true")
 		return err
 	}},
-	{"primary-rewrite", func(ctx context.Context, t *testing.T) error {
+	{"primary-rewrite", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
 		// The primary CNI rewrites its config in place (truncate, write),
 		// with new content, then puts the original back.
 		changed := strings.Replace(string(env.primary), `"isGateway": true`, `"isGateway": true, "mtu": 1400`, 1)
@@ -49,7 +62,7 @@ var perturbations = []perturbation{
 		time.Sleep(time.Second)
 		return os.WriteFile(env.node.PrimaryConfig, env.primary, 0o644)
 	}},
-	{"foreign-config", func(ctx context.Context, t *testing.T) error {
+	{"foreign-config", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
 		// Another CNI's config appears sorting first, then goes.
 		foreign := filepath.Join(env.node.CNINetDir, "00-foreign.conflist")
 		if err := os.WriteFile(foreign, env.primary, 0o644); err != nil {
@@ -58,16 +71,56 @@ var perturbations = []perturbation{
 		time.Sleep(2 * time.Second)
 		return os.Remove(foreign)
 	}},
-	{"api-outage", func(ctx context.Context, t *testing.T) error {
+	{"api-outage", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
 		if err := env.node.Pause(); err != nil {
 			return err
 		}
 		time.Sleep(5 * time.Second)
 		return env.node.Resume(ctx)
 	}},
-	{"node-reboot", func(ctx context.Context, t *testing.T) error {
+	{"node-reboot", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
 		return env.node.Reboot(ctx, cluster.RebootOptions{Down: 2 * time.Second})
 	}},
+	{"delete-and-recreate", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
+		// Argo CD's Replace: the DaemonSet deleted and created again.
+		return replaceDaemonSet(ctx, t)
+	}},
+	{"uninstall-reinstall", func(ctx context.Context, t *testing.T, c *chaosRun) error {
+		// kubectl delete -k, then apply -k. Meshed pods are held while
+		// istio-cni is away; those started before keep their rules.
+		c.meshedHold.Store(true)
+		defer c.meshedHold.Store(false)
+		if err := c.settled(ctx); err != nil {
+			return err
+		}
+		if out, err := env.node.Kubectl(ctx, "delete", "-k", env.overlay, "--wait=true"); err != nil {
+			return fmt.Errorf("kubectl delete -k: %w\n%s", err, out)
+		}
+		if err := poll.Wait(time.Minute, "uninstalled", func() (bool, string) {
+			return !exists(ownedPath()) && !exists(pluginPath()), "files left"
+		}); err != nil {
+			return err
+		}
+		if out, err := env.node.Kubectl(ctx, "apply", "-k", env.overlay); err != nil {
+			return fmt.Errorf("kubectl apply -k: %w\n%s", err, out)
+		}
+		_, err := env.node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m")
+		return err
+	}},
+}
+
+// settled waits until every pod of the stream runs redirected: none is
+// between its creation and its ADD.
+func (c *chaosRun) settled(ctx context.Context) error {
+	return poll.Wait(time.Minute, "the stream's pods running redirected", func() (bool, string) {
+		var waiting []string
+		for _, name := range c.live.createdBefore(time.Now()) {
+			if !c.obs.runningRedirected(name, time.Time{}) {
+				waiting = append(waiting, name)
+			}
+		}
+		return len(waiting) == 0 && ctx.Err() == nil, fmt.Sprint(waiting)
+	})
 }
 
 // chaosFigures are TestChaos's results.
@@ -115,12 +168,13 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	var created int
 	live := &livePods{}
-	wg.Go(func() { created = stream(streamCtx, t, live) })
+	run := &chaosRun{live: live, obs: obs}
+	wg.Go(func() { created = stream(streamCtx, t, live, &run.meshedHold) })
 	wg.Go(func() { obs.run(streamCtx) })
 	figs := chaosFigures{Iterations: *chaosIterations, HealMS: map[string][]float64{}}
 	for i := range *chaosIterations {
 		p := perturbations[i%len(perturbations)]
-		if err := p.run(ctx, t); err != nil {
+		if err := p.run(ctx, t, run); err != nil {
 			stopStream()
 			wg.Wait()
 			t.Fatalf("iteration %d, %s: %v", i, p.name, err)

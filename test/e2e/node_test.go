@@ -46,15 +46,7 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	}
 	// Requests went direct while the rules were gone; the ones after the
 	// repair go through the proxy again.
-	time.Sleep(1500 * time.Millisecond)
-	offset := len(env.node.ContainerLog(p, "app"))
-	poll.Until(t, 30*time.Second, "two requests through the proxy after the repair", func() (bool, string) {
-		log := env.node.ContainerLog(p, "app")[offset:]
-		return strings.Count(log, "proxy listener=outbound orig="+server(t)) >= 2, log
-	})
-	if log := env.node.ContainerLog(p, "app")[offset:]; strings.Contains(log, "server name=server") {
-		t.Errorf("a request bypassed the proxy after the repair:\n%s", log)
-	}
+	assertThroughProxyFromNow(t, p)
 	if got := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`); got < before+1 {
 		t.Errorf("repairs counted: %v -> %v", before, got)
 	}
@@ -67,6 +59,65 @@ func TestAuditRepairsInPlace(t *testing.T) {
 		return strings.Contains(out, audit.ReasonMissing) && strings.Contains(out, audit.ReasonRepaired) &&
 			strings.Contains(out, nodeagent.Component), out
 	})
+}
+
+// 8b. Someone allowed to patch pods widens a running meshed pod's
+// exclusions (here: every destination), then its rules drift: the audit
+// restores the rules ADD applied, not the weakened ones, and the pod gets
+// one Event saying its settings changed after it started.
+func TestAuditKeepsWhatADDApplied(t *testing.T) {
+	requireInstalled(t)
+	p := startPod(t, meshedPod(t, "edited"))
+	assertRedirected(t, p)
+	if _, err := env.node.Kubectl(t.Context(), "-n", "default", "annotate", "pod", "edited", "--overwrite",
+		"traffic.sidecar.istio.io/excludeOutboundIPRanges=0.0.0.0/0"); err != nil {
+		t.Fatal(err)
+	}
+	netns, err := env.node.PodNetNS(t.Context(), "default", "edited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	if err := flush.Cleanup(t.Context(), netns); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 30*time.Second, "the audit's repair", func() (bool, string) {
+		rules, err := env.node.IptablesSave(t.Context(), "default", "edited")
+		return err == nil && strings.Contains(rules, ":ISTIO_OUTPUT "), rules
+	})
+	// The rules are the default sidecar's, as at ADD: no RETURN for
+	// 0.0.0.0/0, and the app's requests after the repair go through the
+	// proxy again.
+	assertRules(t, "edited")
+	assertThroughProxyFromNow(t, p)
+	poll.Until(t, 30*time.Second, "the settings-changed Event", func() (bool, string) {
+		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default",
+			"--field-selector", "involvedObject.name=edited,reason="+audit.ReasonSettingsChanged, "-o", "custom-columns=COUNT:.count,MESSAGE:.message")
+		return strings.Contains(out, "restart the pod to apply") && strings.Contains(out, "OutboundIPExclude"), out
+	})
+}
+
+// assertThroughProxyFromNow: once a request goes through the proxy (one
+// sent while the rules were missing may still be logging), the next two do
+// as well, and none goes direct.
+func assertThroughProxyFromNow(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	through := "proxy listener=outbound orig=" + server(t)
+	start := len(env.node.ContainerLog(p, "app"))
+	var offset int
+	poll.Until(t, 30*time.Second, "a request through the proxy", func() (bool, string) {
+		log := env.node.ContainerLog(p, "app")
+		i := strings.LastIndex(log[start:], through)
+		offset = start + i + len(through)
+		return i >= 0, log[start:]
+	})
+	poll.Until(t, 30*time.Second, "two more requests through the proxy", func() (bool, string) {
+		log := env.node.ContainerLog(p, "app")[offset:]
+		return strings.Count(log, through) >= 2, log
+	})
+	if log := env.node.ContainerLog(p, "app")[offset:]; strings.Contains(log, "server name=server") {
+		t.Errorf("a request bypassed the proxy after the repair:\n%s", log)
+	}
 }
 
 // 9. The plugin reports each ADD to the agent, whose log shows it.

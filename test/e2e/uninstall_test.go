@@ -2,20 +2,30 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// 12, last because it uninstalls. The installer pod is deleted (a restart):
-// the files stay and pods keep starting, also while no agent runs at all. The DaemonSet is deleted
-// (uninstall): the owned conflist, kubeconfig and binary go, and the
-// primary config is untouched.
-func TestRestartThenUninstall(t *testing.T) {
+// The tests below change the install itself; they run last, in order, and
+// each leaves istio-cni installed again except the last.
+
+// 12. The installer pod is deleted (a restart): the files stay. The agent
+// is then kept off the node (a nodeSelector that matches nothing), and a
+// meshed pod started meanwhile is redirected.
+func TestRestartAndAgentAway(t *testing.T) {
 	requireInstalled(t)
 	old := installerPod(t)
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
@@ -27,11 +37,152 @@ func TestRestartThenUninstall(t *testing.T) {
 		return ok && p.Metadata.Name != old, p.Metadata.Name
 	})
 	requireInstalled(t)
+	agentAway(t)
+	assertFilesStay(t, "the agent's absence")
+	assertRedirected(t, startPod(t, meshedPod(t, "agent-away")))
+	agentBack(t)
+	requireInstalled(t)
+}
 
-	// The agent away for longer (the DaemonSet stays, so its pod stopping
-	// is no uninstall): a meshed pod starting meanwhile is redirected.
+// 13. A rolling upgrade (a new image tag applied): while the old agent
+// stops and the new one starts, meshed pods keep being created; every one
+// starts at its first attempt, redirected.
+func TestRollingUpgrade(t *testing.T) {
+	requireInstalled(t)
+	const next = "localhost/istio-cni/install-cni:0.1.0-next"
+	if err := env.node.TagImage(t.Context(), "localhost/istio-cni/install-cni:0.1.0", next); err != nil {
+		t.Fatal(err)
+	}
+	old := installerPod(t)
+	pods := duringPods(t, "upgrade", func() {
+		if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+next); err != nil {
+			t.Fatal(err)
+		}
+		poll.Until(t, 2*time.Minute, "the new agent running the new image", func() (bool, string) {
+			p, ok := installerPodOrEmpty(t)
+			return ok && p.Metadata.Name != old && allReady(p) && len(p.Spec.Containers) == 1 && p.Spec.Containers[0].Image == next, p.Metadata.Name
+		})
+		requireInstalled(t)
+	})
+	assertStartedRedirected(t, pods)
+}
+
+// 14. A delete and recreate of the DaemonSet (Argo CD's Replace, kubectl
+// replace --force): the old agent sees its DaemonSet replaced and keeps the
+// files, which never go missing; meshed pods created meanwhile start at
+// their first attempt, redirected.
+func TestDeleteAndRecreate(t *testing.T) {
+	requireInstalled(t)
+	old, _ := installerPodOrEmpty(t)
+	oldLog := followLog(old)
+	gaps := watchFiles(t)
+	pods := duringPods(t, "replace", func() {
+		if err := replaceDaemonSet(t.Context(), t); err != nil {
+			t.Fatal(err)
+		}
+		requireInstalled(t)
+	})
+	if g := gaps(); len(g) > 0 {
+		t.Errorf("istio-cni's files went missing during the delete and recreate: %v", g)
+	}
+	assertStartedRedirected(t, pods)
+	if log := oldLog(); !strings.Contains(log, "replaced") || strings.Contains(log, `"msg":"uninstalling"`) {
+		t.Errorf("the old agent's shutdown:\n%s", lastLines(log, 5))
+	}
+}
+
+// replaceDaemonSet deletes and recreates the DaemonSet as rendered from the
+// overlay (kubectl replace --force, as Argo CD's Replace does), and waits
+// for the new one's agent.
+func replaceDaemonSet(ctx context.Context, t *testing.T) error {
+	rendered, err := env.node.Kubectl(ctx, "kustomize", env.overlay)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(t.TempDir(), "daemonset.yaml")
+	if err := os.WriteFile(path, []byte(daemonSetDoc(t, rendered)), 0o600); err != nil {
+		return err
+	}
+	if out, err := env.node.Kubectl(ctx, "replace", "--force", "-f", path); err != nil {
+		return fmt.Errorf("kubectl replace --force: %w\n%s", err, out)
+	}
+	_, err = env.node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m")
+	return err
+}
+
+// 15. Every way kubectl removes the install leaves a node that starts
+// pods: nothing of istio-cni's is left in the CNI bin dir, net.d or the
+// run dir, the primary's config is untouched, and a plain pod in default
+// is Ready within 60 s. After each, istio-cni is installed again.
+func TestUninstallPaths(t *testing.T) {
+	base, err := cluster.DeploymentsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, way := range []struct {
+		name string
+		args []string
+	}{
+		{"daemonset", []string{"-n", "istio-cni", "delete", "daemonset", "istio-cni-node"}},
+		{"delete-k", []string{"delete", "-k", env.overlay}},
+		{"delete-f", []string{"delete", "-f", base}},
+		{"namespace", []string{"delete", "namespace", "istio-cni"}},
+	} {
+		t.Run(way.name, func(t *testing.T) {
+			requireInstalled(t)
+			agent, _ := installerPodOrEmpty(t)
+			agentLog := followLog(agent)
+			if out, err := env.node.Kubectl(t.Context(), append(way.args, "--wait=false")...); err != nil {
+				t.Fatalf("kubectl %v: %v\n%s", way.args, err, out)
+			}
+			waitUninstalled(t)
+			t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
+			assertNodeStartsPlainPods(t, "after-"+way.name)
+			reinstall(t)
+		})
+	}
+}
+
+// 16. The agent is not running when istio-cni is deleted (the node was
+// down, or the agent crash-looping): the node's files stay and every new
+// pod fails (the plugin's credentials are revoked). The documented
+// cleanup, deployments/optional/uninstall-node-job.yaml, makes the node
+// start pods again. Last: it leaves istio-cni uninstalled.
+func TestCleanupAfterUninstallWithoutAgent(t *testing.T) {
+	requireInstalled(t)
+	agentAway(t)
+	if out, err := env.node.Kubectl(t.Context(), "delete", "-k", env.overlay, "--wait=true"); err != nil {
+		t.Fatalf("kubectl delete -k: %v\n%s", err, out)
+	}
+	assertFilesStay(t, "an uninstall without an agent")
+	// The failure this cleans: a plain pod cannot start.
+	stuck := cluster.PodSpec{Namespace: "default", Name: "stuck", Target: server(t)}
+	createPod(t, stuck)
+	poll.Until(t, time.Minute, "the plain pod failing at its sandbox", func() (bool, string) {
+		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default", "--field-selector",
+			"involvedObject.name=stuck,reason=FailedCreatePodSandBox", "-o", "custom-columns=MESSAGE:.message")
+		return strings.Contains(out, "istio-cni"), out
+	})
+	job, err := env.node.UninstallJob(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := env.node.Kubectl(t.Context(), "apply", "-f", job); err != nil {
+		t.Fatalf("applying the uninstall Job: %v\n%s", err, out)
+	}
+	name := "job/istio-cni-uninstall-" + env.node.Name
+	if out, err := env.node.Kubectl(t.Context(), "-n", "kube-system", "wait", "--for=condition=complete", name, "--timeout=2m"); err != nil {
+		logs, _ := env.node.Kubectl(t.Context(), "-n", "kube-system", "describe", name)
+		t.Fatalf("the uninstall Job: %v\n%s\n%s", err, out, logs)
+	}
+	waitUninstalled(t)
+	assertNodeStartsPlainPods(t, "after-cleanup")
+}
+
+// agentAway keeps the agent off the node while its DaemonSet stays.
+func agentAway(t *testing.T) {
+	t.Helper()
 	away := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
-	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
 		t.Fatal(err)
 	}
@@ -39,28 +190,236 @@ func TestRestartThenUninstall(t *testing.T) {
 		pods := installerPods(t)
 		return len(pods) == 0, fmt.Sprint(len(pods), " pods")
 	})
-	assertFilesStay(t, "the agent's absence")
-	assertRedirected(t, startPod(t, meshedPod(t, "agent-away")))
+}
+
+func agentBack(t *testing.T) {
+	t.Helper()
+	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
 		t.Fatal(err)
 	}
-	requireInstalled(t)
+}
 
-	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "daemonset", "istio-cni-node", "--wait=true"); err != nil {
+// duringPods creates a meshed pod every 400 ms while op runs, and for a
+// second after it, and returns their names; they are deleted when the
+// test ends.
+func duringPods(t *testing.T, prefix string, op func()) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var names []string
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; !stop.Load(); i++ {
+			s := meshedPod(t, fmt.Sprintf("%s-%d", prefix, i))
+			if err := env.node.CreatePod(context.Background(), s.JSON()); err == nil {
+				mu.Lock()
+				names = append(names, s.Name)
+				mu.Unlock()
+			}
+			time.Sleep(400 * time.Millisecond)
+		}
+	}()
+	op()
+	time.Sleep(time.Second)
+	stop.Store(true)
+	<-done
+	t.Cleanup(func() {
+		for _, n := range names {
+			_, _, _ = env.node.Do(context.Background(), http.MethodDelete, "/api/v1/namespaces/default/pods/"+n, nil)
+		}
+	})
+	t.Logf("%d meshed pods created during the operation", len(names))
+	return names
+}
+
+// assertStartedRedirected: each pod runs, its sandbox never failed, and its
+// namespace holds exactly the rule model.
+func assertStartedRedirected(t *testing.T, names []string) {
+	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("no pod was created during the operation")
+	}
+	for _, name := range names {
+		ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
+		_, err := env.node.WaitRunning(ctx, "default", name)
+		cancel()
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default", "--field-selector",
+			"involvedObject.name="+name+",reason=FailedCreatePodSandBox", "-o", "custom-columns=MESSAGE:.message", "--no-headers")
+		if strings.TrimSpace(out) != "" {
+			t.Errorf("%s: a sandbox failed: %s", name, out)
+		}
+		assertRules(t, name)
+	}
+}
+
+// assertRules: the pod's namespace holds exactly a default sidecar's model.
+func assertRules(t *testing.T, name string) {
+	t.Helper()
+	rules, err := env.node.IptablesSave(t.Context(), "default", name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
-		var left []string
-		for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
-			if exists(p) {
-				left = append(left, p)
+	observed, err := iptables.ParseSave([]byte(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rs := range iptables.Build(iptables.DefaultSpec(), true, false).Rulesets() {
+		if d := iptables.Diff(rs, observed); len(d) > 0 {
+			t.Errorf("%s: rules differ from the model: %v", name, d)
+		}
+	}
+}
+
+// watchFiles polls istio-cni's files every 2 ms until the test ends and
+// returns a function that says which went missing, and when.
+func watchFiles(t *testing.T) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var gaps []string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+				if !exists(p) {
+					mu.Lock()
+					gaps = append(gaps, fmt.Sprintf("%s at %v", filepath.Base(p), time.Since(start).Round(time.Millisecond)))
+					mu.Unlock()
+				}
 			}
 		}
-		return len(left) == 0 && len(installerPods(t)) == 0, fmt.Sprint("left: ", left)
+	}()
+	var once sync.Once
+	return func() []string {
+		once.Do(func() { close(stop); <-done })
+		mu.Lock()
+		defer mu.Unlock()
+		return gaps
+	}
+}
+
+// waitUninstalled waits until nothing of istio-cni is left on the node
+// and no agent pod runs, and checks the primary's config is untouched.
+func waitUninstalled(t *testing.T) {
+	t.Helper()
+	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
+		var left []string
+		if exists(pluginPath()) {
+			left = append(left, pluginPath())
+		}
+		files, _ := chain.ConfigFiles(env.node.CNINetDir)
+		for _, f := range files {
+			if b, _ := os.ReadFile(filepath.Join(env.node.CNINetDir, f)); chain.HasEntry(b) {
+				left = append(left, f)
+			}
+		}
+		run, _ := os.ReadDir(env.node.IstioRunDir)
+		for _, e := range run {
+			left = append(left, filepath.Join(env.node.IstioRunDir, e.Name()))
+		}
+		return len(left) == 0 && len(installerPods(t)) == 0, fmt.Sprint("left: ", left, "; agent pods: ", len(installerPods(t)))
 	})
 	if b, _ := os.ReadFile(env.node.PrimaryConfig); !bytes.Equal(b, env.primary) {
 		t.Errorf("primary conflist changed by the uninstall:\n%s\nwant:\n%s", b, env.primary)
 	}
-	// The node works without istio-cni: a plain pod starts on the primary.
-	assertDirect(t, startPod(t, cluster.PodSpec{Namespace: "default", Name: "after-uninstall", Target: server(t)}))
+}
+
+// assertNodeStartsPlainPods: a plain pod in default is Ready within 60 s
+// and reaches the server directly.
+func assertNodeStartsPlainPods(t *testing.T, name string) {
+	t.Helper()
+	s := cluster.PodSpec{Namespace: "default", Name: name, Target: server(t)}
+	createPod(t, s)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	p, err := env.node.WaitRunning(ctx, s.Namespace, s.Name)
+	if err != nil {
+		t.Fatalf("a plain pod after the uninstall: %v", err)
+	}
+	assertDirect(t, p)
+}
+
+// reinstall applies the overlay again once the namespace is gone.
+func reinstall(t *testing.T) {
+	t.Helper()
+	poll.Until(t, 2*time.Minute, "namespace istio-cni gone or active", func() (bool, string) {
+		status, body, err := env.node.Do(t.Context(), http.MethodGet, "/api/v1/namespaces/istio-cni", nil)
+		return err == nil && (status == http.StatusNotFound || !bytes.Contains(body, []byte("Terminating"))), fmt.Sprint(status)
+	})
+	if out, err := env.node.Kubectl(t.Context(), "apply", "-k", env.overlay); err != nil {
+		t.Fatalf("reinstalling: %v\n%s", err, out)
+	}
+	requireInstalled(t)
+}
+
+// followLog keeps copying an agent pod's log, which the node removes soon
+// after the pod is gone, until the returned function is called; that
+// returns the last copy.
+func followLog(p cluster.Pod) func() string {
+	var mu sync.Mutex
+	var last string
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if log := env.node.ContainerLog(p, "install-cni"); len(log) > 0 {
+				mu.Lock()
+				last = log
+				mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() string {
+		once.Do(func() { close(stop); <-done })
+		mu.Lock()
+		defer mu.Unlock()
+		return last
+	}
+}
+
+// uninstallReason is the agent's line saying why it uninstalled.
+func uninstallReason(log string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, `"msg":"uninstalling"`) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return "no uninstall line:\n" + lastLines(log, 5)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// daemonSetDoc picks the DaemonSet out of a multi-document rendering.
+func daemonSetDoc(t *testing.T, rendered string) string {
+	t.Helper()
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		if strings.Contains(doc, "\nkind: DaemonSet\n") || strings.HasPrefix(doc, "kind: DaemonSet\n") {
+			return doc
+		}
+	}
+	t.Fatalf("no DaemonSet in:\n%s", rendered)
+	return ""
 }
