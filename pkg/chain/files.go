@@ -40,11 +40,15 @@ func ConfigFiles(dir string) ([]string, error) {
 	return names, nil
 }
 
-// HasEntry reports whether a config's plugin list holds an istio-cni entry.
-// A config that does not parse as a list has none.
+// HasEntry reports whether a config chains istio-cni (its plugin list holds
+// an entry) or is istio-cni's standalone config.
 func HasEntry(data []byte) bool {
 	c, err := parseList(data)
-	return err == nil && c.hasEntry()
+	if err != nil {
+		typ, _ := pluginType(data)
+		return typ == PluginType
+	}
+	return c.hasEntry()
 }
 
 // Describe says what a config holds, for messages about who wrote it: its

@@ -42,6 +42,11 @@ type Config struct {
 	ExcludeNamespaces  []string
 	LogLevel           slog.Level
 	Mode               Mode
+	// Chained: istio-cni is chained after the primary CNI (OwnedConfigName
+	// is the owned conflist). Otherwise it is a network of its own, a
+	// standalone config named OwnedConfigName that Multus calls as a
+	// delegate (pkg/chain Standalone).
+	Chained bool
 	// PodNamespace is the agent's own namespace, passed to the plugin as
 	// agent_namespace: its pods are never redirected.
 	PodNamespace string
@@ -56,6 +61,14 @@ type Config struct {
 	FightRepairs int
 	FightWindow  time.Duration
 }
+
+// The config's default names: the owned conflist sorts before most
+// primaries' (10-*); the standalone config is named as upstream's OpenShift
+// profile names it.
+const (
+	DefaultOwnedName      = "02-istio-cni.conflist"
+	DefaultStandaloneName = "istio-cni.conf"
+)
 
 // KubeconfigName is the plugin kubeconfig's file name in KubeconfigDir.
 const KubeconfigName = "istio-cni-kubeconfig"
@@ -77,7 +90,7 @@ const PluginBinary = "istio-cni"
 // fs.Parse for the validated Config.
 func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) func() (Config, error) {
 	var c Config
-	var exclude, level, mode, repairs, window, ttl string
+	var exclude, level, mode, chained, repairs, window, ttl string
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	f.String(&c.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "where the plugin is installed")
 	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binary "+PluginBinary+" in the image")
@@ -85,7 +98,8 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&c.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "where the plugin's kubeconfig is written (the run directory)")
 	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", "/var/run/istio-cni/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
-	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "02-istio-cni.conflist", "preferred name of the owned conflist")
+	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")
+	f.String(&chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", "kube-system", "comma-separated namespaces the plugin never redirects")
 	f.String(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
 	f.String(&mode, "mode", "MODE", string(Owned), "owned or inplace")
@@ -108,6 +122,15 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 		}
 		if c.LogLevel, err = ParseLevel(level); err != nil {
 			errs = append(errs, err)
+		}
+		if c.Chained, err = strconv.ParseBool(chained); err != nil {
+			errs = append(errs, fmt.Errorf("--chained %q: want true or false", chained))
+		}
+		if c.OwnedConfigName == "" {
+			c.OwnedConfigName = DefaultOwnedName
+			if !c.Chained {
+				c.OwnedConfigName = DefaultStandaloneName
+			}
 		}
 		c.APIHost, c.APIPort = getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
 		c.Mode = Mode(mode)
@@ -155,9 +178,15 @@ func (c Config) validate() error {
 	if filepath.Base(c.HostKubeconfigPath) != KubeconfigName {
 		errs = append(errs, fmt.Errorf("--host-kubeconfig-path %q: the file is written as %s, so the path must end in it", c.HostKubeconfigPath, KubeconfigName))
 	}
-	name := c.OwnedConfigName
-	if name != filepath.Base(name) || !strings.HasSuffix(name, ".conflist") || strings.HasPrefix(name, ".") {
-		errs = append(errs, fmt.Errorf("--owned-config-name %q: want a file name ending in .conflist", name))
+	name, ext := c.OwnedConfigName, ".conflist"
+	if !c.Chained {
+		ext = ".conf" // one plugin config: runtimes read a .conflist as a list
+	}
+	if name != filepath.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
+		errs = append(errs, fmt.Errorf("--owned-config-name %q: want a file name ending in %s (--chained=%v)", name, ext, c.Chained))
+	}
+	if !c.Chained && c.Mode != Owned {
+		errs = append(errs, fmt.Errorf("--mode %q: a standalone config (--chained=false) is always owned: want owned", c.Mode))
 	}
 	for _, ns := range c.ExcludeNamespaces {
 		if !kube.ValidNamespace(ns) {

@@ -13,7 +13,10 @@ import (
 // installConflist writes the chained conflist for the current primary.
 func (in *Installer) installConflist() outcome {
 	o, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (outcome, error) {
-		if in.cfg.Mode == Inplace {
+		switch {
+		case !in.cfg.Chained:
+			return in.installStandalone(netd), nil
+		case in.cfg.Mode == Inplace:
 			return in.installInplace(netd), nil
 		}
 		return in.installOwned(netd), nil
@@ -79,6 +82,43 @@ func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
 	}
 	in.files.owned, in.files.primary, in.files.lastConflist = name, p.Name, data
 	return outcome{why: why, problem: in.removeStaleOwned(netd), foreign: foreign}
+}
+
+// installStandalone writes istio-cni's own one-plugin config, for Multus:
+// no primary is read, none is needed.
+func (in *Installer) installStandalone(netd *fsutil.Dir) outcome {
+	data, err := chain.Standalone(in.entry())
+	if err != nil {
+		return outcome{problem: err}
+	}
+	name := in.cfg.OwnedConfigName
+	changed, err := netd.WriteFile(name, data, 0o600)
+	if err != nil {
+		return outcome{problem: err}
+	}
+	why := classifyWrite(changed, data, in.files.lastConflist)
+	in.files.owned, in.files.primary, in.files.lastConflist = name, "", data
+	return outcome{why: why, problem: in.removeStaleOwned(netd)}
+}
+
+// otherInstaller returns a config file holding an istio-cni entry that
+// upstream Istio's installer wrote, or "": while one is there, that
+// installer manages istio-cni on this node (the same binary name and
+// kubeconfig path), and this one touches nothing.
+func (in *Installer) otherInstaller() string {
+	name, _ := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (string, error) {
+		files, err := chain.ConfigFiles(netd.Path())
+		if err != nil {
+			return "", err
+		}
+		for _, f := range files {
+			if data, err := netd.ReadFile(f); err == nil && chain.UpstreamEntry(data) {
+				return f, nil
+			}
+		}
+		return "", nil
+	})
+	return name
 }
 
 // firstForeign is the first config file that is not ours, or "".

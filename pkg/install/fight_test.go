@@ -14,15 +14,21 @@ import (
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// fightLog records what the installer reported of fights.
+// fightLog records what the installer reported.
 type fightLog struct {
 	mu       sync.Mutex
 	fighting []Fight
 	calm     []Fight
+	other    []string
 }
 
 func (f *fightLog) Fighting(x Fight) { f.mu.Lock(); f.fighting = append(f.fighting, x); f.mu.Unlock() }
 func (f *fightLog) Calm(x Fight)     { f.mu.Lock(); f.calm = append(f.calm, x); f.mu.Unlock() }
+func (f *fightLog) OtherInstaller(file string) {
+	f.mu.Lock()
+	f.other = append(f.other, file)
+	f.mu.Unlock()
+}
 func (f *fightLog) counts() (int, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -37,7 +43,7 @@ func TestFightIsReportedAndRepairsGoOn(t *testing.T) {
 	n := newNode(t)
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	log := &fightLog{}
-	n.fights = log
+	n.notify = log
 	cfg := n.config()
 	cfg.FightRepairs, cfg.FightWindow = 4, time.Second
 	n.start(cfg)

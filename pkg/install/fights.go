@@ -22,10 +22,13 @@ func (f Fight) String() string {
 	return fmt.Sprintf("another writer keeps undoing %s (%s): %d repairs in %s", f.File, f.Writer, f.Repairs, f.Window)
 }
 
-// FightReporter hears when a fight starts and when it is over.
-type FightReporter interface {
+// Notifier hears when a fight starts and when it is over, and when another
+// installer's istio-cni is found on the node (file: the config holding its
+// entry).
+type Notifier interface {
 	Fighting(Fight)
 	Calm(Fight)
+	OtherInstaller(file string)
 }
 
 // Pacing under a fight: the first repair waits minPace after the last one,

@@ -29,7 +29,7 @@ type node struct {
 	uninstall              atomic.Bool
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
-	fights                 FightReporter
+	notify                 Notifier
 	beats                  *health.Beats
 	tweak                  func(*Installer)
 }
@@ -60,7 +60,7 @@ func (n *node) config() Config {
 		HostKubeconfigPath: "/var/run/istio-cni/" + KubeconfigName, ServiceAccountDir: n.sa,
 		APIHost: "10.96.0.1", APIPort: "443", OwnedConfigName: "02-istio-cni.conflist",
 		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,
-		Mode: Owned, PodNamespace: "istio-cni",
+		Mode: Owned, Chained: true, PodNamespace: "istio-cni",
 		// Tests undo our files quickly on purpose; only the fight tests
 		// want the fight detected.
 		FightRepairs: 1000, FightWindow: 2 * time.Second,
@@ -77,7 +77,7 @@ func (n *node) start(cfg Config) {
 			return n.uninstall.Load(), "the test says so", nil
 		},
 		PluginToken: n.mint,
-		Fights:      n.fights,
+		Notify:      n.notify,
 		Liveness:    n.beats,
 	})
 	if n.tweak != nil {

@@ -30,9 +30,10 @@ type Deps struct {
 	// PluginToken mints the plugin's tokens; nil: the plugin's kubeconfig
 	// carries the installer's own service-account token.
 	PluginToken TokenMinter
-	// Fights hears of a writer that keeps undoing our files (an Event on
-	// the Node); the log and the metrics hear of it anyway.
-	Fights FightReporter
+	// Notify hears of a writer that keeps undoing our files, and of
+	// another installer managing the node (Events on the Node); the log
+	// and the metrics hear of it anyway.
+	Notify Notifier
 	// Liveness gets the watch loop's and the minter's progress (/healthz).
 	Liveness *health.Beats
 	Now      func() time.Time
@@ -64,6 +65,7 @@ type fileState struct {
 	lastKubeconfig  []byte           // what we last wrote there
 	binaryInstalled bool             // the binary was copied once by this process
 	problems        map[string]error // each file's last failure, for readiness
+	other           string           // a config where another installer's entry is, or ""
 }
 
 // aliveBound is how long the watch loop may go without a turn before

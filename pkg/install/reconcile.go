@@ -54,6 +54,9 @@ type outcome struct {
 // content-guarded, so a reconcile that finds its file in place writes
 // nothing.
 func (in *Installer) reconcile(t trigger) {
+	if in.yieldToOtherInstaller() {
+		return
+	}
 	var wrote []string
 	var fight *Fight
 	now := in.now() // the pace counts from when repairs happen, not from the events
@@ -89,6 +92,36 @@ func (in *Installer) reconcile(t trigger) {
 	in.updateReadiness()
 }
 
+// OtherInstallerReason starts the not-ready reason while another istio-cni
+// installer (upstream Istio's) manages the node: no failure of this one,
+// so it never taints the node.
+const OtherInstallerReason = "another istio-cni installer manages this node"
+
+// yieldToOtherInstaller reports whether upstream Istio's installer manages
+// istio-cni here (its entry is in a config): then nothing is written, the
+// agent is not ready, and it says so once, until that entry is gone.
+func (in *Installer) yieldToOtherInstaller() bool {
+	file := in.otherInstaller()
+	was := in.files.other
+	in.files.other = file
+	switch {
+	case file == "" && was != "":
+		in.log.Info("the other istio-cni installer's entry is gone; installing", "was", was)
+		return false
+	case file == "":
+		return false
+	case was != file:
+		in.log.Error(OtherInstallerReason+": not installing, not repairing",
+			"file", filepath.Join(in.cfg.CNINetDir, file), "installer", "upstream Istio istio-cni (its entry carries cni_agent_run_dir or kubernetes)",
+			"migrate", "uninstall it (helm uninstall istio-cni, or istioctl with components.cni.enabled=false); this agent installs once its entry is gone")
+		if in.deps.Notify != nil {
+			in.deps.Notify.OtherInstaller(file)
+		}
+	}
+	in.setReady(false, fmt.Sprintf("%s (upstream Istio's entry in %s): uninstall it to migrate", OtherInstallerReason, file))
+	return true
+}
+
 // startFight reports a fight: the log, the metric, not ready (so the
 // node's startup taint comes back), and an Event on the Node.
 func (in *Installer) startFight(f Fight) {
@@ -96,8 +129,8 @@ func (in *Installer) startFight(f Fight) {
 	in.log.Error("conflict: another writer keeps undoing our files; repairing at most once a second until it stops",
 		"file", f.File, "writer", f.Writer, "repairs", f.Repairs, "window", f.Window.String(),
 		"conflist", in.files.owned, "primary", in.files.primary)
-	if in.deps.Fights != nil {
-		in.deps.Fights.Fighting(f)
+	if in.deps.Notify != nil {
+		in.deps.Notify.Fighting(f)
 	}
 }
 
@@ -106,8 +139,8 @@ func (in *Installer) endFight() {
 	f := in.fights.end()
 	in.metrics.Conflict.Set(0)
 	in.log.Info("conflict over: no repair forced for a whole window", "file", f.File, "writer", f.Writer, "window", f.Window.String())
-	if in.deps.Fights != nil {
-		in.deps.Fights.Calm(f)
+	if in.deps.Notify != nil {
+		in.deps.Notify.Calm(f)
 	}
 	in.updateReadiness()
 }
@@ -292,6 +325,9 @@ func (in *Installer) updateReadiness() {
 // when it is invalid, so "first valid" is not enough), and that it is
 // exactly what the current primary calls for.
 func (in *Installer) verifyFirst() error {
+	if !in.cfg.Chained {
+		return in.verifyStandalone()
+	}
 	files, err := chain.ConfigFiles(in.cfg.CNINetDir)
 	if err != nil {
 		return err
@@ -320,4 +356,23 @@ func (in *Installer) verifyFirst() error {
 		return err
 	}
 	return chain.Verify(data, p, in.entry())
+}
+
+// verifyStandalone checks that the standalone config is exactly ours.
+// Which configs Multus delegates to is the NetworkAttachmentDefinition's
+// business, not the file order's.
+func (in *Installer) verifyStandalone() error {
+	name := in.cfg.OwnedConfigName
+	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *fsutil.Dir) ([]byte, error) { return d.ReadFile(name) })
+	if err != nil {
+		return err
+	}
+	want, err := chain.Standalone(in.entry())
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(data, want) {
+		return fmt.Errorf("%s is not istio-cni's standalone config", name)
+	}
+	return nil
 }

@@ -48,7 +48,8 @@ func (in *Installer) Uninstall() error {
 }
 
 // removeEntries strips our entry from every other config file (inplace
-// mode's, or an old install's).
+// mode's, or an old install's), and removes configs that are istio-cni's
+// alone (the standalone config).
 func (in *Installer) removeEntries(netd *fsutil.Dir) error {
 	files, err := chain.ConfigFiles(netd.Path())
 	if err != nil {
@@ -66,7 +67,12 @@ func (in *Installer) removeEntries(netd *fsutil.Dir) error {
 			continue
 		}
 		out, err := chain.WithoutEntry(data)
-		if err == nil {
+		switch {
+		case errors.Is(err, chain.ErrOnlyEntry):
+			// istio-cni's alone: the standalone config, or a list we left
+			// with nothing else in it.
+			err = netd.Remove(name)
+		case err == nil:
 			_, err = netd.WriteFile(name, out, fi.Mode().Perm())
 		}
 		errs = append(errs, err)

@@ -56,7 +56,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
 		ServiceAccount: cfg.ServiceAccount}, cs, log.With("component", "lifecycle"))
 	deps.Uninstall = a.lifecycle.Check
-	deps.Fights = nodeFights{events: a.events, node: cfg.NodeName}
+	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
 		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount, cfg.Install.PluginTokenTTL); err != nil {
 			return nil, err
@@ -91,7 +91,7 @@ func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) e
 		})
 		reg.MustRegister(tainted)
 		a.taint = &nodetaint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
-			Exempt: install.ShutdownReason, Log: a.log.With("component", "taint"), Tainted: tainted}
+			Exempt: []string{install.ShutdownReason, install.OtherInstallerReason}, Log: a.log.With("component", "taint"), Tainted: tainted}
 	}
 	return nil
 }

@@ -38,13 +38,15 @@ func (e *Events) flush() {
 
 // Event reasons on the Node.
 const (
-	ReasonConflict     = "IstioCNIConfigConflict"
-	ReasonConflictOver = "IstioCNIConfigConflictOver"
+	ReasonConflict       = "IstioCNIConfigConflict"
+	ReasonConflictOver   = "IstioCNIConfigConflictOver"
+	ReasonOtherInstaller = "IstioCNIOtherInstaller"
 )
 
-// nodeFights reports the installer's fights as Events on the Node, where
-// `kubectl describe node` shows them.
-type nodeFights struct {
+// nodeNotices reports what the installer finds on the node (fights, another
+// installer) as Events on the Node, where `kubectl describe node` shows
+// them.
+type nodeNotices struct {
 	events *Events
 	node   string
 }
@@ -55,7 +57,7 @@ func nodeRef(node string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node)}
 }
 
-func (f nodeFights) Fighting(x install.Fight) {
+func (f nodeNotices) Fighting(x install.Fight) {
 	if f.node == "" {
 		return
 	}
@@ -63,10 +65,19 @@ func (f nodeFights) Fighting(x install.Fight) {
 		"%s; istio-cni keeps repairing at most once a second, and is not ready until it stops", x)
 }
 
-func (f nodeFights) Calm(x install.Fight) {
+func (f nodeNotices) Calm(x install.Fight) {
 	if f.node == "" {
 		return
 	}
 	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeNormal, ReasonConflictOver,
 		"no repair of %s needed for %s: the other writer stopped", x.File, x.Window)
+}
+
+func (f nodeNotices) OtherInstaller(file string) {
+	if f.node == "" {
+		return
+	}
+	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeWarning, ReasonOtherInstaller,
+		"upstream Istio's istio-cni manages this node (its entry is in %s): this istio-cni installs nothing here and is not ready. "+
+			"To migrate, uninstall upstream's (helm uninstall istio-cni, or istioctl with components.cni.enabled=false); this one then installs at once", file)
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,9 +42,10 @@ type Controller struct {
 	// back: the installer repairs in milliseconds, so this is a failure it
 	// could not repair.
 	Grace time.Duration
-	// Exempt is the not-ready reason that never taints: a restarting agent
-	// leaves the plugin installed and pods keep starting.
-	Exempt string
+	// Exempt are not-ready reasons (prefixes) that never taint: a
+	// restarting agent leaves the plugin installed and pods keep starting;
+	// another installer's istio-cni redirects the node's pods.
+	Exempt []string
 	Log    *slog.Logger
 	// Tainted mirrors whether the node carries the taint (as last set or
 	// seen by the controller).
@@ -77,7 +79,7 @@ func (c *Controller) Run(ctx context.Context) {
 		switch {
 		case ready:
 			notReadySince = time.Time{}
-		case why == c.Exempt:
+		case c.exempt(why):
 			continue
 		case notReadySince.IsZero():
 			notReadySince = time.Now()
@@ -180,4 +182,13 @@ func With(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
 // Taint is the startup taint.
 func Taint() corev1.Taint {
 	return corev1.Taint{Key: Key, Effect: corev1.TaintEffectNoSchedule}
+}
+
+func (c *Controller) exempt(why string) bool {
+	for _, e := range c.Exempt {
+		if strings.HasPrefix(why, e) {
+			return true
+		}
+	}
+	return false
 }

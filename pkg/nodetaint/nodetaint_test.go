@@ -96,7 +96,7 @@ func TestControllerFollowsReadiness(t *testing.T) {
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(), other}},
 	})
 	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
-	c := &Controller{Client: client, Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: "shutting down",
+	c := &Controller{Client: client, Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -82,8 +82,9 @@ var perturbations = []perturbation{
 		return env.node.Reboot(ctx, cluster.RebootOptions{Down: 2 * time.Second})
 	}},
 	{"delete-and-recreate", func(ctx context.Context, t *testing.T, _ *chaosRun) error {
-		// Argo CD's Replace: the DaemonSet deleted and created again.
-		return replaceDaemonSet(ctx, t)
+		// Argo CD's Replace: the DaemonSet deleted and created again. The
+		// heal (the new agent ready) is waited for like any other.
+		return replaceDaemonSet(ctx, t, false)
 	}},
 	{"uninstall-reinstall", func(ctx context.Context, t *testing.T, c *chaosRun) error {
 		// kubectl delete -k, then apply -k. Meshed pods are held while
@@ -96,7 +97,10 @@ var perturbations = []perturbation{
 		if out, err := env.node.Kubectl(ctx, "delete", "-k", env.overlay, "--wait=true"); err != nil {
 			return fmt.Errorf("kubectl delete -k: %w\n%s", err, out)
 		}
-		if err := poll.Wait(time.Minute, "uninstalled", func() (bool, string) {
+		// The agent uninstalls once the garbage collector stops its pod,
+		// which after an API outage can take the controller manager
+		// minutes on this single-node control plane.
+		if err := poll.Wait(5*time.Minute, "uninstalled", func() (bool, string) {
 			return !exists(ownedPath()) && !exists(pluginPath()), "files left"
 		}); err != nil {
 			return err

@@ -77,7 +77,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 	oldLog := followLog(old)
 	gaps := watchFiles(t)
 	pods := duringPods(t, "replace", func() {
-		if err := replaceDaemonSet(t.Context(), t); err != nil {
+		if err := replaceDaemonSet(t.Context(), t, true); err != nil {
 			t.Fatal(err)
 		}
 		requireInstalled(t)
@@ -92,9 +92,9 @@ func TestDeleteAndRecreate(t *testing.T) {
 }
 
 // replaceDaemonSet deletes and recreates the DaemonSet as rendered from the
-// overlay (kubectl replace --force, as Argo CD's Replace does), and waits
-// for the new one's agent.
-func replaceDaemonSet(ctx context.Context, t *testing.T) error {
+// overlay (kubectl replace --force, as Argo CD's Replace does), and, with
+// wait, waits for the new one's rollout.
+func replaceDaemonSet(ctx context.Context, t *testing.T, wait bool) error {
 	rendered, err := env.node.Kubectl(ctx, "kustomize", env.overlay)
 	if err != nil {
 		return err
@@ -105,6 +105,9 @@ func replaceDaemonSet(ctx context.Context, t *testing.T) error {
 	}
 	if out, err := env.node.Kubectl(ctx, "replace", "--force", "-f", path); err != nil {
 		return fmt.Errorf("kubectl replace --force: %w\n%s", err, out)
+	}
+	if !wait {
+		return nil
 	}
 	_, err = env.node.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m")
 	return err
