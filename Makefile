@@ -8,6 +8,7 @@ TOOLS := $(OUT)/tools
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 KUBE_VERSION := v1.32.4
 GOLANGCI_LINT_VERSION := v2.15.0
+HELM_VERSION := v3.22.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
 # time (the bench's peak-RSS probe), and the real node's containerd, runc
@@ -20,7 +21,7 @@ KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet k
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build image deps kube-binaries lint test unit e2e chaos bench bench-node demo demo-down clean
+.PHONY: all build image deps kube-binaries helm lint test unit e2e chaos bench bench-node demo demo-down clean
 
 all: build
 
@@ -61,18 +62,26 @@ $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
+## helm: the Helm CLI, built from the helm.sh/helm/v3 module (the chart's
+## tests and the e2e's helm install run it; no binary is downloaded).
+helm: $(TOOLS)/helm
+
+$(TOOLS)/helm:
+	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
 ## lint: gofmt, go vet and golangci-lint (.golangci.yml).
 lint: $(TOOLS)/golangci-lint
 	@unformatted=$$(gofmt -l cmd pkg test); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/golangci-lint run ./...
 
-## test: everything CI runs: lint, unit, real-namespace, API and real-node e2e tests.
-test: deps kube-binaries image lint
+## test: everything CI runs: lint, unit, the chart against deployments/,
+## real-namespace, API and real-node e2e tests.
+test: deps kube-binaries image helm lint
 	$(GO) test -count=1 -timeout 30m ./...
 
 ## e2e: only the real-node tests (test/e2e).
-e2e: deps kube-binaries image
+e2e: deps kube-binaries image helm
 	$(GO) test -count=1 -timeout 20m -v ./test/e2e
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):

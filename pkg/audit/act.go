@@ -52,17 +52,17 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptabl
 		a.deps.Metrics.Actions.WithLabelValues(string(Delete), "success").Inc()
 		log.Info("audit: pod deleted")
 	case Label:
-		if st.acted || c.pod.Labels[UninitializedLabel] == "true" {
+		if st.acted || c.pod.Labels[a.cfg.LabelKey] == a.cfg.LabelValue {
 			return
 		}
-		if err := a.deps.Actions.Label(ctx, c.pod); err != nil {
+		if err := a.deps.Actions.Label(ctx, c.pod, a.cfg.LabelKey, a.cfg.LabelValue); err != nil {
 			a.failed(c.pod, log, err)
 			return
 		}
 		st.acted = true
 		a.deps.Metrics.Actions.WithLabelValues(string(Label), "success").Inc()
-		a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonLabelled, "istio-cni labelled the pod %s=true", UninitializedLabel)
-		log.Info("audit: pod labelled", "label", UninitializedLabel)
+		a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonLabelled, "istio-cni labelled the pod %s=%s", a.cfg.LabelKey, a.cfg.LabelValue)
+		log.Info("audit: pod labelled", "label", a.cfg.LabelKey+"="+a.cfg.LabelValue)
 	}
 }
 

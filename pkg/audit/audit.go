@@ -48,7 +48,7 @@ type Records interface {
 // PodActions are the API writes of the Delete and Label actions.
 type PodActions interface {
 	Delete(ctx context.Context, pod *corev1.Pod) error
-	Label(ctx context.Context, pod *corev1.Pod) error
+	Label(ctx context.Context, pod *corev1.Pod, key, value string) error
 }
 
 // Deps are the audit's seams.

@@ -24,7 +24,7 @@ const (
 	// Delete deletes the pod (UID precondition) so its controller
 	// recreates it through the chain.
 	Delete Action = "delete"
-	// Label sets UninitializedLabel on the pod for an operator or a
+	// Label sets Config.LabelKey=LabelValue on the pod for an operator or a
 	// controller to act on.
 	Label Action = "label"
 	// Report only logs, counts and records the Event.
@@ -45,9 +45,12 @@ func ParseAction(s string) (Action, error) {
 	return "", fmt.Errorf("unknown audit action %q: want %s", s, Actions)
 }
 
-// UninitializedLabel marks a pod the Label action found unredirected (the
-// label upstream's repair controller uses).
-const UninitializedLabel = "cni.istio.io/uninitialized"
+// The label the Label action sets by default, as upstream's repair
+// controller does.
+const (
+	DefaultLabelKey   = "cni.istio.io/uninitialized"
+	DefaultLabelValue = "true"
+)
 
 // Config is the audit's configuration.
 type Config struct {
@@ -68,4 +71,6 @@ type Config struct {
 	ExcludeNamespaces []string
 	AgentNamespace    string
 	Settings          decision.NodeSettings
+	// LabelKey=LabelValue is what the Label action sets.
+	LabelKey, LabelValue string
 }

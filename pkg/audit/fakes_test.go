@@ -86,7 +86,7 @@ func (f *fakeActions) Delete(_ context.Context, p *corev1.Pod) error {
 	return nil
 }
 
-func (f *fakeActions) Label(_ context.Context, p *corev1.Pod) error {
+func (f *fakeActions) Label(_ context.Context, p *corev1.Pod, _, _ string) error {
 	f.labelled = append(f.labelled, p.Name)
 	return nil
 }
@@ -124,7 +124,7 @@ func newHarness(t *testing.T, action Action) *harness {
 	h.a = New(Config{
 		Node: "node-a", Action: action, Interval: time.Minute, Confirm: 2 * time.Second,
 		ExcludeNamespaces: []string{"kube-system"}, AgentNamespace: "istio-cni",
-		Settings: decision.DefaultNodeSettings(),
+		Settings: decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
 	}, Deps{
 		Pods: h.pods, Namespaces: h.ns, Network: h.net, Actions: h.actions, Events: h.events, Records: h.records,
 		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,

@@ -91,12 +91,12 @@ func (a APIActions) Delete(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// Label sets UninitializedLabel; the patch carries the UID, which the API
-// server checks.
-func (a APIActions) Label(ctx context.Context, pod *corev1.Pod) error {
+// Label sets key=value; the patch carries the UID, which the API server
+// checks.
+func (a APIActions) Label(ctx context.Context, pod *corev1.Pod, key, value string) error {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"uid":    pod.UID,
-		"labels": map[string]string{UninitializedLabel: "true"},
+		"labels": map[string]string{key: value},
 	}})
 	if err != nil {
 		return err

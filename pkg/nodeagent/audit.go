@@ -25,7 +25,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg
 	a := audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces, AgentNamespace: cfg.Install.PodNamespace,
-		Settings: decision.DefaultNodeSettings(),
+		Settings: decision.DefaultNodeSettings(), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
 	}, audit.Deps{
 		Namespaces: podns.Finder{Proc: cfg.HostProc},
 		Network:    &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: cfg.HostRoot}, Backend: xtables.Auto}},

@@ -13,7 +13,10 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"istio-cni.local/istio-cni/pkg/audit"
 	"istio-cni.local/istio-cni/pkg/envflag"
@@ -37,6 +40,8 @@ type Config struct {
 	AuditAction   audit.Action
 	AuditInterval time.Duration
 	AuditConfirm  time.Duration
+	// AuditLabelKey=AuditLabelValue is what the label action sets.
+	AuditLabelKey, AuditLabelValue string
 	// HostProc is the node's /proc (pods' network namespaces); HostRoot
 	// the node's root filesystem, whose iptables the audit runs.
 	HostProc, HostRoot string
@@ -63,6 +68,8 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
 	f.String(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
 	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
+	f.String(&c.AuditLabelKey, "audit-label-key", "AUDIT_LABEL_KEY", audit.DefaultLabelKey, "the label the label action sets")
+	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
 	f.String(&taint, "node-taint", "NODE_TAINT", "false", "remove "+nodetaint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
 	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
 	if err := fs.Parse(args); err != nil {
@@ -111,6 +118,12 @@ func (c Config) validate() error {
 	}
 	if c.NodeName != "" && !install.ValidObjectName(c.NodeName) {
 		errs = append(errs, fmt.Errorf("--node-name %q: want a node name (lower-case letters, digits, '-' and '.')", c.NodeName))
+	}
+	if errs2 := validation.IsQualifiedName(c.AuditLabelKey); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--audit-label-key %q: want a label key: %s", c.AuditLabelKey, strings.Join(errs2, "; ")))
+	}
+	if errs2 := validation.IsValidLabelValue(c.AuditLabelValue); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--audit-label-value %q: want a label value: %s", c.AuditLabelValue, strings.Join(errs2, "; ")))
 	}
 	if !install.ValidObjectName(c.DaemonSetName) {
 		errs = append(errs, fmt.Errorf("--daemonset-name %q: want a DNS subdomain name (lower-case letters, digits, '-' and '.')", c.DaemonSetName))

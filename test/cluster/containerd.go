@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // containerdConfig is containerd 1.6's config (version 2), with every path
@@ -69,12 +71,23 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 	return n.waitContainerd(ctx, p)
 }
 
-// waitContainerd returns once containerd p answers on its socket.
+// waitContainerd returns once containerd p answers on its socket and its
+// CRI service is initialized: kubelet exits at once if the CRI answers
+// "server is not initialized yet", which a loaded machine shows for a
+// while after containerd's own API is up.
 func (n *Node) waitContainerd(ctx context.Context, p *proc) error {
 	return poll(ctx, p, func(ctx context.Context) error {
 		out, err := n.ctr(ctx, "version")
 		if err != nil {
 			return fmt.Errorf("ctr version: %w: %s", err, out)
+		}
+		rt, closeConn, err := n.cri()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = closeConn() }()
+		if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+			return fmt.Errorf("CRI version: %w", err)
 		}
 		return nil
 	})

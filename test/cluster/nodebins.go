@@ -69,3 +69,16 @@ func Kubectl() (string, error) {
 	}
 	return path, nil
 }
+
+// Helm is the helm CLI `make helm` builds from the helm.sh/helm/v3 module.
+func Helm() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "_output", "tools", "helm")
+	if err := checkExecutable(path); err != nil {
+		return "", fmt.Errorf("helm: %w; run `make helm`", err)
+	}
+	return path, nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -128,7 +129,7 @@ func TestUninstallPaths(t *testing.T) {
 	}{
 		{"daemonset", []string{"-n", "istio-cni", "delete", "daemonset", "istio-cni-node"}},
 		{"delete-k", []string{"delete", "-k", env.overlay}},
-		{"delete-f", []string{"delete", "-f", base}},
+		{"delete-f", []string{"delete", "-f", filepath.Join(base, "base")}},
 		{"namespace", []string{"delete", "namespace", "istio-cni"}},
 	} {
 		t.Run(way.name, func(t *testing.T) {
@@ -425,4 +426,66 @@ func daemonSetDoc(t *testing.T, rendered string) string {
 	}
 	t.Fatalf("no DaemonSet in:\n%s", rendered)
 	return ""
+}
+
+// 17. Istio users install with Helm: `helm install` of
+// deployments/helm/istio-cni (the node's paths and ports set as values, as
+// a platform's would be) makes the node redirect a meshed pod, and `helm
+// uninstall` leaves a node that starts plain pods with nothing of
+// istio-cni left.
+func TestHelmInstallAndUninstall(t *testing.T) {
+	reinstallReady(t) // the namespace of the previous install gone
+	helm, err := cluster.Helm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := cluster.DeploymentsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As docs/platforms.md says: the namespace first, admitting host
+	// networking and hostPath.
+	for _, args := range [][]string{{"create", "namespace", "istio-cni"},
+		{"label", "namespace", "istio-cni", "pod-security.kubernetes.io/enforce=privileged"}} {
+		if out, err := env.node.Kubectl(t.Context(), args...); err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+	}
+	set := []string{
+		"cniBinDir=" + env.node.CNIBinDir, "cniConfDir=" + env.node.CNINetDir, "cniRunDir=" + env.node.IstioRunDir,
+		fmt.Sprintf("healthPort=%d", env.health), fmt.Sprintf("metricsPort=%d", env.metrics),
+		fmt.Sprintf("env.HEALTH_ADDR=127.0.0.1:%d", env.health), fmt.Sprintf("env.METRICS_ADDR=127.0.0.1:%d", env.metrics),
+		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),
+		"env.AUDIT_INTERVAL=2s", "env.AUDIT_CONFIRM=1s",
+	}
+	args := []string{"--kubeconfig", env.node.Kubeconfig, "install", "istio-cni", filepath.Join(base, "helm", "istio-cni"),
+		"--namespace", "istio-cni", "--wait", "--timeout", "3m"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	requireInstalled(t)
+	agent, _ := installerPodOrEmpty(t)
+	agentLog := followLog(agent)
+	assertRedirected(t, startPod(t, meshedPod(t, "helm-meshed")))
+	out, err := exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
+		"--namespace", "istio-cni", "--wait").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	waitUninstalled(t)
+	t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
+	assertNodeStartsPlainPods(t, "after-helm-uninstall")
+}
+
+// reinstallReady waits until the istio-cni namespace of an earlier install
+// is gone.
+func reinstallReady(t *testing.T) {
+	t.Helper()
+	poll.Until(t, 2*time.Minute, "namespace istio-cni gone", func() (bool, string) {
+		status, _, err := env.node.Do(t.Context(), http.MethodGet, "/api/v1/namespaces/istio-cni", nil)
+		return err == nil && status == http.StatusNotFound, fmt.Sprint(status, err)
+	})
 }

@@ -45,17 +45,17 @@ func TestDeploymentsImage(t *testing.T) {
 	}
 }
 
-// TestDeploymentsApplyF: `kubectl apply -f deployments/` (no kustomize)
-// is accepted by a real API server: the Kustomization file is not read as
-// a manifest, and the namespace comes before what lives in it.
+// TestDeploymentsApplyF: `kubectl apply -f deployments/base/` (no
+// kustomize) is accepted by a real API server: the Kustomization file is
+// not read as a manifest, and the namespace comes before what lives in it.
 func TestDeploymentsApplyF(t *testing.T) {
 	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "apply", "-f", "../../deployments").CombinedOutput()
+	out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "apply", "-f", "../../deployments/base").CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl apply -f deployments: %v\n%s", err, out)
+		t.Fatalf("kubectl apply -f deployments/base: %v\n%s", err, out)
 	}
 	objects := 0
 	for line := range strings.Lines(string(out)) {
@@ -63,7 +63,6 @@ func TestDeploymentsApplyF(t *testing.T) {
 			objects++
 		}
 	}
-	// optional/ is not applied: -f reads one directory level.
 	if got := objects; got != 14 {
 		t.Errorf("%d objects applied, want 14:\n%s", got, out)
 	}

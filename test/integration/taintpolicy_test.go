@@ -81,7 +81,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 	// node. The policy may take a moment to load after the apply.
 	r := &fixedReadiness{ok: true, ch: make(chan struct{}, 1)}
 	c := &nodetaint.Controller{Client: agentOn(t, "taint-node-a"), Node: "taint-node-a", Ready: r, Grace: time.Second,
-		Exempt: "shutting down", Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+		Exempt: []string{"shutting down"}, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { c.Run(runCtx); close(done) }()

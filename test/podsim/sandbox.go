@@ -84,3 +84,10 @@ func (s *Sandbox) waitIPv6Ready(limit time.Duration) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// delegateRT is the sandbox's runtime config with another interface name.
+func (s *Sandbox) delegateRT(ifName string) *libcni.RuntimeConf {
+	rt := *s.rt
+	rt.IfName = ifName
+	return &rt
+}

@@ -1,0 +1,73 @@
+{{/*
+istio-cni.settings: the values a platform profile may set, resolved once:
+a value set explicitly wins over the profile (files/profile-platform-*),
+which wins over the defaults. Rendered as YAML; templates read it with
+`include "istio-cni.settings" . | fromYaml`.
+*/}}
+{{- define "istio-cni.settings" -}}
+{{- $p := dict -}}
+{{- with .Values.global.platform -}}
+{{- $f := $.Files.Get (printf "files/profile-platform-%s.yaml" .) -}}
+{{- if not $f -}}
+{{- fail (printf "global.platform %q: want gke, k3s, k3d, microk8s or openshift" .) -}}
+{{- end -}}
+{{- $p = fromYaml $f -}}
+{{- end -}}
+{{- $chained := true -}}
+{{- if kindIs "bool" .Values.chained -}}
+{{- $chained = .Values.chained -}}
+{{- else if hasKey $p "chained" -}}
+{{- $chained = $p.chained -}}
+{{- end -}}
+{{- $quota := true -}}
+{{- if kindIs "bool" .Values.resourceQuotas.enabled -}}
+{{- $quota = .Values.resourceQuotas.enabled -}}
+{{- else if hasKey $p "resourceQuotas" -}}
+{{- $quota = $p.resourceQuotas.enabled -}}
+{{- end -}}
+{{- $se := mustMergeOverwrite (deepCopy ($p.seLinuxOptions | default dict)) (deepCopy .Values.seLinuxOptions) -}}
+{{- if and $se (not $se.type) -}}
+{{- $_ := set $se "type" "spc_t" -}}
+{{- end -}}
+{{- $action := "off" -}}
+{{- if .Values.repair.enabled -}}
+{{- $action = "report" -}}
+{{- if .Values.repair.repairPods -}}
+{{- $action = "repair" -}}
+{{- else if .Values.repair.deletePods -}}
+{{- $action = "delete" -}}
+{{- else if .Values.repair.labelPods -}}
+{{- $action = "label" -}}
+{{- end -}}
+{{- end -}}
+{{- $name := coalesce .Values.cniConfFileName $p.cniConfFileName (ternary "02-istio-cni.conflist" "istio-cni.conf" $chained) -}}
+{{- if and $chained (not (hasSuffix ".conflist" $name)) -}}
+{{- fail (printf "cniConfFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
+{{- else if and (not $chained) (not (hasSuffix ".conf" $name)) -}}
+{{- fail (printf "cniConfFileName %q: standalone (chained: false), istio-cni writes one plugin config: want a name ending in .conf" $name) -}}
+{{- end -}}
+{{- $image := .Values.image -}}
+{{- if not (contains "/" $image) -}}
+{{- $image = printf "%s/%s:%s" (coalesce .Values.hub .Values.global.hub) .Values.image (toString (coalesce .Values.tag .Values.global.tag)) -}}
+{{- end -}}
+cniBinDir: {{ coalesce .Values.cniBinDir $p.cniBinDir "/opt/cni/bin" | quote }}
+cniConfDir: {{ coalesce .Values.cniConfDir $p.cniConfDir "/etc/cni/net.d" | quote }}
+chained: {{ $chained }}
+cniConfFileName: {{ $name | quote }}
+provider: {{ coalesce .Values.provider $p.provider "default" | quote }}
+resourceQuotas: {{ $quota }}
+seLinuxOptions: {{ toJson $se }}
+auditAction: {{ $action | quote }}
+image: {{ $image | quote }}
+openshift: {{ eq .Values.global.platform "openshift" }}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "istio-cni.labels" -}}
+app.kubernetes.io/name: istio-cni
+app.kubernetes.io/part-of: istio-cni
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}

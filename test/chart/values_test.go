@@ -1,0 +1,130 @@
+package chart
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// TestSchemaRefusesMistakes: a misspelt or mistyped value fails the
+// install, naming it.
+func TestSchemaRefusesMistakes(t *testing.T) {
+	for _, tc := range []struct{ set, want string }{
+		{"cniBinDIr=/x", "cniBinDIr"},
+		{"chained=maybe", "/chained"},
+		{"global.platform=eks", "/global/platform"},
+		{"logging.level=loud", "/logging/level"},
+		{"repair.labelPod=true", "labelPod"},
+		{"excludeNamespaces[0]=Kube_System", "/excludeNamespaces/0"},
+		{"healthPort=0", "/healthPort"},
+		{"cniConfDir=relative", "/cniConfDir"},
+		{"chained=true,cniConfFileName=istio-cni.conf", "cniConfFileName \"istio-cni.conf\""},
+		{"global.platform=openshift,chained=true", "want a name ending in .conflist"},
+	} {
+		out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", tc.set)
+		if err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("--set %s: %v, output:\n%s\nwant it refused, naming %s", tc.set, err, out, tc.want)
+		}
+	}
+}
+
+func daemonSet(objs map[string]map[string]any) map[string]any {
+	return objs["DaemonSet istio-cni/istio-cni-node"]
+}
+
+func configData(objs map[string]map[string]any) map[string]any {
+	d, _ := objs["ConfigMap istio-cni/istio-cni-config"]["data"].(map[string]any)
+	return d
+}
+
+func hostPaths(ds map[string]any) map[string]string {
+	out := map[string]string{}
+	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	for _, v := range spec["volumes"].([]any) {
+		vol := v.(map[string]any)
+		out[vol["name"].(string)] = vol["hostPath"].(map[string]any)["path"].(string)
+	}
+	return out
+}
+
+func container(ds map[string]any) map[string]any {
+	spec := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	return spec["containers"].([]any)[0].(map[string]any)
+}
+
+// TestExplicitValuesWinOverProfiles: what a user sets wins over the
+// platform's profile (upstream's chart lets the profile win unless the
+// value is set under cni.*).
+func TestExplicitValuesWinOverProfiles(t *testing.T) {
+	objs := helmTemplate(t, "global.platform=k3s", "cniConfDir=/etc/my/net.d")
+	if p := hostPaths(daemonSet(objs)); p["cni-net-dir"] != "/etc/my/net.d" || p["cni-bin-dir"] != "/var/lib/rancher/k3s/data/cni" {
+		t.Errorf("k3s with cniConfDir set: %v", p)
+	}
+	objs = helmTemplate(t, "global.platform=gke", "cniBinDir=/opt/cni/bin", "resourceQuotas.enabled=false")
+	if p := hostPaths(daemonSet(objs)); p["cni-bin-dir"] != "/opt/cni/bin" {
+		t.Errorf("gke with cniBinDir set: %v", p)
+	}
+	if _, ok := objs["ResourceQuota istio-cni/istio-cni-node-critical"]; ok {
+		t.Error("gke with resourceQuotas.enabled=false still renders the quota")
+	}
+	objs = helmTemplate(t, "global.platform=openshift", "chained=true", "cniConfFileName=01-istio-cni.conflist", "provider=default",
+		"seLinuxOptions.level=s0")
+	d := configData(objs)
+	if d["CHAINED_CNI_PLUGIN"] != "true" || d["OWNED_CONFIG_NAME"] != "01-istio-cni.conflist" {
+		t.Errorf("openshift made chained: %v", d)
+	}
+	if _, ok := objs["NetworkAttachmentDefinition default/istio-cni"]; ok {
+		t.Error("provider=default still renders the NetworkAttachmentDefinition")
+	}
+	se := container(daemonSet(objs))["securityContext"].(map[string]any)["seLinuxOptions"]
+	if fmt.Sprint(se) != "map[level:s0 type:spc_t]" {
+		t.Errorf("seLinuxOptions %v, want the user's level with the profile's type", se)
+	}
+}
+
+// TestUpstreamValueNames: upstream istio-cni's values do what they do
+// there.
+func TestUpstreamValueNames(t *testing.T) {
+	objs := helmTemplate(t, "hub=registry.example/mesh", "tag=1.2", "pullPolicy=Always", "excludeNamespaces={kube-system,istio-system}",
+		"logging.level=debug", "repair.repairPods=false", "repair.labelPods=true", "repair.brokenPodLabelKey=mesh/broken",
+		"podLabels.team=net", "podAnnotations.note=x", "daemonSetLabels.tier=node", "priorityClassName=", "global.imagePullSecrets[0].name=pull",
+		"env.AUDIT_INTERVAL=10s", "healthPort=18000", "seccompProfile.type=Unconfined")
+	c := container(daemonSet(objs))
+	if c["image"] != "registry.example/mesh/install-cni:1.2" || c["imagePullPolicy"] != "Always" {
+		t.Errorf("image %v %v", c["image"], c["imagePullPolicy"])
+	}
+	d := configData(objs)
+	for k, v := range map[string]string{"EXCLUDE_NAMESPACES": "kube-system,istio-system", "LOG_LEVEL": "debug", "AUDIT_ACTION": "label",
+		"AUDIT_LABEL_KEY": "mesh/broken", "AUDIT_INTERVAL": "10s", "HEALTH_ADDR": ":18000"} {
+		if d[k] != v {
+			t.Errorf("ConfigMap %s = %v, want %s", k, d[k], v)
+		}
+	}
+	for _, k := range []string{"ClusterRole <nil>/istio-cni-node-pod-writes", "ClusterRoleBinding <nil>/istio-cni-node-pod-writes"} {
+		if _, ok := objs[k]; !ok {
+			t.Errorf("repair.labelPods without %s", k)
+		}
+	}
+	ds := daemonSet(objs)
+	pod := ds["spec"].(map[string]any)["template"].(map[string]any)
+	meta := pod["metadata"].(map[string]any)
+	if meta["labels"].(map[string]any)["team"] != "net" || meta["annotations"].(map[string]any)["note"] != "x" ||
+		ds["metadata"].(map[string]any)["labels"].(map[string]any)["tier"] != "node" {
+		t.Errorf("pod labels/annotations or DaemonSet labels: %v %v", meta, ds["metadata"])
+	}
+	if _, ok := pod["spec"].(map[string]any)["priorityClassName"]; ok {
+		t.Error("an empty priorityClassName is rendered")
+	}
+	sa := objs["ServiceAccount istio-cni/istio-cni"]
+	if fmt.Sprint(sa["imagePullSecrets"]) != "[map[name:pull]]" {
+		t.Errorf("imagePullSecrets %v", sa["imagePullSecrets"])
+	}
+	if probe := c["readinessProbe"].(map[string]any)["httpGet"].(map[string]any)["port"]; fmt.Sprint(probe) != "18000" {
+		t.Errorf("readiness probe port %v", probe)
+	}
+	if off := configData(helmTemplate(t, "repair.enabled=false"))["AUDIT_ACTION"]; off != "off" {
+		t.Errorf("repair.enabled=false: AUDIT_ACTION %v", off)
+	}
+}
