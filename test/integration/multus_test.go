@@ -18,7 +18,7 @@ import (
 
 // standaloneConf is the standalone config the installer writes for Multus
 // (chain.Standalone), at the given CNI version, with the test's entry.
-func standaloneConf(t *testing.T, v string) *libcni.NetworkConfig {
+func standaloneConf(t *testing.T, v string) *libcni.PluginConfig {
 	t.Helper()
 	data, err := chain.Standalone(pluginconf.Entry{Kubeconfig: env.kubeconfig, ExcludeNamespaces: []string{"kube-system"},
 		LogLevel: "debug", APITimeout: "3s", APIAttemptTimeout: "1s"})
@@ -33,7 +33,7 @@ func standaloneConf(t *testing.T, v string) *libcni.NetworkConfig {
 	if data, err = json.Marshal(m); err != nil {
 		t.Fatal(err)
 	}
-	conf, err := libcni.ConfFromBytes(data)
+	conf, err := libcni.NetworkPluginConfFromBytes(data)
 	if err != nil {
 		t.Fatal(err)
 	}

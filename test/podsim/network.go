@@ -125,17 +125,17 @@ func (n *Network) Del(ctx context.Context, s *Sandbox) error {
 // AddDelegate calls one plugin config for a sandbox the way Multus calls
 // a delegate network: after the primary's chain ran in the same namespace,
 // with the delegate's own interface name and no prevResult.
-func (n *Network) AddDelegate(ctx context.Context, s *Sandbox, conf *libcni.NetworkConfig, ifName string) (types.Result, error) {
+func (n *Network) AddDelegate(ctx context.Context, s *Sandbox, conf *libcni.PluginConfig, ifName string) (types.Result, error) {
 	return n.cni.AddNetwork(ctx, conf, s.delegateRT(ifName))
 }
 
 // CheckDelegate runs CHECK for a delegate (libcni passes ADD's cached
 // result as prevResult).
-func (n *Network) CheckDelegate(ctx context.Context, s *Sandbox, conf *libcni.NetworkConfig, ifName string) error {
+func (n *Network) CheckDelegate(ctx context.Context, s *Sandbox, conf *libcni.PluginConfig, ifName string) error {
 	return n.cni.CheckNetwork(ctx, conf, s.delegateRT(ifName))
 }
 
 // DelDelegate runs DEL for a delegate.
-func (n *Network) DelDelegate(ctx context.Context, s *Sandbox, conf *libcni.NetworkConfig, ifName string) error {
+func (n *Network) DelDelegate(ctx context.Context, s *Sandbox, conf *libcni.PluginConfig, ifName string) error {
 	return n.cni.DelNetwork(ctx, conf, s.delegateRT(ifName))
 }
