@@ -91,9 +91,9 @@ CHAOS_ITERATIONS ?= 50
 chaos: deps kube-binaries image
 	$(GO) test -count=1 -timeout 90m -v -run 'TestChaos' ./test/e2e -args -chaos.iterations=$(CHAOS_ITERATIONS) -chaos.report=$(CURDIR)/$(OUT)/chaos.json
 
-## unit: the tests that need neither root nor the API server.
+## unit: the package tests (the real-namespace ones need root).
 unit:
-	$(GO) test -count=1 ./pkg/iptables/ ./pkg/decision/ ./pkg/kube/ ./pkg/plugin/
+	$(GO) test -count=1 ./pkg/... ./cmd/...
 
 ## bench: ADD latency, RSS and VERSION time against a real API server.
 bench: deps kube-binaries build

@@ -49,19 +49,13 @@ func TestFightIsReportedAndRepairsGoOn(t *testing.T) {
 	n.start(cfg)
 	n.waitReady()
 	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
-	var fighting atomic.Bool
 	var restored atomic.Int64 // times the writer found our file back
-	fighting.Store(true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for fighting.Load() {
-			if os.Remove(owned) == nil {
-				restored.Add(1)
-			}
-			time.Sleep(time.Millisecond)
+	stopWriter := poll.Every(time.Millisecond, func() {
+		if os.Remove(owned) == nil {
+			restored.Add(1)
 		}
-	}()
+	})
+	defer stopWriter()
 	n.eventually("fight reported", func() (bool, string) {
 		ok, why := n.in.Ready()
 		return !ok && strings.Contains(why, "conflict") && strings.Contains(why, "02-istio-cni.conflist") &&
@@ -78,8 +72,7 @@ func TestFightIsReportedAndRepairsGoOn(t *testing.T) {
 	n.eventually("repairs go on during the fight", func() (bool, string) {
 		return restored.Load() >= before+3, fmt.Sprint(restored.Load()-before, " repairs since the fight began")
 	})
-	fighting.Store(false)
-	<-done
+	stopWriter()
 	n.waitReady()
 	if metric(n.in.metrics.Conflict) != 0 {
 		t.Error("conflict gauge still 1 after the writer stopped")
@@ -138,25 +131,16 @@ func deleteEvery(t *testing.T, path string, n int, period time.Duration) []time.
 	var mu sync.Mutex
 	var deleted time.Time // the pending deletion, zero when none
 	var back []time.Duration
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
+	stop := poll.Every(time.Millisecond, func() {
+		if _, err := os.Stat(path); err == nil {
+			mu.Lock()
+			if !deleted.IsZero() {
+				back, deleted = append(back, time.Since(deleted)), time.Time{}
 			}
-			if _, err := os.Stat(path); err == nil {
-				mu.Lock()
-				if !deleted.IsZero() {
-					back, deleted = append(back, time.Since(deleted)), time.Time{}
-				}
-				mu.Unlock()
-			}
+			mu.Unlock()
 		}
-	}()
+	})
+	defer stop()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for range n {
@@ -172,8 +156,7 @@ func deleteEvery(t *testing.T, path string, n int, period time.Duration) []time.
 		defer mu.Unlock()
 		return deleted.IsZero(), "pending"
 	})
-	close(stop)
-	<-done
+	stop()
 	return back
 }
 

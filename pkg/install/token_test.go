@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // fakeMinter hands out plugin-1, plugin-2, ... each valid for ttl; it fails
@@ -181,21 +183,7 @@ func TestPluginTokenRenewedDuringConflict(t *testing.T) {
 	n.start(cfg)
 	n.waitReady()
 	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_ = os.Remove(owned)
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	defer poll.Every(time.Millisecond, func() { _ = os.Remove(owned) })()
 	n.eventually("conflict reported", func() (bool, string) {
 		ok, why := n.in.Ready()
 		return !ok && strings.Contains(why, "conflict"), why

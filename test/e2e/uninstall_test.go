@@ -280,35 +280,25 @@ func assertRules(t *testing.T, name string) {
 	}
 }
 
-// watchFiles polls istio-cni's files every 2 ms until the test ends and
-// returns a function that says which went missing, and when.
+// watchFiles polls istio-cni's files every 2 ms until the returned function
+// is called; that says which went missing, and when.
 func watchFiles(t *testing.T) func() []string {
 	t.Helper()
 	var mu sync.Mutex
 	var gaps []string
-	stop := make(chan struct{})
-	done := make(chan struct{})
 	start := time.Now()
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
-				if !exists(p) {
-					mu.Lock()
-					gaps = append(gaps, fmt.Sprintf("%s at %v", filepath.Base(p), time.Since(start).Round(time.Millisecond)))
-					mu.Unlock()
-				}
+	stop := poll.Every(2*time.Millisecond, func() {
+		for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+			if !exists(p) {
+				mu.Lock()
+				gaps = append(gaps, fmt.Sprintf("%s at %v", filepath.Base(p), time.Since(start).Round(time.Millisecond)))
+				mu.Unlock()
 			}
 		}
-	}()
-	var once sync.Once
+	})
+	t.Cleanup(stop)
 	return func() []string {
-		once.Do(func() { close(stop); <-done })
+		stop()
 		mu.Lock()
 		defer mu.Unlock()
 		return gaps
@@ -375,26 +365,15 @@ func reinstall(t *testing.T) {
 func followLog(p cluster.Pod) func() string {
 	var mu sync.Mutex
 	var last string
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if log := env.node.ContainerLog(p, "install-cni"); len(log) > 0 {
-				mu.Lock()
-				last = log
-				mu.Unlock()
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
+	stop := poll.Every(100*time.Millisecond, func() {
+		if log := env.node.ContainerLog(p, "install-cni"); len(log) > 0 {
+			mu.Lock()
+			last = log
+			mu.Unlock()
 		}
-	}()
-	var once sync.Once
+	})
 	return func() string {
-		once.Do(func() { close(stop); <-done })
+		stop()
 		mu.Lock()
 		defer mu.Unlock()
 		return last

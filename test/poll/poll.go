@@ -7,6 +7,7 @@ package poll
 
 import (
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -54,4 +55,26 @@ func Until(t TB, timeout time.Duration, what string, cond func() (bool, string))
 func UntilTrue(t TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	Until(t, timeout, what, func() (bool, string) { return cond(), "" })
+}
+
+// Every calls f every interval in the background until the returned stop
+// is called; stop waits for a call in progress to end, and may be called
+// more than once.
+func Every(interval time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			f()
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
 }
