@@ -34,9 +34,9 @@ type Agent struct {
 	addrs     addrList
 }
 
-// New builds the agent. rc is the API access (rest.InClusterConfig); nil
-// runs the installer alone: no audit, no taint, and at shutdown the plugin
-// is always left installed.
+// New builds the agent. rc is the API access; nil runs the installer
+// alone: no audit, no taint, and at shutdown the plugin is always left
+// installed.
 func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: log, beats: health.NewBeats(nil), metrics: install.NewMetrics()}
 	deps := install.Deps{Log: log, Metrics: a.metrics, Liveness: a.beats}

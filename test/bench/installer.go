@@ -135,7 +135,7 @@ func (nd *fakeNode) startInstaller() (*exec.Cmd, *bytes.Buffer, error) {
 	cmd := exec.Command(filepath.Join(nd.src, "install-cni"),
 		"--cni-bin-dir="+nd.bin, "--cni-net-dir="+nd.netd, "--kubeconfig-dir="+nd.kc, "--service-account-dir="+nd.sa,
 		"--health-addr=127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-addr=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"--conflict-repairs=1000000", "--log-level=warn", "--pod-namespace=istio-cni")
+		"--conflict-repairs=1000000", "--log-level=warn", "--pod-namespace=istio-cni", "--audit-action=off")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the bench
 	logs := &bytes.Buffer{}
