@@ -40,6 +40,9 @@ type Event struct {
 	// Families are the address families redirected: "ipv4", "ipv6",
 	// "ipv4,ipv6", or empty when nothing was.
 	Families string `json:"families,omitempty"`
+	// Note is something the agent should tell people of the pod, a Note*
+	// code, or empty.
+	Note string `json:"note,omitempty"`
 	// Error is the verb's error, empty on success. A DEL reports its
 	// cleanup problem here although DEL itself always succeeds.
 	Error string `json:"error,omitempty"`
@@ -49,6 +52,10 @@ type Event struct {
 	APIMS      float64 `json:"api_ms,omitempty"`
 	NetnsMS    float64 `json:"netns_ms,omitempty"`
 }
+
+// NoteIPv4OnlyProxy: ADD captured the pod's IPv6 but its proxy is not
+// dual-stack (decision.IPv6ProxyNote); the agent says so once per pod.
+const NoteIPv4OnlyProxy = "ipv6-captured-ipv4-only-proxy"
 
 // cutMark ends a string that encode shortened.
 const cutMark = "..."
@@ -69,7 +76,7 @@ func encode(ev Event) ([]byte, error) {
 	}
 	fits := func(n int) []byte {
 		cut := ev
-		for _, f := range []*string{&cut.Error, &cut.Reason, &cut.Netns, &cut.Container, &cut.Pod, &cut.PodUID, &cut.Families, &cut.Verb} {
+		for _, f := range []*string{&cut.Error, &cut.Reason, &cut.Netns, &cut.Container, &cut.Pod, &cut.PodUID, &cut.Families, &cut.Note, &cut.Verb} {
 			*f = truncate(*f, n)
 		}
 		if b, err := marshal(cut); err == nil && len(b) <= MaxDatagram {

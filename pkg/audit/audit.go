@@ -458,13 +458,13 @@ func (a *Auditor) pruneRecords() {
 // model is the pod's rule model, its families from its addresses and its
 // namespace, exactly as ADD computes it.
 func (a *Auditor) model(c candidate, ns podns.Netns) (iptables.Model, error) {
-	v4, v6, err := decision.Families(c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
+	stack, err := decision.Families(a.cfg.Settings.IPv6, c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
 		return a.deps.Network.HasIPv6(ns.Path)
 	})
 	if err != nil {
 		return iptables.Model{}, fmt.Errorf("reading the pod's addresses: %w", err)
 	}
-	return decision.Rules(c.decision, a.cfg.Settings, v4, v6), nil
+	return decision.Rules(c.decision, a.cfg.Settings, stack.V4, stack.V6), nil
 }
 
 func (a *Auditor) updateGauge() {

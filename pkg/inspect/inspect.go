@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -42,6 +43,11 @@ type Deps struct {
 	Check func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	// HasIPv6 reads whether the namespace has a global IPv6 address.
 	HasIPv6 func(netns string) (bool, error)
+	// Records are what ADD applied to each sandbox (applied.Store); nil:
+	// none.
+	Records interface {
+		ForPod(uid string) ([]applied.Record, error)
+	}
 }
 
 // Options are the node's settings, as the plugin has them.
@@ -72,6 +78,12 @@ type Report struct {
 	Invalid  string
 	Netns    string
 	Families string
+	// Recorded: the rules wanted are the ones ADD recorded for this
+	// sandbox; SettingsChanged says how the pod's settings now differ.
+	Recorded        bool
+	SettingsChanged string
+	// Notes are things to know about the pod (decision.IPv6ProxyNote).
+	Notes []string
 	// Want and Have are the tables in iptables-save form: Have only the
 	// rules istio-cni owns.
 	Want, Have []string
@@ -136,16 +148,14 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 		r.Have = append(r.Have, prefixed(f, obs.OursListing())...)
 	}
-	if !dec.Redirect || r.Invalid != "" {
-		return r, nil
-	}
-	v4, v6, err := decision.Families(dec.DualStack, pod.IPs, func() (bool, error) { return d.HasIPv6(ns.Path) })
+	m, ok, err := want(&r, o, d, pod, dec, ns)
 	if err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
-	m := decision.Rules(dec, o.Settings, v4, v6)
-	r.Families = decision.FamilyNames(v4, v6)
+	if !ok {
+		return r, nil
+	}
 	for _, rs := range m.Rulesets() {
 		r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
 	}
@@ -153,6 +163,46 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		r.NetnsErr = err.Error()
 	}
 	return r, nil
+}
+
+// want is what the pod must hold, as the node agent holds it to: the
+// record of what ADD applied to this sandbox, else the decision now.
+func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns podns.Netns) (iptables.Model, bool, error) {
+	stack, err := decision.Families(o.Settings.IPv6, dec.DualStack, pod.IPs, func() (bool, error) { return d.HasIPv6(ns.Path) })
+	if d.Records != nil {
+		recs, _ := d.Records.ForPod(pod.Metadata.UID)
+		for _, rec := range recs {
+			if rec.NetnsInode != ns.Inode {
+				continue
+			}
+			invalid := r.Invalid
+			r.Redirect, r.Recorded, r.Invalid = true, true, ""
+			r.Families = decision.FamilyNames(rec.IPv4, rec.IPv6)
+			switch {
+			case invalid != "":
+				r.SettingsChanged = "invalid now: " + invalid
+			case !dec.Redirect:
+				r.SettingsChanged = "no longer meshed: " + string(dec.Reason)
+			case !applied.SameSpec(decision.FinalSpec(dec, o.Settings), rec.Spec):
+				r.SettingsChanged = applied.SpecDiff(rec.Spec, decision.FinalSpec(dec, o.Settings))
+			}
+			if err == nil && rec.IPv6 && stack.IPv4OnlyProxy {
+				r.Notes = append(r.Notes, decision.IPv6ProxyNote)
+			}
+			return rec.Model(), true, nil
+		}
+	}
+	if !dec.Redirect || r.Invalid != "" {
+		return iptables.Model{}, false, nil
+	}
+	if err != nil {
+		return iptables.Model{}, false, err
+	}
+	r.Families = decision.FamilyNames(stack.V4, stack.V6)
+	if stack.IPv4OnlyProxy {
+		r.Notes = append(r.Notes, decision.IPv6ProxyNote)
+	}
+	return decision.Rules(dec, o.Settings, stack.V4, stack.V6), true, nil
 }
 
 // runtimeConfig names the config the runtime uses (the first in its

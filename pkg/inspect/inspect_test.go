@@ -2,11 +2,13 @@ package inspect
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -133,6 +135,46 @@ func TestPodNotOnThisNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out := render(t, r); !strings.Contains(out, "run inspect on node node-a") || !strings.Contains(out, "verdict:   unknown") {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// TestRecordedSettingsWin: a sandbox ADD recorded is held to the record;
+// annotations edited since are shown as a change, not as what it should
+// have.
+func TestRecordedSettingsWin(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}", "traffic.sidecar.istio.io/excludeOutboundIPRanges": "0.0.0.0/0"})
+	store := applied.Store{Dir: t.TempDir()}
+	orig := decision.FinalSpec(decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}, decision.DefaultNodeSettings())
+	if err := store.Write(applied.Record{PodUID: "u1", Pod: "default/web-0", Container: "c1", NetnsInode: 7, Spec: orig, IPv4: true}); err != nil {
+		t.Fatal(err)
+	}
+	d := deps(p, "*nat\nCOMMIT\n", nil)
+	d.Records = store
+	var wanted iptables.Model
+	d.Check = func(_ context.Context, _ string, m iptables.Model) ([]string, error) { wanted = m; return nil, nil }
+	r, err := Run(context.Background(), opts(configDir(t, true)), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	if !r.Recorded || !strings.Contains(out, "as ADD recorded for this sandbox") || !strings.Contains(out, "settings:  changed after the pod started (OutboundIPExclude") {
+		t.Errorf("report:\n%s", out)
+	}
+	if want := iptables.Build(orig, true, false); wanted.V4 == nil || len(wanted.V4.Rules) != len(want.V4.Rules) {
+		t.Error("not checked against the recorded model")
+	}
+}
+
+// TestIPv4OnlyProxyNote: a dual-stack pod whose proxy is not dual-stack.
+func TestIPv4OnlyProxyNote(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	p.IPs = []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "*nat\nCOMMIT\n", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "note:      "+decision.IPv6ProxyNote) || r.Families != "ipv4,ipv6" {
 		t.Errorf("report:\n%s", out)
 	}
 }

@@ -22,10 +22,18 @@ func (r Report) Print(w io.Writer) error {
 	switch {
 	case r.Invalid != "":
 		line("decision:  must be redirected, but its settings are refused (ADD fails): %s", r.Invalid)
+	case r.Recorded:
+		line("decision:  redirect (%s), as ADD recorded for this sandbox", r.Families)
 	case r.Redirect:
 		line("decision:  redirect (%s)", r.Families)
 	default:
 		line("decision:  not redirected: %s", r.Reason)
+	}
+	if r.SettingsChanged != "" {
+		line("settings:  changed after the pod started (%s): the rules applied at start are kept; restart the pod to apply", r.SettingsChanged)
+	}
+	for _, n := range r.Notes {
+		line("note:      %s", n)
 	}
 	if r.Netns != "" {
 		line("netns:     %s", r.Netns)

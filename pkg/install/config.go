@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/envflag"
 	"istio-cni.local/istio-cni/pkg/kube"
 )
@@ -42,6 +43,8 @@ type Config struct {
 	ExcludeNamespaces  []string
 	LogLevel           slog.Level
 	Mode               Mode
+	// IPv6Redirect is the plugin's ipv6_redirect (decision.IPv6Policy).
+	IPv6Redirect decision.IPv6Policy
 	// Chained: istio-cni is chained after the primary CNI (OwnedConfigName
 	// is the owned conflist). Otherwise it is a network of its own, a
 	// standalone config named OwnedConfigName that Multus calls as a
@@ -90,7 +93,7 @@ const PluginBinary = "istio-cni"
 // fs.Parse for the validated Config.
 func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) func() (Config, error) {
 	var c Config
-	var exclude, level, mode, chained, repairs, window, ttl string
+	var exclude, level, mode, chained, ipv6, repairs, window, ttl string
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	f.String(&c.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "where the plugin is installed")
 	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binary "+PluginBinary+" in the image")
@@ -103,6 +106,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", "kube-system", "comma-separated namespaces the plugin never redirects")
 	f.String(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
 	f.String(&mode, "mode", "MODE", string(Owned), "owned or inplace")
+	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "for pods with IPv6 whose proxy is not dual-stack: always capture IPv6 (connections the proxy cannot take are refused), or dual-stack-only (they go direct, as upstream's)")
 	f.String(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API; required)")
 	f.String(&c.PluginServiceAccount, "plugin-service-account", "PLUGIN_SERVICE_ACCOUNT", "", "ServiceAccount (in the agent's namespace) whose tokens the plugin's kubeconfig carries; empty: the installer's own")
 	f.String(&ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
@@ -122,6 +126,9 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 		}
 		if c.LogLevel, err = ParseLevel(level); err != nil {
 			errs = append(errs, err)
+		}
+		if c.IPv6Redirect, err = decision.ParseIPv6Policy(ipv6); err != nil {
+			errs = append(errs, fmt.Errorf("--ipv6-redirect: %w", err))
 		}
 		if c.Chained, err = strconv.ParseBool(chained); err != nil {
 			errs = append(errs, fmt.Errorf("--chained %q: want true or false", chained))

@@ -138,6 +138,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		LogLevel:          levelName(in.cfg.LogLevel),
 		AgentSocket:       filepath.Join(run, EventsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
+		IPv6Redirect:      string(in.cfg.IPv6Redirect),
 	}
 }
 

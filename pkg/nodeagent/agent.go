@@ -31,6 +31,7 @@ type Agent struct {
 	pods      *audit.NodePods
 	taint     *nodetaint.Controller
 	events    *Events // nil without API access: Events and their flush
+	notes     podNotes
 	addrs     addrList
 }
 
@@ -53,6 +54,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 		return nil, err
 	}
 	a.events = newEvents(cs, cfg.NodeName)
+	a.notes.events = a.events
 	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
 		ServiceAccount: cfg.ServiceAccount}, cs, log.With("component", "lifecycle"))
 	deps.Uninstall = a.lifecycle.Check

@@ -25,7 +25,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg
 	a := audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces, AgentNamespace: cfg.Install.PodNamespace,
-		Settings: decision.DefaultNodeSettings(), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
+		Settings: nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
 	}, audit.Deps{
 		Namespaces: podns.Finder{Proc: cfg.HostProc},
 		Network:    &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: cfg.HostRoot}, Backend: xtables.Auto}},
@@ -41,4 +41,14 @@ func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg
 	}
 	a.SetPods(pods)
 	return a, pods, nil
+}
+
+// nodeSettings are the plugin's node-wide settings as the installer writes
+// them into its entry: its defaults, and ipv6_redirect.
+func nodeSettings(cfg Config) decision.NodeSettings {
+	s := decision.DefaultNodeSettings()
+	if cfg.Install.IPv6Redirect != "" {
+		s.IPv6 = cfg.Install.IPv6Redirect
+	}
+	return s
 }

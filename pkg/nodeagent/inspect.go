@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/inspect"
+	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
@@ -60,6 +63,8 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	exclude := fs.String("exclude-namespaces", envOr("EXCLUDE_NAMESPACES", "kube-system"), "the plugin's excluded namespaces, comma-separated")
 	agentNS := fs.String("agent-namespace", envOr("POD_NAMESPACE", "istio-cni"), "the agent's namespace (never redirected)")
 	backendName := fs.String("iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends)
+	runDir := fs.String("run-dir", envOr("KUBECONFIG_DIR", "/var/run/istio-cni"), "istio-cni's run directory, where ADD records what it applied")
+	ipv6 := fs.String("ipv6-redirect", envOr("IPV6_REDIRECT", string(decision.IPv6Always)), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
 	if err := fs.Parse(args); err != nil {
 		return 1, err
 	}
@@ -72,14 +77,17 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if err != nil {
 		return 1, fmt.Errorf("--iptables-backend: %w", err)
 	}
+	settings := decision.DefaultNodeSettings()
+	if settings.IPv6, err = decision.ParseIPv6Policy(*ipv6); err != nil {
+		return 1, fmt.Errorf("--ipv6-redirect: %w", err)
+	}
 	cs, err := inspectClient(*kubeconfig)
 	if err != nil {
 		return 1, err
 	}
 	prog := &xtables.Programmer{Runner: xtables.RootRunner{Root: *root}, Backend: backend}
 	network := &podnet.Netns{Programmer: prog}
-	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir,
-		Settings: decision.DefaultNodeSettings()}
+	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir, Settings: settings}
 	if *exclude != "" {
 		opts.ExcludeNamespaces = strings.Split(*exclude, ",")
 	}
@@ -97,6 +105,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		},
 		Check:   network.Check,
 		HasIPv6: network.HasIPv6,
+		Records: applied.Store{Dir: filepath.Join(*runDir, install.RecordsDirName)},
 	})
 	if err != nil {
 		return 1, err

@@ -2,10 +2,16 @@ package nodeagent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
 )
 
@@ -40,10 +46,49 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 			if ev.Verb == "ADD" && ev.PodUID != "" && wake != nil {
 				wake(ev.PodUID)
 			}
+			if ev.Note != "" && ev.Error == "" {
+				a.notes.tell(ev, log)
+			}
 		})
 		if err != nil {
 			log.Error("plugin reports stopped", "error", err.Error())
 		}
 	}()
 	return func() { <-done }, nil
+}
+
+// ReasonIPv4OnlyProxy is the Event when a pod's IPv6 is captured but its
+// proxy is not dual-stack.
+const ReasonIPv4OnlyProxy = "IstioIPv6CapturedIPv4OnlyProxy"
+
+// podNotes says what the plugin's reports note of a pod, once per pod.
+type podNotes struct {
+	events *Events // nil without API access: the log line only
+	told   map[string]bool
+}
+
+// maxTold bounds what is remembered: a node runs at most a few hundred
+// pods; forgetting all of them now and then repeats one note per pod.
+const maxTold = 4096
+
+func (n *podNotes) tell(ev agentevents.Event, log *slog.Logger) {
+	key := ev.PodUID + "/" + ev.Note
+	if n.told[key] {
+		return
+	}
+	if n.told == nil || len(n.told) >= maxTold {
+		n.told = map[string]bool{}
+	}
+	n.told[key] = true
+	msg := ev.Note
+	if ev.Note == agentevents.NoteIPv4OnlyProxy {
+		msg = decision.IPv6ProxyNote
+	}
+	log.Warn("pod note", "pod", ev.Pod, "uid", ev.PodUID, "note", msg)
+	ns, name, ok := strings.Cut(ev.Pod, "/")
+	if n.events == nil || !ok || ev.Note != agentevents.NoteIPv4OnlyProxy {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(ev.PodUID)}
+	n.events.recorder.Event(ref, corev1.EventTypeNormal, ReasonIPv4OnlyProxy, msg)
 }

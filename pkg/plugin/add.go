@@ -8,6 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -29,6 +30,9 @@ type outcome struct {
 	apiTime, netnsTime time.Duration
 	// warnings are problems that did not change the verb's result.
 	warnings []string
+	// note is something the agent tells people of the pod
+	// (agentevents.Note*).
+	note string
 }
 
 // Add redirects the pod's traffic if it must be, then passes the previous
@@ -114,15 +118,17 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	if !out.decision.Redirect {
 		return plan{}, false, nil
 	}
-	v4, v6, err := families(conf, out.decision.DualStack, func() (bool, error) {
+	stack, err := families(conf, out.decision.DualStack, func() (bool, error) {
 		return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns)
 	})
 	if err != nil {
 		return plan{}, false, netnsError(out.pod, "reading the pod's addresses", err)
 	}
-	out.families = decision.FamilyNames(v4, v6)
-	node := decision.NodeSettings{TProxyMark: conf.parsed.TProxyMark, TProxyTable: conf.parsed.TProxyTable}
-	return plan{spec: decision.FinalSpec(out.decision, node), v4: v4, v6: v6}, true, nil
+	out.families = decision.FamilyNames(stack.V4, stack.V6)
+	if stack.IPv4OnlyProxy {
+		out.note = agentevents.NoteIPv4OnlyProxy
+	}
+	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node()), v4: stack.V4, v6: stack.V6}, true, nil
 }
 
 // getPod reads the pod, building the client only now: pods decided without
@@ -158,6 +164,9 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	}
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)
+	}
+	if out.note == agentevents.NoteIPv4OnlyProxy {
+		attrs = append(attrs, "note", decision.IPv6ProxyNote)
 	}
 	if err != nil {
 		log.Error(verb+" failed", append(attrs, "error", err.Error())...)

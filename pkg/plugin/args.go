@@ -53,12 +53,12 @@ func resultFor(conf *Config) (types.Result, error) {
 
 // families says which address families the pod uses (decision.Families),
 // its addresses taken from the previous result.
-func families(conf *Config, dualStack bool, hasIPv6 func() (bool, error)) (v4, v6 bool, err error) {
+func families(conf *Config, dualStack bool, hasIPv6 func() (bool, error)) (decision.Stack, error) {
 	var addrs []netip.Addr
 	if conf.PrevResult != nil && !dualStack {
 		res, err := current.NewResultFromResult(conf.PrevResult)
 		if err != nil {
-			return false, false, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+			return decision.Stack{}, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 		}
 		for _, ip := range res.IPs {
 			if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
@@ -66,5 +66,5 @@ func families(conf *Config, dualStack bool, hasIPv6 func() (bool, error)) (v4, v
 			}
 		}
 	}
-	return decision.Families(dualStack, addrs, hasIPv6)
+	return decision.Families(conf.parsed.IPv6, dualStack, addrs, hasIPv6)
 }

@@ -46,6 +46,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"cniVersion":"1.0.0","tproxy_route_table":"133"}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
 		{`{"cniVersion":"1.0.0","agent_socket":"events.sock"}`, types.ErrInvalidNetworkConfig, `"agent_socket": "events.sock" is not an absolute path`},
 		{`{"cniVersion":"1.0.0","agent_socket":1}`, types.ErrInvalidNetworkConfig, `"agent_socket"`},
+		{`{"cniVersion":"1.0.0","ipv6_redirect":"never"}`, types.ErrInvalidNetworkConfig, `"ipv6_redirect": unknown value "never": want always or dual-stack-only`},
+		{`{"cniVersion":"1.0.0","records_dir":"sandboxes"}`, types.ErrInvalidNetworkConfig, `"records_dir"`},
+		{`{"cniVersion":"1.0.0","log_file":"cni.log"}`, types.ErrInvalidNetworkConfig, `"log_file"`},
 	} {
 		_, err := parseConfig([]byte(tc.conf))
 		var e *types.Error

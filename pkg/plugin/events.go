@@ -35,6 +35,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 		Redirect:   out.decision.Redirect,
 		Reason:     string(out.decision.Reason),
 		Families:   out.families,
+		Note:       out.note,
 		DurationMS: millis(end.Sub(start)),
 		APIMS:      millis(out.apiTime),
 		NetnsMS:    millis(out.netnsTime),

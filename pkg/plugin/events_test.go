@@ -70,6 +70,40 @@ func TestEventForRedirectedPod(t *testing.T) {
 	}
 }
 
+// TestIPv4OnlyProxyNote: a dual-stack pod whose proxy is not dual-stack
+// has its IPv6 captured (ipv6_redirect: always); the log line and the
+// report say so. With dual-stack-only, or ISTIO_DUAL_STACK, nothing is
+// said.
+func TestIPv4OnlyProxyNote(t *testing.T) {
+	for _, tc := range []struct {
+		extra, env string
+		wantNote   bool
+		families   string
+	}{
+		{"", "", true, "ipv4,ipv6"},
+		{`,"ipv6_redirect":"dual-stack-only"`, "", false, "ipv4"},
+		{"", "true", false, "ipv4,ipv6"},
+	} {
+		a := listenAgent(t)
+		h := newHarness()
+		pod := meshedPod(nil)
+		if tc.env != "" {
+			pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "ISTIO_DUAL_STACK", Value: tc.env}}
+		}
+		h.api.pods["team-a/web-1"] = pod
+		c := strings.TrimSuffix(withSocket(conf("1.0.0", prevDual), a.path), "}") + tc.extra + "}"
+		if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
+			t.Fatal(err)
+		}
+		ev := a.next(t)
+		noted := ev.Note == agentevents.NoteIPv4OnlyProxy && strings.Contains(h.stderr.String(), "sidecar listens on IPv4 only")
+		if noted != tc.wantNote || ev.Families != tc.families {
+			t.Errorf("%s ISTIO_DUAL_STACK=%q: note %q, families %s; want note=%v families %s\n%s", tc.extra, tc.env, ev.Note, ev.Families,
+				tc.wantNote, tc.families, h.stderr)
+		}
+	}
+}
+
 func TestEventForFailedAdd(t *testing.T) {
 	a := listenAgent(t)
 	h := newHarness()

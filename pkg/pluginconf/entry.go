@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/xtables"
@@ -47,6 +48,10 @@ type Entry struct {
 	// CHECK outcome is sent there (pkg/agentevents), best effort. "" sends
 	// nothing.
 	AgentSocket string `json:"agent_socket,omitempty"`
+	// IPv6Redirect is always (the default) or dual-stack-only: whether a
+	// pod with IPv6 whose proxy is not dual-stack gets IPv6 rules
+	// (decision.IPv6Policy).
+	IPv6Redirect string `json:"ipv6_redirect,omitempty"`
 	// RecordsDir is where ADD records the rules it applied to each sandbox
 	// (pkg/applied), so the node audit restores exactly those. "" records
 	// nothing.
@@ -60,6 +65,12 @@ type Settings struct {
 	Timeouts    kube.Timeouts
 	TProxyMark  uint32
 	TProxyTable uint32
+	IPv6        decision.IPv6Policy
+}
+
+// Node is what the decision needs of the settings.
+func (s Settings) Node() decision.NodeSettings {
+	return decision.NodeSettings{TProxyMark: s.TProxyMark, TProxyTable: s.TProxyTable, IPv6: s.IPv6}
 }
 
 // Defaults, in one place.
@@ -106,6 +117,9 @@ func (e *Entry) Normalize() (Settings, error) {
 	}
 	if s.LogLevel, err = ParseLevel(e.LogLevel); err != nil {
 		return s, invalid("log_level", "%v", err)
+	}
+	if s.IPv6, err = decision.ParseIPv6Policy(e.IPv6Redirect); err != nil {
+		return s, invalid("ipv6_redirect", "%v", err)
 	}
 	if s.Backend, err = xtables.ParseBackend(e.IptablesBackend); err != nil {
 		return s, invalid("iptables_backend", "%v", err)

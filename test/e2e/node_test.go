@@ -147,7 +147,7 @@ func TestInspect(t *testing.T) {
 	startPod(t, meshedPod(t, "inspected"))
 	startPod(t, cluster.PodSpec{Namespace: "default", Name: "inspected-plain", Target: server(t)})
 	run := func(pod string) (string, int) {
-		cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig,
+		cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig, "--run-dir", env.node.IstioRunDir,
 			"--cni-net-dir", env.node.CNINetDir, pod) // #nosec G204 -- test binary
 		out, err := cmd.CombinedOutput()
 		code := 0

@@ -95,15 +95,16 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Var(&inbound, "inbound-port", "port of the inbound listener (0 picks a free port)")
 	readyFile := fs.String("ready-file", "", "file written once both listeners are up")
 	tproxy := fs.Bool("tproxy", false, "inbound listener transparent (IP_TRANSPARENT), for TPROXY mode")
+	ipv4Only := fs.Bool("ipv4-only", false, "listen on 0.0.0.0 only, as Envoy does without ISTIO_DUAL_STACK")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	in := endpoint{name: "inbound", port: inbound.port, reply: proxyReply("inbound")}
+	in := endpoint{name: "inbound", port: inbound.port, reply: proxyReply("inbound"), ipv4Only: *ipv4Only}
 	if *tproxy {
 		in.reply, in.transparent = tproxyReply("inbound"), true
 	}
 	return serve(ctx, []endpoint{
-		{name: "outbound", port: outbound.port, reply: proxyReply("outbound")},
+		{name: "outbound", port: outbound.port, reply: proxyReply("outbound"), ipv4Only: *ipv4Only},
 		in,
 	}, *readyFile, stderr)
 }

@@ -32,6 +32,9 @@ type endpoint struct {
 	// transparent: IP_TRANSPARENT, so TPROXY can hand it connections
 	// addressed to other hosts.
 	transparent bool
+	// ipv4Only binds 0.0.0.0 instead of [::], as Envoy does unless the pod
+	// sets ISTIO_DUAL_STACK.
+	ipv4Only bool
 }
 
 // tproxyReply is proxyReply for a transparent listener: a TPROXY'd
@@ -83,7 +86,8 @@ func plainAddrPort(a net.Addr) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// serve binds every endpoint on [::] (dual-stack: IPv4 arrives v4-mapped),
+// serve binds every endpoint on [::] (dual-stack: IPv4 arrives v4-mapped;
+// on 0.0.0.0 with ipv4Only),
 // writes the ready file, and answers connections until ctx is cancelled
 // (a clean stop, nil) or an accept fails.
 func serve(ctx context.Context, eps []endpoint, readyFile string, stderr io.Writer) error {
@@ -98,7 +102,11 @@ func serve(ctx context.Context, eps []endpoint, readyFile string, stderr io.Writ
 		if ep.transparent {
 			lc.Control = transparent
 		}
-		ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort("::", strconv.Itoa(int(ep.port))))
+		network, host := "tcp", "::"
+		if ep.ipv4Only {
+			network, host = "tcp4", "0.0.0.0"
+		}
+		ln, err := lc.Listen(context.Background(), network, net.JoinHostPort(host, strconv.Itoa(int(ep.port))))
 		if err != nil {
 			return fmt.Errorf("%s listener: %w", ep.name, err)
 		}
