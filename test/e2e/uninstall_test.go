@@ -88,7 +88,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 	}
 	assertStartedRedirected(t, pods)
 	if log := oldLog(); !strings.Contains(log, "replaced") || strings.Contains(log, `"msg":"uninstalling"`) {
-		t.Errorf("the old agent's shutdown:\n%s", lastLines(log, 5))
+		t.Errorf("the old agent %s (uid %s), %d bytes of log; its shutdown:\n%s", old.Metadata.Name, old.Metadata.UID, len(log), lastLines(log, 5))
 	}
 }
 
