@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/record"
 
 	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/install"
 )
 
 // TestPodNoteOncePerPod: the plugin's note on a pod whose IPv6 is captured
@@ -32,5 +34,34 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	}
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" IPv6 egress is captured but the sidecar listens on IPv4 only") {
 		t.Errorf("events %q, want one per pod", got)
+	}
+}
+
+// TestNodeNotices: a fight and another installer become Events on the
+// agent's Node, naming the file and the other writer.
+func TestNodeNotices(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	n := nodeNotices{events: &Events{recorder: rec}, node: "node-a"}
+	f := install.Fight{File: "02-istio-cni.conflist", Writer: "deleted by another process", Repairs: 10, Window: 30 * time.Second}
+	n.Fighting(f)
+	n.Calm(f)
+	n.OtherInstaller("10-calico.conflist")
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{
+		"Warning " + ReasonConflict + " another writer keeps undoing 02-istio-cni.conflist (deleted by another process): 10 repairs in 30s",
+		"Normal " + ReasonConflictOver + " no repair of 02-istio-cni.conflist needed for 30s",
+		"Warning " + ReasonOtherInstaller + " upstream Istio's istio-cni manages this node (its entry is in 10-calico.conflist)",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("events %q", got)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("event %d: %q, want it to start with %q", i, got[i], want[i])
+		}
 	}
 }
