@@ -34,13 +34,24 @@ $(BIN)/istio-cni: $(GO_SOURCES)
 $(BIN)/install-cni: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/install-cni
 
-## image: the DaemonSet's image (installer + plugin, static) as a
+## image: the DaemonSet's image (installer + plugin, static; iptables for the agent) as a
 ## docker-archive tarball for `ctr -n k8s.io images import` or `docker load`.
 image: $(IMAGE_TAR)
 
-$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage pkg/image -name '*.go')
+# The node agent runs iptables itself, both backends, from the image (not
+# the node's, which would need the host's root mounted): Debian's
+# iptables package, its extension modules and their libraries.
+XTABLES_MODULES = $(firstword $(wildcard /usr/lib/*/xtables))
+IPTABLES_IMAGE_FILES = -libraries \
+	-file /usr/sbin/xtables-nft-multi=/usr/sbin/xtables-nft-multi \
+	-file /usr/sbin/xtables-legacy-multi=/usr/sbin/xtables-legacy-multi \
+	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
+	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
+
+$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage pkg/image -name '*.go') | deps
 	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
-		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755
+		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755 \
+		$(IPTABLES_IMAGE_FILES)
 
 ## deps: install the system packages (needs root; a no-op when present).
 deps:

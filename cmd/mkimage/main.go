@@ -19,6 +19,14 @@
 //	                 copy HOSTPATH to IMAGEPATH, repeatable, at least one;
 //	                 MODE is octal, default 0755. The text after the last
 //	                 ":" is the MODE, so a HOSTPATH holding ":" needs one.
+//	-dir IMAGEDIR=HOSTDIR
+//	                 copy every file directly in HOSTDIR (symlinks
+//	                 followed) into IMAGEDIR with its host permissions
+//	-link IMAGEPATH=TARGET
+//	                 a symbolic link, repeatable (a multi-call binary's names)
+//	-libraries       add the interpreter and shared libraries every ELF
+//	                 file needs, at the paths the image's loader searches
+//	                 (the Debian multiarch directories of this build's arch)
 //
 // It prints the image ID (the config digest, as "docker images" and crictl
 // show it). In errors, files[i] is the i-th -file flag, from 0. Exit status
@@ -32,6 +40,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -67,9 +78,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// buildSpec is the image as the flags describe it, before -libraries adds
+// the shared libraries (reading the files, so an I/O step).
+type buildSpec struct {
+	image.Spec
+	Libraries bool
+}
+
 // write builds the image, writes the archive and returns the image ID.
-func write(out string, tags []string, spec image.Spec) (v1.Hash, error) {
-	img, err := image.Build(spec)
+func write(out string, tags []string, spec buildSpec) (v1.Hash, error) {
+	if spec.Libraries {
+		files, err := image.WithLibraries(spec.Files, image.LibraryDirs(multiarch[runtime.GOARCH]))
+		if err != nil {
+			return v1.Hash{}, fmt.Errorf("-libraries: %w", err)
+		}
+		spec.Files = files
+	}
+	img, err := image.Build(spec.Spec)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -86,7 +111,7 @@ func fail(stderr io.Writer, err error, code int) int {
 
 // parseFlags reports flag syntax errors itself (with the usage) and returns
 // them as errFlagSyntax, which run does not print again.
-func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spec image.Spec, err error) {
+func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spec buildSpec, err error) {
 	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.StringVar(&out, "o", "", "the tarball to write (required)")
@@ -109,6 +134,23 @@ func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spe
 		spec.Files = append(spec.Files, f)
 		return nil
 	})
+	fl.Func("dir", "IMAGEDIR=HOSTDIR: every file directly in HOSTDIR, with its host permissions", func(s string) error {
+		files, err := dirFiles(s)
+		if err != nil {
+			return err
+		}
+		spec.Files = append(spec.Files, files...)
+		return nil
+	})
+	fl.Func("link", "IMAGEPATH=TARGET: a symbolic link, repeatable", func(s string) error {
+		p, target, ok := strings.Cut(s, "=")
+		if !ok || p == "" || target == "" {
+			return errors.New("want IMAGEPATH=TARGET")
+		}
+		spec.Links = append(spec.Links, image.Link{Path: p, Target: target})
+		return nil
+	})
+	libraries := fl.Bool("libraries", false, "add every ELF file's interpreter and shared libraries")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", nil, spec, err
@@ -127,10 +169,41 @@ func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spe
 	case len(spec.Entrypoint) == 0:
 		return "", nil, spec, errors.New("-entrypoint: want the program to run, the IMAGEPATH of a -file")
 	}
+	spec.Libraries = *libraries
 	return out, tags, spec, nil
 }
 
 var errFlagSyntax = errors.New("bad flag syntax")
+
+// multiarch is Debian's library triplet for each architecture built.
+var multiarch = map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+
+// dirFiles lists HOSTDIR's files (not its subdirectories) as image files.
+func dirFiles(s string) ([]image.File, error) {
+	dst, src, ok := strings.Cut(s, "=")
+	if !ok || dst == "" || src == "" {
+		return nil, errors.New("want IMAGEDIR=HOSTDIR")
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return nil, err
+	}
+	var files []image.File
+	for _, e := range entries {
+		host := filepath.Join(src, e.Name())
+		st, err := os.Stat(host)
+		if err != nil {
+			return nil, err
+		}
+		if st.Mode().IsRegular() {
+			files = append(files, image.File{Path: path.Join(dst, e.Name()), Source: host, Mode: st.Mode().Perm()})
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s holds no files", src)
+	}
+	return files, nil
+}
 
 // parseFile parses IMAGEPATH=HOSTPATH[:MODE]; image.Build checks the paths.
 func parseFile(s string) (image.File, error) {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,6 +51,53 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// An image that carries a dynamic program: its libraries come along, a
+// directory's files keep their modes, and links are links.
+func TestRunLibrariesDirLink(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh on this host")
+	}
+	sh, _ = filepath.EvalSymlinks(sh)
+	mods := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mods, "a.so"), []byte("module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "image.tar")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"-o", out, "-tag", "istio-cni/sh:1", "-entrypoint", "/bin/sh", "-libraries",
+		"-file", "/bin/sh=" + sh, "-dir", "/usr/lib/mods=" + mods, "-link", "/bin/ash=sh"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, &stderr)
+	}
+	tag, _ := name.NewTag("istio-cni/sh:1")
+	img, err := tarball.ImageFromPath(out, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	have := map[string]string{}
+	tr := tar.NewReader(rc)
+	for h, err := tr.Next(); err == nil; h, err = tr.Next() {
+		have[h.Name] = fmt.Sprintf("%c %o %s", h.Typeflag, h.Mode, h.Linkname)
+	}
+	libc := false
+	for n := range have {
+		libc = libc || strings.Contains(n, "/libc.so")
+	}
+	if !libc || have["usr/lib/mods/a.so"] != "0 644 " || have["bin/ash"] != "2 777 sh" {
+		t.Errorf("layer %v: want libc, usr/lib/mods/a.so 0644 and bin/ash -> sh", have)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "bin")
 	if err := os.WriteFile(bin, []byte("binary"), 0o600); err != nil {
@@ -73,6 +123,11 @@ func TestRunErrors(t *testing.T) {
 		{"no host path", append(slices.Clone(ok), "-file", "/pause=:0755"), 2, "have no HOSTPATH"},
 		{"relative image path", append(slices.Clone(ok), "-file", "pause="+bin), 2, `files[0].path "pause": want an absolute path`},
 		{"missing host file", append(slices.Clone(ok), "-file", "/pause="+bin+".gone"), 1, "files[0].source"},
+		{"link without =", append(slices.Clone(ok), "-file", "/pause="+bin, "-link", "/x"), 2, `invalid value "/x" for flag -link: want IMAGEPATH=TARGET`},
+		{"bad link path", append(slices.Clone(ok), "-file", "/pause="+bin, "-link", "x=pause"), 2, `links[0].path "x": want a clean absolute path`},
+		{"dir without =", append(slices.Clone(ok), "-file", "/pause="+bin, "-dir", "/x"), 2, `for flag -dir: want IMAGEDIR=HOSTDIR`},
+		{"missing dir", append(slices.Clone(ok), "-file", "/pause="+bin, "-dir", "/x="+bin+".gone"), 2, `for flag -dir: open ` + bin + `.gone`},
+		{"empty dir", append(slices.Clone(ok), "-file", "/pause="+bin, "-dir", "/x="+t.TempDir()), 2, `holds no files`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

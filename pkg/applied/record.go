@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Version is the records' format; a record of another version is ignored
@@ -44,7 +45,10 @@ type Record struct {
 	Spec       iptables.Spec `json:"spec"`
 	IPv4       bool          `json:"ipv4"`
 	IPv6       bool          `json:"ipv6"`
-	At         time.Time     `json:"at"`
+	// Backend is the iptables implementation ADD used (legacy or nft, as
+	// its auto resolved on the node): the agent reads and repairs with it.
+	Backend xtables.Backend `json:"backend,omitempty"`
+	At      time.Time       `json:"at"`
 }
 
 // Model is the rule model the record stands for.

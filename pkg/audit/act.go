@@ -8,11 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 )
 
 // act does the configured action for a pod confirmed unredirected.
-func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptables.Model, st *podState) {
+func (a *Auditor) act(ctx context.Context, c candidate, ns sandboxns.NSFile, network Network, m iptables.Model, st *podState) {
 	log := a.deps.Log.With("pod", podName(c.pod), "uid", string(c.pod.UID), "action", string(a.cfg.Action))
 	switch a.cfg.Action {
 	case Repair:
@@ -27,7 +27,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns podns.Netns, m iptabl
 			return
 		}
 		start := a.deps.Now()
-		err := a.deps.Network.Program(ctx, ns.Path, m)
+		err := network.Program(ctx, ns.Path, m)
 		if err != nil {
 			a.failed(c.pod, log, err)
 			return

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +19,8 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
+	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Pods lists the pods bound to the node (an informer's cache).
@@ -27,9 +28,10 @@ type Pods interface {
 	List() []*corev1.Pod
 }
 
-// Namespaces finds started pods' network namespaces (podns.Finder).
+// Namespaces finds started pods' network namespaces by their addresses
+// (sandboxns.Finder).
 type Namespaces interface {
-	Find(uids []string) (map[string]podns.Netns, error)
+	Find(pods map[string][]netip.Addr) (sandboxns.Result, error)
 }
 
 // Network reads and programs a namespace (podnet.Netns).
@@ -55,13 +57,15 @@ type PodActions interface {
 type Deps struct {
 	Pods       Pods
 	Namespaces Namespaces
-	Network    Network
-	Records    Records // nil: every pod is checked against its annotations
-	Actions    PodActions
-	Events     record.EventRecorder
-	Metrics    *Metrics
-	Log        *slog.Logger
-	Now        func() time.Time
+	// Network reads and programs namespaces with one iptables backend:
+	// the one ADD recorded for the sandbox, else Config.Backend.
+	Network func(xtables.Backend) Network
+	Records Records // nil: every pod is checked against its annotations
+	Actions PodActions
+	Events  record.EventRecorder
+	Metrics *Metrics
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // CheckBudget bounds reading (and repairing) one pod's namespace.
@@ -84,6 +88,8 @@ type Auditor struct {
 	cfg   Config
 	deps  Deps
 	alive *health.Beat
+	view  *health.Beat // the netns directory's view is fresh
+	stale bool         // said once while it is not
 	wake  chan string
 	pods  map[string]*podState // by pod UID
 	// notes are what was said once of a pod (its settings changed, it has
@@ -128,9 +134,15 @@ func (a *Auditor) Wake(uid string) {
 
 // Run checks the node's pods: all of them every Interval, woken ones at
 // once, suspects when their confirmation is due. It returns when ctx ends.
-// Each finished pass and each pod checked beat alive (/healthz).
-func (a *Auditor) Run(ctx context.Context, alive *health.Beat) {
-	a.alive = alive
+// Each finished pass and each pod checked beat "node audit" in beats
+// (/healthz); each full pass whose view of the netns directory is fresh
+// beats "netns view" (see noteStale). Liveness counts from this call: an
+// API server that does not answer before is no reason to restart.
+func (a *Auditor) Run(ctx context.Context, beats *health.Beats) {
+	if beats != nil {
+		bound := a.cfg.Interval + 2*CheckBudget + 10*time.Second
+		a.alive, a.view = beats.Loop("node audit", bound), beats.Loop("netns view", 2*a.cfg.Interval+10*time.Second)
+	}
 	a.deps.Log.Info("node audit running", "action", string(a.cfg.Action), "interval", a.cfg.Interval.String(),
 		"confirm", a.cfg.Confirm.String())
 	full := time.NewTicker(a.cfg.Interval)
@@ -215,7 +227,7 @@ type candidate struct {
 func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 	listed := map[string]bool{}
 	var cands []candidate
-	var uids []string
+	ips := map[string][]netip.Addr{}
 	for _, pod := range a.deps.Pods.List() {
 		uid := string(pod.UID)
 		listed[uid] = true
@@ -228,7 +240,7 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			continue
 		}
 		cands = append(cands, c)
-		uids = append(uids, uid)
+		ips[uid] = apipod.IPs(pod)
 	}
 	for uid := range a.pods {
 		if !listed[uid] && (only == nil || only[uid]) {
@@ -242,23 +254,28 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 	}
 	defer a.updateGauge()
 	if len(cands) == 0 {
+		a.view.Beat() // nothing to find: no view to doubt
 		return 0
 	}
-	found, err := a.deps.Namespaces.Find(uids)
+	found, err := a.deps.Namespaces.Find(ips)
 	if err != nil {
 		a.deps.Metrics.Errors.Inc()
 		a.deps.Log.Error("audit: finding pods' network namespaces", "error", err.Error())
 		return 0
 	}
+	a.noteStale(found.Stale)
+	for _, uid := range found.Ambiguous {
+		a.deps.Log.Warn("audit: the pod's addresses are held by more than one network namespace (one poses as it?); not checked", "uid", uid)
+	}
 	checked, unchecked := 0, 0
 	for _, c := range cands {
 		a.alive.Beat()
-		ns, ok := found[string(c.pod.UID)]
+		ns, ok := found.Found[string(c.pod.UID)]
 		if !ok || !a.check(ctx, c, ns) {
-			// A started pod without a live process in its cgroup, or
-			// whose namespace cannot be read: it may be gone, or this
-			// node's layout defeats the lookup (static pods, whose API
-			// UID is not their cgroup's). Counted, never silent.
+			// A started pod whose namespace is not in the node's netns
+			// directory (gone meanwhile, no addresses reported yet, a
+			// runtime that binds namespaces elsewhere), is ambiguous, or
+			// cannot be read. Counted, never silent.
 			unchecked++
 			continue
 		}
@@ -316,21 +333,20 @@ func started(pod *corev1.Pod) bool {
 
 // check compares one pod's namespace with its model and acts on a
 // confirmed difference. It reports whether the namespace could be read.
-func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) bool {
+func (a *Auditor) check(ctx context.Context, c candidate, found sandboxns.NSFile) bool {
 	uid := string(c.pod.UID)
 	// Hold the namespace open for the whole check and repair, and use it
-	// through our own descriptor: the process that led to it may exit and
-	// its PID be reused by another process meanwhile.
+	// through our own descriptor: its file may be removed, and another
+	// sandbox's bound at the same name, meanwhile.
 	f, err := os.Open(found.Path)
 	if err != nil {
 		return false
 	}
 	defer func() { _ = f.Close() }()
-	var st0 syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st0); err != nil || st0.Ino != found.Inode {
-		return false // another process now answers at that PID
+	if ino, err := sandboxns.Inode(f); err != nil || ino != found.Inode {
+		return false // another namespace now answers at that name
 	}
-	ns := podns.Netns{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode, PID: found.PID}
+	ns := sandboxns.NSFile{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode}
 	st := a.pods[uid]
 	if st == nil || st.inode != ns.Inode {
 		st = &podState{inode: ns.Inode}
@@ -338,16 +354,17 @@ func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) boo
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, CheckBudget)
 	defer cancel()
-	m, ok, err := a.want(c, ns)
+	m, backend, ok, err := a.want(c, ns)
 	if !ok {
 		return true // neither recorded for this sandbox nor meshed now
 	}
+	network := a.deps.Network(backend)
 	var diffs []string
 	if err != nil {
 		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil
 		m = iptables.Model{}
 	} else {
-		diffs, err = a.deps.Network.Check(checkCtx, ns.Path, m)
+		diffs, err = network.Check(checkCtx, ns.Path, m)
 	}
 	if err != nil {
 		if !errors.Is(err, podnet.ErrNoNetns) {
@@ -383,24 +400,29 @@ func (a *Auditor) check(ctx context.Context, c candidate, found podns.Netns) boo
 	// must not leave it too little to finish, and fail half-way.
 	actCtx, cancelAct := context.WithTimeout(ctx, CheckBudget)
 	defer cancelAct()
-	a.act(actCtx, c, ns, m, st)
+	a.act(actCtx, c, ns, network, m, st)
 	return true
 }
 
 // want is what the pod's namespace must hold: what ADD recorded for this
 // sandbox, else (a sandbox from before records, or its record lost) what
 // its annotations say now, as ADD computes it. ok=false: this sandbox was
-// not redirected and the pod is not meshed now.
-func (a *Auditor) want(c candidate, ns podns.Netns) (iptables.Model, bool, error) {
+// not redirected and the pod is not meshed now. The backend is the one ADD
+// used for it, else the node's.
+func (a *Auditor) want(c candidate, ns sandboxns.NSFile) (iptables.Model, xtables.Backend, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
 		if r.NetnsInode == ns.Inode {
 			a.noteSettingsChanged(c, r)
-			return r.Model(), true, nil
+			b := a.cfg.Backend
+			if r.Backend == xtables.Legacy || r.Backend == xtables.NFT {
+				b = r.Backend
+			}
+			return r.Model(), b, true, nil
 		}
 	}
 	if !c.decision.Redirect && c.err == nil {
-		return iptables.Model{}, false, nil
+		return iptables.Model{}, "", false, nil
 	}
 	if a.deps.Records != nil && a.notes[uid] != noteNoRecord {
 		a.notes[uid] = noteNoRecord
@@ -408,10 +430,10 @@ func (a *Auditor) want(c candidate, ns podns.Netns) (iptables.Model, bool, error
 			"pod", podName(c.pod), "uid", uid)
 	}
 	if c.err != nil {
-		return iptables.Model{}, true, c.err
+		return iptables.Model{}, a.cfg.Backend, true, c.err
 	}
 	m, err := a.model(c, ns)
-	return m, true, err
+	return m, a.cfg.Backend, true, err
 }
 
 const noteNoRecord = "no record"
@@ -441,6 +463,22 @@ func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
 		"traffic settings changed after the pod started (%s); istio-cni keeps the rules applied at start: restart the pod to apply", now)
 }
 
+// noteStale follows the agent's view of the node's netns directory: files
+// newer than the agent that are not namespaces mean its mount does not
+// receive the host's new mounts (the directory was not a shared mount when
+// the agent started). Pods started since cannot be found; /healthz then
+// fails, so kubelet restarts the agent with a fresh view.
+func (a *Auditor) noteStale(n int) {
+	switch {
+	case n == 0:
+		a.view.Beat()
+		a.stale = false
+	case !a.stale:
+		a.stale = true
+		a.deps.Log.Error("audit: this agent's view of the node's netns directory no longer receives new namespaces (it was not a shared mount when the agent started); /healthz fails so the agent is restarted", "stale_files", n)
+	}
+}
+
 // pruneRecords drops the records of pods no longer on the node.
 func (a *Auditor) pruneRecords() {
 	if a.deps.Records == nil {
@@ -457,9 +495,9 @@ func (a *Auditor) pruneRecords() {
 
 // model is the pod's rule model, its families from its addresses and its
 // namespace, exactly as ADD computes it.
-func (a *Auditor) model(c candidate, ns podns.Netns) (iptables.Model, error) {
+func (a *Auditor) model(c candidate, ns sandboxns.NSFile) (iptables.Model, error) {
 	stack, err := decision.Families(a.cfg.Settings.IPv6, c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
-		return a.deps.Network.HasIPv6(ns.Path)
+		return a.deps.Network(a.cfg.Backend).HasIPv6(ns.Path)
 	})
 	if err != nil {
 		return iptables.Model{}, fmt.Errorf("reading the pod's addresses: %w", err)

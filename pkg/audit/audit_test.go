@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/health"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
+	"net/netip"
 )
 
 func TestRedirectedPodIsLeftAlone(t *testing.T) {
@@ -237,7 +239,47 @@ func TestUncheckablePodsAreCounted(t *testing.T) {
 	}
 }
 
-func podnsWithPath(n podns.Netns, path string) podns.Netns {
+func podnsWithPath(n sandboxns.NSFile, path string) sandboxns.NSFile {
 	n.Path = path
 	return n
+}
+
+// staleNamespaces reports files in the netns directory that this view sees
+// unbound, as sandboxns does when the mount stopped receiving the host's.
+type staleNamespaces struct {
+	fakeNamespaces
+	stale int
+}
+
+func (s *staleNamespaces) Find(pods map[string][]netip.Addr) (sandboxns.Result, error) {
+	res, err := s.fakeNamespaces.Find(pods)
+	res.Stale = s.stale
+	return res, err
+}
+
+// A view of the netns directory that no longer receives new namespaces
+// fails /healthz (kubelet restarts the agent, whose new mount sees them);
+// a fresh view beats again.
+func TestStaleNetnsViewFailsHealth(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("stale")
+	h.pods.pods = append(h.pods.pods, p)
+	ns := &staleNamespaces{fakeNamespaces: h.ns, stale: 1}
+	h.a.deps.Namespaces = ns
+	beats := health.NewBeats(h.clock.now)
+	h.a.view = beats.Loop("netns view", 2*h.a.cfg.Interval+10*time.Second)
+	ctx := context.Background()
+	for range 3 {
+		h.clock.advance(h.a.cfg.Interval)
+		h.a.pass(ctx, nil)
+	}
+	h.clock.advance(10 * time.Second)
+	if err := beats.Check(); err == nil || !strings.Contains(err.Error(), "netns view") {
+		t.Errorf("health with a stale view: %v, want netns view silent", err)
+	}
+	ns.stale = 0
+	h.a.pass(ctx, nil)
+	if err := beats.Check(); err != nil {
+		t.Errorf("health with a fresh view again: %v", err)
+	}
 }

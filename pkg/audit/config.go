@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Action is what the audit does with a pod found running unredirected.
@@ -73,4 +74,7 @@ type Config struct {
 	Settings          decision.NodeSettings
 	// LabelKey=LabelValue is what the Label action sets.
 	LabelKey, LabelValue string
+	// Backend is the node's iptables backend, for sandboxes whose record
+	// does not name the one ADD used.
+	Backend xtables.Backend
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -21,23 +22,24 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
+	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 type fakePods struct{ pods []*corev1.Pod }
 
 func (f *fakePods) List() []*corev1.Pod { return f.pods }
 
-type fakeNamespaces map[string]podns.Netns
+type fakeNamespaces map[string]sandboxns.NSFile
 
-func (f fakeNamespaces) Find(uids []string) (map[string]podns.Netns, error) {
-	out := map[string]podns.Netns{}
-	for _, u := range uids {
+func (f fakeNamespaces) Find(pods map[string][]netip.Addr) (sandboxns.Result, error) {
+	res := sandboxns.Result{Found: map[string]sandboxns.NSFile{}}
+	for u := range pods {
 		if n, ok := f[u]; ok {
-			out[u] = n
+			res.Found[u] = n
 		}
 	}
-	return out, nil
+	return res, nil
 }
 
 // fakeNetwork holds, per namespace (a file standing for it, by inode),
@@ -126,7 +128,8 @@ func newHarness(t *testing.T, action Action) *harness {
 		ExcludeNamespaces: []string{"kube-system"}, AgentNamespace: "istio-cni",
 		Settings: decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
 	}, Deps{
-		Pods: h.pods, Namespaces: h.ns, Network: h.net, Actions: h.actions, Events: h.events, Records: h.records,
+		Pods: h.pods, Namespaces: h.ns, Network: func(xtables.Backend) Network { return h.net }, Actions: h.actions, Events: h.events,
+		Records: h.records,
 		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,
 	})
 	return h
@@ -140,14 +143,14 @@ func (h *harness) add(p *corev1.Pod, redirected bool) {
 }
 
 // netns makes a file that stands for a new namespace.
-func (h *harness) netns(name string) podns.Netns {
+func (h *harness) netns(name string) sandboxns.NSFile {
 	f, err := os.CreateTemp(h.dir, name)
 	if err != nil {
 		panic(err)
 	}
 	path := f.Name()
 	_ = f.Close()
-	return podns.Netns{Path: path, Inode: inodeOf(path)}
+	return sandboxns.NSFile{Path: path, Inode: inodeOf(path)}
 }
 
 func (h *harness) drainEvents() []string {

@@ -12,13 +12,13 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
-// TestRepairInRealNamespace repairs a real namespace with the node's own
-// iptables run chrooted into the node's root (here this machine's), as the
-// agent does, and proves the result with the plugin's CHECK logic.
+// TestRepairInRealNamespace repairs a real namespace with iptables run as
+// the agent runs it (its own copy, found on PATH, in each backend) and
+// proves the result with the plugin's CHECK logic.
 func TestRepairInRealNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
@@ -30,13 +30,19 @@ func TestRepairInRealNamespace(t *testing.T) {
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
 	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		t.Run(string(backend), func(t *testing.T) {
-			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: "/proc/self/root"}, Backend: backend}}
+			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
-			h.a.deps.Network = network
+			h.a.deps.Network = func(b xtables.Backend) Network {
+				if b != backend {
+					t.Errorf("the audit asked for backend %q, the record says %q", b, backend)
+				}
+				return network
+			}
+			h.a.cfg.Backend = backend
 			p := meshed("real")
 			h.pods.pods = append(h.pods.pods, p)
-			h.ns[string(p.UID)] = podns.Netns{Path: netns.Path(), Inode: inodeOf(netns.Path())}
+			h.ns[string(p.UID)] = sandboxns.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
 			ctx := context.Background()
 			h.a.pass(ctx, nil)
 			h.clock.advance(2 * time.Second)
@@ -54,8 +60,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 }
 
 // BenchmarkCheckRedirectedPod is the audit's cost per meshed pod and pass:
-// one iptables-save of the pod's namespace, run from the node's root
-// (chroot) as in the DaemonSet, compared with the model.
+// one iptables-save of the pod's namespace, compared with the model.
 func BenchmarkCheckRedirectedPod(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root for network namespaces")
@@ -65,13 +70,9 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, root := range []string{"/proc/self/root", ""} {
-		name := "chroot"
-		if root == "" {
-			name = "no-chroot"
-		}
-		b.Run(name, func(b *testing.B) {
-			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: root}, Backend: xtables.Auto}}
+	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
+		b.Run(string(backend), func(b *testing.B) {
+			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			m := decision.Rules(decision.Decision{Redirect: true, Spec: iptablesDefault()}, decision.DefaultNodeSettings(), true, false)
 			ctx := context.Background()
 			if err := network.Program(ctx, netns.Path(), m); err != nil {

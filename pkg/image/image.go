@@ -31,9 +31,20 @@ type File struct {
 	Mode fs.FileMode
 }
 
-// Spec is an image: one layer holding Files, run as Entrypoint.
+// Link is a symbolic link in the image, such as the names a multi-call
+// binary answers to.
+type Link struct {
+	// Path is the absolute, clean path of the link in the image.
+	Path string
+	// Target is what the link points at, as ln -s takes it (relative to
+	// the link's directory, or absolute inside the image).
+	Target string
+}
+
+// Spec is an image: one layer holding Files and Links, run as Entrypoint.
 type Spec struct {
 	Files []File
+	Links []Link
 	// Entrypoint[0] must be one of Files: the image holds nothing else.
 	Entrypoint []string
 }
@@ -49,7 +60,7 @@ func Build(s Spec) (v1.Image, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	layer, err := buildLayer(s.Files)
+	layer, err := buildLayer(s.Files, s.Links)
 	if err != nil {
 		return nil, err
 	}

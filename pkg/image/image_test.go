@@ -37,6 +37,7 @@ func testSpec(t *testing.T) Spec {
 			{Path: "/istio-cni", Source: source(t, "c", "plugin"), Mode: 0o755},
 			{Path: "/etc/istio/ca/root.pem", Source: source(t, "d", "pem"), Mode: 0o600},
 		},
+		Links:      []Link{{Path: "/bin/install", Target: "../install-cni"}},
 		Entrypoint: []string{"/install-cni", "--log-level=debug"},
 	}
 }
@@ -82,7 +83,7 @@ func TestBuildIsReproducible(t *testing.T) {
 	first := digest(t, build(t, s))
 
 	// Same inputs in another order, after the sources' mtimes changed.
-	again := Spec{Files: slices.Clone(s.Files), Entrypoint: s.Entrypoint}
+	again := Spec{Files: slices.Clone(s.Files), Links: s.Links, Entrypoint: s.Entrypoint}
 	slices.Reverse(again.Files)
 	for _, f := range again.Files {
 		later := time.Now().Add(time.Hour)
@@ -141,9 +142,14 @@ func TestLayerEntries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if h.Typeflag == tar.TypeSymlink {
+			b = []byte("-> " + h.Linkname)
+		}
 		have = append(have, entry{h.Name, h.Typeflag, h.Mode, string(b)})
 	}
 	want := []entry{
+		{"bin/", tar.TypeDir, 0o755, ""},
+		{"bin/install", tar.TypeSymlink, 0o777, "-> ../install-cni"},
 		{"etc/", tar.TypeDir, 0o755, ""},
 		{"etc/istio/", tar.TypeDir, 0o755, ""},
 		{"etc/istio/ca/", tar.TypeDir, 0o755, ""},
@@ -328,6 +334,11 @@ func TestBuildErrors(t *testing.T) {
 		{"entrypoint not a file", Spec{Files: []File{{Path: "/x", Source: exe}, {Path: "/a/y", Source: exe}}, Entrypoint: []string{"/z"}}, `entrypoint[0] "/z": want one of the files (/a/y, /x)`},
 		{"entrypoint mode zero", Spec{Files: []File{{Path: "/x", Source: exe}}, Entrypoint: []string{"/x"}}, `entrypoint[0] "/x": files[0].mode 0: want an execute bit`},
 		{"entrypoint not executable", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o644}}, Entrypoint: []string{"/x"}}, `entrypoint[0] "/x": files[0].mode 0644: want an execute bit`},
+		{"link path relative", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o755}}, Links: []Link{{Path: "y", Target: "x"}}, Entrypoint: []string{"/x"}}, `links[0].path "y": want a clean absolute path below /`},
+		{"link without target", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o755}}, Links: []Link{{Path: "/y"}}, Entrypoint: []string{"/x"}}, "links[0].target: want what the link points at"},
+		{"link over a file", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o755}}, Links: []Link{{Path: "/x", Target: "y"}}, Entrypoint: []string{"/x"}}, `links[0].path "/x": already files[0].path`},
+		{"link twice", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o755}}, Links: []Link{{Path: "/y", Target: "x"}, {Path: "/y", Target: "z"}}, Entrypoint: []string{"/x"}}, `links[1].path "/y": already links[0].path`},
+		{"link as parent", Spec{Files: []File{{Path: "/d/x", Source: exe, Mode: 0o755}}, Links: []Link{{Path: "/d", Target: "e"}}, Entrypoint: []string{"/d/x"}}, `files[0].path "/d/x": its parent directory is links[0].path`},
 		{"source is a directory", Spec{Files: []File{{Path: "/x", Source: exe, Mode: 0o755}, {Path: "/d", Source: dir}}, Entrypoint: []string{"/x"}}, `files[1].source "` + dir + `": want a regular file, have a directory`},
 		{"source is a device", Spec{Files: []File{{Path: "/x", Source: os.DevNull, Mode: 0o755}}, Entrypoint: []string{"/x"}}, `files[0].source "/dev/null": want a regular file, have file type Dc`},
 	} {

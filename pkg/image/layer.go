@@ -13,22 +13,28 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// buildLayer makes the layer tar in memory (the files are a few binaries):
-// entries sorted by path, each parent directory once before its first file,
-// owner root, mtime epoch, so equal inputs give equal bytes.
-func buildLayer(files []File) (v1.Layer, error) {
-	order := make([]int, len(files))
+// buildLayer makes the layer tar in memory (the files are a few binaries
+// and their libraries): entries sorted by path, each parent directory once
+// before its first entry, owner root, mtime epoch, so equal inputs give
+// equal bytes. Index i < len(files) is files[i], else links[i-len(files)].
+func buildLayer(files []File, links []Link) (v1.Layer, error) {
+	pathOf := func(i int) string {
+		if i < len(files) {
+			return files[i].Path
+		}
+		return links[i-len(files)].Path
+	}
+	order := make([]int, len(files)+len(links))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(files[a].Path, files[b].Path) })
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(pathOf(a), pathOf(b)) })
 
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
 	for _, i := range order {
-		f := files[i]
-		for _, d := range parents(f.Path) {
+		for _, d := range parents(pathOf(i)) {
 			if dirs[d] {
 				continue
 			}
@@ -37,7 +43,16 @@ func buildLayer(files []File) (v1.Layer, error) {
 				return nil, fmt.Errorf("building layer: %w", err)
 			}
 		}
-		if err := addFile(tw, i, f); err != nil {
+		if i >= len(files) {
+			l := links[i-len(files)]
+			h := header(l.Path, tar.TypeSymlink, 0o777, 0)
+			h.Linkname = l.Target
+			if err := tw.WriteHeader(h); err != nil {
+				return nil, fmt.Errorf("links[%d]: %w", i-len(files), err)
+			}
+			continue
+		}
+		if err := addFile(tw, i, files[i]); err != nil {
 			return nil, err
 		}
 	}

@@ -24,15 +24,53 @@ func (s Spec) validate() error {
 		}
 		index[f.Path] = i
 	}
-	// A file cannot also be a parent directory of another file.
+	linked := make(map[string]int, len(s.Links))
+	for i, l := range s.Links {
+		if err := l.validate(i); err != nil {
+			return err
+		}
+		if j, ok := index[l.Path]; ok {
+			return fmt.Errorf("%w: links[%d].path %q: already files[%d].path", ErrInvalid, i, l.Path, j)
+		}
+		if j, ok := linked[l.Path]; ok {
+			return fmt.Errorf("%w: links[%d].path %q: already links[%d].path", ErrInvalid, i, l.Path, j)
+		}
+		linked[l.Path] = i
+	}
+	// Neither a file nor a link can also be a parent directory.
 	for i, f := range s.Files {
-		for _, d := range parents(f.Path) {
-			if j, ok := index[d]; ok {
-				return fmt.Errorf("%w: files[%d].path %q: its parent directory is files[%d].path", ErrInvalid, i, f.Path, j)
-			}
+		if err := noEntryAbove(fmt.Sprintf("files[%d]", i), f.Path, index, linked); err != nil {
+			return err
+		}
+	}
+	for i, l := range s.Links {
+		if err := noEntryAbove(fmt.Sprintf("links[%d]", i), l.Path, index, linked); err != nil {
+			return err
 		}
 	}
 	return s.validateEntrypoint(index)
+}
+
+func noEntryAbove(field, p string, files, links map[string]int) error {
+	for _, d := range parents(p) {
+		if j, ok := files[d]; ok {
+			return fmt.Errorf("%w: %s.path %q: its parent directory is files[%d].path", ErrInvalid, field, p, j)
+		}
+		if j, ok := links[d]; ok {
+			return fmt.Errorf("%w: %s.path %q: its parent directory is links[%d].path", ErrInvalid, field, p, j)
+		}
+	}
+	return nil
+}
+
+func (l Link) validate(i int) error {
+	switch {
+	case !path.IsAbs(l.Path) || path.Clean(l.Path) != l.Path || l.Path == "/":
+		return fmt.Errorf("%w: links[%d].path %q: want a clean absolute path below /", ErrInvalid, i, l.Path)
+	case l.Target == "":
+		return fmt.Errorf("%w: links[%d].target: want what the link points at, have none", ErrInvalid, i)
+	}
+	return nil
 }
 
 func (f File) validate(i int) error {

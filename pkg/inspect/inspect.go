@@ -17,7 +17,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 )
 
 // Pod is what inspect reads of a pod: the decision's subset plus where it
@@ -33,9 +33,10 @@ type Pod struct {
 type Deps struct {
 	// GetPod reads the pod from the API.
 	GetPod func(ctx context.Context, namespace, name string) (*Pod, error)
-	// Namespaces finds the pod's network namespace on this node.
+	// Namespaces finds the pod's network namespace on this node, by its
+	// addresses (sandboxns.Finder).
 	Namespaces interface {
-		Find(uids []string) (map[string]podns.Netns, error)
+		Find(pods map[string][]netip.Addr) (sandboxns.Result, error)
 	}
 	// Observe reads a family's tables in a namespace (iptables-save).
 	Observe func(ctx context.Context, netns string, f iptables.Family) (*iptables.Observed, error)
@@ -123,17 +124,22 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 	}
 	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
-	found, err := d.Namespaces.Find([]string{pod.Metadata.UID})
+	if dec.Reason == decision.HostNetwork {
+		return r, nil
+	}
+	found, err := d.Namespaces.Find(map[string][]netip.Addr{pod.Metadata.UID: pod.IPs})
 	if err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
-	ns, ok := found[pod.Metadata.UID]
-	if !ok {
-		if dec.Reason == decision.HostNetwork {
-			return r, nil
-		}
-		r.NetnsErr = "no process of the pod runs on this node (not started, finished, or on another node: run inspect on " + nodeOr(pod.Node) + ")"
+	ns, ok := found.Found[pod.Metadata.UID]
+	switch {
+	case len(found.Ambiguous) > 0:
+		r.NetnsErr = "the pod's addresses are held by more than one network namespace on this node (one poses as it?)"
+		return r, nil
+	case !ok:
+		r.NetnsErr = "no network namespace on this node holds the pod's addresses " + fmt.Sprint(pod.IPs) +
+			" (not started, finished, or on another node: run inspect on " + nodeOr(pod.Node) + ")"
 		return r, nil
 	}
 	r.Netns = ns.Path
@@ -167,7 +173,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 
 // want is what the pod must hold, as the node agent holds it to: the
 // record of what ADD applied to this sandbox, else the decision now.
-func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns podns.Netns) (iptables.Model, bool, error) {
+func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns sandboxns.NSFile) (iptables.Model, bool, error) {
 	stack, err := decision.Families(o.Settings.IPv6, dec.DualStack, pod.IPs, func() (bool, error) { return d.HasIPv6(ns.Path) })
 	if d.Records != nil {
 		recs, _ := d.Records.ForPod(pod.Metadata.UID)

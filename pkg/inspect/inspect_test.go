@@ -12,19 +12,19 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 )
 
-type namespaces map[string]podns.Netns
+type namespaces map[string]sandboxns.NSFile
 
-func (n namespaces) Find(uids []string) (map[string]podns.Netns, error) {
-	out := map[string]podns.Netns{}
-	for _, u := range uids {
+func (n namespaces) Find(pods map[string][]netip.Addr) (sandboxns.Result, error) {
+	res := sandboxns.Result{Found: map[string]sandboxns.NSFile{}}
+	for u := range pods {
 		if v, ok := n[u]; ok {
-			out[u] = v
+			res.Found[u] = v
 		}
 	}
-	return out, nil
+	return res, nil
 }
 
 func pod(annotations map[string]string) *Pod {
@@ -38,7 +38,7 @@ func pod(annotations map[string]string) *Pod {
 func deps(p *Pod, save string, diffs []string) Deps {
 	return Deps{
 		GetPod:     func(context.Context, string, string) (*Pod, error) { return p, nil },
-		Namespaces: namespaces{"u1": {Path: "/proc/42/ns/net", Inode: 7, PID: 42}},
+		Namespaces: namespaces{"u1": {Path: "/var/run/netns/cni-1", Inode: 7}},
 		Observe: func(_ context.Context, _ string, f iptables.Family) (*iptables.Observed, error) {
 			if f == iptables.IPv6 {
 				return iptables.ParseSave(nil)

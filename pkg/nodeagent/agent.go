@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
@@ -120,7 +119,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			// Liveness counts from the first list: an API server that
 			// does not answer is no reason to restart the agent.
 			if a.pods.Start(dutiesCtx) {
-				a.audit.Run(dutiesCtx, a.beats.Loop("node audit", auditBound(a.cfg.AuditInterval)))
+				a.audit.Run(dutiesCtx, a.beats)
 			}
 		})
 	}
@@ -141,11 +140,4 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.events.flush()
 	}
 	return err
-}
-
-// auditBound is how long the audit may go without finishing a pass or a
-// pod's check before /healthz fails: a full pass is due every interval,
-// and one check (or repair) may take its whole budget twice.
-func auditBound(interval time.Duration) time.Duration {
-	return interval + 2*audit.CheckBudget + 10*time.Second
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -135,7 +136,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.AuditAction != "report" || c.AuditInterval != 30*time.Second || c.DaemonSetName != "istio-cni-node" ||
-		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.HostRoot != "/host/root" {
+		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.NetnsDir != "/host/var/run/netns" || c.Backend != xtables.Auto {
 		t.Errorf("config %+v", c)
 	}
 	for _, tc := range []struct {
@@ -150,8 +151,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--audit-confirm=-1s"}, "--audit-confirm"},
 		{[]string{"--node-taint=maybe"}, "--node-taint"},
 		{[]string{"--taint-grace=1h"}, "--taint-grace"},
-		{[]string{"--host-proc=proc"}, "--host-proc"},
-		{[]string{"--host-root=root"}, "--host-root"},
+		{[]string{"--netns-dir=netns"}, "--netns-dir"},
+		{[]string{"--iptables-backend=ebpf"}, "--iptables-backend"},
 		{[]string{"--node-name=Node_A"}, "--node-name"},
 		{[]string{"--mode=sideways"}, "--mode"}, // the installer's, through the same parse
 		{[]string{"stray"}, "unexpected"},

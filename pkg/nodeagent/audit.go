@@ -1,39 +1,55 @@
 package nodeagent
 
 import (
+	"context"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"golang.org/x/sys/unix"
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/childcaps"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // newAudit wires the node audit to the node: its pods through an informer,
-// their namespaces through the node's /proc, their rules through the node's
-// own iptables, run chrooted into its root.
+// their namespaces through the node's netns directory, their rules through
+// the image's iptables (both backends) with the backend ADD used.
 func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg prometheus.Registerer,
 	log *slog.Logger) (*audit.Auditor, *audit.NodePods, error) {
+	// The agent keeps CAP_SYS_ADMIN for setns; the iptables it runs get
+	// only what iptables needs.
+	if err := childcaps.Limit(unix.CAP_NET_ADMIN, unix.CAP_NET_RAW); err != nil {
+		log.Warn("the programs the audit runs keep all the agent's capabilities", "err", err)
+	}
+	backend := cfg.Backend
+	if backend == xtables.Auto {
+		backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
+		log.Info("the node's iptables backend, from the host's rules", "backend", string(backend))
+	}
 	a := audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces, AgentNamespace: cfg.Install.PodNamespace,
-		Settings: nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
+		Settings: nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
 	}, audit.Deps{
-		Namespaces: podns.Finder{Proc: cfg.HostProc},
-		Network:    &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.RootRunner{Root: cfg.HostRoot}, Backend: xtables.Auto}},
-		Records:    applied.Store{Dir: filepath.Join(cfg.Install.KubeconfigDir, install.RecordsDirName)},
-		Actions:    audit.APIActions{Client: cs},
-		Events:     rec,
-		Metrics:    audit.NewMetrics(reg),
-		Log:        log,
+		Namespaces: sandboxns.Finder{Dir: cfg.NetnsDir, Since: time.Now()},
+		Network: func(b xtables.Backend) audit.Network {
+			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
+		},
+		Records: applied.Store{Dir: filepath.Join(cfg.Install.KubeconfigDir, install.RecordsDirName)},
+		Actions: audit.APIActions{Client: cs},
+		Events:  rec,
+		Metrics: audit.NewMetrics(reg),
+		Log:     log,
 	})
 	pods, err := audit.NewNodePods(cs, cfg.NodeName, a.Wake)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/envflag"
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Config is the agent's configuration: the installer's, and the agent's
@@ -42,11 +43,15 @@ type Config struct {
 	AuditConfirm  time.Duration
 	// AuditLabelKey=AuditLabelValue is what the label action sets.
 	AuditLabelKey, AuditLabelValue string
-	// HostProc is the node's /proc (pods' network namespaces); HostRoot
-	// the node's root filesystem, whose iptables the audit runs.
-	HostProc, HostRoot string
-	NodeTaint          bool
-	TaintGrace         time.Duration
+	// NetnsDir is the node's netns directory (/var/run/netns) as mounted,
+	// where the audit finds pods' network namespaces (pkg/sandboxns).
+	NetnsDir string
+	// Backend is the iptables implementation the audit uses where a
+	// sandbox's record does not name ADD's: auto detects the node's from
+	// the host's rules.
+	Backend    xtables.Backend
+	NodeTaint  bool
+	TaintGrace time.Duration
 }
 
 // ParseFlags reads the configuration from args and the environment (each
@@ -63,8 +68,9 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
 	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
 	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
-	f.String(&c.HostProc, "host-proc", "HOST_PROC", "/host/proc", "the node's /proc, where the audit finds pods' network namespaces")
-	f.String(&c.HostRoot, "host-root", "HOST_ROOT", "/host/root", "the node's root filesystem, whose iptables the audit runs (chrooted); / on the node itself")
+	var backend string
+	f.String(&c.NetnsDir, "netns-dir", "NETNS_DIR", "/host/var/run/netns", "the node's netns directory, where the runtime binds every sandbox's network namespace")
+	f.String(&backend, "iptables-backend", "IPTABLES_BACKEND", string(xtables.Auto), "the node's iptables implementation for the audit: "+xtables.Backends+" (auto: the one holding the host's rules)")
 	f.String(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
 	f.String(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
 	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
@@ -98,10 +104,11 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace))
 	}
-	for _, p := range []*string{&c.HostProc, &c.HostRoot} {
-		if *p != "" {
-			*p = filepath.Clean(*p)
-		}
+	if c.Backend, err = xtables.ParseBackend(backend); err != nil {
+		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))
+	}
+	if c.NetnsDir != "" {
+		c.NetnsDir = filepath.Clean(c.NetnsDir)
 	}
 	errs = append(errs, c.validate())
 	return c, errors.Join(errs...)
@@ -111,10 +118,8 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 // is allowed.
 func (c Config) validate() error {
 	var errs []error
-	for _, p := range []struct{ flag, value string }{{"--host-proc", c.HostProc}, {"--host-root", c.HostRoot}} {
-		if !filepath.IsAbs(p.value) {
-			errs = append(errs, fmt.Errorf("%s %q: want an absolute path", p.flag, p.value))
-		}
+	if !filepath.IsAbs(c.NetnsDir) {
+		errs = append(errs, fmt.Errorf("--netns-dir %q: want an absolute path", c.NetnsDir))
 	}
 	if c.NodeName != "" && !install.ValidObjectName(c.NodeName) {
 		errs = append(errs, fmt.Errorf("--node-name %q: want a node name (lower-case letters, digits, '-' and '.')", c.NodeName))

@@ -24,7 +24,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/podns"
+	"istio-cni.local/istio-cni/pkg/sandboxns"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
@@ -44,7 +44,7 @@ Exit status: 0 consistent, 3 not as the plugin would leave it, 1 error.
 `
 
 // runInspect is the inspect subcommand. Defaults suit both places it runs:
-// the agent's environment (HOST_PROC, CNI_NET_DIR, ... set by the
+// the agent's environment (NETNS_DIR, CNI_NET_DIR, ... set by the
 // DaemonSet) or the node itself.
 func runInspect(args []string, getenv func(string) string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
@@ -57,12 +57,11 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	}
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
 		"/var/run/istio-cni/istio-cni-kubeconfig")
-	proc := fs.String("host-proc", envOr("HOST_PROC", "/proc"), "the node's /proc")
-	root := fs.String("host-root", envOr("HOST_ROOT", "/"), "the node's root filesystem, whose iptables-save is run")
+	netnsDir := fs.String("netns-dir", envOr("NETNS_DIR", "/var/run/netns"), "the node's netns directory")
 	netDir := fs.String("cni-net-dir", envOr("CNI_NET_DIR", "/etc/cni/net.d"), "the node's CNI config directory")
 	exclude := fs.String("exclude-namespaces", envOr("EXCLUDE_NAMESPACES", "kube-system"), "the plugin's excluded namespaces, comma-separated")
 	agentNS := fs.String("agent-namespace", envOr("POD_NAMESPACE", "istio-cni"), "the agent's namespace (never redirected)")
-	backendName := fs.String("iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends)
+	backendName := fs.String("iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
 	runDir := fs.String("run-dir", envOr("KUBECONFIG_DIR", "/var/run/istio-cni"), "istio-cni's run directory, where ADD records what it applied")
 	ipv6 := fs.String("ipv6-redirect", envOr("IPV6_REDIRECT", string(decision.IPv6Always)), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
 	if err := fs.Parse(args); err != nil {
@@ -85,7 +84,15 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if err != nil {
 		return 1, err
 	}
-	prog := &xtables.Programmer{Runner: xtables.RootRunner{Root: *root}, Backend: backend}
+	if backend == xtables.Auto {
+		// On the node: where its iptables leads; in the agent's image
+		// (both backends, no plain iptables): the one holding the
+		// host's rules.
+		if backend, err = xtables.Auto.Resolve(); err != nil {
+			backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
+		}
+	}
+	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
 	network := &podnet.Netns{Programmer: prog}
 	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir, Settings: settings}
 	if *exclude != "" {
@@ -95,7 +102,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	defer cancel()
 	report, err := inspect.Run(ctx, opts, inspect.Deps{
 		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
-		Namespaces: podns.Finder{Proc: *proc},
+		Namespaces: sandboxns.Finder{Dir: *netnsDir},
 		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
 			err = podnet.Enter(path, func() error {
 				obs, err = prog.Read(ctx, f)

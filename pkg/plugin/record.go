@@ -17,8 +17,12 @@ func (p *Plugin) record(conf *Config, args *skel.CmdArgs, out *outcome, pl plan)
 	if conf.RecordsDir == "" || out.podUID == "" {
 		return
 	}
+	backend, err := conf.parsed.Backend.Resolve()
+	if err != nil {
+		backend = "" // the agent then uses the node's
+	}
 	r := applied.Record{PodUID: out.podUID, Pod: out.pod, Container: args.ContainerID,
-		NetnsInode: netnsInode(args.Netns), Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, At: p.deps.Now()}
+		NetnsInode: netnsInode(args.Netns), Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, Backend: backend, At: p.deps.Now()}
 	if err := (applied.Store{Dir: conf.RecordsDir}).Write(r); err != nil {
 		out.warnings = append(out.warnings, "recording the applied rules: "+err.Error())
 	}

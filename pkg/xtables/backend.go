@@ -1,10 +1,12 @@
 package xtables
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
@@ -77,4 +79,55 @@ func LookPath(name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found in PATH or %v", name, sbinDirs)
+}
+
+// Resolve says which implementation Auto is on this host: where the
+// node's iptables-restore leads through its symlinks (the alternatives
+// system) — xtables-nft-multi or xtables-legacy-multi (iptables 1.8+), an
+// iptables-nft-restore or iptables-legacy-restore name. A plain binary
+// without either name is legacy (iptables before 1.8). Pinned backends are
+// themselves. It runs no process.
+func (b Backend) Resolve() (Backend, error) {
+	if b != Auto {
+		return b, nil
+	}
+	path, err := LookPath("iptables-restore")
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", path, err)
+	}
+	for _, name := range []string{filepath.Base(path), filepath.Base(real)} {
+		switch {
+		case strings.Contains(name, "nft"):
+			return NFT, nil
+		case strings.Contains(name, "legacy"):
+			return Legacy, nil
+		}
+	}
+	if link, err := os.Readlink(path); err == nil && strings.Contains(link, "nft") {
+		return NFT, nil
+	}
+	return Legacy, nil
+}
+
+// Detect picks the backend the node uses from the rules in the calling
+// thread's network namespace (the host's, for the agent): the one holding
+// more rules, as the node's kubelet and kube-proxy wrote them with the
+// node's iptables; nft when neither holds any (every current distribution's
+// default). Programs run through r, which must have both backends.
+func Detect(ctx context.Context, r Runner) Backend {
+	count := func(b Backend) int {
+		out, err := r.Run(ctx, nil, b.CommandsFor(iptables.IPv4).Save)
+		if err != nil {
+			return -1
+		}
+		return strings.Count(string(out), "\n-A ")
+	}
+	if count(Legacy) > count(NFT) {
+		return Legacy
+	}
+	return NFT
 }

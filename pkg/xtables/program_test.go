@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,25 +122,5 @@ func TestParseBackend(t *testing.T) {
 	}
 	if _, err := ParseBackend("ebpf"); err == nil || !strings.Contains(err.Error(), Backends) {
 		t.Errorf("ParseBackend(ebpf) = %v, want the allowed values", err)
-	}
-}
-
-func TestRootRunner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chroot needs root")
-	}
-	// This machine's root stands for the node's: the program is found
-	// inside it and runs chrooted there (/proc/self/root is "/", but not
-	// spelled "/", which would skip the chroot).
-	out, err := RootRunner{Root: "/proc/self/root"}.Run(context.Background(), nil, "iptables-save", "--version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(out), "iptables") {
-		t.Errorf("iptables-save --version printed %q", out)
-	}
-	_, err = RootRunner{Root: t.TempDir()}.Run(context.Background(), nil, "iptables-save")
-	if err == nil || !strings.Contains(err.Error(), "not found in the node's") {
-		t.Errorf("an empty root: %v, want the program not found", err)
 	}
 }

@@ -7,11 +7,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -34,6 +31,14 @@ func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...st
 	return run(exec.CommandContext(ctx, path, args...), name, stdin)
 }
 
+// MaxOutput bounds what a program may print: a pod's ruleset is a few
+// kilobytes, and a pod with NET_ADMIN controls how much iptables-save
+// prints of its namespace, so more is refused rather than read.
+const MaxOutput = 4 << 20
+
+// maxStderr keeps an error message readable.
+const maxStderr = 4 << 10
+
 func run(cmd *exec.Cmd, name string, stdin []byte) ([]byte, error) {
 	// A cancelled iptables may leave a child (modprobe) holding the pipes;
 	// do not wait for it past this.
@@ -41,55 +46,36 @@ func run(cmd *exec.Cmd, name string, stdin []byte) ([]byte, error) {
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
+	stdout, stderr := &capped{max: MaxOutput}, &capped{max: maxStderr}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err := cmd.Run()
+	if stdout.over {
+		return nil, fmt.Errorf("%s: printed more than %d MiB (an oversized ruleset in this namespace); not read", name, MaxOutput>>20)
+	}
+	if err != nil {
+		msg := strings.TrimSpace(stderr.b.String())
 		if msg == "" {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return nil, fmt.Errorf("%s: %w: %s", name, err, msg)
 	}
-	return stdout.Bytes(), nil
+	return stdout.b.Bytes(), nil
 }
 
-// RootRunner runs the node's own programs from the node's root filesystem
-// mounted at Root, chrooted into it: the agent's image ships no iptables,
-// and the node's binaries are the ones whose backend (legacy or nft) and
-// lock file match the rules the plugin wrote. The child inherits the
-// calling thread's network namespace, as with ExecRunner. Root "" or "/"
-// (already the node's root: the agent or inspect run on the node itself)
-// runs without chroot.
-type RootRunner struct {
-	Root string
+// capped keeps at most max bytes and notes that more came; it never
+// fails a write, so the program runs to its end (or its context's).
+type capped struct {
+	b    bytes.Buffer
+	max  int
+	over bool
 }
 
-// rootSearchDirs are where a program is looked for inside Root, in the
-// order of systemd's default PATH, which the node's runtime (and so the
-// plugin) runs with.
-var rootSearchDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
-
-// Run executes name from Root's sbin and bin directories, chrooted into
-// Root, with a clean environment.
-func (r RootRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if r.Root == "" || r.Root == "/" {
-		return ExecRunner{}.Run(ctx, stdin, name, args...)
+func (c *capped) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := c.max - c.b.Len(); room < n {
+		c.over = true
+		p = p[:max(room, 0)]
 	}
-	var path string
-	for _, dir := range rootSearchDirs {
-		// Lstat: a symlink (Debian's alternatives) resolves only inside
-		// the chroot, so its target is not checked here.
-		if st, err := os.Lstat(filepath.Join(r.Root, dir, name)); err == nil && (st.Mode()&os.ModeSymlink != 0 || st.Mode().IsRegular() && st.Mode()&0o111 != 0) {
-			path = filepath.Join(dir, name)
-			break
-		}
-	}
-	if path == "" {
-		return nil, fmt.Errorf("%s not found in the node's %v (node root mounted at %s)", name, rootSearchDirs, r.Root)
-	}
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: r.Root}
-	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	return run(cmd, name, stdin)
+	c.b.Write(p)
+	return n, nil // all of it, kept or not: a short write would stop the copy and stall the program
 }

@@ -173,7 +173,7 @@ func TestComparisonSeesDifferences(t *testing.T) {
 }
 
 func TestLint(t *testing.T) {
-	for _, platform := range []string{"", "gke", "k3s", "k3d", "microk8s", "openshift"} {
+	for _, platform := range []string{"", "gke", "k3s", "k3d", "microk8s", "minikube", "openshift"} {
 		args := []string{"lint", "--strict", chartDir(t)}
 		if platform != "" {
 			args = append(args, "--set", "global.platform="+platform)
@@ -193,7 +193,7 @@ func TestDefaultRenderMatchesKustomize(t *testing.T) {
 // TestPlatformsMatchOverlays: each global.platform makes the same objects
 // as its kustomize overlay: the same hostPaths and settings.
 func TestPlatformsMatchOverlays(t *testing.T) {
-	for _, p := range []string{"gke", "k3s", "k3d", "microk8s", "openshift"} {
+	for _, p := range []string{"gke", "k3s", "k3d", "microk8s", "minikube", "openshift"} {
 		t.Run(p, func(t *testing.T) {
 			sameObjects(t, p, helmTemplate(t, "global.platform="+p), kustomize(t, filepath.Join(deployments(t), "overlays", p)))
 		})

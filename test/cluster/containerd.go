@@ -9,6 +9,10 @@ import (
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"golang.org/x/sys/unix"
+
+	"errors"
 )
 
 // containerdConfig is containerd 1.6's config (version 2), with every path
@@ -60,6 +64,9 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 		n.ContainerdSocket, n.ContainerdSocket+".ttrpc", filepath.Join(base, "debug.sock"),
 		SandboxImage, n.CNIBinDir, n.CNINetDir)
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
+		return err
+	}
+	if err := shareNetnsDir(); err != nil {
 		return err
 	}
 	p, err := startProc(n.launcher, "containerd", b.containerd, []string{"--config", cfg, "--log-level", "info"},
@@ -121,6 +128,42 @@ func (n *Node) ImportImages(ctx context.Context, tarballs ...string) error {
 func (n *Node) TagImage(ctx context.Context, src, dst string) error {
 	if out, err := n.ctr(ctx, "images", "tag", "--force", src, dst); err != nil {
 		return fmt.Errorf("tagging %s as %s: %w: %s", src, dst, err, out)
+	}
+	return nil
+}
+
+// netnsDir is where containerd binds sandboxes' network namespaces
+// (/var/run/netns, through the /var/run symlink).
+const netnsDir = "/run/netns"
+
+// NetnsDir is netnsDir as the DaemonSet mounts it, mountPropagation
+// HostToContainer: without the symlink, because this containerd checks
+// that the mount holding the path is shared without resolving it, and
+// this machine's / (which the path through /var/run finds) is private.
+// On a real node / is shared and /var/run/netns, the default, passes.
+const NetnsDir = netnsDir
+
+// shareNetnsDir makes netnsDir a shared mount point, as it is on a real
+// node (systemd mounts / shared; `ip netns add` does this same step). This
+// machine's / is private, and the runtime refuses a HostToContainer mount
+// from a private one. The recursive bind keeps namespaces already bound
+// there; a directory that already is a mount point is only made shared.
+func shareNetnsDir() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return err
+	}
+	err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("mount --make-rshared %s: %w", netnsDir, err)
+	}
+	if err := unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("mount --rbind %s %s: %w", netnsDir, netnsDir, err)
+	}
+	if err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("mount --make-rshared %s: %w", netnsDir, err)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 // overlay adapts deployments/ to a node whose "host" paths live under its
 // directory, the way a user's overlay adapts it to their cluster: the
-// hostPath volumes of the node's own directories (the node's /proc, root
-// and xtables lock are this machine's), where the plugin finds its
+// hostPath volumes of the node's own directories (the node's netns
+// directory and xtables lock are this machine's), where the plugin finds its
 // kubeconfig, the API server address (no kube-proxy here, so no Service
 // IP), health and metrics ports that cannot clash with this machine's, and
 // a short audit period so tests see repairs within seconds.
@@ -41,6 +41,12 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes/2/hostPath/path
       value: %[4]s
+    - op: test
+      path: /spec/template/spec/volumes/3/name
+      value: netns-dir
+    - op: replace
+      path: /spec/template/spec/volumes/3/hostPath/path
+      value: %[8]s
     - op: add
       path: /spec/template/spec/containers/0/env/-
       value: {name: AUDIT_INTERVAL, value: "2s"}
@@ -97,7 +103,7 @@ func (n *Node) WriteOverlay(dir string, o Overlay) error {
 	if err != nil {
 		return err
 	}
-	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort)
+	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort, NetnsDir)
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600)
 }
 

@@ -4,6 +4,10 @@ import (
 	"context"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"encoding/json"
+
+	"fmt"
 )
 
 // Sandbox is a ready pod sandbox as the runtime sees it, with or without
@@ -52,4 +56,37 @@ func (n *Node) ReadySandboxes(ctx context.Context, namespace string) ([]Sandbox,
 			UID: sb.Metadata.Uid, Netns: path, Running: running[sb.Id]})
 	}
 	return out, nil
+}
+
+// ContainerPID is the host PID of a running container's first process,
+// named by the container's pod namespace and container name (the only
+// running one: a DaemonSet has one pod per node), from the runtime.
+func (n *Node) ContainerPID(ctx context.Context, namespace, container string) (int, error) {
+	rt, closeConn, err := n.cri()
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = closeConn() }()
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.namespace":  namespace,
+			"io.kubernetes.container.name": container,
+		},
+	}})
+	if err != nil {
+		return 0, err
+	}
+	if len(cs.Containers) != 1 {
+		return 0, fmt.Errorf("%s/%s: %d running containers, want 1", namespace, container, len(cs.Containers))
+	}
+	st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cs.Containers[0].Id, Verbose: true})
+	if err != nil {
+		return 0, err
+	}
+	var info struct{ Pid int }
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid <= 0 {
+		return 0, fmt.Errorf("%s/%s: no pid in the container's status (%v)", namespace, container, err)
+	}
+	return info.Pid, nil
 }

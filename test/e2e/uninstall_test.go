@@ -432,6 +432,7 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	}
 	set := []string{
 		"cniBinDir=" + env.node.CNIBinDir, "cniConfDir=" + env.node.CNINetDir, "cniRunDir=" + env.node.IstioRunDir,
+		"cniNetnsDir=" + cluster.NetnsDir,
 		fmt.Sprintf("healthPort=%d", env.health), fmt.Sprintf("metricsPort=%d", env.metrics),
 		fmt.Sprintf("env.HEALTH_ADDR=127.0.0.1:%d", env.health), fmt.Sprintf("env.METRICS_ADDR=127.0.0.1:%d", env.metrics),
 		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),

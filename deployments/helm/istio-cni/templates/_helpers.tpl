@@ -9,7 +9,7 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- with .Values.global.platform -}}
 {{- $f := $.Files.Get (printf "files/profile-platform-%s.yaml" .) -}}
 {{- if not $f -}}
-{{- fail (printf "global.platform %q: want gke, k3s, k3d, microk8s or openshift" .) -}}
+{{- fail (printf "global.platform %q: want gke, k3s, k3d, microk8s, minikube or openshift" .) -}}
 {{- end -}}
 {{- $p = fromYaml $f -}}
 {{- end -}}
@@ -52,6 +52,7 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- end -}}
 cniBinDir: {{ coalesce .Values.cniBinDir $p.cniBinDir "/opt/cni/bin" | quote }}
 cniConfDir: {{ coalesce .Values.cniConfDir $p.cniConfDir "/etc/cni/net.d" | quote }}
+cniNetnsDir: {{ coalesce .Values.cniNetnsDir $p.cniNetnsDir "/var/run/netns" | quote }}
 chained: {{ $chained }}
 cniConfFileName: {{ $name | quote }}
 provider: {{ coalesce .Values.provider $p.provider "default" | quote }}
