@@ -57,6 +57,10 @@ type Event struct {
 // dual-stack (decision.IPv6ProxyNote); the agent says so once per pod.
 const NoteIPv4OnlyProxy = "ipv6-captured-ipv4-only-proxy"
 
+// NoteCredentialsRefused: the API server refused the plugin's token (401
+// or 403); the agent mints a new one at once.
+const NoteCredentialsRefused = "credentials-refused"
+
 // cutMark ends a string that encode shortened.
 const cutMark = "..."
 

@@ -179,3 +179,28 @@ func TestIsOwned(t *testing.T) {
 		}
 	}
 }
+
+// TestFindPrimaryRefusesLinksAndGiants: the runtime would read a symlink to
+// a regular file or a huge file, so neither is skipped; the installer reads
+// neither (as root, a link may name any file on the host), and says which.
+func TestFindPrimaryRefusesLinksAndGiants(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "shadow")
+	if err := os.WriteFile(secret, []byte(calicoList), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := writeFiles(t, map[string]string{"10-calico.conflist": calicoList})
+	if err := os.Symlink(secret, filepath.Join(dir, "05-link.conflist")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := chain.FindPrimary(dir, preferred)
+	if err == nil || !strings.Contains(err.Error(), "refusing CNI config 05-link.conflist: a symlink") {
+		t.Errorf("a symlink to a file: %v, want it refused by name", err)
+	}
+
+	dir = writeFiles(t, map[string]string{"10-calico.conflist": calicoList,
+		"05-huge.conflist": `{"name":"x","plugins":[{"type":"bridge","pad":"` + strings.Repeat("x", chain.MaxConfigSize) + `"}]}`})
+	_, err = chain.FindPrimary(dir, preferred)
+	if err == nil || !strings.Contains(err.Error(), "refusing CNI config 05-huge.conflist") {
+		t.Errorf("a file over %d bytes: %v, want it refused by name", chain.MaxConfigSize, err)
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"istio-cni.local/istio-cni/pkg/fsutil"
 )
 
 // Primary is the node's primary CNI config, as the runtime would pick it.
@@ -36,8 +38,10 @@ var ErrNoPrimary = errors.New("no valid primary CNI config")
 // install) is a legitimate primary: Owned drops the stale entry.
 //
 // Invalid files are skipped as CRI-O does (containerd instead fails on
-// them); the ErrNoPrimary error lists them with the reason. Symlinks are
-// followed, as the runtime's read does; Mode is the target's. A list whose
+// them); the ErrNoPrimary error lists them with the reason. A symlink to a
+// regular file or a file over MaxConfigSize, which the runtime would read,
+// is an error that names it: the installer follows no link and reads no
+// unbounded file as root. A list whose
 // network also takes plugins from <dir>/<name>/ (libcni >= 1.3) is an error,
 // not a skip: those run after the inline list, so after istio-cni.
 func FindPrimary(dir, ownedName string, skip ...string) (*Primary, error) {
@@ -54,8 +58,9 @@ func FindPrimary(dir, ownedName string, skip ...string) (*Primary, error) {
 		}
 		p, c, err := readPrimary(dir, name)
 		var pd *pluginDirError
+		var refused *refusedError
 		switch {
-		case errors.As(err, &pd):
+		case errors.As(err, &pd), errors.As(err, &refused):
 			return nil, err
 		case err != nil:
 			skipped = append(skipped, err.Error())
@@ -82,18 +87,51 @@ func IsOwned(name string, data []byte) bool {
 	return err == nil && c.hasEntry()
 }
 
+// MaxConfigSize bounds a CNI config file read from the node: real ones are
+// a few kilobytes.
+const MaxConfigSize = 1 << 20
+
+// refusedError is a file the runtime would use but the installer will not
+// read: a symlink (following it as root would read anything the link names,
+// outside the directory) or an oversized file. Like a plugin directory, it
+// stops the search: skipping it would chain after the wrong primary.
+type refusedError struct{ name, why string }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("refusing CNI config %s: %s", e.name, e.why)
+}
+
 func readPrimary(dir, name string) (*Primary, *conflist, error) {
 	path := filepath.Join(dir, name)
-	fi, err := os.Stat(path)
+	fi, err := os.Lstat(path)
 	if err != nil {
 		return nil, nil, err
 	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		// Only where it leads, never what it holds: a link to a regular
+		// file is one the runtime reads.
+		if target, err := os.Stat(path); err == nil && target.Mode().IsRegular() {
+			return nil, nil, &refusedError{name, "a symlink, which istio-cni does not follow in the CNI config directory; make it a regular file"}
+		}
+		return nil, nil, fmt.Errorf("%s: a symlink to no regular file", name)
+	}
 	if !fi.Mode().IsRegular() {
-		// A FIFO would block the read; a symlink to a directory fails it.
+		// A FIFO would block the read.
 		return nil, nil, fmt.Errorf("%s: not a regular file", name)
 	}
-	data, err := os.ReadFile(path) //nolint:gosec // G304: reading the CNI config dir is the job
+	if fi.Size() > MaxConfigSize {
+		return nil, nil, &refusedError{name, fmt.Sprintf("%d bytes, more than the %d a CNI config may hold", fi.Size(), MaxConfigSize)}
+	}
+	d, err := fsutil.OpenDir(dir)
 	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = d.Close() }()
+	data, err := d.ReadFile(name)
+	switch {
+	case errors.Is(err, fsutil.ErrTooLarge):
+		return nil, nil, &refusedError{name, err.Error()}
+	case err != nil:
 		return nil, nil, err
 	}
 	p := &Primary{Name: name, Mode: fi.Mode().Perm(), Data: data}

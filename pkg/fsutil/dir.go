@@ -19,6 +19,13 @@ import (
 // operation would have to follow it.
 var ErrSymlink = errors.New("refusing to follow a symlink")
 
+// MaxReadSize bounds ReadFile: the files read in the node's directories
+// are configs and kubeconfigs of a few kilobytes.
+const MaxReadSize = 1 << 20
+
+// ErrTooLarge is returned (wrapped) by ReadFile for a file over MaxReadSize.
+var ErrTooLarge = errors.New("larger than 1 MiB")
+
 // Dir is a directory the installer owns files in. Operations never follow a
 // symlink at the file name (a link there is replaced, not written through)
 // and never leave the directory.
@@ -89,9 +96,12 @@ func (d *Dir) ReadFile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s: %w", d.join(name), err)
 	}
 	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(f)
+	data, err := io.ReadAll(io.LimitReader(f, MaxReadSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", d.join(name), err)
+	}
+	if len(data) > MaxReadSize {
+		return nil, fmt.Errorf("reading %s: %w", d.join(name), ErrTooLarge)
 	}
 	return data, nil
 }

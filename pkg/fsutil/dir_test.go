@@ -114,6 +114,18 @@ func TestReadFileRefusesSymlinks(t *testing.T) {
 	if _, err := d.ReadFile("missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("ReadFile(missing) = %v, want ErrNotExist", err)
 	}
+	if _, err := d.WriteFile("huge", make([]byte, MaxReadSize+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ReadFile("huge"); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "huge") {
+		t.Errorf("ReadFile(huge) = %v, want ErrTooLarge naming the file", err)
+	}
+	if _, err := d.WriteFile("max", make([]byte, MaxReadSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := d.ReadFile("max"); err != nil || len(got) != MaxReadSize {
+		t.Errorf("ReadFile(max) = %d bytes, %v", len(got), err)
+	}
 }
 
 func TestRemove(t *testing.T) {

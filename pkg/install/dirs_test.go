@@ -45,3 +45,34 @@ func TestPrimarySortingFirst(t *testing.T) {
 		t.Errorf("owned %q does not sort before 01-calico.conflist", name)
 	}
 }
+
+// TestRunDirMadePrivate: the run directory (the plugin's token) exists as
+// the DaemonSet's hostPath makes it, 0755; the installer takes group and
+// other access off it, and off again after someone widens it.
+func TestRunDirMadePrivate(t *testing.T) {
+	n := newNode(t)
+	if err := os.MkdirAll(n.kc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(n.kc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	mode := func() os.FileMode {
+		fi, err := os.Stat(n.kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Mode().Perm()
+	}
+	if m := mode(); m != 0o700 {
+		t.Errorf("run directory mode %#o, want 0700", m)
+	}
+	if err := os.Chmod(n.kc, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	n.rotateToken() // any change that rewrites the kubeconfig
+	n.eventually("private again", func() (bool, string) { m := mode(); return m == 0o700, fmt.Sprintf("%#o", m) })
+}

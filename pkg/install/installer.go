@@ -48,11 +48,12 @@ type Installer struct {
 	deps    Deps
 	now     func() time.Time
 
-	ready  *readiness    // what /readyz says, read by other goroutines
-	fights *fights       // another writer undoing us, and the repairs' pace
-	tokens *pluginTokens // the plugin's minted token; nil: the installer's own
-	files  fileState     // what the loop wrote and found
-	alive  *health.Beat  // the watch loop's progress
+	ready   *readiness    // what /readyz says, read by other goroutines
+	fights  *fights       // another writer undoing us, and the repairs' pace
+	tokens  *pluginTokens // the plugin's minted token; nil: the installer's own
+	refused chan struct{} // the plugin's token was refused (PluginTokenRefused)
+	files   fileState     // what the loop wrote and found
+	alive   *health.Beat  // the watch loop's progress
 
 	unwatched []string // watched directories not armed yet
 }
@@ -89,8 +90,9 @@ func New(cfg Config, deps Deps) *Installer {
 		deps.Now = time.Now
 	}
 	in := &Installer{cfg: cfg, log: deps.Log, metrics: deps.Metrics, deps: deps, now: deps.Now,
-		ready:  newReadiness(deps.Log, deps.Metrics),
-		fights: newFights(cfg.FightRepairs, cfg.FightWindow),
+		ready:   newReadiness(deps.Log, deps.Metrics),
+		fights:  newFights(cfg.FightRepairs, cfg.FightWindow),
+		refused: make(chan struct{}, 1),
 	}
 	if deps.PluginToken != nil {
 		in.tokens = newPluginTokens(deps.PluginToken, deps.Log, deps.Now)
@@ -120,12 +122,34 @@ func inDir[T any](path string, mode os.FileMode, f func(*fsutil.Dir) (T, error))
 	if err := os.MkdirAll(path, mode); err != nil {
 		return zero, fmt.Errorf("creating %s: %w", path, err)
 	}
+	if mode&0o077 == 0 {
+		if err := keepPrivate(path); err != nil {
+			return zero, err
+		}
+	}
 	d, err := fsutil.OpenDir(path)
 	if err != nil {
 		return zero, err
 	}
 	defer func() { _ = d.Close() }()
 	return f(d)
+}
+
+// keepPrivate takes group and other access off a directory only root may
+// enter (the run directory: the plugin's token, the reports socket, the
+// records). The DaemonSet's hostPath creates it 0755, and an existing one
+// keeps whatever mode it had.
+func keepPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if err := os.Chmod(path, perm&^0o077); err != nil {
+			return fmt.Errorf("making %s private (mode %#o): %w", path, perm, err)
+		}
+	}
+	return nil
 }
 
 // entry is the plugin's conflist entry.

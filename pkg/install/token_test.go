@@ -198,3 +198,30 @@ func TestPluginTokenRenewedDuringConflict(t *testing.T) {
 		t.Errorf("%d mints in about 2 s of a 1 s token's life", now-calls)
 	}
 }
+
+// A token the API server refused (the plugin reports it) is replaced at
+// once, not at 80% of its life; refusals in a burst cost one mint.
+func TestPluginTokenRefusedMintsAtOnce(t *testing.T) {
+	n := newNode(t)
+	m := &fakeMinter{ttl: time.Hour}
+	n.minting(m)
+	tweak := n.tweak
+	n.tweak = func(in *Installer) { tweak(in); in.tokens.refusedGap = 200 * time.Millisecond }
+	n.start(n.config())
+	n.waitReady()
+	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
+		t.Fatalf("kubeconfig:\n%s", n.kubeconfig())
+	}
+	time.Sleep(250 * time.Millisecond)
+	for range 5 {
+		n.in.PluginTokenRefused()
+	}
+	n.eventually("a new token after the refusal", func() (bool, string) {
+		kc := n.kubeconfig()
+		return strings.Contains(kc, "plugin-2"), kc
+	})
+	time.Sleep(100 * time.Millisecond)
+	if calls, _ := m.counts(); calls != 2 {
+		t.Errorf("%d mints for one burst of refusals after the first, want 2 in all", calls)
+	}
+}

@@ -125,6 +125,11 @@ func (in *Installer) Run(ctx context.Context) error {
 			}
 		case <-due:
 			in.tokens.start(ctx)
+		case <-in.refused:
+			if in.tokens != nil && in.tokens.refused() {
+				in.log.Info("the API server refused the plugin's token: minting a new one")
+				in.tokens.start(ctx)
+			}
 		case r := <-minted:
 			// A new token, or none valid any more (readiness says why).
 			if in.tokens.done(r) || !in.tokens.valid() {

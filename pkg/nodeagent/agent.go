@@ -59,7 +59,8 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	deps.Uninstall = a.lifecycle.Check
 	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
-		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount, cfg.Install.PluginTokenTTL); err != nil {
+		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
+			cfg.Install.PluginTokenTTL, cfg.NodeName); err != nil {
 			return nil, err
 		}
 	}

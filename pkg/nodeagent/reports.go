@@ -46,7 +46,10 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 			if ev.Verb == "ADD" && ev.PodUID != "" && wake != nil {
 				wake(ev.PodUID)
 			}
-			if ev.Note != "" && ev.Error == "" {
+			switch {
+			case ev.Note == agentevents.NoteCredentialsRefused:
+				a.installer.PluginTokenRefused()
+			case ev.Note != "" && ev.Error == "":
 				a.notes.tell(ev, log)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"istio-cni.local/istio-cni/pkg/agentevents"
 )
 
@@ -42,6 +43,9 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 	}
 	if err != nil {
 		ev.Error = err.Error()
+		if cniErr := (*types.Error)(nil); errors.As(err, &cniErr) && cniErr.Code == ErrAPIDenied {
+			ev.Note = agentevents.NoteCredentialsRefused
+		}
 	}
 	if sendErr := agentevents.Send(conf.AgentSocket, ev); sendErr != nil && !errors.Is(sendErr, agentevents.ErrNoAgent) {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())

@@ -13,6 +13,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"os"
 )
 
 // agent is a real agent socket in a temporary directory.
@@ -111,8 +112,15 @@ func TestEventForFailedAdd(t *testing.T) {
 	err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
 	wantCode(t, err, types.ErrTryAgainLater)
 	ev := a.next(t)
-	if ev.Verb != "ADD" || ev.Error != err.Error() || ev.Redirect || ev.Reason != "" || ev.Pod != "team-a/web-1" {
+	if ev.Verb != "ADD" || ev.Error != err.Error() || ev.Redirect || ev.Reason != "" || ev.Pod != "team-a/web-1" || ev.Note != "" {
 		t.Errorf("event %+v, want the error %q", ev, err)
+	}
+	// A refused token is noted, so the agent mints a new one at once.
+	h.api.err = &kube.APIError{Kind: kube.Denied, Pod: "team-a/web-1", Err: errors.New("401 Unauthorized")}
+	err = h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
+	wantCode(t, err, ErrAPIDenied)
+	if ev := a.next(t); ev.Note != agentevents.NoteCredentialsRefused || ev.Error == "" {
+		t.Errorf("event %+v, want the credentials-refused note", ev)
 	}
 }
 
@@ -200,5 +208,39 @@ func TestStuckAgent(t *testing.T) {
 	assertPassThrough(t, h.stdout.Bytes(), prevV4)
 	if !strings.Contains(h.stderr.String(), `"level":"DEBUG","msg":"cannot report to the agent"`) {
 		t.Errorf("no debug line for the failed send: %s", h.stderr)
+	}
+}
+
+// log_file is opened without following a symlink: the plugin runs as root,
+// and a link planted there would make it append to any file. The verb
+// still succeeds, logging to stderr and saying why.
+func TestLogFileNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "shadow")
+	if err := os.WriteFile(target, []byte("root:x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "cni.log")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness()
+	c := strings.TrimSuffix(conf("1.0.0", prevV4), "}") + fmt.Sprintf(`,"log_file":%q}`, link)
+	if err := h.p.Add(cmdArgs(c, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "root:x\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	if !strings.Contains(h.stderr.String(), "cannot open log_file") {
+		t.Errorf("stderr does not say why the log file is not used:\n%s", h.stderr)
+	}
+	plain := filepath.Join(dir, "plain.log")
+	c = strings.TrimSuffix(conf("1.0.0", prevV4), "}") + fmt.Sprintf(`,"log_file":%q}`, plain)
+	if err := h.p.Add(cmdArgs(c, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(plain); !strings.Contains(string(b), "namespace excluded") {
+		t.Errorf("a plain log_file holds %q", b)
 	}
 }

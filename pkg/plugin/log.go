@@ -4,6 +4,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+
+	"syscall"
 )
 
 // newLogger logs JSON lines to stderr (never stdout, which carries the CNI
@@ -16,7 +18,9 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 		level = conf.parsed.LogLevel
 	}
 	if conf != nil && conf.LogFile != "" {
-		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		// O_NOFOLLOW: the plugin runs as root; a link planted at log_file
+		// must not make it append to whatever file the link names.
+		f, err := os.OpenFile(conf.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 		if err == nil {
 			w, closeFn = io.MultiWriter(stderr, f), func() { _ = f.Close() }
 		} else {

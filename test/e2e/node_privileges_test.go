@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -22,7 +25,9 @@ import (
 // get); no new privileges; its own PID namespace (no host processes, so no
 // /proc/<pid>/root into the host); no host /proc or host root mounted,
 // only the node's CNI, run and netns directories and the xtables lock,
-// the netns directory read-only; a read-only root file system.
+// the netns directory read-only; a read-only root file system. The
+// plugin's credential on the node is a token bound to the node, living a
+// day at most.
 func TestAgentPrivileges(t *testing.T) {
 	requireInstalled(t)
 	pid, err := env.node.ContainerPID(t.Context(), "istio-cni", "install-cni")
@@ -82,6 +87,34 @@ func TestAgentPrivileges(t *testing.T) {
 	}
 	if !strings.Contains(string(mi), " /run/xtables.lock ") {
 		t.Errorf("no /run/xtables.lock in the agent's mounts:\n%s", mi)
+	}
+
+	kc, err := clientcmd.LoadFromFile(kubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, auth := range kc.AuthInfos {
+		parts := strings.Split(auth.Token, ".")
+		if len(parts) != 3 {
+			t.Fatalf("the plugin's kubeconfig user %s holds no JWT", name)
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			Exp, Iat int64
+			K8s      struct {
+				Node           *struct{ Name string }
+				ServiceAccount struct{ Name string }
+			} `json:"kubernetes.io"`
+		}
+		if err := json.Unmarshal(payload, &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.K8s.Node == nil || c.K8s.Node.Name != env.node.Name || c.K8s.ServiceAccount.Name != "istio-cni-plugin" || c.Exp-c.Iat > 86400 {
+			t.Errorf("the plugin's token: %+v; want the plugin's ServiceAccount, bound to node %s, a day at most", c, env.node.Name)
+		}
 	}
 
 	probe := fmt.Sprintf("/proc/%d/root/escape-probe", pid)

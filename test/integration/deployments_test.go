@@ -63,8 +63,10 @@ func TestDeploymentsApplyF(t *testing.T) {
 			objects++
 		}
 	}
-	if got := objects; got != 14 {
-		t.Errorf("%d objects applied, want 14:\n%s", got, out)
+	// The namespace, 2 ServiceAccounts, 6 RBAC objects, 2 admission
+	// policies and their bindings, the ConfigMap, the quota, the DaemonSet.
+	if got := objects; got != 16 {
+		t.Errorf("%d objects applied, want 16:\n%s", got, out)
 	}
 }
 

@@ -3,18 +3,13 @@ package integration
 import (
 	"context"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
@@ -27,31 +22,21 @@ import (
 func TestDeploymentsRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.CommandContext(ctx, kubectl(t), "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
-	}
-	// The installer's identity: a token for its ServiceAccount, as kubelet
-	// would project into its pod.
-	adminClient := clientFor(t, cluster.AdminToken)
-	tr, err := adminClient.CoreV1().ServiceAccounts("istio-cni").CreateToken(ctx, "istio-cni",
-		&authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	applyDeployments(t, ctx)
+	// The installer's identity: a token for its ServiceAccount bound to its
+	// pod on a node, as kubelet projects it.
+	installerToken, _ := agentToken(t, ctx, "rbac-node")
+	mint, err := install.PluginTokenMinter(restConfig(installerToken), "istio-cni", "istio-cni-plugin", install.MinPluginTokenTTL, "rbac-node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	installerToken := tr.Status.Token
-	mint, err := install.PluginTokenMinter(restConfig(installerToken), "istio-cni", "istio-cni-plugin", install.MinPluginTokenTTL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pluginToken, expires, err := mint(ctx)
-	if err != nil {
-		t.Fatalf("the installer cannot mint the plugin's token: %v", err)
-	}
+	var pluginToken string
+	var expires time.Time
+	// The admission policy may lag the apply.
+	poll.Until(t, 20*time.Second, "the installer mints the plugin's token", func() (bool, string) {
+		pluginToken, expires, err = mint(ctx)
+		return err == nil, errString(err)
+	})
 	if ttl := time.Until(expires); ttl < 9*time.Minute || ttl > 11*time.Minute {
 		t.Errorf("minted token lives %v, want the 10m asked for", ttl)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -49,13 +47,7 @@ func agentOn(t *testing.T, node string) *kubernetes.Clientset {
 func TestNodeTaintPolicy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
-	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.CommandContext(ctx, kubectl(t), "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput(); err != nil {
-		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
-	}
+	applyDeployments(t, ctx)
 	adminClient := clientFor(t, cluster.AdminToken)
 	other := corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
 	for _, name := range []string{"taint-node-a", "taint-node-b"} {
