@@ -40,6 +40,9 @@ type Watcher struct {
 	obj map[kind]*object
 	// readOK: a read or watch of the DaemonSet succeeded once.
 	readOK bool
+	// firstDS is the uid of the DaemonSet as first seen: the one that
+	// started this agent, unless it was replaced before the watch began.
+	firstDS string
 }
 
 type kind string
@@ -112,6 +115,9 @@ func (w *Watcher) saw(k kind, o any) {
 	*w.obj[k] = cur
 	if k == daemonSetKind {
 		w.readOK = true
+		if w.firstDS == "" {
+			w.firstDS = cur.uid
+		}
 	}
 	if cur.deleting && !prev.deleting {
 		w.log.Info("lifecycle: being deleted", "object", string(k), "name", m.GetName())
@@ -135,6 +141,14 @@ func (w *Watcher) Check(ctx context.Context) (bool, string, error) {
 	v, why := decide(f, w.cfg.Namespace, w.cfg.DaemonSet, w.cfg.ServiceAccount)
 	switch v {
 	case keep:
+		// Present under another uid: deleted and recreated before this
+		// check (the watch may not have shown the gap).
+		w.mu.Lock()
+		first := w.firstDS
+		w.mu.Unlock()
+		if f.daemonSet.present() && first != "" && f.daemonSet.uid != "" && f.daemonSet.uid != first {
+			why = fmt.Sprintf("DaemonSet %s/%s was replaced (uid %s, was %s): a delete and recreate", w.cfg.Namespace, w.cfg.DaemonSet, f.daemonSet.uid, first)
+		}
 		return false, why, nil
 	case remove:
 		return true, why, nil
