@@ -26,7 +26,7 @@ GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod g
 all: build
 
 ## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni).
-build: $(BIN)/istio-cni
+build: $(BIN)/istio-cni $(BIN)/install-cni
 
 $(BIN)/istio-cni: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin
@@ -112,7 +112,7 @@ bench: deps kube-binaries build
 
 ## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
 bench-node: deps kube-binaries image
-	$(GO) run ./test/bench -node -pods 50
+	$(GO) run ./test/bench -node -pods 50 -burst 108
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).

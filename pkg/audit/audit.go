@@ -118,10 +118,6 @@ func New(cfg Config, deps Deps) *Auditor {
 	return &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}, notes: map[string]string{}}
 }
 
-// SetPods sets the pod source when it must be built after the auditor (an
-// informer whose handlers wake it).
-func (a *Auditor) SetPods(p Pods) { a.deps.Pods = p }
-
 // Wake asks for a check of one pod soon: its status changed, or the plugin
 // reported on it. It never blocks; a full queue is covered by the next full
 // pass.

@@ -15,6 +15,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/injection"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/sandboxns"
@@ -44,6 +45,9 @@ type Deps struct {
 	Check func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	// HasIPv6 reads whether the namespace has a global IPv6 address.
 	HasIPv6 func(netns string) (bool, error)
+	// NamespaceLabels reads a namespace's labels: whether Istio's
+	// injector should have given the pod its sidecar. Nil: not judged.
+	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
 	// Records are what ADD applied to each sandbox (applied.Store); nil:
 	// none.
 	Records interface {
@@ -91,12 +95,16 @@ type Report struct {
 	Diffs      []string
 	// NetnsErr explains why the namespace was not read.
 	NetnsErr string
+	// Injection is the injector's verdict on the pod (pkg/injection);
+	// InjectionErr why there is none.
+	Injection    *injection.Verdict
+	InjectionErr string
 }
 
 // Consistent is true when the pod is as the plugin would leave it:
 // redirected with exactly its rules, or not redirected and free of ours.
 func (r Report) Consistent() bool {
-	if r.Invalid != "" || r.NetnsErr != "" {
+	if r.Invalid != "" || r.NetnsErr != "" || (r.Injection != nil && r.Injection.Missed()) {
 		return false
 	}
 	if r.Redirect {
@@ -124,6 +132,14 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 	}
 	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
+	if d.NamespaceLabels != nil {
+		if labels, err := d.NamespaceLabels(ctx, o.Namespace); err != nil {
+			r.InjectionErr = err.Error()
+		} else {
+			v := injection.Of(pod.Pod, labels, append([]string{o.AgentNamespace}, o.ExcludeNamespaces...))
+			r.Injection = &v
+		}
+	}
 	if dec.Reason == decision.HostNetwork {
 		return r, nil
 	}

@@ -178,3 +178,37 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 		t.Errorf("report:\n%s", out)
 	}
 }
+
+// A pod in a namespace labelled for injection, without istio-proxy: the
+// plugin rightly leaves it alone, and inspect says it missed its sidecar.
+func TestMissedInjection(t *testing.T) {
+	p := pod(nil)
+	p.Spec.Containers = p.Spec.Containers[:1] // the app alone
+	for _, tc := range []struct {
+		labels     map[string]string
+		consistent bool
+		want       string
+	}{
+		{map[string]string{"istio-injection": "enabled"}, false, "injection: missed injection: namespace default has istio-injection=enabled, but the pod has no istio-proxy container"},
+		{nil, true, "injection: not selected for injection"},
+	} {
+		d := deps(p, "", nil)
+		d.NamespaceLabels = func(_ context.Context, name string) (map[string]string, error) {
+			if name != "default" {
+				t.Errorf("read namespace %q", name)
+			}
+			return tc.labels, nil
+		}
+		r, err := Run(context.Background(), opts(configDir(t, true)), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := render(t, r)
+		if !strings.Contains(out, tc.want) || r.Consistent() != tc.consistent {
+			t.Errorf("labels %v: consistent %v, want %v; report lacks %q:\n%s", tc.labels, r.Consistent(), tc.consistent, tc.want, out)
+		}
+		if !tc.consistent && !strings.Contains(out, "verdict:   NOT IN THE MESH: created without its sidecar") {
+			t.Errorf("verdict:\n%s", out)
+		}
+	}
+}

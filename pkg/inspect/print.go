@@ -29,6 +29,12 @@ func (r Report) Print(w io.Writer) error {
 	default:
 		line("decision:  not redirected: %s", r.Reason)
 	}
+	switch {
+	case r.InjectionErr != "":
+		line("injection: not judged: %s", r.InjectionErr)
+	case r.Injection != nil:
+		line("injection: %s", r.Injection)
+	}
 	if r.SettingsChanged != "" {
 		line("settings:  changed after the pod started (%s): the rules applied at start are kept; restart the pod to apply", r.SettingsChanged)
 	}
@@ -59,6 +65,8 @@ func (r Report) verdict() string {
 	switch {
 	case r.Invalid != "":
 		return "NOT REDIRECTED: the plugin refuses this pod's settings"
+	case r.Injection != nil && r.Injection.Missed():
+		return "NOT IN THE MESH: created without its sidecar: the injector did not mutate it; recreate it to join the mesh"
 	case r.NetnsErr != "":
 		return "unknown: the pod's network namespace was not read"
 	case r.Redirect && len(r.Diffs) == 0:

@@ -80,6 +80,10 @@ const KubeconfigName = "istio-cni-kubeconfig"
 // KubeconfigDir (the host directory of the kubeconfig).
 const EventsSocket = "events.sock"
 
+// PodsSocket is the agent's socket for the plugin's pod lookups, in
+// KubeconfigDir.
+const PodsSocket = "pods.sock"
+
 // RecordsDirName is the directory, in KubeconfigDir, where the plugin
 // records what it applied to each sandbox (pkg/applied).
 const RecordsDirName = "sandboxes"

@@ -161,6 +161,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		AgentNamespace:    in.cfg.PodNamespace,
 		LogLevel:          levelName(in.cfg.LogLevel),
 		AgentSocket:       filepath.Join(run, EventsSocket),
+		PodSocket:         filepath.Join(run, PodsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),
 	}

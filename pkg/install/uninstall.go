@@ -37,10 +37,12 @@ func (in *Installer) Uninstall() error {
 	if err := os.RemoveAll(filepath.Join(in.cfg.KubeconfigDir, RecordsDirName)); err != nil {
 		return fmt.Errorf("uninstalling: %w", err)
 	}
-	sock := filepath.Join(in.cfg.KubeconfigDir, EventsSocket)
-	if fi, err := os.Lstat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
-		if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("uninstalling: %w", err)
+	for _, name := range []string{EventsSocket, PodsSocket} {
+		sock := filepath.Join(in.cfg.KubeconfigDir, name)
+		if fi, err := os.Lstat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
+			if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("uninstalling: %w", err)
+			}
 		}
 	}
 	in.log.Info("uninstalled")

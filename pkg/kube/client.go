@@ -10,9 +10,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // ErrorKind classifies why a pod could not be read.
@@ -69,25 +66,14 @@ type Client struct {
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
-// NewClient builds a client from a kubeconfig file (server, CA, token or
-// client certificate, as client-go reads them).
+// NewClient builds a client from a kubeconfig file (its current context:
+// server, CA, token or client certificate; loadKubeconfig).
 func NewClient(kubeconfig string, t Timeouts) (*Client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := loadKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
 	}
-	// One request per process: HTTP/1.1 skips HTTP/2's connection preface
-	// and settings exchange.
-	cfg.NextProtos = []string{"http/1.1"}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("building API client from %s: %w", kubeconfig, err)
-	}
-	host := strings.TrimSuffix(cfg.Host, "/")
-	if !strings.Contains(host, "://") {
-		host = "https://" + host
-	}
-	return &Client{http: hc, host: host, timeouts: t, sleep: sleepCtx}, nil
+	return &Client{http: cfg.httpClient(), host: cfg.host, timeouts: t, sleep: sleepCtx}, nil
 }
 
 // Backoff between attempts: doubling from backoffMin up to backoffMax.

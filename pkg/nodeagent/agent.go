@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"istio-cni.local/istio-cni/pkg/agentpods"
 	"istio-cni.local/istio-cni/pkg/audit"
 	"istio-cni.local/istio-cni/pkg/health"
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/lifecycle"
+	"istio-cni.local/istio-cni/pkg/missed"
+	"istio-cni.local/istio-cni/pkg/nodepods"
 	"istio-cni.local/istio-cni/pkg/nodetaint"
 )
 
@@ -27,11 +32,17 @@ type Agent struct {
 	installer *install.Installer
 	lifecycle *lifecycle.Watcher // nil without API access
 	audit     *audit.Auditor     // nil when off or without API access
-	pods      *audit.NodePods
-	taint     *nodetaint.Controller
-	events    *Events // nil without API access: Events and their flush
-	notes     podNotes
-	addrs     addrList
+	missed    *missed.Detector   // nil when off or without API access
+	// pods is the one informer over the node's pods, for the audit, the
+	// missed-injection detector and the plugin's lookups; nil when both
+	// duties are off.
+	pods *nodepods.Pods
+	// namespaces are every namespace's labels, for the detector.
+	namespaces *namespaceLabels
+	taint      *nodetaint.Controller
+	events     *Events // nil without API access: Events and their flush
+	notes      podNotes
+	addrs      addrList
 }
 
 // New builds the agent. rc is the API access; nil runs the installer
@@ -71,18 +82,35 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	return a, nil
 }
 
-// nodeDuties builds what the configuration turns on: the audit, the taint.
+// nodeDuties builds what the configuration turns on: the audit, the
+// missed-injection detector, the taint.
 func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) error {
 	cfg := a.cfg
-	if cfg.AuditAction == audit.Off && !cfg.NodeTaint {
+	podDuties := cfg.AuditAction != audit.Off || cfg.MissedInjection != missed.Off
+	if !podDuties && !cfg.NodeTaint {
 		return nil
 	}
 	if cfg.NodeName == "" {
-		return errors.New("--node-name: required (NODE_NAME from the downward API spec.nodeName) for the node audit and the taint; or set --audit-action=off and --node-taint=false")
+		return errors.New("--node-name: required (NODE_NAME from the downward API spec.nodeName) for the node audit, missed injections and the taint; or set --audit-action=off, --missed-injection=off and --node-taint=false")
+	}
+	if podDuties {
+		var err error
+		if a.pods, err = nodepods.New(cs, cfg.NodeName); err != nil {
+			return err
+		}
 	}
 	if cfg.AuditAction != audit.Off {
+		a.audit = newAudit(cfg, cs, a.pods, a.events.recorder, reg, a.log.With("component", "audit"))
+		if err := a.pods.OnChange(func(p *corev1.Pod) { a.audit.Wake(string(p.UID)) }); err != nil {
+			return err
+		}
+	}
+	if cfg.MissedInjection != missed.Off {
 		var err error
-		if a.audit, a.pods, err = newAudit(cfg, cs, a.events.recorder, reg, a.log.With("component", "audit")); err != nil {
+		if a.missed, a.namespaces, err = newMissed(cfg, cs, a.pods, a.events.recorder, reg, a.log.With("component", "missed-injection")); err != nil {
+			return err
+		}
+		if err := a.pods.OnChange(func(*corev1.Pod) { a.missed.Wake() }); err != nil {
 			return err
 		}
 	}
@@ -116,12 +144,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wake func(string)
 	if a.audit != nil {
 		wake = a.audit.Wake
+	}
+	if a.pods != nil {
 		wg.Go(func() {
 			// Liveness counts from the first list: an API server that
 			// does not answer is no reason to restart the agent.
-			if a.pods.Start(dutiesCtx) {
-				a.audit.Run(dutiesCtx, a.beats)
+			if !a.pods.Start(dutiesCtx) {
+				return
 			}
+			var duties sync.WaitGroup
+			if a.audit != nil {
+				duties.Go(func() { a.audit.Run(dutiesCtx, a.beats) })
+			}
+			if a.missed != nil {
+				duties.Go(func() {
+					if a.namespaces.Start(dutiesCtx) {
+						a.missed.Run(dutiesCtx)
+					}
+				})
+			}
+			duties.Wait()
 		})
 	}
 	if a.taint != nil {
@@ -133,6 +175,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("not listening for the plugin's reports", "error", err.Error())
 	} else {
 		defer waitReports()
+	}
+	// Pod lookups from the informer, in the run directory the reports
+	// made: the plugin asks the API when this socket does not answer.
+	if a.pods != nil {
+		if srv, err := agentpods.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.PodsSocket), a.pods.Lookup,
+			a.log.With("component", "pod-lookups")); err != nil {
+			a.log.Warn("not answering the plugin's pod lookups: it asks the API", "error", err.Error())
+		} else {
+			wg.Go(func() { srv.Serve(dutiesCtx) })
+		}
 	}
 	err = a.installer.Run(ctx)
 	stopDuties()

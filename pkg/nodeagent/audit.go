@@ -11,11 +11,13 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"golang.org/x/sys/unix"
+
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/audit"
 	"istio-cni.local/istio-cni/pkg/childcaps"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodepods"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/sandboxns"
 	"istio-cni.local/istio-cni/pkg/xtables"
@@ -24,8 +26,8 @@ import (
 // newAudit wires the node audit to the node: its pods through an informer,
 // their namespaces through the node's netns directory, their rules through
 // the image's iptables (both backends) with the backend ADD used.
-func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg prometheus.Registerer,
-	log *slog.Logger) (*audit.Auditor, *audit.NodePods, error) {
+func newAudit(cfg Config, cs kubernetes.Interface, pods *nodepods.Pods, rec record.EventRecorder, reg prometheus.Registerer,
+	log *slog.Logger) *audit.Auditor {
 	// The agent keeps CAP_SYS_ADMIN for setns; the iptables it runs get
 	// only what iptables needs.
 	if err := childcaps.Limit(unix.CAP_NET_ADMIN, unix.CAP_NET_RAW); err != nil {
@@ -36,7 +38,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg
 		backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		log.Info("the node's iptables backend, from the host's rules", "backend", string(backend))
 	}
-	a := audit.New(audit.Config{
+	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces, AgentNamespace: cfg.Install.PodNamespace,
 		Settings: nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
@@ -45,18 +47,13 @@ func newAudit(cfg Config, cs kubernetes.Interface, rec record.EventRecorder, reg
 		Network: func(b xtables.Backend) audit.Network {
 			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
 		},
+		Pods:    pods,
 		Records: applied.Store{Dir: filepath.Join(cfg.Install.KubeconfigDir, install.RecordsDirName)},
 		Actions: audit.APIActions{Client: cs},
 		Events:  rec,
 		Metrics: audit.NewMetrics(reg),
 		Log:     log,
 	})
-	pods, err := audit.NewNodePods(cs, cfg.NodeName, a.Wake)
-	if err != nil {
-		return nil, nil, err
-	}
-	a.SetPods(pods)
-	return a, pods, nil
 }
 
 // nodeSettings are the plugin's node-wide settings as the installer writes

@@ -21,6 +21,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/audit"
 	"istio-cni.local/istio-cni/pkg/envflag"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/missed"
 	"istio-cni.local/istio-cni/pkg/nodetaint"
 	"istio-cni.local/istio-cni/pkg/xtables"
 )
@@ -52,6 +53,10 @@ type Config struct {
 	Backend    xtables.Backend
 	NodeTaint  bool
 	TaintGrace time.Duration
+	// MissedInjection is what the agent does with a pod that missed its
+	// sidecar injection; MissedRestartsPerMinute bounds the restarts.
+	MissedInjection         missed.Mode
+	MissedRestartsPerMinute int
 }
 
 // ParseFlags reads the configuration from args and the environment (each
@@ -62,7 +67,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
 	installConfig := install.BindFlags(fs, getenv, selfDir)
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	var action, interval, confirm, taint, grace string
+	var action, interval, confirm, taint, grace, missedMode, missedRate string
 	f.String(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
 	f.String(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
@@ -78,6 +83,8 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
 	f.String(&taint, "node-taint", "NODE_TAINT", "false", "remove "+nodetaint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
 	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
+	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart deletes it when a controller owns it; needs optional/audit-pod-writes.yaml)")
+	f.String(&missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods deleted per minute on this node (1 to 60)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -103,6 +110,12 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	}
 	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace))
+	}
+	if c.MissedInjection, err = missed.ParseMode(missedMode); err != nil {
+		errs = append(errs, fmt.Errorf("--missed-injection: %w", err))
+	}
+	if c.MissedRestartsPerMinute, err = strconv.Atoi(missedRate); err != nil || c.MissedRestartsPerMinute < 1 || c.MissedRestartsPerMinute > 60 {
+		errs = append(errs, fmt.Errorf("--missed-injection-restarts-per-minute %q: want a whole number from 1 to 60", missedRate))
 	}
 	if c.Backend, err = xtables.ParseBackend(backend); err != nil {
 		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))

@@ -33,14 +33,16 @@ const exitInconsistent = 3
 
 const inspectUsage = `usage: install-cni inspect [flags] NAMESPACE/NAME
 
-Prints the plugin's decision for the pod and why, whether the node's CNI
+Prints the plugin's decision for the pod and why, whether Istio's injector
+should have given it a sidecar (and did), whether the node's CNI
 config chains istio-cni, the rules the pod should have, the rules it has
 (read from its network namespace) and the difference. Run it on the pod's
 node, or in the agent's pod there:
 
   kubectl -n istio-cni exec ds/istio-cni-node -- /install-cni inspect default/web-0
 
-Exit status: 0 consistent, 3 not as the plugin would leave it, 1 error.
+Exit status: 0 consistent, 3 not as the plugin would leave it or missed
+its sidecar injection, 1 error.
 `
 
 // runInspect is the inspect subcommand. Defaults suit both places it runs:
@@ -109,6 +111,13 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 				return err
 			})
 			return obs, err
+		},
+		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
+			n, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("reading namespace %s: %w", name, err)
+			}
+			return n.Labels, nil
 		},
 		Check:   network.Check,
 		HasIPv6: network.HasIPv6,

@@ -33,6 +33,11 @@ type outcome struct {
 	// note is something the agent tells people of the pod
 	// (agentevents.Note*).
 	note string
+	// podFrom is who answered the pod lookup: "agent" or "api"; empty
+	// when there was none.
+	podFrom string
+	// agentMiss is why the agent, when asked, did not answer.
+	agentMiss string
 }
 
 // Add redirects the pod's traffic if it must be, then passes the previous
@@ -74,6 +79,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
 	start := p.deps.Now()
+	conf.agentChecks = out.podFrom == "agent"
 	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
 	out.netnsTime = p.deps.Now().Sub(start)
 	if err != nil {
@@ -131,11 +137,27 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node()), v4: stack.V4, v6: stack.V6}, true, nil
 }
 
-// getPod reads the pod, building the client only now: pods decided without
-// the API never pay for it.
+// getPod reads the pod: from the node agent's informer when it answers
+// within its budget with this very sandbox's pod (its UID, which the
+// runtime passes), else from the API, building the client only now: pods
+// decided without the API never pay for it. Both give the same pkg/kube
+// subset, so the decision cannot depend on who answered.
 func (p *Plugin) getPod(conf *Config, ref podRef, out *outcome) (*kube.Pod, error) {
 	start := p.deps.Now()
 	defer func() { out.apiTime = p.deps.Now().Sub(start) }()
+	if conf.PodSocket != "" && ref.uid != "" && p.deps.AskAgent != nil {
+		pod, err := p.deps.AskAgent(conf.PodSocket, ref.namespace, ref.name)
+		switch {
+		case err != nil:
+			out.agentMiss = err.Error()
+		case pod.Metadata.UID != ref.uid || pod.Metadata.Namespace != ref.namespace || pod.Metadata.Name != ref.name:
+			out.agentMiss = fmt.Sprintf("it holds %s/%s uid %s", pod.Metadata.Namespace, pod.Metadata.Name, pod.Metadata.UID)
+		default:
+			out.podFrom = "agent"
+			return pod, nil
+		}
+	}
+	out.podFrom = "api"
 	getter, err := p.deps.NewPodGetter(conf)
 	if err != nil {
 		return nil, podError(fmt.Errorf("reading pod %s: %w", ref, err))
@@ -157,7 +179,10 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 		attrs = append(attrs, "families", out.families)
 	}
 	if out.apiTime > 0 {
-		attrs = append(attrs, "api_ms", millis(out.apiTime))
+		attrs = append(attrs, "api_ms", millis(out.apiTime), "pod_from", out.podFrom)
+		if out.agentMiss != "" {
+			attrs = append(attrs, "agent_miss", out.agentMiss)
+		}
 	}
 	if out.netnsTime > 0 {
 		attrs = append(attrs, "netns_ms", millis(out.netnsTime))

@@ -20,6 +20,10 @@ type Config struct {
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Settings
+	// agentChecks: the node agent answered this ADD's pod lookup, so its
+	// audit runs and the report wakes it for this pod; ADD then trusts a
+	// successful restore and leaves the read-back to it.
+	agentChecks bool
 }
 
 const errPrefix = "istio-cni config"

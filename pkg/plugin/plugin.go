@@ -11,6 +11,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"istio-cni.local/istio-cni/pkg/agentpods"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -35,6 +36,9 @@ type Deps struct {
 	// NewPodGetter builds the API client; it is called only when a pod
 	// must be read.
 	NewPodGetter func(conf *Config) (PodGetter, error)
+	// AskAgent asks the node agent at socket for a pod (pkg/agentpods); any
+	// error sends the lookup to the API. Nil never asks.
+	AskAgent func(socket, namespace, name string) (*kube.Pod, error)
 	// NewPodNetwork builds the namespace programmer for a config.
 	NewPodNetwork func(conf *Config) PodNetwork
 	// Stdout receives the CNI result; Stderr the log lines.
@@ -50,6 +54,11 @@ func (d Deps) stdout() io.Writer {
 	return d.Stdout
 }
 
+// AgentBudget bounds asking the node agent for a pod, connecting included:
+// it answers from memory in well under a millisecond, so an agent slower
+// than this is wedged or starved, and the API answers instead.
+const AgentBudget = 50 * time.Millisecond
+
 // Plugin runs the CNI verbs with its dependencies.
 type Plugin struct {
 	deps Deps
@@ -61,8 +70,11 @@ func New() *Plugin {
 		NewPodGetter: func(c *Config) (PodGetter, error) {
 			return kube.NewClient(c.Kubeconfig, c.parsed.Timeouts)
 		},
+		AskAgent: func(socket, namespace, name string) (*kube.Pod, error) {
+			return agentpods.Get(socket, namespace, name, AgentBudget)
+		},
 		NewPodNetwork: func(c *Config) PodNetwork {
-			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend}}
+			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}}
 		},
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,

@@ -48,6 +48,10 @@ type Entry struct {
 	// CHECK outcome is sent there (pkg/agentevents), best effort. "" sends
 	// nothing.
 	AgentSocket string `json:"agent_socket,omitempty"`
+	// PodSocket is the node agent's pod lookup socket (pkg/agentpods): ADD
+	// asks it first and the API when it cannot answer. "" always asks the
+	// API.
+	PodSocket string `json:"pod_socket,omitempty"`
 	// IPv6Redirect is always (the default) or dual-stack-only: whether a
 	// pod with IPv6 whose proxy is not dual-stack gets IPv6 rules
 	// (decision.IPv6Policy).
@@ -109,6 +113,7 @@ func (e *Entry) Normalize() (Settings, error) {
 		{"kubeconfig", e.Kubeconfig, "the kubeconfig's path on the host"},
 		{"log_file", e.LogFile, "a file path on the host, or empty"},
 		{"agent_socket", e.AgentSocket, "the agent's socket path on the host, or empty"},
+		{"pod_socket", e.PodSocket, "the agent's pod lookup socket path on the host, or empty"},
 		{"records_dir", e.RecordsDir, "a directory on the host, or empty"},
 	} {
 		if p.path != "" && !filepath.IsAbs(p.path) {

@@ -17,8 +17,15 @@ const LockWaitSeconds = 10
 // Programmer applies, verifies and removes rule models in the current
 // network namespace.
 type Programmer struct {
-	Runner  Runner
-	Backend Backend
+	// TrustRestore skips Apply's read-back after a successful restore
+	// into a fresh namespace: iptables-restore commits each table
+	// atomically, so success means the rules are in; whether they are
+	// exactly the model is then for someone else to check (the node
+	// agent, which checks every pod the plugin reports). CHECK, the audit
+	// and every reconcile still read back.
+	TrustRestore bool
+	Runner       Runner
+	Backend      Backend
 }
 
 // Apply makes the namespace hold one family's rules and verifies them by
@@ -26,6 +33,9 @@ type Programmer struct {
 // restore, one save); if the read-back differs (a repeated ADD, leftovers) it
 // reconciles from what it read. The error says what still differs; removing
 // what was programmed is the caller's choice (see Cleanup).
+//
+// With TrustRestore, a successful first restore is the answer: the node
+// agent reads the rules back instead, off the pod's start-up path.
 func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 	var observed *iptables.Observed // nil: a fresh namespace
 	var lastErr error
@@ -35,6 +45,9 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 			return err
 		}
 		restoreErr := p.restore(ctx, rs.Family, text)
+		if restoreErr == nil && p.TrustRestore && attempt == 0 {
+			return nil
+		}
 		if observed, err = p.Read(ctx, rs.Family); err != nil {
 			return errors.Join(restoreErr, err)
 		}

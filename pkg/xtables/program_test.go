@@ -66,6 +66,26 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	}
 }
 
+// TrustRestore: a successful restore is the answer (one exec); a failed
+// one still reads back and reconciles, as without it.
+func TestApplyTrustRestore(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	f := &fakeRunner{}
+	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true}
+	if err := p.Apply(context.Background(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if want := "iptables-nft-restore --noflush --wait=10"; strings.Join(f.calls, "|") != want {
+		t.Errorf("ran %q, want only %q", f.calls, want)
+	}
+	f = &fakeRunner{saves: []string{saveOf(&rs)}, fail: errors.New("exit status 1")}
+	p.Runner = f
+	err := p.Apply(context.Background(), &rs)
+	if err == nil || len(f.calls) < 2 || !strings.HasPrefix(f.calls[1], "iptables-nft-save") {
+		t.Errorf("a failed restore: %v after %q, want it read back", err, f.calls)
+	}
+}
+
 func TestApplyReconcilesARepeatedAdd(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	// After the first restore the jump into ISTIO_INBOUND is there twice.

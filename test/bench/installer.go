@@ -245,17 +245,21 @@ func (nd *fakeNode) undo(kind string) (func() bool, error) {
 
 // procMemory reads VmRSS and VmHWM (KiB) of a process.
 func procMemory(pid int) (rss, hwm int64) {
+	m := procStatus(pid)
+	return m["VmRSS:"], m["VmHWM:"]
+}
+
+// procStatus reads the KiB figures of /proc/PID/status, by their key
+// ("VmRSS:", "RssAnon:", ...).
+func procStatus(pid int) map[string]int64 {
+	m := map[string]int64{}
 	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 2 && (f[0] == "VmRSS:" || f[0] == "VmHWM:") {
+		if len(f) == 3 && f[2] == "kB" {
 			v, _ := strconv.ParseInt(f[1], 10, 64)
-			if f[0] == "VmRSS:" {
-				rss = v
-			} else {
-				hwm = v
-			}
+			m[f[0]] = v
 		}
 	}
-	return rss, hwm
+	return m
 }

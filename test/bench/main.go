@@ -22,6 +22,7 @@ import (
 
 func main() {
 	plugin := flag.String("plugin", "_output/bin/istio-cni", "the plugin binary")
+	installer := flag.String("installer", "_output/bin/install-cni", "the install-cni binary, for the as-installed table")
 	n := flag.Int("n", 200, "samples per measurement")
 	conc := flag.Int("concurrency", 8, "ADDs at once in the concurrent run")
 	backends := flag.String("backends", "auto,legacy", "iptables backends to measure, comma-separated")
@@ -30,9 +31,10 @@ func main() {
 	skipInstaller := flag.Bool("skip-installer", false, "measure only the plugin")
 	node := flag.Bool("node", false, "measure only pod starts on a real node (see -pods)")
 	pods := flag.Int("pods", 30, "pods of each kind started on the real node")
+	burstPods := flag.Int("burst", 0, "then pods created at once on the emptied node, every other one meshed (108 fills kubelet's 110)")
 	flag.Parse()
 	if *node {
-		if err := nodeBench(*pods); err != nil {
+		if err := nodeBench(*pods, *burstPods); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -40,7 +42,7 @@ func main() {
 	}
 	var err error
 	if !*skipPlugin {
-		err = run(*plugin, *n, *conc, strings.Split(*backends, ","))
+		err = run(*plugin, *installer, *n, *conc, strings.Split(*backends, ","))
 	}
 	if err == nil && !*skipInstaller {
 		err = installerBench(*events)
@@ -51,12 +53,15 @@ func main() {
 	}
 }
 
-func run(plugin string, n, conc int, backends []string) error {
+func run(plugin, installer string, n, conc int, backends []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
 	plugin, err := filepath.Abs(plugin)
 	if err != nil {
+		return err
+	}
+	if installer, err = filepath.Abs(installer); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "istio-cni-bench-")
@@ -104,6 +109,9 @@ func run(plugin string, n, conc int, backends []string) error {
 	}
 	if err := b.peakRSS(); err != nil {
 		return err
+	}
+	if err := b.installed(ctx, api, dir, installer, conc); err != nil {
+		return fmt.Errorf("as installed: %w", err)
 	}
 	// The reports must have arrived, or the reporting rows measured nothing.
 	if got := agent.Stats().Events; got < uint64(n*len(backends)) {

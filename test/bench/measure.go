@@ -36,6 +36,10 @@ type sample struct {
 	maxRSS int64
 	// api and netns are the plugin's own split of an ADD (its log line).
 	api, netns time.Duration
+	// from is who answered the pod lookup: "agent" or "api".
+	from string
+	// miss is why the agent did not answer, when it was asked.
+	miss string
 }
 
 // The primary CNI's results for an IPv4 and a dual-stack pod.
@@ -94,10 +98,13 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 	var line struct {
 		API   float64 `json:"api_ms"`
 		Netns float64 `json:"netns_ms"`
+		From  string  `json:"pod_from"`
+		Miss  string  `json:"agent_miss"`
 	}
 	if json.Unmarshal(errb.Bytes(), &line) == nil {
 		s.api = time.Duration(line.API * float64(time.Millisecond))
 		s.netns = time.Duration(line.Netns * float64(time.Millisecond))
+		s.from, s.miss = line.From, line.Miss
 	}
 	return s, nil
 }

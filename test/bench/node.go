@@ -21,10 +21,13 @@ import (
 // DaemonSet takes to become ready, and what the plugin adds to a pod's
 // start, as kubelet sees it (RunPodSandbox: the sandbox with its whole CNI
 // chain) and as a user sees it (pod created → all containers ready).
-func nodeBench(pods int) (err error) {
+func nodeBench(pods, burstPods int) (err error) {
 	// kubelet runs at most 110 pods; the agent and the server take two.
 	if pods < 2 || 2*pods+2 > 110 {
 		return fmt.Errorf("-pods %d: want 2 to 54 (pods of each kind, within kubelet's 110)", pods)
+	}
+	if burstPods < 0 || burstPods+2 > 110 {
+		return fmt.Errorf("-burst %d: want 0 (none) to 108 (kubelet's 110 less the agent and the server)", burstPods)
 	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (containerd, kubelet)")
@@ -55,7 +58,8 @@ func nodeBench(pods int) (err error) {
 		return err
 	}
 	start = time.Now()
-	if _, _, err := node.Install(ctx, filepath.Join(dir, "overlay"), node.APIPort()); err != nil {
+	overlay, _, err := node.Install(ctx, filepath.Join(dir, "overlay"), node.APIPort())
+	if err != nil {
 		return err
 	}
 	installed := time.Since(start)
@@ -111,7 +115,14 @@ func nodeBench(pods int) (err error) {
 		fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", kind.label, len(sandbox[k]),
 			ms(pct(sandbox[k], 50)), ms(pct(sandbox[k], 90)), ms(pct(startup[k], 50)), ms(pct(startup[k], 90)))
 	}
-	return nil
+	if burstPods == 0 {
+		return nil
+	}
+	// The node empties (but for the agent and the server) before it fills.
+	if out, err := node.Kubectl(ctx, "-n", "bench", "delete", "pods", "-l", "app!=server", "--wait=true", "--timeout=5m"); err != nil {
+		return fmt.Errorf("emptying the node: %w\n%s", err, out)
+	}
+	return burst(ctx, node, overlay, target, burstPods)
 }
 
 // waitReadyFast polls every 20 ms (WaitRunning's 200 ms is too coarse to

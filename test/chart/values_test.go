@@ -22,6 +22,8 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"cniConfDir=relative", "/cniConfDir"},
 		{"chained=true,cniConfFileName=istio-cni.conf", "cniConfFileName \"istio-cni.conf\""},
 		{"global.platform=openshift,chained=true", "want a name ending in .conflist"},
+		{"missedInjection.mode=delete", "/missedInjection/mode"},
+		{"missedInjection.restartsPerMinute=0", "/missedInjection/restartsPerMinute"},
 	} {
 		out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
@@ -126,5 +128,31 @@ func TestUpstreamValueNames(t *testing.T) {
 	}
 	if off := configData(helmTemplate(t, "repair.enabled=false"))["AUDIT_ACTION"]; off != "off" {
 		t.Errorf("repair.enabled=false: AUDIT_ACTION %v", off)
+	}
+}
+
+// TestMissedInjectionRestartGrantsPodWrites: restart sets the agent's
+// setting and brings the pod writes, held to the node by their policy;
+// report (the default) brings neither.
+func TestMissedInjectionRestartGrantsPodWrites(t *testing.T) {
+	for _, tc := range []struct {
+		set, mode string
+		writes    bool
+	}{
+		{"missedInjection.mode=report", "report", false},
+		{"missedInjection.mode=restart,missedInjection.restartsPerMinute=2", "restart", true},
+	} {
+		objs := helmTemplate(t, tc.set)
+		if got := configData(objs)["MISSED_INJECTION"]; got != tc.mode {
+			t.Errorf("--set %s: MISSED_INJECTION %v, want %s", tc.set, got, tc.mode)
+		}
+		for _, name := range []string{"ClusterRole <nil>/istio-cni-node-pod-writes", "ValidatingAdmissionPolicy <nil>/istio-cni-node-pod-writes"} {
+			if _, ok := objs[name]; ok != tc.writes {
+				t.Errorf("--set %s: %s rendered %v, want %v", tc.set, name, ok, tc.writes)
+			}
+		}
+	}
+	if got := configData(helmTemplate(t, "missedInjection.restartsPerMinute=2"))["MISSED_INJECTION_RESTARTS_PER_MINUTE"]; got != "2" {
+		t.Errorf("MISSED_INJECTION_RESTARTS_PER_MINUTE %v", got)
 	}
 }

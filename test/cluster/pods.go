@@ -32,6 +32,9 @@ type PodSpec struct {
 	// and the injector's status annotation; NativeSidecar makes it an init
 	// container with restartPolicy Always.
 	Sidecar, NativeSidecar bool
+	// OptedOut labels the pod sidecar.istio.io/inject=false: with Sidecar,
+	// a pod with the same containers that istio-cni leaves alone.
+	OptedOut bool
 }
 
 // JSON renders the pod.
@@ -46,7 +49,11 @@ func (s PodSpec) JSON() []byte {
 			},
 		}
 	}
-	meta := map[string]any{"name": s.Name, "namespace": s.Namespace, "labels": map[string]string{"app": s.Name}}
+	labels := map[string]string{"app": s.Name}
+	if s.OptedOut {
+		labels["sidecar.istio.io/inject"] = "false"
+	}
+	meta := map[string]any{"name": s.Name, "namespace": s.Namespace, "labels": labels}
 	spec := map[string]any{"terminationGracePeriodSeconds": 1, "enableServiceLinks": false}
 	var containers, inits []any
 	if s.Server {

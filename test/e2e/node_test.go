@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -146,30 +145,18 @@ func TestInspect(t *testing.T) {
 	requireInstalled(t)
 	startPod(t, meshedPod(t, "inspected"))
 	startPod(t, cluster.PodSpec{Namespace: "default", Name: "inspected-plain", Target: server(t)})
-	run := func(pod string) (string, int) {
-		cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig, "--run-dir", env.node.IstioRunDir,
-			"--cni-net-dir", env.node.CNINetDir, pod) // #nosec G204 -- test binary
-		out, err := cmd.CombinedOutput()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return string(out), code
-	}
-	out, code := run("default/inspected")
+	out, code := inspectPod(t, "default/inspected")
 	for _, want := range []string{"chains istio-cni", "decision:  redirect (ipv4)", "ipv4 nat -A ISTIO_OUTPUT", "verdict:   ok: redirected"} {
 		if !strings.Contains(out, want) || code != 0 {
 			t.Errorf("inspect default/inspected (exit %d) lacks %q:\n%s", code, want, out)
 		}
 	}
 	t.Logf("inspect default/inspected:\n%s", out)
-	out, code = run("default/inspected-plain")
+	out, code = inspectPod(t, "default/inspected-plain")
 	if !strings.Contains(out, "not redirected: no istio-proxy container") || code != 0 {
 		t.Errorf("inspect default/inspected-plain (exit %d):\n%s", code, out)
 	}
-	out, code = run("kube-system/none")
+	out, code = inspectPod(t, "kube-system/none")
 	if code != 1 || !strings.Contains(out, "not found") {
 		t.Errorf("inspect of a missing pod (exit %d):\n%s", code, out)
 	}

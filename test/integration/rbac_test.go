@@ -52,12 +52,14 @@ func TestDeploymentsRBAC(t *testing.T) {
 		{"plugin", pluginToken, "POST", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin/token", false},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", true},
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets", false},
-		// The uninstall check's watches, each by name only.
+		// The uninstall check's watches, by name.
 		{"installer", installerToken, "GET", "/apis/apps/v1/namespaces/istio-cni/daemonsets?fieldSelector=metadata.name%3Distio-cni-node&watch=true&timeoutSeconds=1", true},
 		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni", true},
 		{"installer", installerToken, "GET", "/api/v1/namespaces?fieldSelector=metadata.name%3Distio-cni&watch=true&timeoutSeconds=1", true},
-		{"installer", installerToken, "GET", "/api/v1/namespaces/default", false},
-		{"installer", installerToken, "GET", "/api/v1/namespaces", false},
+		// Every namespace's labels: which select sidecar injection.
+		{"installer", installerToken, "GET", "/api/v1/namespaces/default", true},
+		{"installer", installerToken, "GET", "/api/v1/namespaces?watch=true&timeoutSeconds=1", true},
+		{"installer", installerToken, "PATCH", "/api/v1/namespaces/default", false},
 		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni", true},
 		{"installer", installerToken, "GET", "/api/v1/namespaces/istio-cni/serviceaccounts/istio-cni-plugin", false},
 		{"installer", installerToken, "DELETE", "/api/v1/namespaces/istio-cni", false},

@@ -40,6 +40,15 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- $action = "label" -}}
 {{- end -}}
 {{- end -}}
+{{- $missed := toString .Values.missedInjection.mode -}}
+{{- if not (has $missed (list "report" "restart" "off")) -}}
+{{- fail (printf "missedInjection.mode %q: want report, restart or off" $missed) -}}
+{{- end -}}
+{{- $rate := int .Values.missedInjection.restartsPerMinute -}}
+{{- if or (lt $rate 1) (gt $rate 60) -}}
+{{- fail (printf "missedInjection.restartsPerMinute %v: want a whole number from 1 to 60" .Values.missedInjection.restartsPerMinute) -}}
+{{- end -}}
+{{- $podWrites := or (and .Values.repair.enabled (not .Values.repair.repairPods) (or .Values.repair.deletePods .Values.repair.labelPods)) (eq $missed "restart") -}}
 {{- $name := coalesce .Values.cniConfFileName $p.cniConfFileName (ternary "02-istio-cni.conflist" "istio-cni.conf" $chained) -}}
 {{- if and $chained (not (hasSuffix ".conflist" $name)) -}}
 {{- fail (printf "cniConfFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
@@ -59,6 +68,9 @@ provider: {{ coalesce .Values.provider $p.provider "default" | quote }}
 resourceQuotas: {{ $quota }}
 seLinuxOptions: {{ toJson $se }}
 auditAction: {{ $action | quote }}
+missedInjection: {{ $missed | quote }}
+missedRestartsPerMinute: {{ $rate }}
+podWrites: {{ $podWrites }}
 image: {{ $image | quote }}
 openshift: {{ eq .Values.global.platform "openshift" }}
 {{- end -}}

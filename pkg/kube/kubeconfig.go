@@ -1,0 +1,205 @@
+package kube
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// kubeconfigFile is the part of a kubeconfig file the plugin uses: the current
+// context's cluster and user, with the fields the installer writes plus the
+// usual file-based variants. client-go's loader would cost every plugin
+// exec (ADD, DEL, CHECK, excluded pods included) a few milliseconds of
+// package init for features a node-local credential never uses.
+type kubeconfigFile struct {
+	CurrentContext string `json:"current-context"`
+	Contexts       []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster string `json:"cluster"`
+			User    string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+	Clusters []struct {
+		Name    string `json:"name"`
+		Cluster struct {
+			Server                   string `json:"server"`
+			CertificateAuthority     string `json:"certificate-authority"`
+			CertificateAuthorityData []byte `json:"certificate-authority-data"`
+			InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+			TLSServerName            string `json:"tls-server-name"`
+		} `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		Name string `json:"name"`
+		User struct {
+			Token                 string         `json:"token"`
+			TokenFile             string         `json:"tokenFile"`
+			ClientCertificate     string         `json:"client-certificate"`
+			ClientCertificateData []byte         `json:"client-certificate-data"`
+			ClientKey             string         `json:"client-key"`
+			ClientKeyData         []byte         `json:"client-key-data"`
+			Exec                  map[string]any `json:"exec"`
+			AuthProvider          map[string]any `json:"auth-provider"`
+		} `json:"user"`
+	} `json:"users"`
+}
+
+// maxKubeconfig bounds the file read: a kubeconfig is a few kilobytes.
+const maxKubeconfig = 1 << 20
+
+// restConfig is what a request needs: where, whom to trust, who we are.
+type restConfig struct {
+	host  string
+	tls   *tls.Config
+	token string
+}
+
+// loadKubeconfig reads path's current context. Relative file paths in it
+// are relative to the file's directory, as kubectl reads them. Exec and
+// auth-provider credentials are refused: the plugin runs per pod start and
+// must not start programs to get a token.
+func loadKubeconfig(path string) (*restConfig, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxKubeconfig {
+		return nil, fmt.Errorf("%d bytes, more than %d", fi.Size(), maxKubeconfig)
+	}
+	data, err := os.ReadFile(path) // #nosec G304 -- the configured kubeconfig
+	if err != nil {
+		return nil, err
+	}
+	var kc kubeconfigFile
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, err
+	}
+	var clusterName, userName string
+	for _, c := range kc.Contexts {
+		if c.Name == kc.CurrentContext {
+			clusterName, userName = c.Context.Cluster, c.Context.User
+		}
+	}
+	if clusterName == "" {
+		return nil, fmt.Errorf("current-context %q: no such context with a cluster", kc.CurrentContext)
+	}
+	dir := filepath.Dir(path)
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	cfg := &restConfig{tls: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}}
+	found := false
+	for _, c := range kc.Clusters {
+		if c.Name != clusterName {
+			continue
+		}
+		found = true
+		cl := c.Cluster
+		cfg.host = strings.TrimSuffix(cl.Server, "/")
+		if cfg.host == "" {
+			return nil, fmt.Errorf("cluster %q: no server", clusterName)
+		}
+		if !strings.Contains(cfg.host, "://") {
+			cfg.host = "https://" + cfg.host
+		}
+		cfg.tls.ServerName = cl.TLSServerName
+		cfg.tls.InsecureSkipVerify = cl.InsecureSkipTLSVerify // #nosec G402 -- the kubeconfig's explicit choice
+		ca := cl.CertificateAuthorityData
+		if len(ca) == 0 && cl.CertificateAuthority != "" {
+			if ca, err = os.ReadFile(rel(cl.CertificateAuthority)); err != nil {
+				return nil, fmt.Errorf("cluster %q: certificate-authority: %w", clusterName, err)
+			}
+		}
+		if len(ca) > 0 {
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(ca) {
+				return nil, fmt.Errorf("cluster %q: certificate-authority: no PEM certificate", clusterName)
+			}
+			cfg.tls.RootCAs = pool
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("context %q: no cluster %q", kc.CurrentContext, clusterName)
+	}
+	for _, u := range kc.Users {
+		if u.Name != userName {
+			continue
+		}
+		us := u.User
+		switch {
+		case us.Exec != nil || us.AuthProvider != nil:
+			return nil, fmt.Errorf("user %q: exec and auth-provider credentials are not supported: want a token or a client certificate", userName)
+		case us.Token != "":
+			cfg.token = us.Token
+		case us.TokenFile != "":
+			b, err := os.ReadFile(rel(us.TokenFile))
+			if err != nil {
+				return nil, fmt.Errorf("user %q: tokenFile: %w", userName, err)
+			}
+			cfg.token = strings.TrimSpace(string(b))
+		}
+		cert, key := us.ClientCertificateData, us.ClientKeyData
+		if len(cert) == 0 && us.ClientCertificate != "" {
+			if cert, err = os.ReadFile(rel(us.ClientCertificate)); err != nil {
+				return nil, fmt.Errorf("user %q: client-certificate: %w", userName, err)
+			}
+		}
+		if len(key) == 0 && us.ClientKey != "" {
+			if key, err = os.ReadFile(rel(us.ClientKey)); err != nil {
+				return nil, fmt.Errorf("user %q: client-key: %w", userName, err)
+			}
+		}
+		if len(cert) > 0 || len(key) > 0 {
+			pair, err := tls.X509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("user %q: client certificate: %w", userName, err)
+			}
+			cfg.tls.Certificates = []tls.Certificate{pair}
+		}
+	}
+	if cfg.token == "" && len(cfg.tls.Certificates) == 0 {
+		return nil, errors.New("no credentials: want the user's token, tokenFile or client certificate")
+	}
+	return cfg, nil
+}
+
+// httpClient makes one client for the process's few requests: HTTP/1.1,
+// which skips HTTP/2's connection preface and settings for a single GET;
+// the environment's proxy settings, as client-go honours them; the bearer
+// token, when there is one, on every request.
+func (c *restConfig) httpClient() *http.Client {
+	tr := &http.Transport{
+		TLSClientConfig:     c.tls,
+		TLSHandshakeTimeout: 10 * time.Second,
+		ForceAttemptHTTP2:   false,
+		Proxy:               http.ProxyFromEnvironment, // as client-go does
+	}
+	var rt http.RoundTripper = tr
+	if c.token != "" {
+		rt = bearer{token: c.token, next: tr}
+	}
+	return &http.Client{Transport: rt}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
+)
+
+// installedNode is the plugin as a node runs it: install-cni (its node
+// agent, the audit on) running against host directories of its own and
+// the test API server, the plugin binary it installed, called with the
+// entry it wrote into the owned conflist.
+type installedNode struct {
+	root, bin, netd, run, sa, src string
+	agent                         *exec.Cmd
+	logs                          bytes.Buffer
+	health                        int
+}
+
+const benchNode = "bench-node"
+
+// startInstalled lays out the node, starts the agent and waits until it
+// is ready (plugin, kubeconfig and conflist in place, its informer synced).
+func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer, plugin string) (*installedNode, error) {
+	nd := &installedNode{root: dir, bin: filepath.Join(dir, "bin"), netd: filepath.Join(dir, "net.d"),
+		run: filepath.Join(dir, "run"), sa: filepath.Join(dir, "sa"), src: filepath.Join(dir, "image")}
+	for _, d := range []string{nd.bin, nd.netd, nd.run, nd.sa, nd.src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	ca, err := os.ReadFile(api.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{"token": []byte(cluster.AdminToken), "ca.crt": ca} {
+		if err := os.WriteFile(filepath.Join(nd.sa, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := copyFile(plugin, filepath.Join(nd.src, install.PluginBinary)); err != nil {
+		return nil, err
+	}
+	primary := `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"bridge","bridge":"cni0","ipam":{"type":"host-local","subnet":"198.51.100.0/24"}}]}`
+	if err := os.WriteFile(filepath.Join(nd.netd, "10-bridge.conflist"), []byte(primary), 0o644); err != nil {
+		return nil, err
+	}
+	status, body, err := api.Do(ctx, http.MethodPost, "/api/v1/nodes", []byte(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"`+benchNode+`"}}`))
+	if err != nil || (status != http.StatusCreated && status != http.StatusConflict) {
+		return nil, fmt.Errorf("creating node %s: %d %v %s", benchNode, status, err, body)
+	}
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	nd.health = ports[0]
+	// The API server's own port: the agent and the plugin reach it there.
+	port := strconv.Itoa(api.APIPort())
+	nd.agent = exec.Command(installer) // #nosec G204 -- the bench's own binary
+	nd.agent.Env = append(os.Environ(),
+		"CNI_BIN_DIR="+nd.bin, "CNI_NET_DIR="+nd.netd, "KUBECONFIG_DIR="+nd.run,
+		"HOST_KUBECONFIG_PATH="+filepath.Join(nd.run, install.KubeconfigName), "SERVICE_ACCOUNT_DIR="+nd.sa,
+		"PLUGIN_SOURCE="+nd.src, "POD_NAMESPACE=istio-cni", "NODE_NAME="+benchNode, "NODE_TAINT=false",
+		"NETNS_DIR=/var/run/netns", "LOG_LEVEL=info",
+		"HEALTH_ADDR=127.0.0.1:"+strconv.Itoa(ports[0]), "METRICS_ADDR=127.0.0.1:"+strconv.Itoa(ports[1]),
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port)
+	nd.agent.Stdout, nd.agent.Stderr = &nd.logs, &nd.logs
+	// No Pdeathsig: it fires when the starting thread exits, and the
+	// bench's namespace threads do; stop() ends the agent.
+	if err := nd.agent.Start(); err != nil {
+		return nil, err
+	}
+	err = poll.Wait(60*time.Second, "the agent ready", func() (bool, string) {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(nd.health) + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		_, sockErr := os.Stat(filepath.Join(nd.run, install.PodsSocket))
+		return resp.StatusCode == http.StatusOK && sockErr == nil, string(b)
+	})
+	if err != nil {
+		nd.stop()
+		return nil, fmt.Errorf("%w\n%s", err, nd.logs.String())
+	}
+	return nd, nil
+}
+
+func (nd *installedNode) stop() {
+	_ = nd.agent.Process.Signal(syscall.SIGTERM)
+	_ = nd.agent.Wait()
+}
+
+// entry is the plugin's stdin as the runtime builds it from the owned
+// conflist: the list's cniVersion and name, the istio-cni entry's keys,
+// and the primary's result.
+func (nd *installedNode) entry(prevResult string) ([]byte, error) {
+	files, err := filepath.Glob(filepath.Join(nd.netd, "*.conflist"))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var list struct {
+			CNIVersion string                       `json:"cniVersion"`
+			Name       string                       `json:"name"`
+			Plugins    []map[string]json.RawMessage `json:"plugins"`
+		}
+		if json.Unmarshal(data, &list) != nil {
+			continue
+		}
+		for _, p := range list.Plugins {
+			if string(p["type"]) != `"istio-cni"` {
+				continue
+			}
+			p["cniVersion"], _ = json.Marshal(list.CNIVersion)
+			p["name"], _ = json.Marshal(list.Name)
+			p["prevResult"] = json.RawMessage(prevResult)
+			return json.Marshal(p)
+		}
+	}
+	return nil, fmt.Errorf("no istio-cni entry in %s", nd.netd)
+}
+
+// installed measures ADD as installed against the floor in one table, with
+// the ratios the target is stated in.
+func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, installer string, conc int) error {
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"node-bench","namespace":"bench","annotations":{"sidecar.istio.io/status":"{}"}},
+ "spec":{"nodeName":"` + benchNode + `","containers":[{"name":"app","image":"app:v1"},{"name":"istio-proxy","image":"proxy:v1"}]}}`)
+	if err := api.CreatePod(ctx, pod); err != nil {
+		return err
+	}
+	uid, err := podUID(ctx, api, "node-bench")
+	if err != nil {
+		return err
+	}
+	b.uids["node-bench"] = uid
+	nd, err := startInstalled(ctx, api, filepath.Join(dir, "node"), installer, b.plugin)
+	if err != nil {
+		return err
+	}
+	defer nd.stop()
+	stdin, err := nd.entry(prevV4)
+	if err != nil {
+		return err
+	}
+	installedPlugin := filepath.Join(nd.bin, install.PluginBinary)
+	run := &bench{plugin: installedPlugin, n: b.n, uids: b.uids}
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	text, err := iptables.Plan(&rs, nil)
+	if err != nil {
+		return err
+	}
+	backend, err := xtables.Auto.Resolve()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n## As installed: install-cni (its node agent, the audit on) running, the plugin it installed called with the entry it wrote (%s)\n\n", backend)
+	fmt.Println("| measurement | p50 | p99 | max |")
+	fmt.Println("|---|---|---|---|")
+	results := map[string][]sample{}
+	for _, m := range []struct {
+		key, label string
+		conc       int
+		one        func() (sample, error)
+	}{
+		{"floor1", "floor: bare iptables-restore", 1, func() (sample, error) { return floorOnce(backend, text) }},
+		{"add1", "ADD meshed pod (the agent answers the lookup and reads the rules back)", 1, run.addWith(backend, "node-bench", stdin, true, false)},
+		{"floorN", fmt.Sprintf("floor, %d at once", conc), conc, func() (sample, error) { return floorOnce(backend, text) }},
+		{"addN", fmt.Sprintf("ADD, %d at once", conc), conc, run.addWith(backend, "node-bench", stdin, false, false)},
+	} {
+		s, err := collect(b.n, m.conc, m.one)
+		if err != nil {
+			return fmt.Errorf("%s: %w\n%s", m.label, err, nd.logs.String())
+		}
+		if strings.HasPrefix(m.key, "add") {
+			for _, one := range s {
+				if one.from != "agent" {
+					return fmt.Errorf("%s: the lookup was answered by %q, not the agent (%s)\n%s", m.label, one.from, one.miss, nd.logs.String())
+				}
+			}
+		}
+		results[m.key] = s
+		row(m.label, s)
+	}
+	p := func(key string, q float64) time.Duration {
+		ds := make([]time.Duration, 0, len(results[key]))
+		for _, s := range results[key] {
+			ds = append(ds, s.d)
+		}
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+	}
+	fmt.Printf("\nADD p50 / floor p50: %.2f× (target 1.5×). ADD p99 / floor p99, %d at once: %.2f× (target 2×).\n",
+		ratio(p("add1", 0.5), p("floor1", 0.5)), conc, ratio(p("addN", 0.99), p("floorN", 0.99)))
+	m := procStatus(nd.agent.Process.Pid)
+	fmt.Printf("The agent's RSS after the runs: %.1f MB (peak %.1f MB; now %.1f MB anonymous, %.1f MB of its binary and files).\n",
+		float64(m["VmRSS:"])/1024, float64(m["VmHWM:"])/1024, float64(m["RssAnon:"])/1024, float64(m["RssFile:"])/1024)
+	return nil
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src) // #nosec G304 -- the bench's own binary
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755) // #nosec G306 -- a program
+}

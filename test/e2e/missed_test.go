@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/missed"
+	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
+)
+
+// 12. Pods created while the injector was away (this node has none: every
+// pod in a namespace labelled for injection misses it) are reported: an
+// Event, the gauge, inspect's verdict; a pod opted out is not. With
+// MISSED_INJECTION=restart, a Deployment's pod is deleted once and its
+// ReplicaSet's replacement (missing the sidecar too: the injector is still
+// away) is only reported; a bare pod is only reported.
+func TestMissedInjection(t *testing.T) {
+	requireInstalled(t)
+	const ns = "injected-ns"
+	kubectl(t, "create", "namespace", ns)
+	t.Cleanup(func() {
+		_, _ = env.node.Kubectl(context.Background(), "delete", "namespace", ns, "--wait=false")
+	})
+	kubectl(t, "label", "namespace", ns, "istio-injection=enabled")
+	startPod(t, cluster.PodSpec{Namespace: ns, Name: "missed", Target: server(t)})
+	startPod(t, cluster.PodSpec{Namespace: ns, Name: "opted-out", Target: server(t), OptedOut: true})
+	poll.Until(t, 30*time.Second, "the missed pod's Event", func() (bool, string) {
+		out := podEvents(t, ns, "missed")
+		return strings.Contains(out, missed.ReasonMissed), out
+	})
+	if got := metric(t, "istio_cni_missed_injection_pods"); got != 1 {
+		t.Errorf("istio_cni_missed_injection_pods = %v, want 1 (the opted-out pod is no miss)", got)
+	}
+	if out := podEvents(t, ns, "opted-out"); strings.Contains(out, missed.ReasonMissed) {
+		t.Errorf("the opted-out pod was reported:\n%s", out)
+	}
+	out, code := inspectPod(t, ns+"/missed")
+	if code != 3 || !strings.Contains(out, "injection: missed injection: namespace "+ns+" has istio-injection=enabled") ||
+		!strings.Contains(out, "verdict:   NOT IN THE MESH: created without its sidecar") {
+		t.Errorf("inspect %s/missed (exit %d, want 3):\n%s", ns, code, out)
+	}
+
+	// Restart on: the optional pod writes, then the setting.
+	base, err := cluster.DeploymentsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := filepath.Join(base, "optional", "audit-pod-writes.yaml")
+	kubectl(t, "apply", "-f", writes)
+	if err := setMissedMode(t.Context(), "restart"); err != nil {
+		t.Fatal(err)
+	}
+	requireInstalled(t)
+	t.Cleanup(func() {
+		if err := setMissedMode(context.Background(), "report"); err != nil {
+			t.Error(err)
+		}
+		_, _ = env.node.Kubectl(context.Background(), "delete", "-f", writes, "--ignore-not-found")
+	})
+	startPod(t, cluster.PodSpec{Namespace: ns, Name: "bare", Target: server(t)})
+	createDeployment(t, ns, "web", cluster.PodSpec{Namespace: ns, Name: "web", Target: server(t)})
+	// The first pod runs for a moment only: the restart Event names it.
+	var deleted, replacement string
+	poll.Until(t, 2*time.Minute, "the Deployment's first pod deleted and replaced", func() (bool, string) {
+		names := strings.Fields(kubectl(t, "get", "events", "-n", ns, "--field-selector", "reason="+missed.ReasonRestarted,
+			"-o", "jsonpath={.items[*].involvedObject.name}"))
+		pods := podsOf(t, ns, "app=web")
+		if len(names) != 1 || len(pods) != 1 {
+			return false, fmt.Sprintf("restarted %q; pods %q", names, pods)
+		}
+		deleted, replacement = names[0], pods[0]
+		return !strings.HasPrefix(replacement, deleted+" ") && strings.HasSuffix(replacement, " Running"), replacement
+	})
+	// The replacement missed its injection too: reported, never deleted
+	// within the backoff; nor is the bare pod.
+	time.Sleep(5 * time.Second)
+	if pods := podsOf(t, ns, "app=web"); len(pods) != 1 || pods[0] != replacement {
+		t.Errorf("the replacement was touched: %q, was %q", pods, replacement)
+	}
+	if got := metric(t, `istio_cni_missed_injection_restarts_total{result="deleted"}`); got != 1 {
+		t.Errorf("restarts counted %v, want 1", got)
+	}
+	if out := podEvents(t, ns, "bare"); !strings.Contains(out, missed.ReasonMissed) || strings.Contains(out, missed.ReasonRestarted) {
+		t.Errorf("the bare pod: want reported only:\n%s", out)
+	}
+	if _, found, err := env.node.GetPod(t.Context(), ns, "bare"); err != nil || !found {
+		t.Errorf("the bare pod is gone (%v)", err)
+	}
+	if got := metric(t, "istio_cni_missed_injection_pods"); got != 3 {
+		t.Errorf("istio_cni_missed_injection_pods = %v, want 3 (missed, bare, the replacement)", got)
+	}
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := env.node.Kubectl(t.Context(), args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func podEvents(t *testing.T, ns, name string) string {
+	out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", ns, "--field-selector", "involvedObject.name="+name,
+		"-o", "custom-columns=REASON:.reason,MESSAGE:.message")
+	return out
+}
+
+// podsOf lists "name uid phase" of the pods matching selector that are not
+// being deleted.
+func podsOf(t *testing.T, ns, selector string) []string {
+	out := kubectl(t, "get", "pods", "-n", ns, "-l", selector, "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}`)
+	var pods []string
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 3 {
+			pods = append(pods, strings.Join(f, " "))
+		}
+	}
+	return pods
+}
+
+// setMissedMode sets MISSED_INJECTION and restarts the agent with it.
+func setMissedMode(ctx context.Context, mode string) error {
+	patch, _ := json.Marshal(map[string]any{"data": map[string]string{"MISSED_INJECTION": mode}})
+	for _, args := range [][]string{
+		{"-n", "istio-cni", "patch", "configmap", "istio-cni-config", "--type=merge", "-p", string(patch)},
+		{"-n", "istio-cni", "rollout", "restart", "daemonset/istio-cni-node"},
+		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"},
+	} {
+		if _, err := env.node.Kubectl(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createDeployment runs pod s as a one-replica Deployment, deleted when the
+// test ends.
+func createDeployment(t *testing.T, ns, name string, s cluster.PodSpec) {
+	t.Helper()
+	var pod struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(s.JSON(), &pod); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := json.Marshal(map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"replicas": 1,
+			"selector": map[string]any{"matchLabels": pod.Metadata.Labels},
+			"template": map[string]any{"metadata": map[string]any{"labels": pod.Metadata.Labels}, "spec": pod.Spec},
+		},
+	})
+	status, body, err := env.node.Do(t.Context(), http.MethodPost, "/apis/apps/v1/namespaces/"+ns+"/deployments", d)
+	if err != nil || status != http.StatusCreated {
+		t.Fatalf("creating Deployment %s/%s: %d %v\n%s", ns, name, status, err, body)
+	}
+	t.Cleanup(func() {
+		_, _, _ = env.node.Do(context.Background(), http.MethodDelete, "/apis/apps/v1/namespaces/"+ns+"/deployments/"+name, nil)
+	})
+}
+
+// inspectPod runs install-cni inspect on the node and returns its output
+// and exit status.
+func inspectPod(t *testing.T, pod string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig, "--run-dir", env.node.IstioRunDir,
+		"--cni-net-dir", env.node.CNINetDir, pod) // #nosec G204 -- test binary
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
