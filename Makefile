@@ -21,7 +21,7 @@ KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet k
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build image deps kube-binaries helm lint test unit e2e chaos bench bench-node demo demo-down clean
+.PHONY: all build image deps kube-binaries helm lint test unit e2e chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -107,8 +107,16 @@ unit:
 	$(GO) test -count=1 ./pkg/... ./cmd/...
 
 ## bench: ADD latency, RSS and VERSION time against a real API server.
+## UPSTREAM=/path/to/istio-cni adds upstream's plugin beside ours (or
+## bench-upstream, which builds it from its module, test/upstream).
 bench: deps kube-binaries build
-	$(GO) run ./test/bench -plugin $(BIN)/istio-cni
+	$(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM))
+
+bench-upstream: $(TOOLS)/upstream-istio-cni
+	$(MAKE) bench UPSTREAM=$(CURDIR)/$(TOOLS)/upstream-istio-cni
+
+$(TOOLS)/upstream-istio-cni: test/upstream/go.mod test/upstream/go.sum
+	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(CURDIR)/$@ istio.io/istio/cni/cmd/istio-cni
 
 ## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
 bench-node: deps kube-binaries image

@@ -86,6 +86,13 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 // missed-injection detector, the taint.
 func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) error {
 	cfg := a.cfg
+	if cfg.MissedInjection != missed.Off && cfg.NodeName == "" && cfg.AuditAction == audit.Off && !cfg.NodeTaint {
+		// Reporting is on by default; an agent run without its node's
+		// name (not as the DaemonSet runs it) still installs.
+		a.log.Warn("not looking for pods that missed their sidecar injection: no --node-name (NODE_NAME)")
+		cfg.MissedInjection = missed.Off
+		a.cfg.MissedInjection = missed.Off
+	}
 	podDuties := cfg.AuditAction != audit.Off || cfg.MissedInjection != missed.Off
 	if !podDuties && !cfg.NodeTaint {
 		return nil

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -154,6 +156,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--netns-dir=netns"}, "--netns-dir"},
 		{[]string{"--iptables-backend=ebpf"}, "--iptables-backend"},
 		{[]string{"--node-name=Node_A"}, "--node-name"},
+		{[]string{"--missed-injection=delete"}, "--missed-injection: unknown mode \"delete\": want report, restart or off"},
+		{[]string{"--missed-injection-restarts-per-minute=0"}, "--missed-injection-restarts-per-minute"},
 		{[]string{"--mode=sideways"}, "--mode"}, // the installer's, through the same parse
 		{[]string{"stray"}, "unexpected"},
 	} {
@@ -161,5 +165,29 @@ func TestParseFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to name %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// With API access but no node name, the audit and the taint off, the
+// default missed-injection report steps aside: the agent still installs.
+// With the audit on, the missing name is an error naming the flags.
+func TestMissedInjectionWithoutNodeName(t *testing.T) {
+	n := newFakeNode(t)
+	rc := &rest.Config{Host: "https://127.0.0.1:1"}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg, err := ParseFlags([]string{"--audit-action=off"}, n.getenv, "/unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg, rc, log)
+	if err != nil || a.missed != nil || a.pods != nil {
+		t.Fatalf("New = %v; missed %v, pods %v: want an agent without pod duties", err, a.missed, a.pods)
+	}
+	cfg, err = ParseFlags(nil, n.getenv, "/unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, rc, log); err == nil || !strings.Contains(err.Error(), "--missed-injection=off") {
+		t.Errorf("New with the audit on and no node name: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 func main() {
 	plugin := flag.String("plugin", "_output/bin/istio-cni", "the plugin binary")
 	installer := flag.String("installer", "_output/bin/install-cni", "the install-cni binary, for the as-installed table")
+	upstream := flag.String("upstream", "", "upstream istio-cni's plugin binary, measured beside ours (never fetched: bring your own)")
 	n := flag.Int("n", 200, "samples per measurement")
 	conc := flag.Int("concurrency", 8, "ADDs at once in the concurrent run")
 	backends := flag.String("backends", "auto,legacy", "iptables backends to measure, comma-separated")
@@ -42,7 +43,7 @@ func main() {
 	}
 	var err error
 	if !*skipPlugin {
-		err = run(*plugin, *installer, *n, *conc, strings.Split(*backends, ","))
+		err = run(*plugin, *installer, *upstream, *n, *conc, strings.Split(*backends, ","))
 	}
 	if err == nil && !*skipInstaller {
 		err = installerBench(*events)
@@ -53,7 +54,7 @@ func main() {
 	}
 }
 
-func run(plugin, installer string, n, conc int, backends []string) error {
+func run(plugin, installer, upstream string, n, conc int, backends []string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
@@ -63,6 +64,11 @@ func run(plugin, installer string, n, conc int, backends []string) error {
 	}
 	if installer, err = filepath.Abs(installer); err != nil {
 		return err
+	}
+	if upstream != "" {
+		if upstream, err = filepath.Abs(upstream); err != nil {
+			return err
+		}
 	}
 	dir, err := os.MkdirTemp("", "istio-cni-bench-")
 	if err != nil {
@@ -112,6 +118,11 @@ func run(plugin, installer string, n, conc int, backends []string) error {
 	}
 	if err := b.installed(ctx, api, dir, installer, conc); err != nil {
 		return fmt.Errorf("as installed: %w", err)
+	}
+	if upstream != "" {
+		if err := b.upstream(upstream, dir, conc); err != nil {
+			return fmt.Errorf("upstream: %w", err)
+		}
 	}
 	// The reports must have arrived, or the reporting rows measured nothing.
 	if got := agent.Stats().Events; got < uint64(n*len(backends)) {
