@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -159,20 +161,46 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
-// FreePorts asks the kernel for n distinct free ports on 127.0.0.1. They are
-// free when this returns; another process could take one before our child
-// binds it, which then fails start-up with "address already in use".
+// FreePorts returns n distinct ports free on 127.0.0.1, drawn outside the
+// kernel's ephemeral range (quietRange). Another test process could still
+// bind one before our child does; drawn at random from 12,000 ports, that
+// is rare, where the ephemeral range's next port was not.
 func FreePorts(n int) ([]int, error) {
+	low, high := quietRange()
 	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for draws := 0; len(ports) < n; draws++ {
+		quiet := high > low && draws < 1000
+		addr := "127.0.0.1:0"
+		if quiet {
+			addr = "127.0.0.1:" + strconv.Itoa(low+rand.IntN(high-low)) // #nosec G404 -- a test port, not a secret
+		}
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
+			if quiet {
+				continue // taken: another draw
+			}
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}
 		defer ln.Close() // held until all are picked, so they differ
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// quietRange is where FreePorts draws: below the kernel's ephemeral range,
+// so that no process's outgoing connection takes a port between the draw
+// and the component's bind (an ephemeral port free now may be a client's
+// source port a second later). Empty when that range is too small.
+func quietRange() (low, high int) {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(data), &first, &last); err != nil || first <= 20000 {
+		return 0, 0
+	}
+	return 20000, first
 }
 
 // logTail returns the last n lines of the file at path (at most 16 KiB).
