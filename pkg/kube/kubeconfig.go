@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -68,16 +69,17 @@ type restConfig struct {
 // auth-provider credentials are refused: the plugin runs per pod start and
 // must not start programs to get a token.
 func loadKubeconfig(path string) (*restConfig, error) {
-	fi, err := os.Stat(path)
+	f, err := os.Open(path) // #nosec G304 -- the configured kubeconfig
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() > maxKubeconfig {
-		return nil, fmt.Errorf("%d bytes, more than %d", fi.Size(), maxKubeconfig)
-	}
-	data, err := os.ReadFile(path) // #nosec G304 -- the configured kubeconfig
+	data, err := io.ReadAll(io.LimitReader(f, maxKubeconfig+1))
+	_ = f.Close()
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > maxKubeconfig {
+		return nil, fmt.Errorf("more than %d bytes", maxKubeconfig)
 	}
 	var kc kubeconfigFile
 	if err := yaml.Unmarshal(data, &kc); err != nil {

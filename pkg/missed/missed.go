@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"istio-cni.local/istio-cni/pkg/injection"
-	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
 )
 
 // Mode is what the agent does with a pod that missed its injection.
@@ -192,23 +192,11 @@ func (d *Detector) judge(pod *corev1.Pod) (injection.Verdict, bool) {
 	if !ok {
 		return injection.Verdict{}, false
 	}
-	return injection.Of(subset(pod), labels, d.cfg.Excluded), true
-}
-
-// subset copies what the injection rules read, without a JSON round trip:
-// every pod change on the node wakes a pass over all of them.
-func subset(pod *corev1.Pod) *kube.Pod {
-	kp := &kube.Pod{
-		Metadata: kube.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), Labels: pod.Labels, Annotations: pod.Annotations},
-		Spec:     kube.PodSpec{HostNetwork: pod.Spec.HostNetwork},
+	kp, err := apipod.ToKube(pod)
+	if err != nil {
+		return injection.Verdict{}, false
 	}
-	for _, c := range pod.Spec.Containers {
-		kp.Spec.Containers = append(kp.Spec.Containers, kube.Container{Name: c.Name})
-	}
-	for _, c := range pod.Spec.InitContainers {
-		kp.Spec.InitContainers = append(kp.Spec.InitContainers, kube.Container{Name: c.Name})
-	}
-	return kp
+	return injection.Of(kp, labels, d.cfg.Excluded), true
 }
 
 // restart deletes pod when its controller recreates it, within the

@@ -12,9 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-
-	"istio-cni.local/istio-cni/pkg/injection"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
 )
 
 type podList []*corev1.Pod
@@ -167,33 +164,5 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("delete"); err == nil || !strings.Contains(err.Error(), "report, restart or off") {
 		t.Errorf("ParseMode(delete) = %v", err)
-	}
-}
-
-// The detector's copy of a pod judges as the full decoding does.
-func TestSubsetJudgesAsTheFullPod(t *testing.T) {
-	always := corev1.ContainerRestartPolicyAlways
-	for _, p := range []*corev1.Pod{
-		pod("shop", "plain"),
-		pod("shop", "sidecar", func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "istio-proxy"})
-		}),
-		pod("shop", "native", func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: "istio-proxy", RestartPolicy: &always}}
-		}),
-		pod("shop", "host", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
-		pod("plain", "labelled", func(p *corev1.Pod) {
-			p.Labels = map[string]string{"sidecar.istio.io/inject": "true"}
-			p.Annotations = map[string]string{"sidecar.istio.io/inject": "false"}
-		}),
-	} {
-		full, err := apipod.ToKube(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns := map[string]string{"istio-injection": "enabled"}
-		if got, want := injection.Of(subset(p), ns, nil), injection.Of(full, ns, nil); got != want {
-			t.Errorf("%s: subset %+v, full pod %+v", p.Name, got, want)
-		}
 	}
 }

@@ -40,12 +40,17 @@ func (b *bench) peakRSS() error {
 	if err != nil {
 		return err
 	}
+	fmt.Printf("\nPlugin peak RSS over %d dual-stack ADDs (GNU time, %%M): %.1f MB\n", len(s), peakMB(s))
+	return nil
+}
+
+// peakMB is the largest peak RSS among samples taken with rss.
+func peakMB(s []sample) float64 {
 	var kib int64
 	for _, x := range s {
 		kib = max(kib, x.maxRSS)
 	}
-	fmt.Printf("\nPlugin peak RSS over %d dual-stack ADDs (GNU time, %%M): %.1f MB\n", len(s), float64(kib)/1024)
-	return nil
+	return float64(kib) / 1024
 }
 
 func (b *bench) backend(name string, conc int) error {

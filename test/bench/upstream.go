@@ -76,11 +76,7 @@ func (b *bench) upstream(binary, dir string, conc int) error {
 	if err != nil {
 		return err
 	}
-	var kib int64
-	for _, x := range s {
-		kib = max(kib, x.maxRSS)
-	}
-	fmt.Printf("\nUpstream plugin peak RSS over %d ADDs (GNU time, %%M): %.1f MB\n", len(s), float64(kib)/1024)
+	fmt.Printf("\nUpstream plugin peak RSS over %d ADDs (GNU time, %%M): %.1f MB\n", len(s), peakMB(s))
 	return nil
 }
 
