@@ -77,6 +77,7 @@ func TestLoadKubeconfig(t *testing.T) {
 		{name: "missing CA file", data: doc("server: https://api, certificate-authority: gone.crt", "token: t"), err: "certificate-authority"},
 		{name: "no context", data: strings.Replace(doc("server: https://api", "token: t"), "current-context: x", "current-context: gone", 1), err: `current-context "gone"`},
 		{name: "not YAML", data: "{{", err: "yaml"},
+		{name: "over 1 MiB", data: doc("server: https://api", "token: t") + "# " + strings.Repeat("x", maxKubeconfig), err: "more than 1048576 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "kubeconfig")
