@@ -37,6 +37,7 @@ state = %q
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
+  netns_mounts_under_state_dir = true
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -66,7 +67,7 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		return err
 	}
-	if err := shareNetnsDir(); err != nil {
+	if err := shareDir(n.NetnsDir); err != nil {
 		return err
 	}
 	p, err := startProc(n.launcher, "containerd", b.containerd, []string{"--config", cfg, "--log-level", "info"},
@@ -132,38 +133,38 @@ func (n *Node) TagImage(ctx context.Context, src, dst string) error {
 	return nil
 }
 
-// netnsDir is where containerd binds sandboxes' network namespaces
-// (/var/run/netns, through the /var/run symlink).
-const netnsDir = "/run/netns"
+// netnsDir is where this containerd binds sandboxes' network namespaces:
+// under its CRI state directory (netns_mounts_under_state_dir), not the
+// machine's /run/netns, so that every namespace of a node is found, and
+// removed, with the node's directory, even after a run was killed, and two
+// nodes on one machine never see each other's.
+func netnsDir(dir string) string {
+	return filepath.Join(filepath.Dir(containerdSocket(dir)), "state", "io.containerd.grpc.v1.cri", "netns")
+}
 
-// NetnsDir is netnsDir as the DaemonSet mounts it, mountPropagation
-// HostToContainer: without the symlink, because this containerd checks
-// that the mount holding the path is shared without resolving it, and
-// this machine's / (which the path through /var/run finds) is private.
-// On a real node / is shared and /var/run/netns, the default, passes.
-const NetnsDir = netnsDir
-
-// shareNetnsDir makes netnsDir a shared mount point, as it is on a real
-// node (systemd mounts / shared; `ip netns add` does this same step). This
-// machine's / is private, and the runtime refuses a HostToContainer mount
-// from a private one. The recursive bind keeps namespaces already bound
-// there; a directory that already is a mount point is only made shared.
-func shareNetnsDir() error {
-	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+// shareDir makes dir a shared mount point, as the netns directory is on a
+// real node (systemd mounts / shared; `ip netns add` does this same step
+// for /run/netns). The DaemonSet mounts it with HostToContainer
+// propagation, which the runtime refuses from a private mount, and this
+// machine's / is private. The recursive bind keeps namespaces already
+// bound there; a directory that already is a mount point is only made
+// shared.
+func shareDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("mount --make-rshared %s: %w", netnsDir, err)
+		return fmt.Errorf("mount --make-rshared %s: %w", dir, err)
 	}
-	if err := unix.Mount(netnsDir, netnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("mount --rbind %s %s: %w", netnsDir, netnsDir, err)
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("mount --rbind %s %s: %w", dir, dir, err)
 	}
-	if err := unix.Mount("", netnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("mount --make-rshared %s: %w", netnsDir, err)
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("mount --make-rshared %s: %w", dir, err)
 	}
 	return nil
 }

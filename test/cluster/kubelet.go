@@ -83,4 +83,4 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 }
 
 // kubeletRootDir is kubelet's --root-dir, the node's /var/lib/kubelet.
-func (n *Node) kubeletRootDir() string { return filepath.Join(n.Dir, "kubelet", "root") }
+func (n *Node) kubeletRootDir() string { return filepath.Join(n.dir, "kubelet", "root") }

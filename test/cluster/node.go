@@ -45,15 +45,21 @@ type Node struct {
 	ContainerdSocket string
 	// PodLogDir is kubelet's pod log directory (podLogsDir).
 	PodLogDir string
+	// NetnsDir is where the runtime binds the pods' network namespaces
+	// (the node's /var/run/netns), a shared mount under the node's
+	// directory.
+	NetnsDir string
 	// KubeletPort is kubelet's HTTPS API (/metrics, ...) on 127.0.0.1;
 	// anonymous requests are allowed.
 	KubeletPort int
 
+	dir        string
 	bridge     string
 	components []*proc  // started after the API server, stopped before it
 	netnsPaths []string // sandboxes' network namespaces seen at teardown or reboot
 	timeout    time.Duration
 	lastReboot time.Duration // see LastRebootDuration
+	abortState
 }
 
 // NodeName is the node's name in the API.
@@ -77,17 +83,33 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	// What a killed run left first: its containers would load this run.
+	if cleaned, err := SweepStale(); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	} else if len(cleaned) > 0 {
+		fmt.Fprintf(os.Stderr, "cluster: tore down the nodes a killed run left in %v\n", cleaned)
+	}
+	if err := register(o.Dir, o.Bridge, o.Detach); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	n := &Node{
 		Name:             NodeName,
 		CNIBinDir:        filepath.Join(o.Dir, "host", "opt", "cni", "bin"),
 		CNINetDir:        filepath.Join(o.Dir, "host", "etc", "cni", "net.d"),
 		IstioRunDir:      filepath.Join(o.Dir, "host", "var", "run", "istio-cni"),
 		Kubeconfig:       filepath.Join(o.Dir, "admin.kubeconfig"),
-		ContainerdSocket: filepath.Join(o.Dir, "containerd", "containerd.sock"),
+		ContainerdSocket: containerdSocket(o.Dir),
 		PodLogDir:        filepath.Join(o.Dir, "kubelet", "pod-logs"),
+		NetnsDir:         netnsDir(o.Dir),
+		dir:              o.Dir,
 		bridge:           o.Bridge,
 		timeout:          o.StartTimeout,
 	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, n.Stop())
+		}
+	}()
 	n.PrimaryConfig = filepath.Join(n.CNINetDir, "10-bridge.conflist")
 	for _, d := range []string{n.CNIBinDir, n.CNINetDir, n.PodLogDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -107,13 +129,9 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 	defer cancel()
 	n.APIServer, err = StartAPIServer(ctx, Options{Dir: o.Dir, Node: true, Detach: o.Detach, StartTimeout: o.StartTimeout})
 	if err != nil {
+		n.APIServer = nil
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, n.Stop())
-		}
-	}()
 	if err := n.APIServer.Kubeconfig(n.Kubeconfig, AdminToken); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

@@ -103,7 +103,7 @@ func (n *Node) WriteOverlay(dir string, o Overlay) error {
 	if err != nil {
 		return err
 	}
-	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort, NetnsDir)
+	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort, n.NetnsDir)
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600)
 }
 

@@ -89,11 +89,13 @@ type Pod struct {
 		Containers []struct{ Name, Image string }
 	}
 	Status struct {
-		Phase, PodIP      string
-		ContainerStatuses []struct {
-			Name  string
-			Ready bool
-			State map[string]json.RawMessage
+		Phase, PodIP, Reason, Message string
+		Conditions                    []struct{ Type, Status, Reason, Message string }
+		ContainerStatuses             []struct {
+			Name         string
+			Ready        bool
+			RestartCount int
+			State        map[string]json.RawMessage
 		}
 	}
 }
@@ -111,7 +113,10 @@ func (n *Node) GetPod(ctx context.Context, ns, name string) (p Pod, found bool, 
 }
 
 // WaitRunning waits until every container of the pod is ready and returns
-// the pod.
+// the pod. A pod that can never start (the scheduler cannot place it, as
+// on a node that holds kubelet's 110 pods, or kubelet rejected it) fails at
+// once, not at ctx's end; either error carries the pod's Events, which say
+// why.
 func (n *Node) WaitRunning(ctx context.Context, ns, name string) (Pod, error) {
 	var last string
 	for {
@@ -123,15 +128,62 @@ func (n *Node) WaitRunning(ctx context.Context, ns, name string) (Pod, error) {
 			last = "not found"
 		case p.Status.Phase == "Running" && allReady(p):
 			return p, nil
+		case neverStarts(p) != "":
+			return p, fmt.Errorf("pod %s/%s cannot start: %s\n%s", ns, name, neverStarts(p), n.PodEvents(context.Background(), ns, name))
 		default:
 			last = fmt.Sprintf("phase %s, containers %+v", p.Status.Phase, p.Status.ContainerStatuses)
 		}
 		select {
 		case <-ctx.Done():
-			return p, fmt.Errorf("pod %s/%s not running: %w; last: %s", ns, name, ctx.Err(), last)
+			return p, fmt.Errorf("pod %s/%s not running: %w; last: %s\n%s", ns, name, ctx.Err(), last, n.PodEvents(context.Background(), ns, name))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// neverStarts says why the pod will not run whatever one waits: the
+// scheduler found no node for it, or kubelet rejected it; "" otherwise.
+func neverStarts(p Pod) string {
+	if p.Status.Phase == "Failed" {
+		return fmt.Sprintf("phase Failed: %s %s", p.Status.Reason, p.Status.Message)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+			return "unschedulable: " + c.Message
+		}
+	}
+	return ""
+}
+
+// PodEvents lists the pod's Events, oldest first, one "reason: message"
+// line each (a failed sandbox, a full node), for an error message.
+func (n *Node) PodEvents(ctx context.Context, ns, name string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/events?fieldSelector=" +
+		url.QueryEscape("involvedObject.kind=Pod,involvedObject.name="+name)
+	status, body, err := n.Do(ctx, http.MethodGet, path, nil)
+	if err != nil || status != http.StatusOK {
+		return fmt.Sprintf("(its events: %d %v)", status, err)
+	}
+	var list struct {
+		Items []struct {
+			Type, Reason, Message string
+			Count                 int
+		}
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return fmt.Sprintf("(its events: %v)", err)
+	}
+	if len(list.Items) == 0 {
+		return "(no events)"
+	}
+	var b strings.Builder
+	b.WriteString("its events:")
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "\n  %s %s (x%d): %s", e.Type, e.Reason, max(e.Count, 1), e.Message)
+	}
+	return b.String()
 }
 
 func allReady(p Pod) bool {

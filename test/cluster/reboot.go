@@ -71,7 +71,7 @@ func (n *Node) Reboot(ctx context.Context, opts RebootOptions) error {
 		netns = union(netns, more)
 	}
 	n.netnsPaths = append(n.netnsPaths, netns...) // for Stop, should Reboot fail
-	shimFiles := n.shimFiles()
+	shimFiles := shimFiles(n.dir)
 	if err := n.powerOff(containerd, netns, shimFiles); err != nil {
 		return fmt.Errorf("cluster: reboot: %w", err)
 	}
@@ -192,7 +192,7 @@ func (n *Node) wipeVolatile(netns, shimFiles []string) error {
 		}
 	}
 	// The primary CNI's ADD creates it again.
-	errs = append(errs, n.deleteBridge())
+	errs = append(errs, deleteBridge(n.bridge))
 	errs = append(errs, emptyDir(n.IstioRunDir))
 	for _, f := range shimFiles {
 		errs = append(errs, os.RemoveAll(f))
@@ -230,13 +230,13 @@ func emptyDir(dir string) error {
 	return errors.Join(errs...)
 }
 
-// shimFiles lists what the node's shims keep in /run/containerd, outside
-// the node's directory: their sockets (/run/containerd/s, fixed in
-// containerd 1.6) and runc's state for each container (runc's default
-// root, /run/containerd/runc). The task bundles in containerd's state name
-// them, so no other node's are touched.
-func (n *Node) shimFiles() []string {
-	state := filepath.Join(filepath.Dir(n.ContainerdSocket), "state")
+// shimFiles lists what the shims of the node in dir keep in
+// /run/containerd, outside the node's directory: their sockets
+// (/run/containerd/s, fixed in containerd 1.6) and runc's state for each
+// container (runc's default root, /run/containerd/runc). The task bundles
+// in containerd's state name them, so no other node's are touched.
+func shimFiles(dir string) []string {
+	state := filepath.Join(filepath.Dir(containerdSocket(dir)), "state")
 	bundles, _ := filepath.Glob(filepath.Join(state, "io.containerd.runtime.v2.task", "*", "*"))
 	var files []string
 	for _, b := range bundles {
@@ -282,6 +282,11 @@ func removeIfExists(path string) error {
 func (n *Node) boot(ctx context.Context, kubelet, containerd *proc, kubeletGone time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, n.timeout)
 	defer cancel()
+	// The state directory went with the reboot, and with it the shared
+	// mount of the namespaces' directory in it.
+	if err := shareDir(n.NetnsDir); err != nil {
+		return err
+	}
 	c, err := n.launcher.restart(containerd)
 	if err != nil {
 		return err

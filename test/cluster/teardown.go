@@ -58,23 +58,19 @@ func (n *Node) cleanPods() error {
 	return nil
 }
 
-// cleanHost ends shims of this node's containerd, deletes the bridge and
-// unmounts what kubelet and containerd mounted under the node's directory.
+// cleanHost ends shims of this node's containerd and removes what the node
+// left on the host (cleanHost), with any network namespace seen outside
+// the node's directory.
 func (n *Node) cleanHost() error {
-	var errs []error
-	errs = append(errs, killShims(n.ContainerdSocket))
-	errs = append(errs, n.deleteBridge())
-	errs = append(errs, unmountUnder(filepath.Dir(filepath.Dir(n.ContainerdSocket))))
+	errs := []error{killShims(n.ContainerdSocket)}
 	for _, p := range n.netnsPaths {
 		if _, err := os.Stat(p); err == nil {
 			_ = syscall.Unmount(p, syscall.MNT_DETACH)
 			errs = append(errs, os.Remove(p))
 		}
 	}
-	removeKubeletChains()
-	if n.bridge != "" {
-		errs = append(errs, removeCgroupRoot(cgroupRootName(n.bridge)))
-	}
+	errs = append(errs, cleanHost(n.dir, n.bridge))
+	unregister(n.bridge)
 	return errors.Join(errs...)
 }
 
@@ -107,12 +103,12 @@ func killShims(socket string) error {
 }
 
 // deleteBridge deletes the primary CNI's bridge, if there is one.
-func (n *Node) deleteBridge() error {
-	if n.bridge == "" {
+func deleteBridge(bridge string) error {
+	if bridge == "" {
 		return nil
 	}
-	if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) {
-		return fmt.Errorf("deleting bridge %s: %v: %s", n.bridge, err, out)
+	if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("Cannot find device")) { // #nosec G204 -- our own bridge's name
+		return fmt.Errorf("deleting bridge %s: %v: %s", bridge, err, out)
 	}
 	return nil
 }
@@ -124,11 +120,25 @@ func isShimOf(args []string, socket string) bool {
 }
 
 // unmountUnder lazily unmounts every mount point below dir, deepest first
-// (kubelet's volume tmpfs, containerd's rootfs and shm mounts).
+// (kubelet's volume tmpfs, containerd's rootfs and shm mounts, the pods'
+// network namespaces).
 func unmountUnder(dir string) error {
+	points, err := mountPoints(dir)
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	var errs []error
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
+		}
+	}
+	return errors.Join(errors.Join(errs...), err)
+}
+
+// mountPoints lists the mount points below dir.
+func mountPoints(dir string) ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	var points []string
@@ -139,14 +149,7 @@ func unmountUnder(dir string) error {
 			points = append(points, fields[4])
 		}
 	}
-	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
-	var errs []error
-	for _, p := range points {
-		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmounting %s: %w", p, err))
-		}
-	}
-	return errors.Join(errors.Join(errs...), s.Err())
+	return points, s.Err()
 }
 
 // nodeFile records what StopNodeRecorded needs of a detached node.
@@ -180,7 +183,7 @@ func StopNodeRecorded(dir string) error {
 			return fmt.Errorf("%s: %w", nodeFile, err)
 		}
 	}
-	n := &Node{bridge: r.Bridge, ContainerdSocket: filepath.Join(dir, "containerd", "containerd.sock")}
+	n := &Node{dir: dir, bridge: r.Bridge, ContainerdSocket: containerdSocket(dir)}
 	procs, err := readRecorded(dir)
 	if err != nil {
 		return err

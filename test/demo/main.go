@@ -252,7 +252,7 @@ func showInspect(ctx context.Context, node *cluster.Node, installCNI string, app
 	step("why is each app (not) in the mesh? install-cni inspect NAMESPACE/NAME, run on the node")
 	for _, s := range apps {
 		cmd := exec.CommandContext(ctx, installCNI, "inspect", "--kubeconfig", node.Kubeconfig, // #nosec G204 -- the demo's own binary
-			"--cni-net-dir", node.CNINetDir, "--run-dir", node.IstioRunDir, s.Namespace+"/"+s.Name)
+			"--cni-net-dir", node.CNINetDir, "--run-dir", node.IstioRunDir, "--netns-dir", node.NetnsDir, s.Namespace+"/"+s.Name)
 		out, err := cmd.Output()
 		if err != nil {
 			return fmt.Errorf("inspect %s/%s: %w\n%s", s.Namespace, s.Name, err, out)

@@ -55,10 +55,11 @@ func (l *livePods) set(pods []livePod) {
 }
 
 // stream creates a meshed pod every 1.5 s and deletes each after about 10
-// s, until ctx ends; then it deletes what is left and returns how many
-// meshed pods it created. While hold is set it creates plain pods instead
-// (they must start, and are not observed). API errors (an outage) are
-// skipped.
+// s, at most 6 alive at once, until ctx ends; then it deletes what is left
+// and returns how many meshed pods it created. While hold is set it creates
+// plain pods instead (they must start, and are not observed), under the
+// same bounds: an uninstall can hold it for minutes. API errors (an
+// outage) are skipped.
 func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) int {
 	var pods []livePod
 	del := func(name string) bool {
@@ -66,7 +67,7 @@ func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) i
 		return err == nil && (status < 300 || status == http.StatusNotFound)
 	}
 	n, plainN := 0, 0
-	var plains []string
+	var plains []livePod
 	tick := time.NewTicker(1500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -78,8 +79,8 @@ func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) i
 					time.Sleep(200 * time.Millisecond)
 				}
 			}
-			for _, name := range plains {
-				del(name)
+			for _, p := range plains {
+				del(p.name)
 			}
 			return n
 		case <-tick.C:
@@ -87,15 +88,18 @@ func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) i
 		for len(pods) > 0 && time.Since(pods[0].at) > 10*time.Second && del(pods[0].name) {
 			pods = pods[1:]
 		}
+		for len(plains) > 0 && time.Since(plains[0].at) > 10*time.Second && del(plains[0].name) {
+			plains = plains[1:]
+		}
 		l.set(pods)
-		if len(pods) >= 6 {
+		if len(pods)+len(plains) >= 6 {
 			continue
 		}
 		if hold.Load() {
 			plain := fmt.Sprintf("plain-while-uninstalled-%d", plainN)
 			if env.node.CreatePod(ctx, cluster.PodSpec{Namespace: "default", Name: plain, Target: server(t)}.JSON()) == nil {
 				plainN++
-				plains = append(plains, plain)
+				plains = append(plains, livePod{plain, time.Now()})
 			}
 			continue
 		}

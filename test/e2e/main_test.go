@@ -7,14 +7,11 @@ package e2e
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,9 +54,12 @@ func run(m *testing.M) (code int, err error) {
 	defer func() {
 		if err == nil && code == 0 {
 			_ = os.RemoveAll(dir)
-		} else {
-			fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
+			return
 		}
+		if perr := cluster.PruneToLogs(dir); perr != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", perr)
+		}
+		fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
 	}()
 	// Images first: a build failure should not cost a node start.
 	images, err := cluster.BuildImages(ctx, dir)
@@ -83,7 +83,7 @@ func run(m *testing.M) (code int, err error) {
 			code = 1
 		}
 	}()
-	defer stopOnAbort(stopNode)()
+	defer cluster.AbortOnSignal(node.Abort)()
 	if err := node.ImportImages(ctx, images...); err != nil {
 		return 1, err
 	}
@@ -103,40 +103,4 @@ func run(m *testing.M) (code int, err error) {
 	env.health, env.metrics = overlay.HealthPort, overlay.MetricsPort
 	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
 	return m.Run(), nil
-}
-
-// stopOnAbort stops the node before the process dies without running
-// deferred calls: on SIGINT or SIGTERM, and shortly before `go test
-// -timeout` would panic. Pdeathsig ends the node's direct children anyway,
-// but not containerd's shims and their containers, which outlive it by
-// design. It returns a function that disarms it.
-func stopOnAbort(stop func() error) func() {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	var expire <-chan time.Time
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 2*time.Minute {
-			// go test's alarm starts in m.Run, after this: ours fires first.
-			expire = time.After(d - time.Minute)
-		}
-	}
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "e2e: %v: stopping the node\n", s)
-		case <-expire:
-			fmt.Fprintln(os.Stderr, "e2e: the test timeout is near: stopping the node")
-		case <-done:
-			return
-		}
-		if err := stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: stopping the node:", err)
-		}
-		os.Exit(1)
-	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-	}
 }

@@ -179,7 +179,7 @@ func createDeployment(t *testing.T, ns, name string, s cluster.PodSpec) {
 func inspectPod(t *testing.T, pod string) (string, int) {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), env.installCNI, "inspect", "--kubeconfig", env.node.Kubeconfig, "--run-dir", env.node.IstioRunDir,
-		"--cni-net-dir", env.node.CNINetDir, pod) // #nosec G204 -- test binary
+		"--cni-net-dir", env.node.CNINetDir, "--netns-dir", env.node.NetnsDir, pod) // #nosec G204 -- test binary
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -10,12 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -55,7 +53,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := installerPod(t)
-	pods := duringPods(t, "upgrade", func() {
+	meshedDuring(t, "upgrade", func() {
 		if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+next); err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +63,6 @@ func TestRollingUpgrade(t *testing.T) {
 		})
 		requireInstalled(t)
 	})
-	assertStartedRedirected(t, pods)
 }
 
 // 14. A delete and recreate of the DaemonSet (Argo CD's Replace, kubectl
@@ -77,7 +74,7 @@ func TestDeleteAndRecreate(t *testing.T) {
 	old, _ := installerPodOrEmpty(t)
 	oldLog := followLog(old)
 	gaps := watchFiles(t)
-	pods := duringPods(t, "replace", func() {
+	meshedDuring(t, "replace", func() {
 		if err := replaceDaemonSet(t.Context(), t, true); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +83,6 @@ func TestDeleteAndRecreate(t *testing.T) {
 	if g := gaps(); len(g) > 0 {
 		t.Errorf("istio-cni's files went missing during the delete and recreate: %v", g)
 	}
-	assertStartedRedirected(t, pods)
 	if log := oldLog(); !strings.Contains(log, "replaced") || strings.Contains(log, `"msg":"uninstalling"`) {
 		t.Errorf("the old agent %s (uid %s), %d bytes of log; its shutdown:\n%s", old.Metadata.Name, old.Metadata.UID, len(log), lastLines(log, 5))
 	}
@@ -201,82 +197,6 @@ func agentBack(t *testing.T) {
 	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// duringPods creates a meshed pod every 400 ms while op runs, and for a
-// second after it, and returns their names; they are deleted when the
-// test ends.
-func duringPods(t *testing.T, prefix string, op func()) []string {
-	t.Helper()
-	var mu sync.Mutex
-	var names []string
-	var stop atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; !stop.Load(); i++ {
-			s := meshedPod(t, fmt.Sprintf("%s-%d", prefix, i))
-			if err := env.node.CreatePod(context.Background(), s.JSON()); err == nil {
-				mu.Lock()
-				names = append(names, s.Name)
-				mu.Unlock()
-			}
-			time.Sleep(400 * time.Millisecond)
-		}
-	}()
-	op()
-	time.Sleep(time.Second)
-	stop.Store(true)
-	<-done
-	t.Cleanup(func() {
-		for _, n := range names {
-			_, _, _ = env.node.Do(context.Background(), http.MethodDelete, "/api/v1/namespaces/default/pods/"+n, nil)
-		}
-	})
-	t.Logf("%d meshed pods created during the operation", len(names))
-	return names
-}
-
-// assertStartedRedirected: each pod runs, its sandbox never failed, and its
-// namespace holds exactly the rule model.
-func assertStartedRedirected(t *testing.T, names []string) {
-	t.Helper()
-	if len(names) == 0 {
-		t.Fatal("no pod was created during the operation")
-	}
-	for _, name := range names {
-		ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
-		_, err := env.node.WaitRunning(ctx, "default", name)
-		cancel()
-		if err != nil {
-			t.Errorf("%s: %v", name, err)
-			continue
-		}
-		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default", "--field-selector",
-			"involvedObject.name="+name+",reason=FailedCreatePodSandBox", "-o", "custom-columns=MESSAGE:.message", "--no-headers")
-		if strings.TrimSpace(out) != "" {
-			t.Errorf("%s: a sandbox failed: %s", name, out)
-		}
-		assertRules(t, name)
-	}
-}
-
-// assertRules: the pod's namespace holds exactly a default sidecar's model.
-func assertRules(t *testing.T, name string) {
-	t.Helper()
-	rules, err := env.node.IptablesSave(t.Context(), "default", name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	observed, err := iptables.ParseSave([]byte(rules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rs := range iptables.Build(iptables.DefaultSpec(), true, false).Rulesets() {
-		if d := iptables.Diff(rs, observed); len(d) > 0 {
-			t.Errorf("%s: rules differ from the model: %v", name, d)
-		}
 	}
 }
 
@@ -432,7 +352,7 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	}
 	set := []string{
 		"cniBinDir=" + env.node.CNIBinDir, "cniConfDir=" + env.node.CNINetDir, "cniRunDir=" + env.node.IstioRunDir,
-		"cniNetnsDir=" + cluster.NetnsDir,
+		"cniNetnsDir=" + env.node.NetnsDir,
 		fmt.Sprintf("healthPort=%d", env.health), fmt.Sprintf("metricsPort=%d", env.metrics),
 		fmt.Sprintf("env.HEALTH_ADDR=127.0.0.1:%d", env.health), fmt.Sprintf("env.METRICS_ADDR=127.0.0.1:%d", env.metrics),
 		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),
