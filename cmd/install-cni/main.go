@@ -32,7 +32,7 @@ func main() {
 	case "inspect":
 		os.Exit(nodeagent.Inspect(args[1:], os.Getenv, os.Stdout, os.Stderr))
 	case "uninstall":
-		os.Exit(nodeagent.Uninstall(args[1:], os.Getenv, os.Stdout, os.Stderr))
+		os.Exit(nodeagent.Uninstall(args[1:], os.Getenv, filepath.Dir(self), os.Stdout, os.Stderr))
 	}
 	os.Exit(nodeagent.Main(args, os.Getenv, filepath.Dir(self), os.Stderr))
 }

@@ -3,6 +3,7 @@ package agentpods
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,10 +11,12 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 func serve(t *testing.T, lookup Lookup) string {
@@ -48,14 +51,37 @@ func TestGet(t *testing.T) {
 		return nil, false
 	})
 	got, err := Get(path, "team-a", "web-1", time.Second)
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Errorf("Get = %+v, %v; want %+v", got, err, want)
+	if err != nil || !reflect.DeepEqual(got.Pod, want) || got.ReadsBack {
+		t.Errorf("Get = %+v, %v; want %+v, not read back (no audit)", got, err, want)
 	}
 	if _, err := Get(path, "team-a", "web-2", time.Second); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("a pod the agent does not hold: %v, want ErrNotHeld", err)
 	}
 	if _, err := Get(filepath.Join(t.TempDir(), "none.sock"), "team-a", "web-1", time.Second); err == nil {
 		t.Error("no agent: want an error")
+	}
+}
+
+// The answer says whether the agent's audit reads back what ADD programs,
+// as the agent knows it at that moment.
+func TestGetSaysWhetherTheAgentReadsBack(t *testing.T) {
+	pod := &kube.Pod{Metadata: kube.ObjectMeta{Name: "web-1", Namespace: "team-a", UID: "u-1"}}
+	path := filepath.Join(t.TempDir(), "pods.sock")
+	s, err := Listen(path, func(string, string) (*kube.Pod, bool) { return pod, true }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Bool
+	s.ReadsBack = reads.Load
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, want := range []bool{false, true, false} {
+		reads.Store(want)
+		if got, err := Get(path, "team-a", "web-1", time.Second); err != nil || got.ReadsBack != want {
+			t.Errorf("ReadsBack %v: answer %+v, %v", want, got, err)
+		}
 	}
 }
 
@@ -112,7 +138,28 @@ func TestPeerMustBeRoot(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "--- PASS") {
 		t.Errorf("as nobody: %v\n%s", err, out)
 	}
-	if got, err := Get(path, "team-a", "web-1", time.Second); err != nil || got.Metadata.Name != "web-1" {
+	if got, err := Get(path, "team-a", "web-1", time.Second); err != nil || got.Pod.Metadata.Name != "web-1" {
 		t.Errorf("as root: %v, %v", got, err)
+	}
+}
+
+// A socket file removed from under the agent (the run directory cleaned by
+// hand, a tmpfs emptied) is bound again: the plugin finds the agent again
+// within seconds instead of asking the API for every pod from then on.
+func TestRemovedSocketIsBoundAgain(t *testing.T) {
+	pod := &kube.Pod{Metadata: kube.ObjectMeta{Name: "web-1", Namespace: "team-a", UID: "u-1"}}
+	path := serve(t, func(string, string) (*kube.Pod, bool) { return pod, true })
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Get(path, "team-a", "web-1", time.Second); err == nil {
+		t.Fatal("answered with its socket file gone")
+	}
+	poll.Until(t, 10*time.Second, "the socket bound again", func() (bool, string) {
+		_, err := Get(path, "team-a", "web-1", time.Second)
+		return err == nil, fmt.Sprint(err)
+	})
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket bound again: %v, %v; want mode 0600", fi, err)
 	}
 }

@@ -68,10 +68,11 @@ func TestBothPathsDecideAlike(t *testing.T) {
 		if held[name], err = apipod.ToKube(&pod); err != nil {
 			t.Fatal(err)
 		}
-		fromAgent, err := Get(path, "team-a", name, time.Second)
+		ans, err := Get(path, "team-a", name, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
+		fromAgent := ans.Pod
 		if !reflect.DeepEqual(&fromAPI, fromAgent) {
 			t.Errorf("%s: the paths read different pods:\nAPI   %+v\nagent %+v", name, fromAPI, *fromAgent)
 		}

@@ -1,6 +1,8 @@
-// Package applied keeps, for each sandbox the plugin redirected, a record
-// of the rules ADD programmed there: the typed spec and the address
-// families. The node audit repairs a pod to exactly that, not to what its
+// Package applied keeps, for each sandbox of a pod, a record of what ADD
+// did there: the rules it programmed (the typed spec and the address
+// families), or that it passed the sandbox through. Either way the record
+// ties the sandbox's network namespace to its pod: the audit programs a
+// namespace only for the pod ADD recorded it for. The node audit repairs a pod to exactly that, not to what its
 // annotations say now: Istio reads traffic annotations only when the pod
 // starts, and admission policies that guard them usually check only
 // CREATE, so an edit to a running pod must never weaken its rules through
@@ -40,19 +42,37 @@ type Record struct {
 	Pod       string `json:"pod"`       // namespace/name, for people
 	Container string `json:"container"` // the sandbox's container ID
 	// NetnsInode identifies the sandbox's network namespace: the audit
-	// finds the pod's namespace by its processes and matches it here.
-	NetnsInode uint64        `json:"netnsInode"`
-	Spec       iptables.Spec `json:"spec"`
-	IPv4       bool          `json:"ipv4"`
-	IPv6       bool          `json:"ipv6"`
+	// finds a pod's namespace by its addresses and matches it here.
+	NetnsInode uint64 `json:"netnsInode"`
+	// Passed: ADD left this sandbox without rules (the pod is not meshed);
+	// Spec and the families are empty then.
+	Passed bool          `json:"passed,omitempty"`
+	Spec   iptables.Spec `json:"spec"`
+	IPv4   bool          `json:"ipv4"`
+	IPv6   bool          `json:"ipv6"`
 	// Backend is the iptables implementation ADD used (legacy or nft, as
 	// its auto resolved on the node): the agent reads and repairs with it.
 	Backend xtables.Backend `json:"backend,omitempty"`
 	At      time.Time       `json:"at"`
 }
 
-// Model is the rule model the record stands for.
-func (r Record) Model() iptables.Model { return iptables.Build(r.Spec, r.IPv4, r.IPv6) }
+// Model is the rule model the record stands for: none for a sandbox ADD
+// passed through.
+func (r Record) Model() iptables.Model {
+	if r.Passed {
+		return iptables.Model{}
+	}
+	return iptables.Build(r.Spec, r.IPv4, r.IPv6)
+}
+
+// Has reports whether ADD left a record for this sandbox (a repeated ADD).
+func (s Store) Has(podUID, container string) bool {
+	if !validID(podUID) || !validID(container) {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(s.Dir, podUID, container+".json"))
+	return err == nil
+}
 
 // maxRecord bounds a record file read: a spec is a few kilobytes at most.
 const maxRecord = 256 << 10
@@ -197,6 +217,28 @@ func readRecord(root *os.Root, name string) (Record, bool) {
 		}
 	}
 	return r, true
+}
+
+// Owners returns every record of the namespace with inode ino, of any pod:
+// a namespace recorded for another pod is never programmed for this one.
+func (s Store) Owners(ino uint64) ([]Record, error) {
+	uids, err := s.podUIDs()
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, uid := range uids {
+		recs, err := s.ForPod(uid)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if r.NetnsInode == ino && ino != 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Prune removes the records of pods that are not live (the agent's view of

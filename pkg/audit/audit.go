@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +45,8 @@ type Network interface {
 // Records are what ADD programmed in each sandbox (applied.Store).
 type Records interface {
 	ForPod(uid string) ([]applied.Record, error)
+	// Owners are the records of one namespace, of any pod.
+	Owners(inode uint64) ([]applied.Record, error)
 	Prune(live func(uid string) bool) error
 }
 
@@ -81,6 +84,10 @@ const (
 	// ReasonSettingsChanged: the pod's traffic annotations differ from
 	// what ADD applied; the audit keeps (and repairs to) what ADD applied.
 	ReasonSettingsChanged = "IstioTrafficSettingsChanged"
+	// ReasonNotChecked: the audit cannot prove which network namespace is
+	// the pod's (another pod claims its address, or ADD recorded the
+	// namespace for another pod), so it neither reads nor programs one.
+	ReasonNotChecked = "IstioRedirectNotChecked"
 )
 
 // Auditor checks the node's meshed pods; Run drives it.
@@ -90,6 +97,9 @@ type Auditor struct {
 	alive *health.Beat
 	view  *health.Beat // the netns directory's view is fresh
 	stale bool         // said once while it is not
+	// blind: the last pass could not see the node's namespaces (a stale
+	// view, or none read yet); read by ReadsBack from other goroutines.
+	blind atomic.Bool
 	wake  chan string
 	pods  map[string]*podState // by pod UID
 	// notes are what was said once of a pod (its settings changed, it has
@@ -115,8 +125,16 @@ func New(cfg Config, deps Deps) *Auditor {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	return &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}, notes: map[string]string{}}
+	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}, notes: map[string]string{}}
+	a.blind.Store(true)
+	return a
 }
+
+// ReadsBack reports whether the audit reads back, and repairs, what ADD
+// programs: it repairs, and its last look at the node's netns directory
+// saw the namespaces. The plugin skips its own read-back only then. Safe
+// from any goroutine.
+func (a *Auditor) ReadsBack() bool { return a.cfg.Action == Repair && !a.blind.Load() }
 
 // Wake asks for a check of one pod soon: its status changed, or the plugin
 // reported on it. It never blocks; a full queue is covered by the next full
@@ -221,12 +239,18 @@ type candidate struct {
 // pass checks the pods in only (all pods when nil) and returns how many
 // meshed pods it checked.
 func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
-	listed := map[string]bool{}
+	listed := map[string]*corev1.Pod{}
 	var cands []candidate
+	// Every pod that may hold an address, not only the candidates: a
+	// candidate whose address another pod claims is matched to no
+	// namespace (sandboxns.Find).
 	ips := map[string][]netip.Addr{}
 	for _, pod := range a.deps.Pods.List() {
 		uid := string(pod.UID)
-		listed[uid] = true
+		listed[uid] = pod
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			ips[uid] = apipod.IPs(pod)
+		}
 		if only != nil && !only[uid] {
 			continue
 		}
@@ -236,21 +260,23 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			continue
 		}
 		cands = append(cands, c)
-		ips[uid] = apipod.IPs(pod)
 	}
 	for uid := range a.pods {
-		if !listed[uid] && (only == nil || only[uid]) {
+		if listed[uid] == nil && (only == nil || only[uid]) {
 			delete(a.pods, uid) // gone from the node
 		}
 	}
 	for uid := range a.notes {
-		if !listed[uid] {
+		if listed[uid] == nil {
 			delete(a.notes, uid)
 		}
 	}
 	defer a.updateGauge()
 	if len(cands) == 0 {
 		a.view.Beat() // nothing to find: no view to doubt
+		if !a.stale {
+			a.blind.Store(false)
+		}
 		return 0
 	}
 	found, err := a.deps.Namespaces.Find(ips)
@@ -260,14 +286,16 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 		return 0
 	}
 	a.noteStale(found.Stale)
-	for _, uid := range found.Ambiguous {
-		a.deps.Log.Warn("audit: the pod's addresses are held by more than one network namespace (one poses as it?); not checked", "uid", uid)
-	}
 	checked, unchecked := 0, 0
 	for _, c := range cands {
 		a.alive.Beat()
+		if why, ok := found.Ambiguous[string(c.pod.UID)]; ok {
+			a.notChecked(c.pod, why, listed)
+			unchecked++
+			continue
+		}
 		ns, ok := found.Found[string(c.pod.UID)]
-		if !ok || !a.check(ctx, c, ns) {
+		if !ok || !a.check(ctx, c, ns, listed) {
 			// A started pod whose namespace is not in the node's netns
 			// directory (gone meanwhile, no addresses reported yet, a
 			// runtime that binds namespaces elsewhere), is ambiguous, or
@@ -288,7 +316,7 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	if pod.DeletionTimestamp != nil || !started(pod) {
 		return candidate{}, false
 	}
-	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces, a.cfg.AgentNamespace); decided {
+	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces); decided {
 		return candidate{}, false
 	}
 	var recs []applied.Record
@@ -307,7 +335,17 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	if err != nil {
 		return candidate{pod: pod, err: err, records: recs}, true
 	}
-	return candidate{pod: pod, decision: d, records: recs}, d.Redirect || len(recs) > 0
+	return candidate{pod: pod, decision: d, records: recs}, d.Redirect || redirectedAtAdd(recs)
+}
+
+// redirectedAtAdd: ADD programmed one of the pod's sandboxes.
+func redirectedAtAdd(recs []applied.Record) bool {
+	for _, r := range recs {
+		if !r.Passed {
+			return true
+		}
+	}
+	return false
 }
 
 // started: some container of the pod runs or ran in its current sandbox,
@@ -329,7 +367,7 @@ func started(pod *corev1.Pod) bool {
 
 // check compares one pod's namespace with its model and acts on a
 // confirmed difference. It reports whether the namespace could be read.
-func (a *Auditor) check(ctx context.Context, c candidate, found sandboxns.NSFile) bool {
+func (a *Auditor) check(ctx context.Context, c candidate, found sandboxns.NSFile, listed map[string]*corev1.Pod) bool {
 	uid := string(c.pod.UID)
 	// Hold the namespace open for the whole check and repair, and use it
 	// through our own descriptor: its file may be removed, and another
@@ -343,6 +381,10 @@ func (a *Auditor) check(ctx context.Context, c candidate, found sandboxns.NSFile
 		return false // another namespace now answers at that name
 	}
 	ns := sandboxns.NSFile{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode}
+	if other := a.recordedForAnother(c, ns.Inode, listed); other != "" {
+		a.notChecked(c.pod, "ADD recorded its network namespace for pod "+other, listed)
+		return false
+	}
 	st := a.pods[uid]
 	if st == nil || st.inode != ns.Inode {
 		st = &podState{inode: ns.Inode}
@@ -408,6 +450,9 @@ func (a *Auditor) check(ctx context.Context, c candidate, found sandboxns.NSFile
 func (a *Auditor) want(c candidate, ns sandboxns.NSFile) (iptables.Model, xtables.Backend, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
+		if r.NetnsInode == ns.Inode && r.Passed {
+			return iptables.Model{}, "", false, nil // ADD left this sandbox alone
+		}
 		if r.NetnsInode == ns.Inode {
 			a.noteSettingsChanged(c, r)
 			b := a.cfg.Backend
@@ -465,6 +510,7 @@ func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
 // the agent started). Pods started since cannot be found; /healthz then
 // fails, so kubelet restarts the agent with a fresh view.
 func (a *Auditor) noteStale(n int) {
+	a.blind.Store(n > 0)
 	switch {
 	case n == 0:
 		a.view.Beat()
@@ -521,3 +567,47 @@ func summary(diffs []string) string {
 	}
 	return strings.Join(diffs[:keep], "; ") + fmt.Sprintf("; and %d more", len(diffs)-keep)
 }
+
+// recordedForAnother names the live pod ADD recorded the namespace for,
+// when that is not this pod: then the namespace this pod's address led to
+// is provably another's (its reported address went to a new pod). ""
+// when the namespace is this pod's own record, or nobody's.
+func (a *Auditor) recordedForAnother(c candidate, ino uint64, listed map[string]*corev1.Pod) string {
+	for _, r := range c.records {
+		if r.NetnsInode == ino {
+			return ""
+		}
+	}
+	if a.deps.Records == nil {
+		return ""
+	}
+	owners, err := a.deps.Records.Owners(ino)
+	if err != nil {
+		a.deps.Log.Warn("audit: reading records", "error", err.Error())
+	}
+	for _, r := range owners {
+		if r.PodUID != string(c.pod.UID) && listed[r.PodUID] != nil {
+			return podName(listed[r.PodUID])
+		}
+	}
+	return ""
+}
+
+// notChecked says, once per pod and reason, that the audit leaves a pod
+// alone because it cannot prove which namespace is the pod's: a log line
+// and a Warning Event; the pod counts as unchecked.
+func (a *Auditor) notChecked(pod *corev1.Pod, why string, listed map[string]*corev1.Pod) {
+	for uid, p := range listed { // name the other pod for people
+		why = strings.ReplaceAll(why, "pod "+uid, "pod "+podName(p))
+	}
+	uid := string(pod.UID)
+	if a.notes[uid] == noteNotChecked+why {
+		return
+	}
+	a.notes[uid] = noteNotChecked + why
+	a.deps.Log.Warn("audit: not checking the pod: which network namespace is its own cannot be proven", "pod", podName(pod), "uid", uid, "why", why)
+	a.deps.Events.Eventf(pod, corev1.EventTypeWarning, ReasonNotChecked,
+		"istio-cni did not check or repair this pod's traffic redirect: %s", why)
+}
+
+const noteNotChecked = "not checked: "

@@ -168,8 +168,10 @@ func TestOnlyMeshedStartedPodsAreChecked(t *testing.T) {
 	for _, p := range []*corev1.Pod{plain, system, agent, pending, initRunning, terminating, host} {
 		h.add(p, false)
 	}
-	if n := h.a.pass(context.Background(), nil); n != 1 {
-		t.Errorf("checked %d pods, want only the one whose init container runs", n)
+	// The agent's own namespace is like any other: its started sidecar
+	// pod is checked.
+	if n := h.a.pass(context.Background(), nil); n != 2 {
+		t.Errorf("checked %d pods, want the one whose init container runs and the one in the agent's namespace", n)
 	}
 }
 

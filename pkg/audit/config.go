@@ -67,10 +67,9 @@ type Config struct {
 	// is left: a repeated ADD reconciling the same namespace, a flush and
 	// reprogram by someone else, a sandbox being torn down.
 	Confirm time.Duration
-	// ExcludeNamespaces and AgentNamespace are the plugin's: the audit
-	// decides exactly as ADD does.
+	// ExcludeNamespaces are the plugin's: the audit decides exactly as ADD
+	// does.
 	ExcludeNamespaces []string
-	AgentNamespace    string
 	Settings          decision.NodeSettings
 	// LabelKey=LabelValue is what the Label action sets.
 	LabelKey, LabelValue string

@@ -3,6 +3,8 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -33,9 +35,9 @@ func (f *fakePods) List() []*corev1.Pod { return f.pods }
 type fakeNamespaces map[string]sandboxns.NSFile
 
 func (f fakeNamespaces) Find(pods map[string][]netip.Addr) (sandboxns.Result, error) {
-	res := sandboxns.Result{Found: map[string]sandboxns.NSFile{}}
+	res := sandboxns.Result{Found: map[string]sandboxns.NSFile{}, Ambiguous: sandboxns.ClaimedTwice(pods)}
 	for u := range pods {
-		if n, ok := f[u]; ok {
+		if n, ok := f[u]; ok && res.Ambiguous[u] == "" {
 			res.Found[u] = n
 		}
 	}
@@ -125,8 +127,8 @@ func newHarness(t *testing.T, action Action) *harness {
 	}
 	h.a = New(Config{
 		Node: "node-a", Action: action, Interval: time.Minute, Confirm: 2 * time.Second,
-		ExcludeNamespaces: []string{"kube-system"}, AgentNamespace: "istio-cni",
-		Settings: decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
+		ExcludeNamespaces: []string{"kube-system"},
+		Settings:          decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
 	}, Deps{
 		Pods: h.pods, Namespaces: h.ns, Network: func(xtables.Backend) Network { return h.net }, Actions: h.actions, Events: h.events,
 		Records: h.records,
@@ -178,6 +180,15 @@ func meshed(name string) *corev1.Pod {
 			{Name: "app"},
 			{Name: decision.ProxyContainer, Args: []string{"proxy", "sidecar"}},
 		}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.99.0.7"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: addrOf(name)}}},
 	}
+}
+
+// addrOf gives each test pod its own address: two pods claiming one are
+// never matched to a namespace.
+func addrOf(name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	sum := h.Sum32()
+	return fmt.Sprintf("10.99.%d.%d", sum>>8%250, sum%250+1)
 }

@@ -124,3 +124,85 @@ func TestRecordsOfGonePodsArePruned(t *testing.T) {
 		t.Error("gauge")
 	}
 }
+
+// A meshed pod whose reported address was given to a plain pod: the
+// namespace that address leads to is the plain pod's, as ADD recorded it.
+// The audit neither reads nor programs it (a repair there would refuse the
+// plain pod's traffic), and says why, once.
+func TestNeverProgramsANamespaceRecordedForAnotherPod(t *testing.T) {
+	h := newHarness(t, Repair)
+	stale := meshed("stale")
+	h.add(stale, false)
+	plain := meshed("plain")
+	plain.Annotations = nil
+	h.pods.pods = append(h.pods.pods, plain)
+	if err := h.records.Write(applied.Record{PodUID: string(plain.UID), Pod: podName(plain), Container: "sandbox-plain",
+		NetnsInode: h.ns[string(stale.UID)].Inode, Passed: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		h.a.fullPass(ctx)
+		h.clock.advance(3 * time.Second)
+	}
+	if len(h.net.programmed) != 0 {
+		t.Errorf("programmed the plain pod's namespace for the meshed pod")
+	}
+	var notChecked []string
+	for _, e := range h.drainEvents() {
+		if strings.Contains(e, ReasonNotChecked) {
+			notChecked = append(notChecked, e)
+		}
+	}
+	if len(notChecked) != 1 || !strings.Contains(notChecked[0], "recorded its network namespace for pod default/plain") {
+		t.Errorf("events %q: want one %s naming the plain pod", notChecked, ReasonNotChecked)
+	}
+	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
+		t.Errorf("unchecked %v, want 1", u)
+	}
+}
+
+// Two pods claiming one address (the meshed pod's status is stale): no
+// namespace is proven the meshed pod's, so it is not checked, and the
+// Event says which pod claims its address.
+func TestAddressClaimedByTwoPodsIsNotChecked(t *testing.T) {
+	h := newHarness(t, Repair)
+	stale := meshed("stale")
+	h.add(stale, false)
+	plain := meshed("plain")
+	plain.Annotations = nil
+	plain.Status.PodIPs = stale.Status.PodIPs
+	h.pods.pods = append(h.pods.pods, plain)
+	ctx := context.Background()
+	for range 3 {
+		h.a.fullPass(ctx)
+		h.clock.advance(3 * time.Second)
+	}
+	if len(h.net.programmed) != 0 {
+		t.Error("programmed a namespace that cannot be proven the pod's")
+	}
+	evs := h.drainEvents()
+	if len(evs) != 1 || !strings.Contains(evs[0], ReasonNotChecked) || !strings.Contains(evs[0], "also claimed by pod default/plain") {
+		t.Errorf("events %q: want one %s naming the other claimant", evs, ReasonNotChecked)
+	}
+}
+
+// A sandbox ADD passed through (the pod was not meshed when it started)
+// is held to that: the audit wants nothing of it, even if the pod's
+// annotations say meshed now.
+func TestPassedSandboxIsHeldToNothing(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("late")
+	h.add(p, false)
+	if err := h.records.Write(applied.Record{PodUID: string(p.UID), Pod: podName(p), Container: "sandbox-late",
+		NetnsInode: h.ns[string(p.UID)].Inode, Passed: true}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		h.a.fullPass(context.Background())
+		h.clock.advance(3 * time.Second)
+	}
+	if len(h.net.programmed) != 0 || len(h.drainEvents()) != 0 {
+		t.Errorf("programmed %d models for a sandbox ADD passed through", len(h.net.programmed))
+	}
+}

@@ -14,10 +14,21 @@ import (
 // PluginType is istio-cni's "type" in a plugin list.
 const PluginType = "istio-cni"
 
-// entryJSON is the entry as written: its type first, then its keys.
+// entryJSON is the entry as written: its type and capabilities first, then
+// its keys.
 type entryJSON struct {
-	Type string `json:"type"`
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
 	pluginconf.Entry
+}
+
+// capabilities asks the runtime for the pod's annotations
+// (io.kubernetes.cri.pod-annotations, passed by containerd 1.5+ and CRI-O):
+// a pod without the injector's sidecar.istio.io/status annotation is then
+// passed through with no lookup and no credential, so a node whose agent is
+// away for good still starts plain pods.
+func capabilities() map[string]bool {
+	return map[string]bool{pluginconf.PodAnnotationsCapability: true}
 }
 
 // renderEntry validates e exactly as the plugin will (pluginconf) and
@@ -33,7 +44,7 @@ func renderEntry(e pluginconf.Entry) ([]byte, error) {
 	if e.ExcludeNamespaces == nil {
 		e.ExcludeNamespaces = []string{} // always an array: the plugin and humans read [] as "none"
 	}
-	return marshal(entryJSON{Type: PluginType, Entry: e}, "")
+	return marshal(entryJSON{Type: PluginType, Capabilities: capabilities(), Entry: e}, "")
 }
 
 func entryError(err error) error { return fmt.Errorf("istio-cni entry: %w", err) }

@@ -17,7 +17,6 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 var testEntry = pluginconf.Entry{
 	Kubeconfig:        "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig",
 	ExcludeNamespaces: []string{"kube-system"},
-	AgentNamespace:    "istio-system",
 	LogLevel:          "info",
 }
 

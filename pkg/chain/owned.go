@@ -58,17 +58,19 @@ func InplaceName(primaryName string) (name string, renamed bool) {
 	return primaryName, false
 }
 
-// WithoutEntry removes every istio-cni entry from a conflist (uninstall in
-// inplace mode) and renders the rest as Owned does. data without an entry
-// (including a single plugin config) is returned unchanged. A list holding
-// nothing but istio-cni gives ErrOnlyEntry.
-func WithoutEntry(data []byte) ([]byte, error) {
+// WithoutOurEntry removes this installer's istio-cni entries from a config
+// (uninstall) and renders the rest as Owned does; upstream Istio's entries
+// (UpstreamEntry) stay: they are that installer's, which may manage the
+// node now. data without such an entry (including a single plugin config
+// of another type) is returned unchanged. A config holding nothing but our
+// entry gives ErrOnlyEntry.
+func WithoutOurEntry(data []byte) ([]byte, error) {
 	m, err := parseObject(data)
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := m["plugins"]; !ok {
-		if typ, _ := pluginType(data); typ == PluginType {
+		if typ, _ := pluginType(data); typ == PluginType && !upstreamEntry(data) {
 			return nil, ErrOnlyEntry
 		}
 		return data, nil
@@ -77,11 +79,19 @@ func WithoutEntry(data []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.dropEntries() == 0 {
+	n := len(c.plugins)
+	kept := c.plugins[:0:0]
+	for _, p := range c.plugins {
+		if p.typ != PluginType || upstreamEntry(p.raw) {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == n {
 		return data, nil
 	}
-	if len(c.plugins) == 0 {
+	if len(kept) == 0 {
 		return nil, ErrOnlyEntry
 	}
+	c.plugins = kept
 	return c.render()
 }

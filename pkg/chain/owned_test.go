@@ -67,7 +67,6 @@ func TestOwnedErrors(t *testing.T) {
 		{"10-x.conflist", `[1]`, testEntry, "10-x.conflist: error parsing configuration list"},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "kubeconfig"}, `istio-cni entry: field "kubeconfig": "kubeconfig" is not an absolute path`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", ExcludeNamespaces: []string{"Kube"}}, `field "exclude_namespaces": "Kube" is not a namespace name`},
-		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", AgentNamespace: "a_b"}, `field "agent_namespace": "a_b"`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", LogLevel: "loud"}, `field "log_level": unknown level "loud": want debug, info, warn or error`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", AgentSocket: "events.sock"}, `field "agent_socket": "events.sock" is not an absolute path`},
 	} {
@@ -101,37 +100,40 @@ func TestOwnedAgentSocket(t *testing.T) {
 	}
 }
 
-func TestWithoutEntry(t *testing.T) {
+func TestWithoutOurEntry(t *testing.T) {
 	p := loadPrimary(t, "10-flannel.conflist")
 	inplace, err := chain.Inplace(p, testEntry)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restored, err := chain.WithoutEntry(inplace)
+	restored, err := chain.WithoutOurEntry(inplace)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := chain.Verify(inplace, &chain.Primary{Name: p.Name, Data: restored}, testEntry); err != nil {
-		t.Errorf("WithoutEntry lost more than the entry: %v", err)
+		t.Errorf("WithoutOurEntry lost more than the entry: %v", err)
 	}
 	if strings.Contains(string(restored), chain.PluginType) {
 		t.Errorf("entry left:\n%s", restored)
 	}
-	again, err := chain.WithoutEntry(restored)
+	again, err := chain.WithoutOurEntry(restored)
 	if err != nil || string(again) != string(restored) {
-		t.Errorf("second WithoutEntry changed the bytes: %v", err)
+		t.Errorf("second WithoutOurEntry changed the bytes: %v", err)
 	}
-	for _, unchanged := range []string{string(p.Data), `{"type":"bridge","name":"n"}`} {
-		if got, err := chain.WithoutEntry([]byte(unchanged)); err != nil || string(got) != unchanged {
-			t.Errorf("WithoutEntry(%.30s) = %.30s, %v; want it unchanged", unchanged, got, err)
+	// Upstream Istio's entries are its installer's: never ours to remove.
+	upstreamList := `{"name":"n","plugins":[{"type":"bridge"},{"type":"istio-cni","cni_agent_run_dir":"/var/run/istio-cni"}]}`
+	upstreamOld := `{"type":"istio-cni","kubernetes":{"kubeconfig":"/etc/cni/net.d/ZZZ-istio-cni-kubeconfig"}}`
+	for _, unchanged := range []string{string(p.Data), `{"type":"bridge","name":"n"}`, upstreamList, upstreamOld} {
+		if got, err := chain.WithoutOurEntry([]byte(unchanged)); err != nil || string(got) != unchanged {
+			t.Errorf("WithoutOurEntry(%.30s) = %.30s, %v; want it unchanged", unchanged, got, err)
 		}
 	}
 	for _, only := range []string{`{"name":"n","plugins":[{"type":"istio-cni"}]}`, `{"type":"istio-cni"}`} {
-		if _, err := chain.WithoutEntry([]byte(only)); !errors.Is(err, chain.ErrOnlyEntry) {
-			t.Errorf("WithoutEntry(%s) err = %v, want ErrOnlyEntry", only, err)
+		if _, err := chain.WithoutOurEntry([]byte(only)); !errors.Is(err, chain.ErrOnlyEntry) {
+			t.Errorf("WithoutOurEntry(%s) err = %v, want ErrOnlyEntry", only, err)
 		}
 	}
-	if _, err := chain.WithoutEntry([]byte("garbage")); err == nil {
-		t.Error("WithoutEntry(garbage): no error")
+	if _, err := chain.WithoutOurEntry([]byte("garbage")); err == nil {
+		t.Error("WithoutOurEntry(garbage): no error")
 	}
 }

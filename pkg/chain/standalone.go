@@ -23,9 +23,10 @@ const (
 
 // standaloneJSON is the config as written: the CNI fields, then the entry.
 type standaloneJSON struct {
-	CNIVersion string `json:"cniVersion"`
-	Name       string `json:"name"`
-	Type       string `json:"type"`
+	CNIVersion   string          `json:"cniVersion"`
+	Name         string          `json:"name"`
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
 	pluginconf.Entry
 }
 
@@ -38,7 +39,7 @@ func Standalone(e pluginconf.Entry) ([]byte, error) {
 	if e.ExcludeNamespaces == nil {
 		e.ExcludeNamespaces = []string{}
 	}
-	return marshal(standaloneJSON{CNIVersion: StandaloneVersion, Name: StandaloneNetwork, Type: PluginType, Entry: e}, "  ")
+	return marshal(standaloneJSON{CNIVersion: StandaloneVersion, Name: StandaloneNetwork, Type: PluginType, Capabilities: capabilities(), Entry: e}, "  ")
 }
 
 // upstreamKeys are keys only upstream istio-cni's installer writes into
@@ -50,25 +51,28 @@ var upstreamKeys = []string{"cni_agent_run_dir", "plugin_log_level", "pod_namesp
 // by upstream Istio's installer rather than this one: another installer
 // manages istio-cni on the node.
 func UpstreamEntry(data []byte) bool {
-	var raws []json.RawMessage
 	if c, err := parseList(data); err == nil {
 		for _, p := range c.plugins {
-			if p.typ == PluginType {
-				raws = append(raws, p.raw)
-			}
-		}
-	} else if typ, _ := pluginType(data); typ == PluginType {
-		raws = append(raws, data)
-	}
-	for _, raw := range raws {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(raw, &m) != nil {
-			continue
-		}
-		for _, k := range upstreamKeys {
-			if _, ok := m[k]; ok {
+			if p.typ == PluginType && upstreamEntry(p.raw) {
 				return true
 			}
+		}
+		return false
+	}
+	typ, _ := pluginType(data)
+	return typ == PluginType && upstreamEntry(data)
+}
+
+// upstreamEntry: one istio-cni entry carries a key only upstream's
+// installer writes.
+func upstreamEntry(raw []byte) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return false
+	}
+	for _, k := range upstreamKeys {
+		if _, ok := m[k]; ok {
+			return true
 		}
 	}
 	return false

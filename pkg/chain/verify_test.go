@@ -32,7 +32,7 @@ func TestVerify(t *testing.T) {
 		t.Errorf("Verify(compacted) = %v", err)
 	}
 
-	withoutEntry, err := chain.WithoutEntry(owned)
+	withoutEntry, err := chain.WithoutOurEntry(owned)
 	if err != nil {
 		t.Fatal(err)
 	}

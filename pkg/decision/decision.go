@@ -40,7 +40,6 @@ const (
 	Redirected        Reason = "redirect"
 	NotKubernetes     Reason = "no K8S_POD_NAMESPACE/K8S_POD_NAME in CNI_ARGS"
 	ExcludedNamespace Reason = "namespace excluded"
-	AgentPod          Reason = "the istio-cni agent's own namespace"
 	IstioInitPresent  Reason = "istio-init init container present (it programs the rules itself)"
 	EnvoyDisabled     Reason = "DISABLE_ENVOY=true on istio-proxy"
 	NoProxy           Reason = "no istio-proxy container"
@@ -66,14 +65,30 @@ type Decision struct {
 func skip(r Reason) Decision { return Decision{Reason: r} }
 
 // Namespace decides what can be decided before the pod is read: pods in an
-// excluded namespace, or in the agent's own, pass through with no API call.
-// It returns false when the pod must be read.
-func Namespace(ns string, excluded []string, agentNamespace string) (Decision, bool) {
-	if agentNamespace != "" && ns == agentNamespace {
-		return skip(AgentPod), true
-	}
+// excluded namespace pass through with no API call. It returns false when
+// the pod must be read. The agent's own namespace is not excluded: when
+// istio-cni is installed into istio-system, as upstream's users do, its
+// sidecar pods are meshed like any other (the agent itself runs on the
+// host network, with no CNI call).
+func Namespace(ns string, excluded []string) (Decision, bool) {
 	if slices.Contains(excluded, ns) {
 		return skip(ExcludedNamespace), true
+	}
+	return Decision{}, false
+}
+
+// Annotations decides what the pod's annotations alone settle, as the
+// runtime passed them to ADD (nil: it passed none). A pod without the
+// injector's sidecar.istio.io/status annotation was never injected: Pod
+// passes it through whatever else it holds (every check before that one
+// also only passes through), so no lookup, and no credential, is needed.
+// It returns false when the pod must be read.
+func Annotations(a map[string]string) (Decision, bool) {
+	if a == nil {
+		return Decision{}, false
+	}
+	if _, ok := a[StatusAnnotation]; !ok {
+		return skip(NoStatus), true
 	}
 	return Decision{}, false
 }

@@ -263,20 +263,19 @@ func TestPodDoesNotMutate(t *testing.T) {
 func TestNamespace(t *testing.T) {
 	excluded := []string{"kube-system", "istio-system"}
 	for _, tc := range []struct {
-		name, ns, agent string
-		decided         bool
-		reason          Reason
+		name, ns string
+		decided  bool
+		reason   Reason
 	}{
-		{name: "agent namespace", ns: "istio-cni", agent: "istio-cni", decided: true, reason: AgentPod},
-		{name: "excluded", ns: "kube-system", agent: "istio-cni", decided: true, reason: ExcludedNamespace},
-		{name: "excluded is also the agent's", ns: "istio-system", agent: "istio-system", decided: true, reason: AgentPod},
-		{name: "ordinary namespace", ns: "default", agent: "istio-cni"},
-		{name: "no agent namespace", ns: "default"},
-		{name: "empty namespace, no agent namespace", ns: ""},
-		{name: "prefix of an excluded name", ns: "kube", agent: "istio-cni"},
+		{name: "excluded", ns: "kube-system", decided: true, reason: ExcludedNamespace},
+		{name: "another excluded", ns: "istio-system", decided: true, reason: ExcludedNamespace},
+		{name: "ordinary namespace", ns: "default"},
+		{name: "the agent's own namespace is ordinary", ns: "istio-cni"},
+		{name: "empty namespace", ns: ""},
+		{name: "prefix of an excluded name", ns: "kube"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, decided := Namespace(tc.ns, excluded, tc.agent)
+			d, decided := Namespace(tc.ns, excluded)
 			if decided != tc.decided {
 				t.Fatalf("decided = %v, want %v", decided, tc.decided)
 			}
@@ -287,5 +286,36 @@ func TestNamespace(t *testing.T) {
 				t.Errorf("reason = %q, want %q", d.Reason, tc.reason)
 			}
 		})
+	}
+}
+
+// What the runtime's annotations settle alone is what Pod decides: a pod
+// they pass through is never one Pod would redirect or refuse; pods they
+// cannot settle are read.
+func TestAnnotationsAgreeWithPod(t *testing.T) {
+	var settled int
+	for _, tc := range append(append(skipCases(), redirectCases()...), errorCases()...) {
+		d, decided := Annotations(tc.pod.Metadata.Annotations)
+		if tc.pod.Metadata.Annotations == nil && !decided {
+			// A pod with no annotations at all still reaches the runtime
+			// as an empty map.
+			d, decided = Annotations(map[string]string{})
+		}
+		if !decided {
+			continue
+		}
+		settled++
+		if got, err := Pod(tc.pod); err != nil || got.Redirect || d.Redirect {
+			t.Errorf("%s: the annotations pass it through, Pod decides %+v, %v", tc.name, got, err)
+		}
+	}
+	if settled == 0 {
+		t.Fatal("no case was settled by its annotations")
+	}
+	if _, decided := Annotations(nil); decided {
+		t.Error("no annotations from the runtime settled a pod")
+	}
+	if _, decided := Annotations(map[string]string{StatusAnnotation: "{}"}); decided {
+		t.Error("an injected pod was settled without being read")
 	}
 }

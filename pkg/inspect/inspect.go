@@ -124,7 +124,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if err != nil {
 		r.ConfigErr = err.Error()
 	}
-	dec, decided := decision.Namespace(o.Namespace, o.ExcludeNamespaces, o.AgentNamespace)
+	dec, decided := decision.Namespace(o.Namespace, o.ExcludeNamespaces)
 	if !decided {
 		if dec, err = decision.Pod(pod.Pod); err != nil {
 			r.Invalid = err.Error()
@@ -150,8 +150,8 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	}
 	ns, ok := found.Found[pod.Metadata.UID]
 	switch {
-	case len(found.Ambiguous) > 0:
-		r.NetnsErr = "the pod's addresses are held by more than one network namespace on this node (one poses as it?)"
+	case found.Ambiguous[pod.Metadata.UID] != "":
+		r.NetnsErr = "which network namespace is the pod's cannot be proven: " + found.Ambiguous[pod.Metadata.UID]
 		return r, nil
 	case !ok:
 		r.NetnsErr = "no network namespace on this node holds the pod's addresses " + fmt.Sprint(pod.IPs) +
@@ -196,6 +196,10 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns sand
 		for _, rec := range recs {
 			if rec.NetnsInode != ns.Inode {
 				continue
+			}
+			if rec.Passed {
+				r.Redirect, r.Recorded = false, true
+				return iptables.Model{}, false, nil
 			}
 			invalid := r.Invalid
 			r.Redirect, r.Recorded, r.Invalid = true, true, ""

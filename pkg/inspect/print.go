@@ -22,6 +22,8 @@ func (r Report) Print(w io.Writer) error {
 	switch {
 	case r.Invalid != "":
 		line("decision:  must be redirected, but its settings are refused (ADD fails): %s", r.Invalid)
+	case r.Recorded && !r.Redirect:
+		line("decision:  not redirected: %s (as ADD recorded for this sandbox)", r.Reason)
 	case r.Recorded:
 		line("decision:  redirect (%s), as ADD recorded for this sandbox", r.Families)
 	case r.Redirect:

@@ -50,8 +50,8 @@ type Config struct {
 	// standalone config named OwnedConfigName that Multus calls as a
 	// delegate (pkg/chain Standalone).
 	Chained bool
-	// PodNamespace is the agent's own namespace, passed to the plugin as
-	// agent_namespace: its pods are never redirected.
+	// PodNamespace is the agent's own namespace, where it mints the
+	// plugin's tokens.
 	PodNamespace string
 	// PluginServiceAccount, in PodNamespace, is the plugin's own identity:
 	// the installer mints its tokens (PluginTokenTTL long) for the plugin's

@@ -30,7 +30,7 @@ func TestInstallFreshNode(t *testing.T) {
 	}
 	name, owned := n.owned()
 	if name != "02-istio-cni.conflist" || !strings.Contains(owned, `"bridge"`) || !strings.Contains(owned, `"istio-cni"`) ||
-		!strings.Contains(owned, `"agent_namespace": "istio-cni"`) {
+		!strings.Contains(owned, `"io.kubernetes.cri.pod-annotations": true`) {
 		t.Errorf("owned conflist %s:\n%s", name, owned)
 	}
 	if metric(n.in.metrics.Ready) != 1 {

@@ -54,6 +54,11 @@ type Installer struct {
 	refused chan struct{} // the plugin's token was refused (PluginTokenRefused)
 	files   fileState     // what the loop wrote and found
 	alive   *health.Beat  // the watch loop's progress
+	// removeNow carries UninstallNow's reason to the loop.
+	removeNow chan string
+	// refusedHold: the API refused the agent's credentials at start;
+	// nothing is installed until a mint succeeds (removed.go).
+	refusedHold bool
 
 	unwatched []string // watched directories not armed yet
 }
@@ -90,9 +95,10 @@ func New(cfg Config, deps Deps) *Installer {
 		deps.Now = time.Now
 	}
 	in := &Installer{cfg: cfg, log: deps.Log, metrics: deps.Metrics, deps: deps, now: deps.Now,
-		ready:   newReadiness(deps.Log, deps.Metrics),
-		fights:  newFights(cfg.FightRepairs, cfg.FightWindow),
-		refused: make(chan struct{}, 1),
+		ready:     newReadiness(deps.Log, deps.Metrics),
+		fights:    newFights(cfg.FightRepairs, cfg.FightWindow),
+		refused:   make(chan struct{}, 1),
+		removeNow: make(chan string, 1),
 	}
 	if deps.PluginToken != nil {
 		in.tokens = newPluginTokens(deps.PluginToken, deps.Log, deps.Now)
@@ -158,7 +164,6 @@ func (in *Installer) entry() pluginconf.Entry {
 	return pluginconf.Entry{
 		Kubeconfig:        in.cfg.HostKubeconfigPath,
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
-		AgentNamespace:    in.cfg.PodNamespace,
 		LogLevel:          levelName(in.cfg.LogLevel),
 		AgentSocket:       filepath.Join(run, EventsSocket),
 		PodSocket:         filepath.Join(run, PodsSocket),

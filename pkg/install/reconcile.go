@@ -54,7 +54,7 @@ type outcome struct {
 // content-guarded, so a reconcile that finds its file in place writes
 // nothing.
 func (in *Installer) reconcile(t trigger) {
-	if in.yieldToOtherInstaller() {
+	if in.holding() || in.yieldToOtherInstaller() {
 		return
 	}
 	var wrote []string

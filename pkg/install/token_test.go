@@ -22,13 +22,17 @@ type fakeMinter struct {
 	ttl              time.Duration
 	calls, serial    int
 	failing, hanging bool
+	refuse           error // returned while set, as the API server refuses
 }
 
 func (f *fakeMinter) mint(ctx context.Context) (string, time.Time, error) {
 	f.mu.Lock()
 	f.calls++
-	hang, fail := f.hanging, f.failing
+	hang, fail, refuse := f.hanging, f.failing, f.refuse
 	f.mu.Unlock()
+	if refuse != nil {
+		return "", time.Time{}, refuse
+	}
 	if hang {
 		<-ctx.Done()
 		return "", time.Time{}, ctx.Err()

@@ -2,21 +2,27 @@ package install
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/fsutil"
+	"istio-cni.local/istio-cni/pkg/kubeconfig"
 )
 
-// Uninstall removes what the installer put on the node: first every config
-// that chains istio-cni (our conflists, under any name this or an earlier
-// run used, and our entry in any other file), so no new sandbox is sent to
-// a plugin that is about to go; then the kubeconfig and the binary. If the
+// Uninstall removes what the installer put on the node, and only that:
+// first every config that chains our plugin (our conflists, under any name
+// this or an earlier run used, and our entry in any other file), so no new
+// sandbox is sent to a plugin that is about to go; then the kubeconfig and
+// the binary, when they are ours. Upstream Istio's installer writes its
+// entry, binary and kubeconfig at the same paths: on a node it manages (the
+// migration, rolled back) they stay, and its pods keep starting. If the
 // configs cannot be cleaned, the binary and kubeconfig stay: a config that
 // still names istio-cni with no binary would fail every pod.
 func (in *Installer) Uninstall() error {
@@ -27,8 +33,20 @@ func (in *Installer) Uninstall() error {
 	if err != nil {
 		return fmt.Errorf("uninstalling: a CNI config may still chain istio-cni, so its binary and kubeconfig stay: %w", err)
 	}
-	for dir, name := range map[string]string{in.cfg.KubeconfigDir: KubeconfigName, in.cfg.CNIBinDir: PluginBinary} {
-		if _, err := inDir(dir, 0o755, func(d *fsutil.Dir) (struct{}, error) { return struct{}{}, d.Remove(name) }); err != nil {
+	for _, f := range []struct {
+		dir, name string
+		ours      func(*fsutil.Dir) bool
+	}{
+		{in.cfg.KubeconfigDir, KubeconfigName, ownedKubeconfig},
+		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary},
+	} {
+		if _, err := inDir(f.dir, 0o755, func(d *fsutil.Dir) (struct{}, error) {
+			if !f.ours(d) {
+				in.log.Info("leaving a file that is not ours", "file", filepath.Join(f.dir, f.name))
+				return struct{}{}, nil
+			}
+			return struct{}{}, d.Remove(f.name)
+		}); err != nil {
 			return fmt.Errorf("uninstalling: %w", err)
 		}
 	}
@@ -47,6 +65,32 @@ func (in *Installer) Uninstall() error {
 	}
 	in.log.Info("uninstalled")
 	return nil
+}
+
+// ownedKubeconfig: the plugin's kubeconfig is one this installer built
+// (upstream's, at the same path, has its own context name).
+func ownedKubeconfig(d *fsutil.Dir) bool {
+	data, err := d.ReadFile(KubeconfigName)
+	return err == nil && kubeconfig.Ours(data)
+}
+
+// ownedBinary: the plugin binary is the image's own copy, or any build of
+// this module (its Go build info names the main module), never upstream
+// Istio's istio-cni, which is installed under the same name.
+func (in *Installer) ownedBinary(d *fsutil.Dir) bool {
+	if in.cfg.PluginSource != "" {
+		if same, err := d.SameAs(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary)); err == nil && same {
+			return true
+		}
+	}
+	f, err := d.Open(PluginBinary)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	theirs, err := buildinfo.Read(f)
+	mine, ok := debug.ReadBuildInfo()
+	return err == nil && ok && mine.Main.Path != "" && theirs.Main.Path == mine.Main.Path
 }
 
 // removeEntries strips our entry from every other config file (inplace
@@ -68,7 +112,7 @@ func (in *Installer) removeEntries(netd *fsutil.Dir) error {
 			errs = append(errs, err)
 			continue
 		}
-		out, err := chain.WithoutEntry(data)
+		out, err := chain.WithoutOurEntry(data)
 		switch {
 		case errors.Is(err, chain.ErrOnlyEntry):
 			// istio-cni's alone: the standalone config, or a list we left

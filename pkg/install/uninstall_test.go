@@ -54,3 +54,69 @@ func TestUninstallRemovesEverything(t *testing.T) {
 		})
 	}
 }
+
+// The migration rolled back: while upstream Istio's installer manages the
+// node, this project is removed. Its uninstall takes only what it wrote:
+// upstream's entry, binary and kubeconfig (the same paths) stay, so meshed
+// pods keep starting on upstream's plugin.
+func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
+	n := newNode(t)
+	primary := filepath.Join(n.netd, "10-bridge.conflist")
+	n.write(primary, upstreamBridge, 0o644)
+	bin, kc := filepath.Join(n.bin, PluginBinary), filepath.Join(n.kc, KubeconfigName)
+	n.write(bin, "upstream's binary", 0o755)
+	if err := os.MkdirAll(n.kc, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	n.write(kc, upstreamKubeconfig, 0o600)
+	n.start(n.config())
+	n.eventually("yielding to upstream", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.HasPrefix(why, OtherInstallerReason), why
+	})
+	n.uninstall.Store(true)
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{primary: upstreamBridge, bin: "upstream's binary", kc: upstreamKubeconfig} {
+		if got := n.read(path); got != want {
+			t.Errorf("%s after our uninstall:\n%s\nwant upstream's, untouched:\n%s", path, got, want)
+		}
+	}
+}
+
+// Our own entry beside upstream's in one file (both installers ran once):
+// ours goes, upstream's stays.
+func TestUninstallStripsOnlyOurEntry(t *testing.T) {
+	n := newNode(t)
+	both := strings.TrimSuffix(upstreamBridge, "]}") + `,{"type":"istio-cni","kubeconfig":"/var/run/istio-cni/istio-cni-kubeconfig","exclude_namespaces":[]}]}`
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), both, 0o644)
+	if err := New(n.config(), Deps{}).Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.read(filepath.Join(n.netd, "10-bridge.conflist")); !strings.Contains(got, `"cni_agent_run_dir"`) || strings.Count(got, `"istio-cni"`) != 2 {
+		t.Errorf("after our uninstall, want upstream's entry only:\n%s", got)
+	}
+}
+
+// upstreamKubeconfig is the plugin kubeconfig upstream Istio's installer
+// writes at the same path as ours (cni/pkg/install/kubeconfig.go).
+const upstreamKubeconfig = `apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: Q0E=
+    server: https://10.96.0.1:443
+  name: local
+contexts:
+- context:
+    cluster: local
+    user: istio-cni
+  name: istio-cni-context
+current-context: istio-cni-context
+kind: Config
+preferences: {}
+users:
+- name: istio-cni
+  user:
+    token: upstream-token
+`

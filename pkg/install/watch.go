@@ -81,6 +81,7 @@ func (in *Installer) Run(ctx context.Context) error {
 		select {
 		case r := <-in.tokens.minted:
 			in.tokens.done(r)
+			in.refusedHold = refusedAtStart(r)
 		case <-ctx.Done():
 		}
 	}
@@ -98,7 +99,13 @@ func (in *Installer) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			if in.refusedHold {
+				in.log.Info("stopping; nothing was installed: the API refused this agent's credentials")
+				return nil
+			}
 			return in.shutdown()
+		case why := <-in.removeNow:
+			return in.uninstallWhileRunning(ctx, why)
 		case ev, ok := <-wa.w.Events:
 			if !ok {
 				return errWatcherClosed
@@ -132,7 +139,13 @@ func (in *Installer) Run(ctx context.Context) error {
 			}
 		case r := <-minted:
 			// A new token, or none valid any more (readiness says why).
-			if in.tokens.done(r) || !in.tokens.valid() {
+			changed := in.tokens.done(r)
+			switch {
+			case in.refusedHold && changed:
+				in.log.Info("the API accepts this agent again: installing")
+				in.refusedHold = false
+				l.now(trigger{reason: reasonInstall, at: in.now()})
+			case changed || !in.tokens.valid():
 				in.writePluginToken()
 			}
 		case <-tick.C: // only shows the loop turns

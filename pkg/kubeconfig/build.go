@@ -65,3 +65,16 @@ func (s Source) validate() error {
 	}
 	return nil
 }
+
+// Ours reports whether data is a kubeconfig this package built: its
+// current context is ours. Upstream Istio's installer writes the plugin's
+// kubeconfig at the same path with the context "istio-cni-context"; an
+// uninstall removes only ours.
+func Ours(data []byte) bool {
+	cfg, err := clientcmd.Load(data)
+	if err != nil || cfg.CurrentContext != contextName {
+		return false
+	}
+	ctx := cfg.Contexts[contextName]
+	return ctx != nil && ctx.Cluster == clusterName && ctx.AuthInfo == userName
+}

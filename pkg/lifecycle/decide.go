@@ -16,13 +16,21 @@
 // from what it saw and what a fresh read says:
 //
 //  1. its namespace is terminating or gone: uninstall;
-//  2. its DaemonSet exists and is not being deleted: stop only;
-//  3. its DaemonSet is gone or being deleted: uninstall, unless a DaemonSet
+//  2. its ServiceAccount is deleted and the API now refuses the agent:
+//     uninstall, whatever a watch last said of the DaemonSet (a watch that
+//     lapsed when the credentials went says nothing any more);
+//  3. its DaemonSet exists, but no longer runs a pod on this node (a
+//     nodeSelector, affinity or tolerations change): uninstall, or the
+//     node keeps a config whose plugin's credentials nobody renews;
+//  4. its DaemonSet exists and is not being deleted: stop only;
+//  5. its DaemonSet is gone or being deleted: uninstall, unless a DaemonSet
 //     of that name (a replacement) appears within ReplaceWait;
-//  4. nothing known of the DaemonSet, its ServiceAccount deleted while the
-//     API now refuses the agent: uninstall;
-//  5. anything else (the API unreachable): stop only, and say so:
+//  6. anything else (the API unreachable): stop only, and say so:
 //     `install-cni uninstall` cleans a node left that way.
+//
+// Rules 1 and 2 also hold while the agent runs (CheckRunning): an agent
+// orphaned by `helm uninstall --cascade=orphan` never gets SIGTERM, and its
+// node would keep the config for good.
 package lifecycle
 
 import (
@@ -58,6 +66,10 @@ type facts struct {
 	// readOK: this agent read its DaemonSet at least once, so a refusal
 	// now is a change, not a misconfiguration from the start.
 	readOK bool
+	// placement: whether the DaemonSet keeps a pod on this node, and why
+	// not.
+	placement    placement
+	placementWhy string
 }
 
 // verdict is decide's answer before any wait for a replacement.
@@ -71,19 +83,36 @@ const (
 )
 
 // decide applies the rules in the package comment, except the wait.
-func decide(f facts, ns, ds, sa string) (verdict, string) {
+func decide(f facts, ns, ds, sa, node string) (verdict, string) {
+	if v, why, ok := decideRunning(f, ns, sa); ok {
+		return v, why
+	}
 	switch {
-	case f.namespace.leaving():
-		return remove, fmt.Sprintf("namespace %s is being deleted", ns)
+	case f.daemonSet.present() && f.placement == notHere:
+		return remove, fmt.Sprintf("DaemonSet %s/%s no longer runs on node %s: %s", ns, ds, node, f.placementWhy)
 	case f.daemonSet.present():
 		return keep, fmt.Sprintf("DaemonSet %s/%s is in place: a restart, an update or a node shutdown", ns, ds)
 	case f.daemonSet.leaving():
 		return awaitReplacement, fmt.Sprintf("DaemonSet %s/%s is deleted", ns, ds)
-	case f.serviceAccount.leaving() && f.readOK && f.fresh != answered && f.fresh != unreachable:
-		return remove, fmt.Sprintf("ServiceAccount %s/%s is deleted and the API now refuses the agent", ns, sa)
 	}
 	return unknown, fmt.Sprintf("nothing known of DaemonSet %s/%s (API %s)", ns, ds, f.fresh)
 }
+
+// decideRunning applies rules 1 and 2, which no restart or update can
+// explain; ok=false when neither holds.
+func decideRunning(f facts, ns, sa string) (verdict, string, bool) {
+	switch {
+	case f.namespace.leaving():
+		return remove, fmt.Sprintf("namespace %s is being deleted", ns), true
+	case f.serviceAccount.leaving() && f.readOK && f.fresh.refused():
+		return remove, fmt.Sprintf("ServiceAccount %s/%s is deleted and the API now refuses the agent", ns, sa), true
+	}
+	return keep, "", false
+}
+
+// refused: the API answered, and said no to the agent's credentials or
+// rights.
+func (r refusal) refused() bool { return r == unauthorized || r == forbidden }
 
 func (r refusal) String() string {
 	switch r {

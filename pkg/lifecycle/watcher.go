@@ -27,6 +27,9 @@ type Config struct {
 	// ReplaceWait is how long a deleted DaemonSet may take to reappear
 	// before its deletion counts as an uninstall.
 	ReplaceWait time.Duration
+	// NodeName is the agent's node: whether the DaemonSet still runs a pod
+	// there is read from it. "" skips that rule.
+	NodeName string
 }
 
 // Watcher follows the agent's namespace, DaemonSet and ServiceAccount and
@@ -43,6 +46,12 @@ type Watcher struct {
 	// firstDS is the uid of the DaemonSet as first seen: the one that
 	// started this agent, unless it was replaced before the watch began.
 	firstDS string
+	// template is the DaemonSet's pod spec as last seen, for its
+	// placement; nil before.
+	template *corev1.PodSpec
+	// gone is signalled when the DaemonSet or the ServiceAccount is seen
+	// deleted (Gone).
+	gone chan struct{}
 }
 
 type kind string
@@ -58,7 +67,7 @@ func New(cfg Config, client kubernetes.Interface, log *slog.Logger) *Watcher {
 	if cfg.ReplaceWait <= 0 {
 		cfg.ReplaceWait = DefaultReplaceWait
 	}
-	return &Watcher{cfg: cfg, client: client, log: log, obj: map[kind]*object{
+	return &Watcher{cfg: cfg, client: client, log: log, gone: make(chan struct{}, 1), obj: map[kind]*object{
 		namespaceKind: {}, daemonSetKind: {}, serviceAccountKind: {},
 	}}
 }
@@ -118,6 +127,12 @@ func (w *Watcher) saw(k kind, o any) {
 		if w.firstDS == "" {
 			w.firstDS = cur.uid
 		}
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			w.template = &ds.Spec.Template.Spec
+		}
+	}
+	if cur.deleting && !prev.deleting && k != namespaceKind {
+		w.signalGone()
 	}
 	if cur.deleting && !prev.deleting {
 		w.log.Info("lifecycle: being deleted", "object", string(k), "name", m.GetName())
@@ -131,6 +146,16 @@ func (w *Watcher) deleted(k kind) {
 		w.log.Info("lifecycle: deleted", "object", string(k))
 	}
 	*w.obj[k] = object{known: true, gone: true}
+	if k != namespaceKind {
+		w.signalGone()
+	}
+}
+
+func (w *Watcher) signalGone() {
+	select {
+	case w.gone <- struct{}{}:
+	default:
+	}
 }
 
 // Check is the UninstallCheck: it reads the three objects afresh (what it
@@ -138,7 +163,7 @@ func (w *Watcher) deleted(k kind) {
 // replacement DaemonSet when the old one is gone.
 func (w *Watcher) Check(ctx context.Context) (bool, string, error) {
 	f := w.refresh(ctx)
-	v, why := decide(f, w.cfg.Namespace, w.cfg.DaemonSet, w.cfg.ServiceAccount)
+	v, why := decide(f, w.cfg.Namespace, w.cfg.DaemonSet, w.cfg.ServiceAccount, w.cfg.NodeName)
 	switch v {
 	case keep:
 		// Present under another uid: deleted and recreated before this
@@ -161,6 +186,18 @@ func (w *Watcher) Check(ctx context.Context) (bool, string, error) {
 	return true, fmt.Sprintf("%s and not replaced within %s", why, w.cfg.ReplaceWait), nil
 }
 
+// Gone is signalled when the DaemonSet or the ServiceAccount is seen
+// deleted: the moment to ask CheckRunning.
+func (w *Watcher) Gone() <-chan struct{} { return w.gone }
+
+// CheckRunning reads the objects afresh and says whether istio-cni is gone
+// although this agent runs (rules 1 and 2 of the package comment, which no
+// restart or update can explain): the agent then uninstalls at once.
+func (w *Watcher) CheckRunning(ctx context.Context) (bool, string) {
+	_, why, removed := decideRunning(w.refresh(ctx), w.cfg.Namespace, w.cfg.ServiceAccount)
+	return removed, why
+}
+
 // refresh reads the three objects in parallel and merges the answers into
 // what the watches saw.
 func (w *Watcher) refresh(ctx context.Context) facts {
@@ -171,11 +208,25 @@ func (w *Watcher) refresh(ctx context.Context) facts {
 	for i, k := range []kind{namespaceKind, daemonSetKind, serviceAccountKind} {
 		wg.Go(func() { outcomes[i] = w.read(ctx, k) })
 	}
+	var node *corev1.Node
+	if w.cfg.NodeName != "" {
+		wg.Go(func() {
+			if n, err := w.client.CoreV1().Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{}); err == nil {
+				node = n
+			}
+		})
+	}
 	wg.Wait()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	f := facts{namespace: *w.obj[namespaceKind], daemonSet: *w.obj[daemonSetKind],
 		serviceAccount: *w.obj[serviceAccountKind], readOK: w.readOK}
+	if node != nil && w.template != nil {
+		f.placement = runsHere
+		if ok, why := runsOn(*w.template, node); !ok {
+			f.placement, f.placementWhy = notHere, why
+		}
+	}
 	// The DaemonSet's read speaks for the agent's rights; the others only
 	// if it got no answer at all.
 	f.fresh = outcomes[1]
@@ -195,7 +246,9 @@ func (w *Watcher) read(ctx context.Context, k kind) refusal {
 	case namespaceKind:
 		o, err = w.client.CoreV1().Namespaces().Get(ctx, w.cfg.Namespace, metav1.GetOptions{})
 	case daemonSetKind:
-		o, err = w.client.AppsV1().DaemonSets(w.cfg.Namespace).Get(ctx, w.cfg.DaemonSet, metav1.GetOptions{})
+		var ds *appsv1.DaemonSet
+		ds, err = w.client.AppsV1().DaemonSets(w.cfg.Namespace).Get(ctx, w.cfg.DaemonSet, metav1.GetOptions{})
+		o = ds
 	case serviceAccountKind:
 		o, err = w.client.CoreV1().ServiceAccounts(w.cfg.Namespace).Get(ctx, w.cfg.ServiceAccount, metav1.GetOptions{})
 	}

@@ -9,8 +9,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	k8stypes "k8s.io/apimachinery/pkg/types"
 )
@@ -42,5 +45,81 @@ func TestCheckNamesAReplacement(t *testing.T) {
 	uninstall, why, err = w.Check(ctx)
 	if err != nil || uninstall || !strings.Contains(why, "was replaced (uid ds-b, was ds-a)") {
 		t.Errorf("a delete and recreate: %v %q %v", uninstall, why, err)
+	}
+}
+
+func newTestWatcher(client *fake.Clientset) *Watcher {
+	return New(Config{Namespace: "istio-cni", DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni", NodeName: "node-a"}, client,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// A nodeSelector change moves the DaemonSet off the node: the controller
+// deletes the agent's pod for good, and its shutdown check uninstalls,
+// naming why, so the node does not keep a config whose plugin's
+// credentials nobody renews.
+func TestCheckUninstallsWhenTheDaemonSetNoLongerRunsHere(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-a"}}
+	ds.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "mesh"}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{"pool": "mesh"}}}
+	client := fake.NewClientset(ds, node, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni"}})
+	w := newTestWatcher(client)
+	ctx := context.Background()
+	if uninstall, why, err := w.Check(ctx); err != nil || uninstall {
+		t.Fatalf("the DaemonSet still selects the node: %v %q %v", uninstall, why, err)
+	}
+	ds.Spec.Template.Spec.NodeSelector = map[string]string{"pool": "edge"}
+	if _, err := client.AppsV1().DaemonSets("istio-cni").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	uninstall, why, err := w.Check(ctx)
+	if err != nil || !uninstall || !strings.Contains(why, "no longer runs on node node-a") || !strings.Contains(why, "nodeSelector") {
+		t.Errorf("nodeSelector changed: %v %q %v, want an uninstall naming the selector", uninstall, why, err)
+	}
+}
+
+// The agent's watch last showed the DaemonSet in place, then the
+// credentials went (the watch lapsed with them): the ServiceAccount seen
+// deleted and the API refusing the agent now mean istio-cni is gone,
+// whatever the stale DaemonSet says.
+func TestCheckUninstallsWhenRefusedAfterItsServiceAccountWent(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-a"}}
+	client := fake.NewClientset()
+	w := newTestWatcher(client)
+	w.saw(daemonSetKind, ds)
+	w.saw(namespaceKind, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}})
+	w.deleted(serviceAccountKind)
+	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewUnauthorized("token revoked")
+	})
+	uninstall, why, err := w.Check(context.Background())
+	if err != nil || !uninstall || !strings.Contains(why, "ServiceAccount istio-cni/istio-cni is deleted and the API now refuses the agent") {
+		t.Errorf("%v %q %v, want an uninstall", uninstall, why, err)
+	}
+	if removed, why := w.CheckRunning(context.Background()); !removed {
+		t.Errorf("while running: %q, want removed", why)
+	}
+	select {
+	case <-w.Gone():
+	default:
+		t.Error("the ServiceAccount's deletion was not signalled")
+	}
+}
+
+// A force-deleted agent pod's token is refused too, with everything in
+// place: no uninstall, running or at shutdown.
+func TestRefusedWithEverythingInPlaceKeeps(t *testing.T) {
+	client := fake.NewClientset()
+	w := newTestWatcher(client)
+	w.saw(daemonSetKind, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-a"}})
+	w.saw(serviceAccountKind, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni"}})
+	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewUnauthorized("pod gone")
+	})
+	if uninstall, why, _ := w.Check(context.Background()); uninstall {
+		t.Errorf("uninstalled: %q", why)
+	}
+	if removed, why := w.CheckRunning(context.Background()); removed {
+		t.Errorf("removed while running: %q", why)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -66,7 +67,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	a.events = newEvents(cs, cfg.NodeName)
 	a.notes.events = a.events
 	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
-		ServiceAccount: cfg.ServiceAccount}, cs, log.With("component", "lifecycle"))
+		ServiceAccount: cfg.ServiceAccount, NodeName: cfg.NodeName}, cs, log.With("component", "lifecycle"))
 	deps.Uninstall = a.lifecycle.Check
 	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
@@ -128,7 +129,8 @@ func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) e
 		})
 		reg.MustRegister(tainted)
 		a.taint = &nodetaint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
-			Exempt: []string{install.ShutdownReason, install.OtherInstallerReason}, Log: a.log.With("component", "taint"), Tainted: tainted}
+			Exempt: []string{install.ShutdownReason, install.OtherInstallerReason, install.UninstalledReason, install.RefusedReason},
+			Log:    a.log.With("component", "taint"), Tainted: tainted}
 	}
 	return nil
 }
@@ -147,6 +149,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if a.lifecycle != nil {
 		a.lifecycle.Start(dutiesCtx)
+		wg.Go(func() {
+			if a.uninstallWhenRemoved(dutiesCtx) {
+				stopDuties() // the audit, lookups and reports have nothing left to serve
+			}
+		})
 	}
 	var wake func(string)
 	if a.audit != nil {
@@ -190,6 +197,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.With("component", "pod-lookups")); err != nil {
 			a.log.Warn("not answering the plugin's pod lookups: it asks the API", "error", err.Error())
 		} else {
+			if a.audit != nil {
+				srv.ReadsBack = a.audit.ReadsBack
+			}
 			wg.Go(func() { srv.Serve(dutiesCtx) })
 		}
 	}
@@ -200,4 +210,36 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.events.flush()
 	}
 	return err
+}
+
+// removedChecks are when, after its DaemonSet or ServiceAccount is seen
+// deleted, the agent asks whether istio-cni is gone while it runs: the
+// ServiceAccount and the agent's rights go a moment after the DaemonSet.
+var removedChecks = []time.Duration{time.Second, 5 * time.Second, 30 * time.Second}
+
+// uninstallWhenRemoved uninstalls while the agent runs once the API shows
+// istio-cni removed around it (an agent orphaned by --cascade=orphan is
+// never stopped, so its shutdown check never runs), and reports whether it
+// did.
+func (a *Agent) uninstallWhenRemoved(ctx context.Context) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-a.lifecycle.Gone():
+		}
+		for _, after := range removedChecks {
+			t := time.NewTimer(after)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+			if removed, why := a.lifecycle.CheckRunning(ctx); removed {
+				a.installer.UninstallNow(why)
+				return true
+			}
+		}
+	}
 }

@@ -40,8 +40,8 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *nodepods.Pods, rec reco
 	}
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
-		ExcludeNamespaces: cfg.Install.ExcludeNamespaces, AgentNamespace: cfg.Install.PodNamespace,
-		Settings: nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
+		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
+		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
 	}, audit.Deps{
 		Namespaces: sandboxns.Finder{Dir: cfg.NetnsDir, Since: time.Now()},
 		Network: func(b xtables.Backend) audit.Network {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/childcaps"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/inspect"
 	"istio-cni.local/istio-cni/pkg/install"
@@ -93,6 +95,12 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		if backend, err = xtables.Auto.Resolve(); err != nil {
 			backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		}
+	}
+	// As the audit's: the iptables inspect runs in the pod's namespace get
+	// only what iptables needs, not the CAP_SYS_ADMIN inspect keeps for
+	// setns.
+	if err := childcaps.Limit(unix.CAP_NET_ADMIN, unix.CAP_NET_RAW); err != nil {
+		return 1, fmt.Errorf("inspect: limiting the capabilities of the iptables it runs: %w", err)
 	}
 	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
 	network := &podnet.Netns{Programmer: prog}

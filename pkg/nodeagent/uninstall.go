@@ -18,7 +18,8 @@ Removes istio-cni from a node whose agent is not running (the node was
 down or the agent crash-looping when istio-cni was deleted): first every
 CNI config that chains istio-cni, then the plugin, its kubeconfig, the
 sandboxes' records and the agent's socket. The primary CNI's own config is
-kept (only our entry is removed from it). Run it on the node, as root:
+kept (only our entry is removed from it), and so is what upstream Istio's
+installer wrote at the same paths (its entry, binary and kubeconfig). Run it on the node, as root:
 
   install-cni uninstall --cni-bin-dir=/opt/cni/bin --cni-net-dir=/etc/cni/net.d --kubeconfig-dir=/var/run/istio-cni
 
@@ -30,7 +31,10 @@ DaemonSet instead.
 `
 
 // Uninstall is the uninstall subcommand; it returns the exit status.
-func Uninstall(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// selfDir holds this binary, and the plugin beside it in the image: a
+// plugin binary on the node is removed only when it is that one, or
+// another build of istio-cni.
+func Uninstall(args []string, getenv func(string) string, selfDir string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("uninstall", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { _, _ = fmt.Fprint(stderr, uninstallUsage); fs.PrintDefaults() }
@@ -40,6 +44,7 @@ func Uninstall(args []string, getenv func(string) string, stdout, stderr io.Writ
 	f.String(&cfg.CNINetDir, "cni-net-dir", "CNI_NET_DIR", "/host/etc/cni/net.d", "the node's CNI config directory")
 	f.String(&cfg.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "istio-cni's run directory (kubeconfig, socket, records)")
 	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "02-istio-cni.conflist", "the owned conflist's configured name")
+	f.String(&cfg.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the image's plugin binary "+install.PluginBinary)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

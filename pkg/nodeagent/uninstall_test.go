@@ -21,7 +21,7 @@ func TestUninstallCommand(t *testing.T) {
 	poll.Until(t, 10*time.Second, "installed", func() (bool, string) { return a.installer.Ready() })
 	var out, errOut bytes.Buffer
 	args := []string{"--cni-bin-dir=" + n.bin, "--cni-net-dir=" + n.netd, "--kubeconfig-dir=" + n.run}
-	if code := Uninstall(args, n.getenv, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "an istio-cni agent is running") {
+	if code := Uninstall(args, n.getenv, "/nonexistent", &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "an istio-cni agent is running") {
 		t.Fatalf("with the agent running: exit %d, %s", code, errOut.String())
 	}
 	// The agent stops without uninstalling (no API: it cannot tell), as
@@ -39,7 +39,7 @@ func TestUninstallCommand(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := Uninstall(args, n.getenv, &out, &errOut); code != 0 {
+	if code := Uninstall(args, n.getenv, "/nonexistent", &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, dir := range []string{n.bin, n.run} {
@@ -54,7 +54,7 @@ func TestUninstallCommand(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(n.netd, "10-bridge.conflist")); string(b) != bridgePrimary {
 		t.Errorf("primary changed:\n%s", b)
 	}
-	if code := Uninstall([]string{"--cni-net-dir=relative"}, n.getenv, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--cni-net-dir") {
+	if code := Uninstall([]string{"--cni-net-dir=relative"}, n.getenv, "/nonexistent", &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--cni-net-dir") {
 		t.Errorf("relative path: exit %d, %s", code, errOut.String())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -33,11 +34,15 @@ type outcome struct {
 	// note is something the agent tells people of the pod
 	// (agentevents.Note*).
 	note string
-	// podFrom is who answered the pod lookup: "agent" or "api"; empty
-	// when there was none.
+	// podFrom is what the decision read: "runtime" (the annotations the
+	// runtime passed settled it), "agent" or "api" (who answered the pod
+	// lookup); empty when there was none.
 	podFrom string
 	// agentMiss is why the agent, when asked, did not answer.
 	agentMiss string
+	// agentReadsBack: the agent answered, and its audit reads this pod's
+	// rules back and repairs them.
+	agentReadsBack bool
 }
 
 // Add redirects the pod's traffic if it must be, then passes the previous
@@ -73,13 +78,21 @@ func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcom
 
 func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	pl, ok, err := p.plan(args, conf, out)
-	if err != nil || !ok {
+	if err != nil {
 		return err
+	}
+	if !ok {
+		p.recordPassed(conf, args, out)
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
 	start := p.deps.Now()
-	conf.agentChecks = out.podFrom == "agent"
+	// A restore is trusted without its read-back only when the agent's
+	// audit reads it back instead, and only into a sandbox ADD never
+	// programmed: a repeated ADD (a runtime's retry, Multus chaining
+	// istio-cni twice) reads back, which also removes duplicate jumps.
+	conf.agentChecks = out.agentReadsBack && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
 	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
 	out.netnsTime = p.deps.Now().Sub(start)
 	if err != nil {
@@ -110,8 +123,12 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 		return plan{}, false, nil
 	}
 	out.pod, out.podUID = ref.String(), ref.uid
-	if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided {
+	if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces); decided {
 		out.decision = d
+		return plan{}, false, nil
+	}
+	if d, decided := decision.Annotations(conf.RuntimeConfig.PodAnnotations); decided {
+		out.decision, out.podFrom = d, "runtime"
 		return plan{}, false, nil
 	}
 	pod, err := p.getPod(conf, ref, out)
@@ -146,15 +163,15 @@ func (p *Plugin) getPod(conf *Config, ref podRef, out *outcome) (*kube.Pod, erro
 	start := p.deps.Now()
 	defer func() { out.apiTime = p.deps.Now().Sub(start) }()
 	if conf.PodSocket != "" && ref.uid != "" && p.deps.AskAgent != nil {
-		pod, err := p.deps.AskAgent(conf.PodSocket, ref.namespace, ref.name)
+		ans, err := p.deps.AskAgent(conf.PodSocket, ref.namespace, ref.name)
 		switch {
 		case err != nil:
 			out.agentMiss = err.Error()
-		case pod.Metadata.UID != ref.uid || pod.Metadata.Namespace != ref.namespace || pod.Metadata.Name != ref.name:
-			out.agentMiss = fmt.Sprintf("it holds %s/%s uid %s", pod.Metadata.Namespace, pod.Metadata.Name, pod.Metadata.UID)
+		case ans.Pod.Metadata.UID != ref.uid || ans.Pod.Metadata.Namespace != ref.namespace || ans.Pod.Metadata.Name != ref.name:
+			out.agentMiss = fmt.Sprintf("it holds %s/%s uid %s", ans.Pod.Metadata.Namespace, ans.Pod.Metadata.Name, ans.Pod.Metadata.UID)
 		default:
-			out.podFrom = "agent"
-			return pod, nil
+			out.podFrom, out.agentReadsBack = "agent", ans.ReadsBack
+			return ans.Pod, nil
 		}
 	}
 	out.podFrom = "api"
@@ -178,8 +195,11 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	if out.families != "" {
 		attrs = append(attrs, "families", out.families)
 	}
+	if out.podFrom != "" {
+		attrs = append(attrs, "pod_from", out.podFrom)
+	}
 	if out.apiTime > 0 {
-		attrs = append(attrs, "api_ms", millis(out.apiTime), "pod_from", out.podFrom)
+		attrs = append(attrs, "api_ms", millis(out.apiTime))
 		if out.agentMiss != "" {
 			attrs = append(attrs, "agent_miss", out.agentMiss)
 		}

@@ -2,10 +2,14 @@ package plugin
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"istio-cni.local/istio-cni/pkg/agentpods"
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 )
@@ -19,29 +23,32 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 	c := strings.TrimSuffix(conf("1.0.0", prevV4), "}") + `,"pod_socket":"/var/run/istio-cni/pods.sock"}`
 	var programmed []iptables.Model
 	for _, tc := range []struct {
-		name     string
-		conf     string
-		args     string
-		agent    *kube.Pod
-		agentErr error
-		apiCalls int
+		name      string
+		conf      string
+		args      string
+		agent     *kube.Pod
+		readsBack bool
+		agentErr  error
+		apiCalls  int
+		trusted   bool
 	}{
-		{"the agent holds the pod", c, podArgsUID, withUID(uid), nil, 0},
-		{"the agent holds a namesake", c, podArgsUID, withUID("another-uid"), nil, 1},
-		{"the agent does not answer", c, podArgsUID, nil, errors.New("dial unix: no such file"), 1},
-		{"no K8S_POD_UID to check it by", c, podArgs, withUID(uid), nil, 1},
-		{"no pod_socket", conf("1.0.0", prevV4), podArgsUID, withUID(uid), nil, 1},
+		{"the agent holds the pod", c, podArgsUID, withUID(uid), true, nil, 0, true},
+		{"the agent holds the pod, its audit does not repair", c, podArgsUID, withUID(uid), false, nil, 0, false},
+		{"the agent holds a namesake", c, podArgsUID, withUID("another-uid"), true, nil, 1, false},
+		{"the agent does not answer", c, podArgsUID, nil, true, errors.New("dial unix: no such file"), 1, false},
+		{"no K8S_POD_UID to check it by", c, podArgs, withUID(uid), true, nil, 1, false},
+		{"no pod_socket", conf("1.0.0", prevV4), podArgsUID, withUID(uid), true, nil, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness()
 			h.api.pods["team-a/web-1"] = withUID(uid)
 			asked := 0
-			h.p.deps.AskAgent = func(socket, ns, name string) (*kube.Pod, error) {
+			h.p.deps.AskAgent = func(socket, ns, name string) (agentpods.Answer, error) {
 				asked++
 				if socket != "/var/run/istio-cni/pods.sock" || ns != "team-a" || name != "web-1" {
 					t.Errorf("asked %s for %s/%s", socket, ns, name)
 				}
-				return tc.agent, tc.agentErr
+				return agentpods.Answer{Pod: tc.agent, ReadsBack: tc.readsBack}, tc.agentErr
 			}
 			newNet := h.p.deps.NewPodNetwork
 			var trusted bool
@@ -49,10 +56,10 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 			if err := h.p.Add(cmdArgs(tc.conf, tc.args)); err != nil {
 				t.Fatal(err)
 			}
-			// Only an agent that answered (so its audit runs) takes the
-			// read-back off the ADD.
-			if trusted != (tc.apiCalls == 0) {
-				t.Errorf("restore trusted: %v, want %v", trusted, tc.apiCalls == 0)
+			// Only an agent that answered and whose audit reads back and
+			// repairs takes the read-back off the ADD.
+			if trusted != tc.trusted {
+				t.Errorf("restore trusted: %v, want %v", trusted, tc.trusted)
 			}
 			if h.api.calls != tc.apiCalls {
 				t.Errorf("%d API calls, want %d (agent asked %d times)", h.api.calls, tc.apiCalls, asked)
@@ -76,5 +83,52 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 		if !reflect.DeepEqual(m, programmed[0]) {
 			t.Errorf("the rules differ with who answered:\n%+v\n%+v", *programmed[0].V4, *m.V4)
 		}
+	}
+}
+
+// A repeated ADD into one sandbox (a runtime's retry, Multus chaining
+// istio-cni twice) always reads its rules back, which removes the jumps
+// the second restore duplicated: only a sandbox ADD never programmed is
+// left to the agent's read-back. A plain pod's sandbox is recorded too.
+func TestRepeatedAddReadsBack(t *testing.T) {
+	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+	records := t.TempDir()
+	c := strings.TrimSuffix(conf("1.0.0", prevV4), "}") + `,"pod_socket":"/var/run/istio-cni/pods.sock","records_dir":"` + records + `"}`
+	pod := meshedPod(nil)
+	pod.Metadata.UID = uid
+	h := newHarness()
+	h.net.programmed = map[string]iptables.Model{}
+	h.p.deps.AskAgent = func(string, string, string) (agentpods.Answer, error) {
+		return agentpods.Answer{Pod: pod, ReadsBack: true}, nil
+	}
+	newNet := h.p.deps.NewPodNetwork
+	var trusted []bool
+	var last bool // the namespace programmer ADD built last: the one that programs
+	h.p.deps.NewPodNetwork = func(c *Config) PodNetwork { last = c.agentChecks; return newNet(c) }
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		args := cmdArgs(c, podArgsUID)
+		args.Netns = netns
+		if err := h.p.Add(args); err != nil {
+			t.Fatal(err)
+		}
+		trusted = append(trusted, last)
+	}
+	if len(trusted) != 2 || !trusted[0] || trusted[1] {
+		t.Errorf("restore trusted on the first and second ADD: %v, want [true false]", trusted)
+	}
+	// A plain pod's sandbox: recorded as passed through.
+	plain := newHarness()
+	plainArgs := cmdArgs(withAnnotations(c, map[string]string{}), "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=plain;K8S_POD_UID=plain-uid")
+	plainArgs.ContainerID, plainArgs.Netns = "c-plain", netns
+	if err := plain.p.Add(plainArgs); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := (applied.Store{Dir: records}).ForPod("plain-uid")
+	if err != nil || len(recs) != 1 || !recs[0].Passed || recs[0].NetnsInode == 0 || recs[0].Container != "c-plain" {
+		t.Errorf("the plain pod's sandbox record: %+v, %v", recs, err)
 	}
 }

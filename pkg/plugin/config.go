@@ -17,6 +17,9 @@ import (
 type Config struct {
 	types.NetConf
 	pluginconf.Entry
+	// RuntimeConfig is what the runtime passed for the entry's
+	// capabilities: the pod's annotations.
+	RuntimeConfig pluginconf.RuntimeConfig `json:"runtimeConfig"`
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Settings

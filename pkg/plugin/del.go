@@ -32,7 +32,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if isPod {
 		out.pod, out.podUID = ref.String(), ref.uid
 		// Pods decided before the API are never programmed: nothing to undo.
-		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces, conf.AgentNamespace); decided && confErr == nil {
+		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces); decided && confErr == nil {
 			out.decision = d
 			p.finish(log, conf, "DEL", args, out, start, nil)
 			return nil

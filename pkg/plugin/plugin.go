@@ -38,7 +38,7 @@ type Deps struct {
 	NewPodGetter func(conf *Config) (PodGetter, error)
 	// AskAgent asks the node agent at socket for a pod (pkg/agentpods); any
 	// error sends the lookup to the API. Nil never asks.
-	AskAgent func(socket, namespace, name string) (*kube.Pod, error)
+	AskAgent func(socket, namespace, name string) (agentpods.Answer, error)
 	// NewPodNetwork builds the namespace programmer for a config.
 	NewPodNetwork func(conf *Config) PodNetwork
 	// Stdout receives the CNI result; Stderr the log lines.
@@ -70,7 +70,7 @@ func New() *Plugin {
 		NewPodGetter: func(c *Config) (PodGetter, error) {
 			return kube.NewClient(c.Kubeconfig, c.parsed.Timeouts)
 		},
-		AskAgent: func(socket, namespace, name string) (*kube.Pod, error) {
+		AskAgent: func(socket, namespace, name string) (agentpods.Answer, error) {
 			return agentpods.Get(socket, namespace, name, AgentBudget)
 		},
 		NewPodNetwork: func(c *Config) PodNetwork {

@@ -28,6 +28,19 @@ func (p *Plugin) record(conf *Config, args *skel.CmdArgs, out *outcome, pl plan)
 	}
 }
 
+// recordPassed records that ADD left this sandbox without rules: it ties
+// the namespace to its pod, so the audit never programs it for another.
+func (p *Plugin) recordPassed(conf *Config, args *skel.CmdArgs, out *outcome) {
+	if conf.RecordsDir == "" || out.podUID == "" || args.Netns == "" {
+		return
+	}
+	r := applied.Record{PodUID: out.podUID, Pod: out.pod, Container: args.ContainerID,
+		NetnsInode: netnsInode(args.Netns), Passed: true, At: p.deps.Now()}
+	if err := (applied.Store{Dir: conf.RecordsDir}).Write(r); err != nil {
+		out.warnings = append(out.warnings, "recording the sandbox: "+err.Error())
+	}
+}
+
 // recorded returns the record of this sandbox, if ADD left one.
 func recorded(conf *Config, args *skel.CmdArgs, podUID string) (applied.Record, bool) {
 	if conf.RecordsDir == "" || podUID == "" {

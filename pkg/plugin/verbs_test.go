@@ -96,7 +96,6 @@ func TestAddPassesThroughWithoutAPICall(t *testing.T) {
 		"not kubernetes":     "IgnoreUnknown=1",
 		"no args":            "",
 		"excluded namespace": "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns",
-		"agent namespace":    "K8S_POD_NAMESPACE=istio-cni;K8S_POD_NAME=istio-cni-node-abc",
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()
@@ -289,5 +288,56 @@ func TestConfigErrorIsLogged(t *testing.T) {
 	wantCode(t, h.p.Add(cmdArgs(`{"cniVersion":"1.0.0","log_level":"loud"}`, podArgs)), types.ErrInvalidNetworkConfig)
 	if !strings.Contains(h.stderr.String(), `"msg":"ADD failed"`) {
 		t.Errorf("no log line for a bad config: %q", h.stderr)
+	}
+}
+
+// withAnnotations is conf with the runtimeConfig a runtime that has the
+// pod-annotations capability passes.
+func withAnnotations(conf string, annotations map[string]string) string {
+	var m map[string]any
+	_ = json.Unmarshal([]byte(conf), &m)
+	m["runtimeConfig"] = map[string]any{"io.kubernetes.cri.pod-annotations": annotations}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// A pod the injector never touched (no sidecar.istio.io/status among the
+// annotations the runtime passed) starts with no lookup at all: no agent,
+// no API, no credential. So a node whose agent is gone for good, with the
+// plugin's token expired, still starts plain pods.
+func TestAddPassesThroughOnTheRuntimesAnnotations(t *testing.T) {
+	h := newHarness()
+	h.getterErr = errors.New("401: the plugin's token expired")
+	plain := withAnnotations(conf("1.0.0", prevV4), map[string]string{"kubernetes.io/config.seen": "2026-11-24T05:00:00Z"})
+	if err := h.p.Add(cmdArgs(plain, podArgs)); err != nil {
+		t.Fatal(err)
+	}
+	if h.api.calls != 0 || len(h.net.programmed) != 0 {
+		t.Errorf("%d API calls, programmed %v", h.api.calls, h.net.programmed)
+	}
+	assertPassThrough(t, h.stdout.Bytes(), prevV4)
+	if log := h.stderr.String(); !strings.Contains(log, `"pod_from":"runtime"`) || !strings.Contains(log, string(decision.NoStatus)) {
+		t.Errorf("the log line does not say the runtime's annotations decided:\n%s", log)
+	}
+	// An injected pod is read, and fails closed without a credential.
+	h = newHarness()
+	h.getterErr = errors.New("401: the plugin's token expired")
+	injected := withAnnotations(conf("1.0.0", prevV4), map[string]string{decision.StatusAnnotation: "{}"})
+	if err := h.p.Add(cmdArgs(injected, podArgs)); err == nil {
+		t.Error("an injected pod passed without its lookup")
+	}
+}
+
+// istio-cni installed into istio-system (as upstream's users do): a
+// sidecar pod there is redirected like any other. Only
+// exclude_namespaces excludes, never the agent's own namespace silently.
+func TestAgentNamespaceIsNotExcluded(t *testing.T) {
+	h := newHarness()
+	h.api.pods["istio-cni/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(conf("1.0.0", prevV4), "K8S_POD_NAMESPACE=istio-cni;K8S_POD_NAME=web-1")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.net.programmed) != 1 {
+		t.Errorf("a sidecar pod in the agent's namespace was not redirected: %s", h.stderr)
 	}
 }

@@ -25,10 +25,6 @@ type Entry struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// ExcludeNamespaces pass through without an API call.
 	ExcludeNamespaces []string `json:"exclude_namespaces"`
-	// AgentNamespace is the istio-cni DaemonSet's namespace. Its pods pass
-	// through before any client is built, so the agent can always start
-	// even when the plugin cannot reach the API (it is what repairs that).
-	AgentNamespace string `json:"agent_namespace,omitempty"`
 	// LogLevel is debug, info, warn or error; LogFile, if set, gets a copy
 	// of stderr's log lines.
 	LogLevel string `json:"log_level,omitempty"`
@@ -60,6 +56,18 @@ type Entry struct {
 	// (pkg/applied), so the node audit restores exactly those. "" records
 	// nothing.
 	RecordsDir string `json:"records_dir,omitempty"`
+}
+
+// PodAnnotationsCapability is the runtime capability that hands the plugin
+// the pod's annotations in runtimeConfig (containerd 1.5+, CRI-O).
+const PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
+
+// RuntimeConfig is what the runtime passes for the capabilities the entry
+// declares.
+type RuntimeConfig struct {
+	// PodAnnotations is nil when the runtime passed none (it lacks the
+	// capability): then nothing is known of the pod without a lookup.
+	PodAnnotations map[string]string `json:"io.kubernetes.cri.pod-annotations,omitempty"`
 }
 
 // Settings are an entry's values, validated and with defaults applied.
@@ -139,9 +147,6 @@ func (e *Entry) Normalize() (Settings, error) {
 		if !kube.ValidNamespace(ns) {
 			return s, invalid("exclude_namespaces", "%s", notNamespace(ns))
 		}
-	}
-	if e.AgentNamespace != "" && !kube.ValidNamespace(e.AgentNamespace) {
-		return s, invalid("agent_namespace", "%s", notNamespace(e.AgentNamespace))
 	}
 	if s.TProxyMark = e.TProxyMark; s.TProxyMark == 0 {
 		s.TProxyMark = iptables.DefaultTProxyMark

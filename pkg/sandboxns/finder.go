@@ -8,8 +8,10 @@
 // give it every host file, writable); reading its addresses needs setns,
 // CAP_SYS_ADMIN. A process that can add another pod's address to its own
 // interfaces could pose as that pod, so an address found in two namespaces
-// matches neither: that pod is reported as ambiguous, never checked against
-// the wrong namespace.
+// matches neither; and an address two pods claim (a pod whose reported
+// address was given to another after its sandbox went) matches neither pod.
+// Such pods are reported as ambiguous, never checked against the wrong
+// namespace.
 package sandboxns
 
 import (
@@ -52,8 +54,9 @@ type Finder struct {
 type Result struct {
 	// Found maps a pod's UID to its namespace.
 	Found map[string]NSFile
-	// Ambiguous pods' addresses are in more than one namespace.
-	Ambiguous []string
+	// Ambiguous pods (by UID) are matched to no namespace, and why: an
+	// address is in more than one namespace, or another pod claims it.
+	Ambiguous map[string]string
 	// Stale counts files newer than Since that are not namespaces.
 	Stale int
 }
@@ -63,9 +66,11 @@ const nsfsMagic = 0x6e736673
 
 // Find maps each pod (UID → its addresses, as the API reports them) to the
 // one namespace in Dir that holds all of them. Pods without addresses are
-// left out.
+// left out. pods should hold every pod on the node that may hold an
+// address, not only those the caller checks: that is how two pods claiming
+// one address are told.
 func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
-	res := Result{Found: map[string]NSFile{}}
+	res := Result{Found: map[string]NSFile{}, Ambiguous: map[string]string{}}
 	entries, err := os.ReadDir(f.Dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return res, nil
@@ -89,19 +94,44 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 			owners[a] = append(owners[a], ns)
 		}
 	}
+	res.Ambiguous = ClaimedTwice(pods)
 	for uid, ips := range pods {
-		if len(ips) == 0 {
+		if _, ok := res.Ambiguous[uid]; ok || len(ips) == 0 {
 			continue
 		}
 		match, ambiguous := matchAll(ips, owners)
 		switch {
 		case ambiguous:
-			res.Ambiguous = append(res.Ambiguous, uid)
+			res.Ambiguous[uid] = "its addresses are held by more than one network namespace (one poses as it?)"
 		case match != nil:
 			res.Found[uid] = *match
 		}
 	}
 	return res, nil
+}
+
+// ClaimedTwice returns the pods (by UID) one of whose addresses another pod
+// claims too, and why: no namespace can be proven theirs by its address.
+func ClaimedTwice(pods map[string][]netip.Addr) map[string]string {
+	claims := map[netip.Addr][]string{}
+	for uid, ips := range pods {
+		for _, ip := range ips {
+			claims[ip.Unmap()] = append(claims[ip.Unmap()], uid)
+		}
+	}
+	out := map[string]string{}
+	for uid, ips := range pods {
+	next:
+		for _, ip := range ips {
+			for _, other := range claims[ip.Unmap()] {
+				if other != uid {
+					out[uid] = fmt.Sprintf("its address %s is also claimed by pod %s", ip.Unmap(), other)
+					break next
+				}
+			}
+		}
+	}
+	return out
 }
 
 // matchAll returns the one namespace that holds every address, or reports

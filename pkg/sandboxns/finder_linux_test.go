@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +76,9 @@ func TestFind(t *testing.T) {
 	b := sandbox(t, dir, "cni-b", "198.51.100.11/24")
 	sandbox(t, dir, "cni-c", "198.51.100.12/24")
 	sandbox(t, dir, "cni-d", "198.51.100.12/24") // a namespace posing with c's address
+	sandbox(t, dir, "cni-e", "198.51.100.13/24")
+	sandbox(t, dir, "cni-f", "198.51.100.14/24")
+	sandbox(t, dir, "cni-g", "198.51.100.15/24")
 	// A link to a's namespace is not the runtime's: not followed.
 	if err := os.Symlink(filepath.Join(dir, "cni-a"), filepath.Join(dir, "cni-link")); err != nil {
 		t.Fatal(err)
@@ -84,9 +88,13 @@ func TestFind(t *testing.T) {
 		"pod-a":      addrs("198.51.100.10", "2001:db8::10"),
 		"pod-b":      addrs("::ffff:198.51.100.11"), // v4-mapped as some APIs spell it
 		"pod-c":      addrs("198.51.100.12"),
-		"pod-split":  addrs("198.51.100.10", "198.51.100.11"), // addresses in two namespaces: neither
+		"pod-split":  addrs("198.51.100.14", "198.51.100.15"), // addresses in two namespaces: neither
 		"pod-absent": addrs("198.51.100.99"),
 		"pod-no-ip":  nil,
+		// A meshed pod whose reported address went to a plain pod: the
+		// namespace is the plain pod's, and neither is matched.
+		"pod-stale-meshed": addrs("198.51.100.13"),
+		"pod-plain-reuser": addrs("198.51.100.13"),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +111,19 @@ func TestFind(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", uid, res.Found[uid], w)
 		}
 	}
-	if !slices.Equal(res.Ambiguous, []string{"pod-c"}) {
-		t.Errorf("ambiguous %v, want [pod-c]", res.Ambiguous)
+	var ambiguous []string
+	for uid, why := range res.Ambiguous {
+		ambiguous = append(ambiguous, uid)
+		if why == "" {
+			t.Errorf("%s: ambiguous without a reason", uid)
+		}
+	}
+	slices.Sort(ambiguous)
+	if want := []string{"pod-c", "pod-plain-reuser", "pod-stale-meshed"}; !slices.Equal(ambiguous, want) {
+		t.Errorf("ambiguous %v, want %v", res.Ambiguous, want)
+	}
+	if why := res.Ambiguous["pod-stale-meshed"]; !strings.Contains(why, "pod-plain-reuser") {
+		t.Errorf("the stale pod's reason does not name the other claimant: %q", why)
 	}
 	if res.Stale != 0 {
 		t.Errorf("stale %d with every file bound", res.Stale)

@@ -21,10 +21,9 @@ import (
 // The tests below change the install itself; they run last, in order, and
 // each leaves istio-cni installed again except the last.
 
-// 12. The installer pod is deleted (a restart): the files stay. The agent
-// is then kept off the node (a nodeSelector that matches nothing), and a
+// 12. The installer pod is deleted (a restart): the files stay, and a
 // meshed pod started meanwhile is redirected.
-func TestRestartAndAgentAway(t *testing.T) {
+func TestRestart(t *testing.T) {
 	requireInstalled(t)
 	old := installerPod(t)
 	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "delete", "pod", old, "--wait=true"); err != nil {
@@ -36,11 +35,7 @@ func TestRestartAndAgentAway(t *testing.T) {
 		return ok && p.Metadata.Name != old, p.Metadata.Name
 	})
 	requireInstalled(t)
-	agentAway(t)
-	assertFilesStay(t, "the agent's absence")
-	assertRedirected(t, startPod(t, meshedPod(t, "agent-away")))
-	agentBack(t)
-	requireInstalled(t)
+	assertRedirected(t, startPod(t, meshedPod(t, "after-restart")))
 }
 
 // 13. A rolling upgrade (a new image tag applied): while the old agent
@@ -144,21 +139,23 @@ func TestUninstallPaths(t *testing.T) {
 }
 
 // 16. The agent is not running when istio-cni is deleted (the node was
-// down, or the agent crash-looping): the node's files stay and every new
-// pod fails (the plugin's credentials are revoked). The documented
-// cleanup, deployments/optional/uninstall-node-job.yaml, makes the node
-// start pods again. Last: it leaves istio-cni uninstalled.
+// down, or the agent crash-looping): the node's files stay. Plain pods
+// still start (no credential needed for them), but every meshed pod fails
+// closed: the plugin's credentials are revoked. The documented cleanup,
+// deployments/optional/uninstall-node-job.yaml, removes the files. Last:
+// it leaves istio-cni uninstalled.
 func TestCleanupAfterUninstallWithoutAgent(t *testing.T) {
 	requireInstalled(t)
-	agentAway(t)
+	agentCrashLooping(t)
 	if out, err := env.node.Kubectl(t.Context(), "delete", "-k", env.overlay, "--wait=true"); err != nil {
 		t.Fatalf("kubectl delete -k: %v\n%s", err, out)
 	}
 	assertFilesStay(t, "an uninstall without an agent")
-	// The failure this cleans: a plain pod cannot start.
-	stuck := cluster.PodSpec{Namespace: "default", Name: "stuck", Target: server(t)}
+	assertNodeStartsPlainPods(t, "plain-files-left")
+	// What this cleans: a meshed pod cannot start.
+	stuck := meshedPod(t, "stuck")
 	createPod(t, stuck)
-	poll.Until(t, time.Minute, "the plain pod failing at its sandbox", func() (bool, string) {
+	poll.Until(t, time.Minute, "the meshed pod failing at its sandbox", func() (bool, string) {
 		out, _ := env.node.Kubectl(t.Context(), "get", "events", "-n", "default", "--field-selector",
 			"involvedObject.name=stuck,reason=FailedCreatePodSandBox", "-o", "custom-columns=MESSAGE:.message")
 		return strings.Contains(out, "istio-cni"), out
@@ -177,27 +174,6 @@ func TestCleanupAfterUninstallWithoutAgent(t *testing.T) {
 	}
 	waitUninstalled(t)
 	assertNodeStartsPlainPods(t, "after-cleanup")
-}
-
-// agentAway keeps the agent off the node while its DaemonSet stays.
-func agentAway(t *testing.T) {
-	t.Helper()
-	away := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
-	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
-		pods := installerPods(t)
-		return len(pods) == 0, fmt.Sprint(len(pods), " pods")
-	})
-}
-
-func agentBack(t *testing.T) {
-	t.Helper()
-	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
-	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // watchFiles polls istio-cni's files every 2 ms until the returned function
@@ -378,6 +354,32 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	waitUninstalled(t)
 	t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
 	assertNodeStartsPlainPods(t, "after-helm-uninstall")
+
+	// `helm uninstall --cascade=orphan`: the DaemonSet and the
+	// ServiceAccounts go, the agent's pod stays and never gets SIGTERM. It
+	// sees istio-cni gone around it and uninstalls while it runs.
+	if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err != nil {
+		t.Fatalf("helm install again: %v\n%s", err, out)
+	}
+	requireInstalled(t)
+	orphan, _ := installerPodOrEmpty(t)
+	orphanLog := followLog(orphan)
+	if out, err := exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
+		"--namespace", "istio-cni", "--cascade=orphan").CombinedOutput(); err != nil {
+		t.Fatalf("helm uninstall --cascade=orphan: %v\n%s", err, out)
+	}
+	poll.Until(t, 2*time.Minute, "the orphaned agent uninstalling while it runs", func() (bool, string) {
+		return !exists(ownedPath()) && !exists(pluginPath()), "files left"
+	})
+	if p, found, err := env.node.GetPod(t.Context(), "istio-cni", orphan.Metadata.Name); err != nil || !found || p.Metadata.DeletionTimestamp != nil {
+		t.Errorf("the orphaned agent %s: found %v, %v; want it still running", orphan.Metadata.Name, found, err)
+	}
+	assertNodeStartsPlainPods(t, "after-orphaning")
+	// What users do next: delete the orphan. Its shutdown has nothing left
+	// to do.
+	kubectl(t, "-n", "istio-cni", "delete", "pod", orphan.Metadata.Name, "--wait=true")
+	t.Logf("the orphaned agent: %s", uninstallReason(orphanLog()))
+	waitUninstalled(t)
 }
 
 // reinstallReady waits until the istio-cni namespace of an earlier install

@@ -29,6 +29,10 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- if and $se (not $se.type) -}}
 {{- $_ := set $se "type" "spc_t" -}}
 {{- end -}}
+{{- /* env: overrides the settings below in the ConfigMap; the rights
+      and capabilities follow the final value, so an override can never
+      ask for what the chart did not grant. */ -}}
+{{- $env := .Values.env | default dict -}}
 {{- $action := "off" -}}
 {{- if .Values.repair.enabled -}}
 {{- $action = "report" -}}
@@ -40,15 +44,31 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- $action = "label" -}}
 {{- end -}}
 {{- end -}}
+{{- with $env.AUDIT_ACTION -}}
+{{- $action = toString . -}}
+{{- if not (has $action (list "repair" "delete" "label" "report" "off")) -}}
+{{- fail (printf "env.AUDIT_ACTION %q: want repair, delete, label, report or off" $action) -}}
+{{- end -}}
+{{- end -}}
 {{- $missed := toString .Values.missedInjection.mode -}}
 {{- if not (has $missed (list "report" "restart" "off")) -}}
 {{- fail (printf "missedInjection.mode %q: want report, restart or off" $missed) -}}
+{{- end -}}
+{{- with $env.MISSED_INJECTION -}}
+{{- $missed = toString . -}}
+{{- if not (has $missed (list "report" "restart" "off")) -}}
+{{- fail (printf "env.MISSED_INJECTION %q: want report, restart or off" $missed) -}}
+{{- end -}}
+{{- end -}}
+{{- $labelKey := toString (coalesce $env.AUDIT_LABEL_KEY .Values.repair.brokenPodLabelKey) -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $labelKey) -}}
+{{- fail (printf "repair.brokenPodLabelKey (or env.AUDIT_LABEL_KEY) %q: want a label key, [prefix/]name" $labelKey) -}}
 {{- end -}}
 {{- $rate := int .Values.missedInjection.restartsPerMinute -}}
 {{- if or (lt $rate 1) (gt $rate 60) -}}
 {{- fail (printf "missedInjection.restartsPerMinute %v: want a whole number from 1 to 60" .Values.missedInjection.restartsPerMinute) -}}
 {{- end -}}
-{{- $podWrites := or (and .Values.repair.enabled (not .Values.repair.repairPods) (or .Values.repair.deletePods .Values.repair.labelPods)) (eq $missed "restart") -}}
+{{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
 {{- $name := coalesce .Values.cniConfFileName $p.cniConfFileName (ternary "02-istio-cni.conflist" "istio-cni.conf" $chained) -}}
 {{- if and $chained (not (hasSuffix ".conflist" $name)) -}}
 {{- fail (printf "cniConfFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
@@ -68,6 +88,7 @@ provider: {{ coalesce .Values.provider $p.provider "default" | quote }}
 resourceQuotas: {{ $quota }}
 seLinuxOptions: {{ toJson $se }}
 auditAction: {{ $action | quote }}
+auditLabelKey: {{ $labelKey | quote }}
 missedInjection: {{ $missed | quote }}
 missedRestartsPerMinute: {{ $rate }}
 podWrites: {{ $podWrites }}

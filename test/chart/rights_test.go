@@ -1,0 +1,87 @@
+package chart
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+func podSpec(ds map[string]any) map[string]any {
+	return ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+}
+
+// The agent removes the node's startup taint cni.istio.io/not-ready, so it
+// must run where that taint is: a user's tolerations (Helm replaces the
+// whole list) never drop that toleration, or tainted nodes never get an
+// agent and never lose the taint.
+func TestStartupTaintAlwaysTolerated(t *testing.T) {
+	notReady := "map[effect:NoSchedule key:cni.istio.io/not-ready operator:Exists]"
+	for _, tc := range []struct {
+		set  []string
+		want []string
+	}{
+		{nil, []string{"map[operator:Exists]"}}, // the default tolerates every taint
+		{[]string{"tolerations[0].key=dedicated", "tolerations[0].operator=Exists"}, []string{"map[key:dedicated operator:Exists]", notReady}},
+		{[]string{"tolerations=null"}, []string{notReady}},
+		{[]string{"tolerations[0].key=cni.istio.io/not-ready", "tolerations[0].operator=Exists"}, []string{"map[key:cni.istio.io/not-ready operator:Exists]"}},
+	} {
+		var got []string
+		tolerations, _ := podSpec(daemonSet(helmTemplate(t, tc.set...)))["tolerations"].([]any)
+		for _, tol := range tolerations {
+			got = append(got, fmt.Sprint(tol))
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("--set %v: tolerations %v, want %v", tc.set, got, tc.want)
+		}
+	}
+}
+
+// A custom repair.brokenPodLabelKey reaches the policy that holds the
+// agent's label writes to one key; otherwise every label is denied.
+func TestBrokenPodLabelKeyReachesThePolicy(t *testing.T) {
+	objs := helmTemplate(t, "repair.repairPods=false", "repair.labelPods=true", "repair.brokenPodLabelKey=mesh.example/broken")
+	policy := fmt.Sprint(objs["ValidatingAdmissionPolicy <nil>/istio-cni-node-pod-writes"])
+	if !strings.Contains(policy, "'mesh.example/broken'") || strings.Contains(policy, "cni.istio.io/uninitialized") {
+		t.Errorf("the pod-writes policy does not name the configured key:\n%s", policy)
+	}
+}
+
+// The agent's rights follow its final settings, env overrides included:
+// an env value that needs pod writes renders them (and their policy), and
+// the audit's capabilities come only with the audit.
+func TestRightsFollowTheFinalSettings(t *testing.T) {
+	writes := "ClusterRole <nil>/istio-cni-node-pod-writes"
+	for _, tc := range []struct {
+		set    []string
+		writes bool
+		caps   []string
+	}{
+		{nil, false, []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SETPCAP"}},
+		{[]string{"env.AUDIT_ACTION=delete"}, true, []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SETPCAP"}},
+		{[]string{"env.MISSED_INJECTION=restart"}, true, []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SETPCAP"}},
+		{[]string{"repair.repairPods=false", "repair.labelPods=true", "env.AUDIT_ACTION=repair"}, false, []string{"NET_ADMIN", "NET_RAW", "SYS_ADMIN", "SETPCAP"}},
+		{[]string{"repair.enabled=false"}, false, nil},
+		{[]string{"env.AUDIT_ACTION=off"}, false, nil},
+	} {
+		objs := helmTemplate(t, tc.set...)
+		if _, ok := objs[writes]; ok != tc.writes {
+			t.Errorf("--set %v: pod writes rendered %v, want %v", tc.set, ok, tc.writes)
+		}
+		var caps []string
+		if add, ok := container(daemonSet(objs))["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"].([]any); ok {
+			for _, c := range add {
+				caps = append(caps, fmt.Sprint(c))
+			}
+		}
+		if !slices.Equal(caps, tc.caps) {
+			t.Errorf("--set %v: capabilities %v, want %v", tc.set, caps, tc.caps)
+		}
+	}
+	out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", "env.AUDIT_ACTION=fix")
+	if err == nil || !strings.Contains(out, `env.AUDIT_ACTION "fix"`) {
+		t.Errorf("env.AUDIT_ACTION=fix: %v\n%s\nwant it refused, naming the value", err, out)
+	}
+}

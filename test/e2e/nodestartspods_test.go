@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
+)
+
+// A node never depends on a live agent to start pods. Each test here
+// leaves istio-cni installed and ready.
+
+// 12a. The agent crash-loops (a bad upgrade) and the plugin's token is
+// refused (its ServiceAccount deleted and recreated, as a token outliving
+// a day-long absence would be): a plain pod still starts, on the
+// annotations the runtime passes, with no credential; a meshed pod fails
+// closed at its sandbox, none of its containers running. Once the agent is
+// back it mints a token, and kubelet's retry starts the meshed pod,
+// redirected.
+func TestNoAgentAndNoToken(t *testing.T) {
+	requireInstalled(t)
+	restore := agentCrashLooping(t)
+	assertFilesStay(t, "an agent crash-looping")
+	revokePluginToken(t)
+	assertNodeStartsPlainPods(t, "plain-no-agent")
+	meshed := meshedPod(t, "meshed-no-agent")
+	createPod(t, meshed)
+	poll.Until(t, time.Minute, "the meshed pod failing closed at its sandbox", func() (bool, string) {
+		ev := env.node.PodEvents(t.Context(), "default", meshed.Name)
+		return strings.Contains(ev, "FailedCreatePodSandBox") && strings.Contains(ev, "istio-cni"), ev
+	})
+	if p, found, err := env.node.GetPod(t.Context(), "default", meshed.Name); err != nil || !found || p.Status.Phase != "Pending" || anyStarted(p) {
+		t.Fatalf("the meshed pod without its rules: %+v, %v: want Pending, no container started", p.Status, err)
+	}
+	restore()
+	requireInstalled(t)
+	ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
+	defer cancel()
+	p, err := env.node.WaitRunning(ctx, "default", meshed.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRedirected(t, p)
+}
+
+// 12b. The DaemonSet's nodeSelector changed to exclude the node (a chart
+// upgrade, a node relabelled): the controller deletes the agent for good,
+// and its shutdown check sees it and uninstalls, so the node is not left
+// with a config whose plugin's credentials nobody renews. Plain pods start;
+// the agent comes back when the selector does.
+func TestNodeSelectorMovesTheAgentOff(t *testing.T) {
+	requireInstalled(t)
+	agent, _ := installerPodOrEmpty(t)
+	agentLog := followLog(agent)
+	agentAway(t)
+	waitUninstalled(t)
+	if why := uninstallReason(agentLog()); !strings.Contains(why, "no longer runs on node "+env.node.Name) {
+		t.Errorf("the agent's shutdown: %s", why)
+	}
+	assertNodeStartsPlainPods(t, "after-node-selector")
+	agentBack(t)
+	requireInstalled(t)
+}
+
+// 15b. The migration from upstream Istio's istio-cni, rolled back: while
+// upstream's installer manages the node (its entry in the primary's
+// config, its binary and kubeconfig at the same paths), this project is
+// removed. Its uninstall takes only what it wrote: upstream's entry,
+// binary and kubeconfig stay.
+func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
+	requireInstalled(t)
+	upstreamPrimary := withUpstreamEntry(t, env.primary)
+	// Upstream's entry first: from then on this agent writes nothing.
+	if err := os.WriteFile(env.node.PrimaryConfig, upstreamPrimary, 0o644); err != nil { // #nosec G306 -- a CNI config
+		t.Fatal(err)
+	}
+	// Should the test stop early, the node gets its own files back (the
+	// next test reinstalls).
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			restoreNodeFiles()
+		}
+	})
+	poll.Until(t, 30*time.Second, "the agent yielding to upstream's installer", func() (bool, string) {
+		return readyz() == http.StatusServiceUnavailable, fmt.Sprint(readyz())
+	})
+	// A Go binary of another module stands for upstream's istio-cni.
+	foreign, err := cluster.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary, err := os.ReadFile(foreign) // #nosec G304 -- the test's kubectl
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, data := range map[string][]byte{pluginPath(): binary, kubeconfigPath(): []byte(upstreamKubeconfig)} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := env.node.Kubectl(t.Context(), "delete", "-k", env.overlay, "--wait=true"); err != nil {
+		t.Fatalf("kubectl delete -k: %v\n%s", err, out)
+	}
+	poll.Until(t, 2*time.Minute, "no agent pod", func() (bool, string) { return len(installerPods(t)) == 0, "" })
+	for path, want := range map[string][]byte{env.node.PrimaryConfig: upstreamPrimary, pluginPath(): binary, kubeconfigPath(): []byte(upstreamKubeconfig)} {
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) { // #nosec G304 -- the node's files
+			t.Errorf("%s after our uninstall: %v; want upstream's, untouched", path, err)
+		}
+	}
+	if exists(ownedPath()) {
+		t.Errorf("our conflist %s is left", ownedPath())
+	}
+	restoreNodeFiles()
+	restored = true
+	reinstall(t)
+}
+
+// agentAway keeps the agent off the node while its DaemonSet stays.
+func agentAway(t *testing.T) {
+	t.Helper()
+	away := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
+		pods := installerPods(t)
+		return len(pods) == 0, fmt.Sprint(len(pods), " pods")
+	})
+}
+
+func agentBack(t *testing.T) {
+	t.Helper()
+	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// upstreamKubeconfig is a plugin kubeconfig as upstream Istio's installer
+// writes it (its own context name).
+const upstreamKubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster: {server: "https://127.0.0.1:1", certificate-authority-data: Q0E=}
+contexts:
+- name: istio-cni-context
+  context: {cluster: local, user: istio-cni}
+current-context: istio-cni-context
+users:
+- name: istio-cni
+  user: {token: upstream-token}
+`
+
+// withUpstreamEntry is the primary conflist with upstream Istio's chained
+// entry appended, as its installer (Istio 1.24+) writes it in place.
+func withUpstreamEntry(t *testing.T, primary []byte) []byte {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(primary, &list); err != nil {
+		t.Fatal(err)
+	}
+	list["plugins"] = append(list["plugins"].([]any), map[string]any{
+		"type": "istio-cni", "name": "istio-cni", "plugin_log_level": "info", "cni_agent_run_dir": "/var/run/istio-cni",
+		"ambient_enabled": false, "exclude_namespaces": []string{"kube-system"}, "pod_namespace": "istio-system",
+	})
+	out, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// restoreNodeFiles undoes the stand-in for upstream: the primary's own
+// config back, the foreign binary and kubeconfig gone.
+func restoreNodeFiles() {
+	_ = os.WriteFile(env.node.PrimaryConfig, env.primary, 0o644) // #nosec G306 -- a CNI config
+	for _, p := range []string{pluginPath(), kubeconfigPath()} {
+		_ = os.Remove(p)
+	}
+}
+
+// readyz is the agent's /readyz status, 0 when it does not answer.
+func readyz() int {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health))
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// agentCrashLooping rolls the DaemonSet to an agent that exits at once (a
+// bad upgrade): the old agent stops as for any update, keeping the files,
+// and from then on no agent runs on the node. The returned function rolls
+// it back.
+func agentCrashLooping(t *testing.T) func() {
+	t.Helper()
+	old := installerPod(t)
+	patch := `[{"op":"add","path":"/spec/template/spec/containers/0/args","value":["--no-such-flag"]}]`
+	if out, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "--type=json", "-p", patch); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	poll.Until(t, 2*time.Minute, "the new agent crash-looping", func() (bool, string) {
+		for _, p := range installerPods(t) {
+			if p.Metadata.Name == old {
+				return false, "the old agent still there"
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if _, waiting := c.State["waiting"]; waiting && c.RestartCount > 0 {
+					return true, ""
+				}
+			}
+		}
+		return false, "not restarted yet"
+	})
+	return func() {
+		restore := `[{"op":"remove","path":"/spec/template/spec/containers/0/args"}]`
+		if out, err := env.node.Kubectl(context.Background(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "--type=json", "-p", restore); err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	}
+}
+
+// revokePluginToken deletes and recreates the plugin's ServiceAccount:
+// every token minted for the old one is refused from then on.
+func revokePluginToken(t *testing.T) {
+	t.Helper()
+	sa := kubectl(t, "-n", "istio-cni", "get", "serviceaccount", "istio-cni-plugin", "-o", "json")
+	kubectl(t, "-n", "istio-cni", "delete", "serviceaccount", "istio-cni-plugin", "--wait=true")
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(sa), &obj); err != nil {
+		t.Fatal(err)
+	}
+	meta := obj["metadata"].(map[string]any)
+	for _, k := range []string{"uid", "resourceVersion", "creationTimestamp"} {
+		delete(meta, k)
+	}
+	data, _ := json.Marshal(obj)
+	path := t.TempDir() + "/sa.json"
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "create", "-f", path)
+	kc, err := clientcmd.LoadFromFile(kubeconfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := kc.AuthInfos[kc.Contexts[kc.CurrentContext].AuthInfo].Token
+	poll.Until(t, 30*time.Second, "the plugin's token refused", func() (bool, string) {
+		status, _, err := env.node.DoAs(t.Context(), token, http.MethodGet, "/api/v1/namespaces/default/pods/none", nil)
+		return err == nil && status == http.StatusUnauthorized, fmt.Sprint(status, err)
+	})
+}
+
+// anyStarted: some container of the pod ran.
+func anyStarted(p cluster.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if _, running := c.State["running"]; running {
+			return true
+		}
+		if _, terminated := c.State["terminated"]; terminated {
+			return true
+		}
+	}
+	return false
+}
