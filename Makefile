@@ -48,7 +48,7 @@ IPTABLES_IMAGE_FILES = -libraries \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
 	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
 
-$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage pkg/image -name '*.go') | deps
+$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
 	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
 		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755 \
 		$(IPTABLES_IMAGE_FILES)

@@ -48,7 +48,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"istio-cni.local/istio-cni/pkg/image"
+	"istio-cni.local/istio-cni/cmd/mkimage/image"
 )
 
 func main() {

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 // Version is the records' format; a record of another version is ignored

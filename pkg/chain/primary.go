@@ -12,7 +12,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"istio-cni.local/istio-cni/pkg/fsutil"
+	"istio-cni.local/istio-cni/pkg/hostfs"
 )
 
 // Primary is the node's primary CNI config, as the runtime would pick it.
@@ -122,14 +122,14 @@ func readPrimary(dir, name string) (*Primary, *conflist, error) {
 	if fi.Size() > MaxConfigSize {
 		return nil, nil, &refusedError{name, fmt.Sprintf("%d bytes, more than the %d a CNI config may hold", fi.Size(), MaxConfigSize)}
 	}
-	d, err := fsutil.OpenDir(dir)
+	d, err := hostfs.OpenDir(dir)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = d.Close() }()
 	data, err := d.ReadFile(name)
 	switch {
-	case errors.Is(err, fsutil.ErrTooLarge):
+	case errors.Is(err, hostfs.ErrTooLarge):
 		return nil, nil, &refusedError{name, err.Error()}
 	case err != nil:
 		return nil, nil, err

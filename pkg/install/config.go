@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/envflag"
+	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/kube"
 )
 

@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/fsutil"
+	"istio-cni.local/istio-cni/pkg/hostfs"
 )
 
 // installConflist writes the chained conflist for the current primary.
 func (in *Installer) installConflist() outcome {
-	o, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (outcome, error) {
+	o, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (outcome, error) {
 		switch {
 		case !in.cfg.Chained:
 			return in.installStandalone(netd), nil
@@ -29,7 +29,7 @@ func (in *Installer) installConflist() outcome {
 
 // installOwned writes our own conflist, named to sort before every other
 // config file.
-func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
+func (in *Installer) installOwned(netd *hostfs.Dir) outcome {
 	files, err := chain.ConfigFiles(netd.Path())
 	if err != nil {
 		return outcome{problem: err}
@@ -86,7 +86,7 @@ func (in *Installer) installOwned(netd *fsutil.Dir) outcome {
 
 // installStandalone writes istio-cni's own one-plugin config, for Multus:
 // no primary is read, none is needed.
-func (in *Installer) installStandalone(netd *fsutil.Dir) outcome {
+func (in *Installer) installStandalone(netd *hostfs.Dir) outcome {
 	data, err := chain.Standalone(in.entry())
 	if err != nil {
 		return outcome{problem: err}
@@ -106,7 +106,7 @@ func (in *Installer) installStandalone(netd *fsutil.Dir) outcome {
 // installer manages istio-cni on this node (the same binary name and
 // kubeconfig path), and this one touches nothing.
 func (in *Installer) otherInstaller() string {
-	name, _ := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (string, error) {
+	name, _ := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (string, error) {
 		files, err := chain.ConfigFiles(netd.Path())
 		if err != nil {
 			return "", err
@@ -122,7 +122,7 @@ func (in *Installer) otherInstaller() string {
 }
 
 // firstForeign is the first config file that is not ours, or "".
-func (in *Installer) firstForeign(netd *fsutil.Dir, files []string) string {
+func (in *Installer) firstForeign(netd *hostfs.Dir, files []string) string {
 	for _, name := range files {
 		if !in.isOurs(netd, name) {
 			return name
@@ -133,7 +133,7 @@ func (in *Installer) firstForeign(netd *fsutil.Dir, files []string) string {
 
 // isOurs: the configured name, the current one, or a generated name
 // holding our entry.
-func (in *Installer) isOurs(netd *fsutil.Dir, name string) bool {
+func (in *Installer) isOurs(netd *hostfs.Dir, name string) bool {
 	if name == in.cfg.OwnedConfigName || (name == in.files.owned && in.cfg.Mode == Owned) {
 		return true
 	}
@@ -146,7 +146,7 @@ func (in *Installer) isOurs(netd *fsutil.Dir, name string) bool {
 
 // removeStaleOwned removes conflists we wrote under other names (for an
 // earlier primary, by an earlier run of the agent, or in the other mode).
-func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
+func (in *Installer) removeStaleOwned(netd *hostfs.Dir) error {
 	files, err := chain.ConfigFiles(netd.Path())
 	if err != nil {
 		return err
@@ -166,7 +166,7 @@ func (in *Installer) removeStaleOwned(netd *fsutil.Dir) error {
 // primary becomes a .conflist of the same stem (runtimes read only
 // .conflist files as lists): the new file is written before the old one is
 // removed, and sorts right after it, so the runtime never finds neither.
-func (in *Installer) installInplace(netd *fsutil.Dir) outcome {
+func (in *Installer) installInplace(netd *hostfs.Dir) outcome {
 	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName)
 	if err != nil {
 		return outcome{problem: err}

@@ -8,15 +8,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/fsutil"
-	"istio-cni.local/istio-cni/pkg/health"
+	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
 // UninstallCheck tells, at shutdown, whether the agent stops because the
 // product is being removed (remove everything) or for any other reason
 // (rolling update, restart, node drain or reboot: leave everything so pods
-// keep starting while the agent is away). pkg/lifecycle implements it.
+// keep starting while the agent is away). pkg/nodeagent/lifecycle implements it.
 type UninstallCheck func(ctx context.Context) (uninstall bool, why string, err error)
 
 // Deps are what the installer is given besides its configuration; every
@@ -123,7 +123,7 @@ func (in *Installer) Conflist() string { return in.ready.conflistName() }
 
 // inDir runs f on a directory, created if absent and opened afresh: a
 // directory that was removed and recreated on the host is the new one.
-func inDir[T any](path string, mode os.FileMode, f func(*fsutil.Dir) (T, error)) (T, error) {
+func inDir[T any](path string, mode os.FileMode, f func(*hostfs.Dir) (T, error)) (T, error) {
 	var zero T
 	if err := os.MkdirAll(path, mode); err != nil {
 		return zero, fmt.Errorf("creating %s: %w", path, err)
@@ -133,7 +133,7 @@ func inDir[T any](path string, mode os.FileMode, f func(*fsutil.Dir) (T, error))
 			return zero, err
 		}
 	}
-	d, err := fsutil.OpenDir(path)
+	d, err := hostfs.OpenDir(path)
 	if err != nil {
 		return zero, err
 	}

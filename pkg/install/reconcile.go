@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/fsutil"
-	"istio-cni.local/istio-cni/pkg/kubeconfig"
+	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/install/kubeconfig"
 )
 
 // trigger is why a reconcile runs.
@@ -254,7 +254,7 @@ func classifyWrite(changed bool, data, last []byte) string {
 }
 
 func (in *Installer) installBinary() outcome {
-	changed, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *fsutil.Dir) (bool, error) {
+	changed, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (bool, error) {
 		return d.CopyFile(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary), 0o755)
 	})
 	// The image's binary never changes: after the first copy, any copy
@@ -287,7 +287,7 @@ func (in *Installer) installKubeconfig() outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	changed, err := inDir(in.cfg.KubeconfigDir, 0o700, func(d *fsutil.Dir) (bool, error) {
+	changed, err := inDir(in.cfg.KubeconfigDir, 0o700, func(d *hostfs.Dir) (bool, error) {
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
 	why := classifyWrite(changed, data, in.files.lastKubeconfig)
@@ -343,7 +343,7 @@ func (in *Installer) verifyFirst() error {
 	}
 	in.metrics.Preempted.Set(0)
 	// Ours to read, but never through a symlink someone planted there.
-	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *fsutil.Dir) ([]byte, error) { return d.ReadFile(owned) })
+	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *hostfs.Dir) ([]byte, error) { return d.ReadFile(owned) })
 	if err != nil {
 		return err
 	}
@@ -363,7 +363,7 @@ func (in *Installer) verifyFirst() error {
 // business, not the file order's.
 func (in *Installer) verifyStandalone() error {
 	name := in.cfg.OwnedConfigName
-	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *fsutil.Dir) ([]byte, error) { return d.ReadFile(name) })
+	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *hostfs.Dir) ([]byte, error) { return d.ReadFile(name) })
 	if err != nil {
 		return err
 	}

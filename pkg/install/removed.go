@@ -13,7 +13,7 @@ import (
 // comes to run the uninstall check. Its node would keep a config whose
 // plugin's credentials nobody renews: every meshed pod there fails for
 // good. So the agent uninstalls while running once the API shows istio-cni
-// is gone (UninstallNow, from pkg/lifecycle), and a restarted orphan (the
+// is gone (UninstallNow, from pkg/nodeagent/lifecycle), and a restarted orphan (the
 // container, after a crash or a node reboot) installs nothing while the
 // API refuses its credentials.
 

@@ -11,7 +11,7 @@ import (
 )
 
 // An agent orphaned by `helm uninstall --cascade=orphan` is told istio-cni
-// is gone while it runs (pkg/lifecycle): it uninstalls at once, repairs
+// is gone while it runs (pkg/nodeagent/lifecycle): it uninstalls at once, repairs
 // nothing from then on, and stays alive and not ready until it is stopped.
 func TestUninstallNowRemovesAndHoldsNothing(t *testing.T) {
 	n := newNode(t)

@@ -13,7 +13,7 @@ import (
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/health"
+	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 )
 
 // TokenMinter returns a new bearer token for the plugin and when it expires.

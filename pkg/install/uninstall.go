@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/fsutil"
-	"istio-cni.local/istio-cni/pkg/kubeconfig"
+	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/install/kubeconfig"
 )
 
 // Uninstall removes what the installer put on the node, and only that:
@@ -26,7 +26,7 @@ import (
 // configs cannot be cleaned, the binary and kubeconfig stay: a config that
 // still names istio-cni with no binary would fail every pod.
 func (in *Installer) Uninstall() error {
-	_, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *fsutil.Dir) (struct{}, error) {
+	_, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (struct{}, error) {
 		in.files.owned = ""
 		return struct{}{}, errors.Join(in.removeStaleOwned(netd), in.removeEntries(netd))
 	})
@@ -35,12 +35,12 @@ func (in *Installer) Uninstall() error {
 	}
 	for _, f := range []struct {
 		dir, name string
-		ours      func(*fsutil.Dir) bool
+		ours      func(*hostfs.Dir) bool
 	}{
 		{in.cfg.KubeconfigDir, KubeconfigName, ownedKubeconfig},
 		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary},
 	} {
-		if _, err := inDir(f.dir, 0o755, func(d *fsutil.Dir) (struct{}, error) {
+		if _, err := inDir(f.dir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
 			if !f.ours(d) {
 				in.log.Info("leaving a file that is not ours", "file", filepath.Join(f.dir, f.name))
 				return struct{}{}, nil
@@ -69,7 +69,7 @@ func (in *Installer) Uninstall() error {
 
 // ownedKubeconfig: the plugin's kubeconfig is one this installer built
 // (upstream's, at the same path, has its own context name).
-func ownedKubeconfig(d *fsutil.Dir) bool {
+func ownedKubeconfig(d *hostfs.Dir) bool {
 	data, err := d.ReadFile(KubeconfigName)
 	return err == nil && kubeconfig.Ours(data)
 }
@@ -77,7 +77,7 @@ func ownedKubeconfig(d *fsutil.Dir) bool {
 // ownedBinary: the plugin binary is the image's own copy, or any build of
 // this module (its Go build info names the main module), never upstream
 // Istio's istio-cni, which is installed under the same name.
-func (in *Installer) ownedBinary(d *fsutil.Dir) bool {
+func (in *Installer) ownedBinary(d *hostfs.Dir) bool {
 	if in.cfg.PluginSource != "" {
 		if same, err := d.SameAs(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary)); err == nil && same {
 			return true
@@ -96,7 +96,7 @@ func (in *Installer) ownedBinary(d *fsutil.Dir) bool {
 // removeEntries strips our entry from every other config file (inplace
 // mode's, or an old install's), and removes configs that are istio-cni's
 // alone (the standalone config).
-func (in *Installer) removeEntries(netd *fsutil.Dir) error {
+func (in *Installer) removeEntries(netd *hostfs.Dir) error {
 	files, err := chain.ConfigFiles(netd.Path())
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/fsutil"
+	"istio-cni.local/istio-cni/pkg/hostfs"
 )
 
 // serviceAccountData is the symlink kubelet swaps when it rotates the
@@ -165,7 +165,7 @@ func (in *Installer) removeTemps() error {
 		{in.cfg.CNINetDir, 0o755, chain.IsConfigName},
 		{in.cfg.KubeconfigDir, 0o700, func(n string) bool { return n == KubeconfigName }},
 	} {
-		if _, err := inDir(d.path, d.mode, func(dir *fsutil.Dir) (struct{}, error) {
+		if _, err := inDir(d.path, d.mode, func(dir *hostfs.Dir) (struct{}, error) {
 			return struct{}{}, dir.RemoveTemps(d.target)
 		}); err != nil {
 			return err

@@ -14,14 +14,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/agentpods"
-	"istio-cni.local/istio-cni/pkg/audit"
-	"istio-cni.local/istio-cni/pkg/health"
 	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/lifecycle"
-	"istio-cni.local/istio-cni/pkg/missed"
-	"istio-cni.local/istio-cni/pkg/nodepods"
-	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/health"
+	"istio-cni.local/istio-cni/pkg/nodeagent/lifecycle"
+	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
+	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
+	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
+	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
 // Agent is the node agent: the installer and the duties that need the API.
@@ -37,10 +37,10 @@ type Agent struct {
 	// pods is the one informer over the node's pods, for the audit, the
 	// missed-injection detector and the plugin's lookups; nil when both
 	// duties are off.
-	pods *nodepods.Pods
+	pods *podcache.Pods
 	// namespaces are every namespace's labels, for the detector.
 	namespaces *namespaceLabels
-	taint      *nodetaint.Controller
+	taint      *taint.Controller
 	events     *Events // nil without API access: Events and their flush
 	notes      podNotes
 	addrs      addrList
@@ -103,7 +103,7 @@ func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) e
 	}
 	if podDuties {
 		var err error
-		if a.pods, err = nodepods.New(cs, cfg.NodeName); err != nil {
+		if a.pods, err = podcache.New(cs, cfg.NodeName); err != nil {
 			return err
 		}
 	}
@@ -125,10 +125,10 @@ func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) e
 	if cfg.NodeTaint {
 		tainted := prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "istio_cni_node_tainted",
-			Help: "1 while this node carries " + nodetaint.Key + " as last set or seen by the agent.",
+			Help: "1 while this node carries " + taint.Key + " as last set or seen by the agent.",
 		})
 		reg.MustRegister(tainted)
-		a.taint = &nodetaint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
+		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
 			Exempt: []string{install.ShutdownReason, install.OtherInstallerReason, install.UninstalledReason, install.RefusedReason},
 			Log:    a.log.With("component", "taint"), Tainted: tainted}
 	}
@@ -193,7 +193,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Pod lookups from the informer, in the run directory the reports
 	// made: the plugin asks the API when this socket does not answer.
 	if a.pods != nil {
-		if srv, err := agentpods.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.PodsSocket), a.pods.Lookup,
+		if srv, err := lookups.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.PodsSocket), a.pods.Lookup,
 			a.log.With("component", "pod-lookups")); err != nil {
 			a.log.Warn("not answering the plugin's pod lookups: it asks the API", "error", err.Error())
 		} else {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )

@@ -13,20 +13,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/applied"
-	"istio-cni.local/istio-cni/pkg/audit"
-	"istio-cni.local/istio-cni/pkg/childcaps"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/nodepods"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
+	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/sandboxns"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // newAudit wires the node audit to the node: its pods through an informer,
 // their namespaces through the node's netns directory, their rules through
 // the image's iptables (both backends) with the backend ADD used.
-func newAudit(cfg Config, cs kubernetes.Interface, pods *nodepods.Pods, rec record.EventRecorder, reg prometheus.Registerer,
+func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
 	log *slog.Logger) *audit.Auditor {
 	// The agent keeps CAP_SYS_ADMIN for setns; the iptables it runs get
 	// only what iptables needs.
@@ -43,7 +43,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *nodepods.Pods, rec reco
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
 		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
 	}, audit.Deps{
-		Namespaces: sandboxns.Finder{Dir: cfg.NetnsDir, Since: time.Now()},
+		Namespaces: netnsdir.Finder{Dir: cfg.NetnsDir, Since: time.Now()},
 		Network: func(b xtables.Backend) audit.Network {
 			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
 		},

@@ -1,7 +1,7 @@
 // Package nodeagent is the istio-cni DaemonSet's process on every node: it
 // runs the installer (pkg/install), and, with API access, the node audit
-// (pkg/audit), the startup taint (pkg/nodetaint), the plugin's reports
-// (pkg/agentevents) and the uninstall check (pkg/lifecycle); it serves
+// (pkg/nodeagent/audit), the startup taint (pkg/nodeagent/taint), the plugin's reports
+// (pkg/wire/reports) and the uninstall check (pkg/nodeagent/lifecycle); it serves
 // /readyz, /healthz and /metrics. Its subcommands explain one pod
 // (inspect) and clean a node whose agent is gone (uninstall).
 package nodeagent
@@ -18,12 +18,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"istio-cni.local/istio-cni/pkg/audit"
-	"istio-cni.local/istio-cni/pkg/envflag"
 	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/missed"
-	"istio-cni.local/istio-cni/pkg/nodetaint"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/install/envflag"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
+	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 )
 
 // Config is the agent's configuration: the installer's, and the agent's
@@ -45,7 +45,7 @@ type Config struct {
 	// AuditLabelKey=AuditLabelValue is what the label action sets.
 	AuditLabelKey, AuditLabelValue string
 	// NetnsDir is the node's netns directory (/var/run/netns) as mounted,
-	// where the audit finds pods' network namespaces (pkg/sandboxns).
+	// where the audit finds pods' network namespaces (pkg/nodeagent/netnsdir).
 	NetnsDir string
 	// Backend is the iptables implementation the audit uses where a
 	// sandbox's record does not name ADD's: auto detects the node's from
@@ -67,7 +67,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
 	installConfig := install.BindFlags(fs, getenv, selfDir)
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	var action, interval, confirm, taint, grace, missedMode, missedRate string
+	var action, interval, confirm, nodeTaint, grace, missedMode, missedRate string
 	f.String(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
 	f.String(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
@@ -81,7 +81,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
 	f.String(&c.AuditLabelKey, "audit-label-key", "AUDIT_LABEL_KEY", audit.DefaultLabelKey, "the label the label action sets")
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
-	f.String(&taint, "node-taint", "NODE_TAINT", "false", "remove "+nodetaint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
+	f.String(&nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
 	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
 	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart deletes it when a controller owns it; needs optional/audit-pod-writes.yaml)")
 	f.String(&missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods deleted per minute on this node (1 to 60)")
@@ -105,8 +105,8 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if c.AuditConfirm, err = time.ParseDuration(confirm); err != nil || c.AuditConfirm < 0 || c.AuditConfirm > time.Minute {
 		errs = append(errs, fmt.Errorf("--audit-confirm %q: want a duration from 0s to 1m", confirm))
 	}
-	if c.NodeTaint, err = strconv.ParseBool(taint); err != nil {
-		errs = append(errs, fmt.Errorf("--node-taint %q: want true or false", taint))
+	if c.NodeTaint, err = strconv.ParseBool(nodeTaint); err != nil {
+		errs = append(errs, fmt.Errorf("--node-taint %q: want true or false", nodeTaint))
 	}
 	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace))

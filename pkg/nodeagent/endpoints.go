@@ -27,7 +27,7 @@ const (
 
 // serve runs /healthz, /readyz and /metrics until ctx ends. /readyz is the
 // installer's readiness; /healthz is liveness: every loop made progress
-// within its bound (pkg/health).
+// within its bound (pkg/nodeagent/health).
 func (a *Agent) serve(ctx context.Context) (stop func(), err error) {
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -18,16 +18,16 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"istio-cni.local/istio-cni/pkg/applied"
-	"istio-cni.local/istio-cni/pkg/childcaps"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/inspect"
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
+	"istio-cni.local/istio-cni/pkg/nodeagent/inspect"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/sandboxns"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Exit codes of inspect beyond 0 (consistent) and 1 (could not inspect).
@@ -112,7 +112,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	defer cancel()
 	report, err := inspect.Run(ctx, opts, inspect.Deps{
 		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
-		Namespaces: sandboxns.Finder{Dir: *netnsDir},
+		Namespaces: netnsdir.Finder{Dir: *netnsDir},
 		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
 			err = podnet.Enter(path, func() error {
 				obs, err = prog.Read(ctx, f)

@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"istio-cni.local/istio-cni/pkg/audit"
-	"istio-cni.local/istio-cni/pkg/missed"
-	"istio-cni.local/istio-cni/pkg/nodepods"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
+	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 )
 
 // ownerBackoff: after one of a controller's pods is restarted, its others
@@ -65,7 +65,7 @@ func (n *namespaceLabels) Get(name string) (map[string]string, bool) {
 // newMissed wires the missed-injection detector: the node's pods, every
 // namespace's labels (a change to them wakes it), Events, the gauge and
 // the restart counter, and pod deletion with a UID precondition.
-func newMissed(cfg Config, cs kubernetes.Interface, pods *nodepods.Pods, rec record.EventRecorder, reg prometheus.Registerer,
+func newMissed(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
 	log *slog.Logger) (*missed.Detector, *namespaceLabels, error) {
 	namespaces, err := newNamespaceLabels(cs)
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 // listenReports logs what the plugin reports on the node, so `kubectl
@@ -23,7 +23,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 	if err := os.MkdirAll(a.cfg.Install.KubeconfigDir, 0o700); err != nil {
 		return nil, err
 	}
-	l, err := agentevents.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.EventsSocket))
+	l, err := reports.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.EventsSocket))
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 	go func() {
 		defer close(done)
 		defer func() { _ = l.Close() }()
-		err := l.Run(ctx, func(ev agentevents.Event) {
+		err := l.Run(ctx, func(ev reports.Event) {
 			attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
 				"reason", ev.Reason, "duration_ms", ev.DurationMS}
 			if ev.Families != "" {
@@ -47,7 +47,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 				wake(ev.PodUID)
 			}
 			switch {
-			case ev.Note == agentevents.NoteCredentialsRefused:
+			case ev.Note == reports.NoteCredentialsRefused:
 				a.installer.PluginTokenRefused()
 			case ev.Note != "" && ev.Error == "":
 				a.notes.tell(ev, log)
@@ -74,7 +74,7 @@ type podNotes struct {
 // pods; forgetting all of them now and then repeats one note per pod.
 const maxTold = 4096
 
-func (n *podNotes) tell(ev agentevents.Event, log *slog.Logger) {
+func (n *podNotes) tell(ev reports.Event, log *slog.Logger) {
 	key := ev.PodUID + "/" + ev.Note
 	if n.told[key] {
 		return
@@ -84,12 +84,12 @@ func (n *podNotes) tell(ev agentevents.Event, log *slog.Logger) {
 	}
 	n.told[key] = true
 	msg := ev.Note
-	if ev.Note == agentevents.NoteIPv4OnlyProxy {
+	if ev.Note == reports.NoteIPv4OnlyProxy {
 		msg = decision.IPv6ProxyNote
 	}
 	log.Warn("pod note", "pod", ev.Pod, "uid", ev.PodUID, "note", msg)
 	ns, name, ok := strings.Cut(ev.Pod, "/")
-	if n.events == nil || !ok || ev.Note != agentevents.NoteIPv4OnlyProxy {
+	if n.events == nil || !ok || ev.Note != reports.NoteIPv4OnlyProxy {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(ev.PodUID)}

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/client-go/tools/record"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 // TestPodNoteOncePerPod: the plugin's note on a pod whose IPv6 is captured
@@ -20,7 +20,7 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	n := podNotes{events: &Events{recorder: rec}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ev := agentevents.Event{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: agentevents.NoteIPv4OnlyProxy}
+	ev := reports.Event{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
 	for range 3 {
 		n.tell(ev, log)
 	}

@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
-	"istio-cni.local/istio-cni/pkg/envflag"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/install/envflag"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 const uninstallUsage = `usage: install-cni uninstall [flags]
@@ -58,7 +58,7 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 			return 2
 		}
 	}
-	if sock := filepath.Join(cfg.KubeconfigDir, install.EventsSocket); agentevents.Listening(sock) {
+	if sock := filepath.Join(cfg.KubeconfigDir, install.EventsSocket); reports.Listening(sock) {
 		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: an istio-cni agent is running on this node (it listens at %s) and would reinstall at once: delete its DaemonSet instead\n", sock)
 		return 1
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 // opBudget bounds the work in the pod's namespace after the pod lookup. With
@@ -32,7 +32,7 @@ type outcome struct {
 	// warnings are problems that did not change the verb's result.
 	warnings []string
 	// note is something the agent tells people of the pod
-	// (agentevents.Note*).
+	// (reports.Note*).
 	note string
 	// podFrom is what the decision read: "runtime" (the annotations the
 	// runtime passed settled it), "agent" or "api" (who answered the pod
@@ -149,7 +149,7 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	}
 	out.families = decision.FamilyNames(stack.V4, stack.V6)
 	if stack.IPv4OnlyProxy {
-		out.note = agentevents.NoteIPv4OnlyProxy
+		out.note = reports.NoteIPv4OnlyProxy
 	}
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node()), v4: stack.V4, v6: stack.V6}, true, nil
 }
@@ -210,7 +210,7 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)
 	}
-	if out.note == agentevents.NoteIPv4OnlyProxy {
+	if out.note == reports.NoteIPv4OnlyProxy {
 		attrs = append(attrs, "note", decision.IPv6ProxyNote)
 	}
 	if err != nil {

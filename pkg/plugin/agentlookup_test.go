@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"istio-cni.local/istio-cni/pkg/agentpods"
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
 // The agent answers a lookup when it holds this very sandbox's pod; every
@@ -43,12 +43,12 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 			h := newHarness()
 			h.api.pods["team-a/web-1"] = withUID(uid)
 			asked := 0
-			h.p.deps.AskAgent = func(socket, ns, name string) (agentpods.Answer, error) {
+			h.p.deps.AskAgent = func(socket, ns, name string) (lookups.Answer, error) {
 				asked++
 				if socket != "/var/run/istio-cni/pods.sock" || ns != "team-a" || name != "web-1" {
 					t.Errorf("asked %s for %s/%s", socket, ns, name)
 				}
-				return agentpods.Answer{Pod: tc.agent, ReadsBack: tc.readsBack}, tc.agentErr
+				return lookups.Answer{Pod: tc.agent, ReadsBack: tc.readsBack}, tc.agentErr
 			}
 			newNet := h.p.deps.NewPodNetwork
 			var trusted bool
@@ -98,8 +98,8 @@ func TestRepeatedAddReadsBack(t *testing.T) {
 	pod.Metadata.UID = uid
 	h := newHarness()
 	h.net.programmed = map[string]iptables.Model{}
-	h.p.deps.AskAgent = func(string, string, string) (agentpods.Answer, error) {
-		return agentpods.Answer{Pod: pod, ReadsBack: true}, nil
+	h.p.deps.AskAgent = func(string, string, string) (lookups.Answer, error) {
+		return lookups.Answer{Pod: pod, ReadsBack: true}, nil
 	}
 	newNet := h.p.deps.NewPodNetwork
 	var trusted []bool

@@ -8,8 +8,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 func TestParseConfigDefaults(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Del removes our chains from the pod's namespace if it still exists. It

@@ -8,7 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 // finish ends a verb: its one log line, then the same outcome to the agent.
@@ -21,12 +21,12 @@ func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.
 // report sends the outcome to the agent's socket when the config names one.
 // It cannot change the verb's result: an absent agent (the DaemonSet not yet
 // or no longer running) is silent, and any other failure, a full queue
-// included, is a debug line. It costs at most agentevents.SendTimeout.
+// included, is a debug line. It costs at most reports.SendTimeout.
 func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start, end time.Time, err error) {
 	if conf == nil || conf.AgentSocket == "" {
 		return
 	}
-	ev := agentevents.Event{
+	ev := reports.Event{
 		Time:       end,
 		Verb:       verb,
 		Pod:        out.pod,
@@ -44,10 +44,10 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 	if err != nil {
 		ev.Error = err.Error()
 		if cniErr := (*types.Error)(nil); errors.As(err, &cniErr) && cniErr.Code == ErrAPIDenied {
-			ev.Note = agentevents.NoteCredentialsRefused
+			ev.Note = reports.NoteCredentialsRefused
 		}
 	}
-	if sendErr := agentevents.Send(conf.AgentSocket, ev); sendErr != nil && !errors.Is(sendErr, agentevents.ErrNoAgent) {
+	if sendErr := reports.Send(conf.AgentSocket, ev); sendErr != nil && !errors.Is(sendErr, reports.ErrNoAgent) {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
 	}
 }

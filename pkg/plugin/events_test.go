@@ -11,34 +11,34 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 	"os"
 )
 
 // agent is a real agent socket in a temporary directory.
 type agent struct {
 	path   string
-	events chan agentevents.Event
+	events chan reports.Event
 }
 
 // listenAgent starts a listener that reads until the test ends.
 func listenAgent(t *testing.T) *agent {
 	t.Helper()
-	a := &agent{path: filepath.Join(t.TempDir(), "events.sock"), events: make(chan agentevents.Event, 10)}
-	l, err := agentevents.Listen(a.path)
+	a := &agent{path: filepath.Join(t.TempDir(), "events.sock"), events: make(chan reports.Event, 10)}
+	l, err := reports.Listen(a.path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = l.Run(ctx, func(ev agentevents.Event) { a.events <- ev }); close(done) }()
+	go func() { _ = l.Run(ctx, func(ev reports.Event) { a.events <- ev }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; _ = l.Close() })
 	return a
 }
 
 // next waits for the next event; the limit only turns a hang into a failure.
-func (a *agent) next(t *testing.T) agentevents.Event {
+func (a *agent) next(t *testing.T) reports.Event {
 	t.Helper()
 	select {
 	case ev := <-a.events:
@@ -46,7 +46,7 @@ func (a *agent) next(t *testing.T) agentevents.Event {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the agent")
 	}
-	return agentevents.Event{}
+	return reports.Event{}
 }
 
 // withSocket adds agent_socket (and debug logging) to a config.
@@ -64,7 +64,7 @@ func TestEventForRedirectedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := a.next(t)
-	if ev.V != agentevents.Version || ev.Verb != "ADD" || ev.Pod != "team-a/web-1" || ev.PodUID != "0d5e2f4c-aaaa-bbbb-cccc-444455556666" ||
+	if ev.V != reports.Version || ev.Verb != "ADD" || ev.Pod != "team-a/web-1" || ev.PodUID != "0d5e2f4c-aaaa-bbbb-cccc-444455556666" ||
 		ev.Container != "c1" || ev.Netns != "/var/run/netns/pod" || !ev.Redirect || ev.Reason != "redirect" ||
 		ev.Families != "ipv4" || ev.Error != "" || ev.DurationMS <= 0 || ev.Time.IsZero() {
 		t.Errorf("event %+v", ev)
@@ -97,7 +97,7 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := a.next(t)
-		noted := ev.Note == agentevents.NoteIPv4OnlyProxy && strings.Contains(h.stderr.String(), "sidecar listens on IPv4 only")
+		noted := ev.Note == reports.NoteIPv4OnlyProxy && strings.Contains(h.stderr.String(), "sidecar listens on IPv4 only")
 		if noted != tc.wantNote || ev.Families != tc.families {
 			t.Errorf("%s ISTIO_DUAL_STACK=%q: note %q, families %s; want note=%v families %s\n%s", tc.extra, tc.env, ev.Note, ev.Families,
 				tc.wantNote, tc.families, h.stderr)
@@ -119,7 +119,7 @@ func TestEventForFailedAdd(t *testing.T) {
 	h.api.err = &kube.APIError{Kind: kube.Denied, Pod: "team-a/web-1", Err: errors.New("401 Unauthorized")}
 	err = h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
 	wantCode(t, err, ErrAPIDenied)
-	if ev := a.next(t); ev.Note != agentevents.NoteCredentialsRefused || ev.Error == "" {
+	if ev := a.next(t); ev.Note != reports.NoteCredentialsRefused || ev.Error == "" {
 		t.Errorf("event %+v, want the credentials-refused note", ev)
 	}
 }
@@ -193,12 +193,12 @@ func TestNoAgent(t *testing.T) {
 // the ADD.
 func TestStuckAgent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "events.sock")
-	l, err := agentevents.Listen(path) // never Run: nothing reads
+	l, err := reports.Listen(path) // never Run: nothing reads
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for agentevents.Send(path, agentevents.Event{Verb: "ADD"}) == nil { // fill the queue
+	for reports.Send(path, reports.Event{Verb: "ADD"}) == nil { // fill the queue
 	}
 	h := newHarness()
 	h.api.pods["team-a/web-1"] = meshedPod(nil)

@@ -11,11 +11,11 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
-	"istio-cni.local/istio-cni/pkg/agentpods"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
 // PodGetter reads one pod from the API.
@@ -36,9 +36,9 @@ type Deps struct {
 	// NewPodGetter builds the API client; it is called only when a pod
 	// must be read.
 	NewPodGetter func(conf *Config) (PodGetter, error)
-	// AskAgent asks the node agent at socket for a pod (pkg/agentpods); any
+	// AskAgent asks the node agent at socket for a pod (pkg/wire/lookups); any
 	// error sends the lookup to the API. Nil never asks.
-	AskAgent func(socket, namespace, name string) (agentpods.Answer, error)
+	AskAgent func(socket, namespace, name string) (lookups.Answer, error)
 	// NewPodNetwork builds the namespace programmer for a config.
 	NewPodNetwork func(conf *Config) PodNetwork
 	// Stdout receives the CNI result; Stderr the log lines.
@@ -70,8 +70,8 @@ func New() *Plugin {
 		NewPodGetter: func(c *Config) (PodGetter, error) {
 			return kube.NewClient(c.Kubeconfig, c.parsed.Timeouts)
 		},
-		AskAgent: func(socket, namespace, name string) (agentpods.Answer, error) {
-			return agentpods.Get(socket, namespace, name, AgentBudget)
+		AskAgent: func(socket, namespace, name string) (lookups.Answer, error) {
+			return lookups.Get(socket, namespace, name, AgentBudget)
 		},
 		NewPodNetwork: func(c *Config) PodNetwork {
 			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}}

@@ -7,7 +7,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 // Status reports whether ADD can work on this node (CNI 1.1.0): the

@@ -14,8 +14,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // Entry holds the plugin's own keys. Field order is the order the installer
@@ -41,10 +41,10 @@ type Entry struct {
 	TProxyMark       uint32 `json:"tproxy_mark,omitempty"`
 	TProxyRouteTable uint32 `json:"tproxy_route_table,omitempty"`
 	// AgentSocket is the node agent's datagram socket: each ADD, DEL and
-	// CHECK outcome is sent there (pkg/agentevents), best effort. "" sends
+	// CHECK outcome is sent there (pkg/wire/reports), best effort. "" sends
 	// nothing.
 	AgentSocket string `json:"agent_socket,omitempty"`
-	// PodSocket is the node agent's pod lookup socket (pkg/agentpods): ADD
+	// PodSocket is the node agent's pod lookup socket (pkg/wire/lookups): ADD
 	// asks it first and the API when it cannot answer. "" always asks the
 	// API.
 	PodSocket string `json:"pod_socket,omitempty"`

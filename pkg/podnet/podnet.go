@@ -14,7 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 // Netns programs pods' network namespaces with a Programmer.

@@ -16,7 +16,7 @@ import (
 	"runtime"
 	"strings"
 
-	"istio-cni.local/istio-cni/pkg/agentevents"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 	"istio-cni.local/istio-cni/test/cluster"
 )
 
@@ -95,14 +95,14 @@ func run(plugin, installer, upstream string, n, conc int, backends []string) err
 		}
 	}
 	// An agent takes the reporting rows' reports, as the DaemonSet's does.
-	agent, err := agentevents.Listen(filepath.Join(dir, "events.sock"))
+	agent, err := reports.Listen(filepath.Join(dir, "events.sock"))
 	if err != nil {
 		return err
 	}
 	defer agent.Close()
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
-	go func() { _ = agent.Run(agentCtx, func(agentevents.Event) {}) }()
+	go func() { _ = agent.Run(agentCtx, func(reports.Event) {}) }()
 	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "events.sock"), n: n, uids: uids}
 	printHeader(plugin, n, conc)
 	if err := b.version(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
 )
 

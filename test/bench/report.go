@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 func printHeader(plugin string, n, conc int) {

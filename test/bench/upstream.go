@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 // upstream measures upstream istio-cni's plugin binary (given with

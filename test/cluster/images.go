@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"istio-cni.local/istio-cni/pkg/image"
+	"istio-cni.local/istio-cni/cmd/mkimage/image"
 )
 
 // TestImage is the image test pods run: /testproxy (proxy, server and

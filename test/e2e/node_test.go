@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/audit"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent"
-	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 	"istio-cni.local/istio-cni/pkg/podnet"
-	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -167,7 +167,7 @@ func TestInspect(t *testing.T) {
 // ready: its pod-bound token and the admission policy allow exactly that.
 func TestStartupTaintRemoved(t *testing.T) {
 	requireInstalled(t)
-	if _, err := env.node.Kubectl(t.Context(), "taint", "node", env.node.Name, nodetaint.Key+"=:NoSchedule", "--overwrite"); err != nil {
+	if _, err := env.node.Kubectl(t.Context(), "taint", "node", env.node.Name, taint.Key+"=:NoSchedule", "--overwrite"); err != nil {
 		t.Fatal(err)
 	}
 	old := installerPod(t)
@@ -176,7 +176,7 @@ func TestStartupTaintRemoved(t *testing.T) {
 	}
 	poll.Until(t, 2*time.Minute, "the new agent removes the taint", func() (bool, string) {
 		out, err := env.node.Kubectl(t.Context(), "get", "node", env.node.Name, "-o", "jsonpath={.spec.taints}")
-		return err == nil && !strings.Contains(out, nodetaint.Key), out
+		return err == nil && !strings.Contains(out, taint.Key), out
 	})
 	requireInstalled(t)
 	if got := metric(t, "istio_cni_node_tainted"); got != 0 {

@@ -9,8 +9,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 var backends = []xtables.Backend{xtables.Legacy, xtables.NFT}

@@ -10,8 +10,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
-	"istio-cni.local/istio-cni/pkg/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 )
 

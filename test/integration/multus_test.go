@@ -12,8 +12,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // standaloneConf is the standalone config the installer writes for Multus

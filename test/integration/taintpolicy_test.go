@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/nodetaint"
+	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -54,7 +54,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 		_ = adminClient.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		_, err := adminClient.CoreV1().Nodes().Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/os": "linux"}},
-			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{nodetaint.Taint(), other}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint.Taint(), other}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 	// Allowed: the controller removes, then restores, the taint on its own
 	// node. The policy may take a moment to load after the apply.
 	r := &fixedReadiness{ok: true, ch: make(chan struct{}, 1)}
-	c := &nodetaint.Controller{Client: agentOn(t, "taint-node-a"), Node: "taint-node-a", Ready: r, Grace: time.Second,
+	c := &taint.Controller{Client: agentOn(t, "taint-node-a"), Node: "taint-node-a", Ready: r, Grace: time.Second,
 		Exempt: []string{"shutting down"}, Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -81,12 +81,12 @@ func TestNodeTaintPolicy(t *testing.T) {
 	poll.UntilTrue(t, 20*time.Second, "the agent removes its node's taint", func() bool {
 		// The node controller may add its own not-ready taint meanwhile.
 		got := taints("taint-node-a")
-		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == nodetaint.Key }) &&
+		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == taint.Key }) &&
 			slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&other) })
 	})
 	r.set(false, "conflist: gone and cannot be written")
 	poll.UntilTrue(t, 20*time.Second, "the agent restores its node's taint", func() bool {
-		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == nodetaint.Key })
+		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == taint.Key })
 	})
 	stop()
 	<-done
@@ -117,7 +117,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := json.Marshal(n.Spec.Taints)
-	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodetaint.Key }) || n.Labels["kubernetes.io/os"] != "linux" {
+	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == taint.Key }) || n.Labels["kubernetes.io/os"] != "linux" {
 		t.Errorf("taint-node-b changed: %s", got)
 	}
 }

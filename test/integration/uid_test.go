@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
-	"istio-cni.local/istio-cni/pkg/xtables"
 )
 
 // TestPodUID: with K8S_POD_UID the first read comes from the API server's

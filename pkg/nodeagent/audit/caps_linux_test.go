@@ -1,0 +1,84 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/podnet"
+)
+
+// TestRepairNeedsEachCapability is why the DaemonSet adds each capability:
+// a repair (enter the pod's namespace, iptables-restore, verify with
+// iptables-save) run with the agent's set succeeds, and without any one of
+// them fails. NET_RAW is legacy's only (its raw socket); nft speaks
+// netlink. The repair runs in a child of the test whose bounding set
+// setpriv limits (a root process's exec gets exactly its bounding set).
+func TestRepairNeedsEachCapability(t *testing.T) {
+	if path := os.Getenv("AUDIT_CAPS_NETNS"); path != "" {
+		repairHelper(t, path, xtables.Backend(os.Getenv("AUDIT_CAPS_BACKEND")))
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	for _, tc := range []struct {
+		backend xtables.Backend
+		caps    string
+		fails   string // what the failure says; "" for success
+	}{
+		{xtables.NFT, "net_admin,net_raw,sys_admin", ""},
+		{xtables.Legacy, "net_admin,net_raw,sys_admin", ""},
+		{xtables.NFT, "net_admin,net_raw", "switching to ns"}, // no setns
+		{xtables.Legacy, "net_admin,net_raw", "switching to ns"},
+		{xtables.NFT, "net_raw,sys_admin", "Permission denied"}, // no iptables
+		{xtables.Legacy, "net_raw,sys_admin", "unable to initialize table"},
+		{xtables.NFT, "net_admin,sys_admin", ""},
+		{xtables.Legacy, "net_admin,sys_admin", "unable to initialize table"}, // no raw socket
+	} {
+		t.Run(string(tc.backend)+"/"+tc.caps, func(t *testing.T) {
+			netns, err := testutils.NewNS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+			bounding := "-all"
+			for _, c := range strings.Split(tc.caps, ",") {
+				bounding += ",+" + c
+			}
+			cmd := exec.Command(setpriv, "--bounding-set="+bounding, "--inh-caps=-all", "--", // #nosec G204 -- test
+				os.Args[0], "-test.run=^TestRepairNeedsEachCapability$", "-test.v")
+			cmd.Env = append(os.Environ(), "AUDIT_CAPS_NETNS="+netns.Path(), "AUDIT_CAPS_BACKEND="+string(tc.backend))
+			out, err := cmd.CombinedOutput()
+			switch {
+			case tc.fails == "" && err != nil:
+				t.Errorf("with %s, the repair failed: %v\n%s", tc.caps, err, out)
+			case tc.fails != "" && (err == nil || !strings.Contains(string(out), tc.fails)):
+				t.Errorf("with only %s: %v, want a failure saying %q\n%s", tc.caps, err, tc.fails, out)
+			}
+		})
+	}
+}
+
+// repairHelper repairs an empty namespace and checks the result.
+func repairHelper(t *testing.T, path string, backend xtables.Backend) {
+	network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
+	m := decision.Rules(mustDecide(t, meshed("caps")), decision.DefaultNodeSettings(), true, false)
+	ctx := context.Background()
+	if err := network.Program(ctx, path, m); err != nil {
+		t.Fatal(err)
+	}
+	if diffs, err := network.Check(ctx, path, m); err != nil || len(diffs) > 0 {
+		t.Fatal(diffs, err)
+	}
+}

@@ -1,0 +1,267 @@
+// Package inspect answers "why is my pod (not) in the mesh?" for one pod:
+// the plugin's decision and its reason, whether the node's CNI config
+// chains the plugin, the rules the pod should have, the rules it has (read
+// from its network namespace) and the difference.
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
+)
+
+// Pod is what inspect reads of a pod: the decision's subset plus where it
+// runs.
+type Pod struct {
+	*kube.Pod
+	Node  string
+	Phase string
+	IPs   []netip.Addr
+}
+
+// Deps are inspect's seams.
+type Deps struct {
+	// GetPod reads the pod from the API.
+	GetPod func(ctx context.Context, namespace, name string) (*Pod, error)
+	// Namespaces finds the pod's network namespace on this node, by its
+	// addresses (netnsdir.Finder).
+	Namespaces interface {
+		Find(pods map[string][]netip.Addr) (netnsdir.Result, error)
+	}
+	// Observe reads a family's tables in a namespace (iptables-save).
+	Observe func(ctx context.Context, netns string, f iptables.Family) (*iptables.Observed, error)
+	// Check is the plugin's CHECK: the differences from the model.
+	Check func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	// HasIPv6 reads whether the namespace has a global IPv6 address.
+	HasIPv6 func(netns string) (bool, error)
+	// NamespaceLabels reads a namespace's labels: whether Istio's
+	// injector should have given the pod its sidecar. Nil: not judged.
+	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
+	// Records are what ADD applied to each sandbox (applied.Store); nil:
+	// none.
+	Records interface {
+		ForPod(uid string) ([]applied.Record, error)
+	}
+}
+
+// Options are the node's settings, as the plugin has them.
+type Options struct {
+	Namespace, Name   string
+	ExcludeNamespaces []string
+	AgentNamespace    string
+	Settings          decision.NodeSettings
+	// CNINetDir is the node's CNI config directory: whether the config the
+	// runtime uses chains istio-cni decides whether new pods reach the
+	// plugin at all.
+	CNINetDir string
+}
+
+// Report is inspect's answer.
+type Report struct {
+	Pod, UID, Node, Phase string
+	// Config is the config file the runtime uses; Chained whether it
+	// holds the istio-cni entry.
+	Config  string
+	Chained bool
+	// ConfigErr explains a config directory that could not be read.
+	ConfigErr string
+	Redirect  bool
+	Reason    string
+	// Invalid is set when the pod must be redirected but its settings are
+	// refused (the plugin fails its ADD).
+	Invalid  string
+	Netns    string
+	Families string
+	// Recorded: the rules wanted are the ones ADD recorded for this
+	// sandbox; SettingsChanged says how the pod's settings now differ.
+	Recorded        bool
+	SettingsChanged string
+	// Notes are things to know about the pod (decision.IPv6ProxyNote).
+	Notes []string
+	// Want and Have are the tables in iptables-save form: Have only the
+	// rules istio-cni owns.
+	Want, Have []string
+	Diffs      []string
+	// NetnsErr explains why the namespace was not read.
+	NetnsErr string
+	// Injection is the injector's verdict on the pod (pkg/nodeagent/injection);
+	// InjectionErr why there is none.
+	Injection    *injection.Verdict
+	InjectionErr string
+}
+
+// Consistent is true when the pod is as the plugin would leave it:
+// redirected with exactly its rules, or not redirected and free of ours.
+func (r Report) Consistent() bool {
+	if r.Invalid != "" || r.NetnsErr != "" || (r.Injection != nil && r.Injection.Missed()) {
+		return false
+	}
+	if r.Redirect {
+		return len(r.Diffs) == 0
+	}
+	return len(r.Have) == 0
+}
+
+// Run builds the report.
+func Run(ctx context.Context, o Options, d Deps) (Report, error) {
+	pod, err := d.GetPod(ctx, o.Namespace, o.Name)
+	if err != nil {
+		return Report{}, err
+	}
+	r := Report{Pod: o.Namespace + "/" + o.Name, UID: pod.Metadata.UID, Node: pod.Node, Phase: pod.Phase}
+	r.Config, r.Chained, err = runtimeConfig(o.CNINetDir)
+	if err != nil {
+		r.ConfigErr = err.Error()
+	}
+	dec, decided := decision.Namespace(o.Namespace, o.ExcludeNamespaces)
+	if !decided {
+		if dec, err = decision.Pod(pod.Pod); err != nil {
+			r.Invalid = err.Error()
+			dec = decision.Decision{Redirect: true, Reason: decision.Redirected}
+		}
+	}
+	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
+	if d.NamespaceLabels != nil {
+		if labels, err := d.NamespaceLabels(ctx, o.Namespace); err != nil {
+			r.InjectionErr = err.Error()
+		} else {
+			v := injection.Of(pod.Pod, labels, append([]string{o.AgentNamespace}, o.ExcludeNamespaces...))
+			r.Injection = &v
+		}
+	}
+	if dec.Reason == decision.HostNetwork {
+		return r, nil
+	}
+	found, err := d.Namespaces.Find(map[string][]netip.Addr{pod.Metadata.UID: pod.IPs})
+	if err != nil {
+		r.NetnsErr = err.Error()
+		return r, nil
+	}
+	ns, ok := found.Found[pod.Metadata.UID]
+	switch {
+	case found.Ambiguous[pod.Metadata.UID] != "":
+		r.NetnsErr = "which network namespace is the pod's cannot be proven: " + found.Ambiguous[pod.Metadata.UID]
+		return r, nil
+	case !ok:
+		r.NetnsErr = "no network namespace on this node holds the pod's addresses " + fmt.Sprint(pod.IPs) +
+			" (not started, finished, or on another node: run inspect on " + nodeOr(pod.Node) + ")"
+		return r, nil
+	}
+	r.Netns = ns.Path
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		obs, err := d.Observe(ctx, ns.Path, f)
+		if err != nil {
+			if f == iptables.IPv6 {
+				continue // a node without ip6tables: IPv4 is what there is
+			}
+			r.NetnsErr = err.Error()
+			return r, nil
+		}
+		r.Have = append(r.Have, prefixed(f, obs.OursListing())...)
+	}
+	m, ok, err := want(&r, o, d, pod, dec, ns)
+	if err != nil {
+		r.NetnsErr = err.Error()
+		return r, nil
+	}
+	if !ok {
+		return r, nil
+	}
+	for _, rs := range m.Rulesets() {
+		r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
+	}
+	if r.Diffs, err = d.Check(ctx, ns.Path, m); err != nil {
+		r.NetnsErr = err.Error()
+	}
+	return r, nil
+}
+
+// want is what the pod must hold, as the node agent holds it to: the
+// record of what ADD applied to this sandbox, else the decision now.
+func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netnsdir.NSFile) (iptables.Model, bool, error) {
+	stack, err := decision.Families(o.Settings.IPv6, dec.DualStack, pod.IPs, func() (bool, error) { return d.HasIPv6(ns.Path) })
+	if d.Records != nil {
+		recs, _ := d.Records.ForPod(pod.Metadata.UID)
+		for _, rec := range recs {
+			if rec.NetnsInode != ns.Inode {
+				continue
+			}
+			if rec.Passed {
+				r.Redirect, r.Recorded = false, true
+				return iptables.Model{}, false, nil
+			}
+			invalid := r.Invalid
+			r.Redirect, r.Recorded, r.Invalid = true, true, ""
+			r.Families = decision.FamilyNames(rec.IPv4, rec.IPv6)
+			switch {
+			case invalid != "":
+				r.SettingsChanged = "invalid now: " + invalid
+			case !dec.Redirect:
+				r.SettingsChanged = "no longer meshed: " + string(dec.Reason)
+			case !applied.SameSpec(decision.FinalSpec(dec, o.Settings), rec.Spec):
+				r.SettingsChanged = applied.SpecDiff(rec.Spec, decision.FinalSpec(dec, o.Settings))
+			}
+			if err == nil && rec.IPv6 && stack.IPv4OnlyProxy {
+				r.Notes = append(r.Notes, decision.IPv6ProxyNote)
+			}
+			return rec.Model(), true, nil
+		}
+	}
+	if !dec.Redirect || r.Invalid != "" {
+		return iptables.Model{}, false, nil
+	}
+	if err != nil {
+		return iptables.Model{}, false, err
+	}
+	r.Families = decision.FamilyNames(stack.V4, stack.V6)
+	if stack.IPv4OnlyProxy {
+		r.Notes = append(r.Notes, decision.IPv6ProxyNote)
+	}
+	return decision.Rules(dec, o.Settings, stack.V4, stack.V6), true, nil
+}
+
+// runtimeConfig names the config the runtime uses (the first in its
+// order) and whether it chains istio-cni.
+func runtimeConfig(dir string) (string, bool, error) {
+	if dir == "" {
+		return "", false, errors.New("no CNI config directory given")
+	}
+	names, err := chain.ConfigFiles(dir)
+	if err != nil {
+		return "", false, err
+	}
+	if len(names) == 0 {
+		return "", false, fmt.Errorf("no CNI config in %s", dir)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, names[0])) // #nosec G304 -- the node's CNI config, by design
+	if err != nil {
+		return names[0], false, err
+	}
+	return names[0], chain.HasEntry(data), nil
+}
+
+func nodeOr(n string) string {
+	if n == "" {
+		return "the pod's node"
+	}
+	return "node " + n
+}
+
+func prefixed(f iptables.Family, lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = f.String() + " " + l
+	}
+	return out
+}

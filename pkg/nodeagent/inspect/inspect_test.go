@@ -1,0 +1,214 @@
+package inspect
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
+)
+
+type namespaces map[string]netnsdir.NSFile
+
+func (n namespaces) Find(pods map[string][]netip.Addr) (netnsdir.Result, error) {
+	res := netnsdir.Result{Found: map[string]netnsdir.NSFile{}}
+	for u := range pods {
+		if v, ok := n[u]; ok {
+			res.Found[u] = v
+		}
+	}
+	return res, nil
+}
+
+func pod(annotations map[string]string) *Pod {
+	return &Pod{Pod: &kube.Pod{
+		Metadata: kube.ObjectMeta{Name: "web-0", Namespace: "default", UID: "u1", Annotations: annotations},
+		Spec:     kube.PodSpec{Containers: []kube.Container{{Name: "app"}, {Name: "istio-proxy", Args: []string{"proxy", "sidecar"}}}},
+	}, Node: "node-a", Phase: "Running"}
+}
+
+// deps serves the pod and a namespace whose iptables-save output is save.
+func deps(p *Pod, save string, diffs []string) Deps {
+	return Deps{
+		GetPod:     func(context.Context, string, string) (*Pod, error) { return p, nil },
+		Namespaces: namespaces{"u1": {Path: "/var/run/netns/cni-1", Inode: 7}},
+		Observe: func(_ context.Context, _ string, f iptables.Family) (*iptables.Observed, error) {
+			if f == iptables.IPv6 {
+				return iptables.ParseSave(nil)
+			}
+			return iptables.ParseSave([]byte(save))
+		},
+		Check:   func(context.Context, string, iptables.Model) ([]string, error) { return diffs, nil },
+		HasIPv6: func(string) (bool, error) { return false, nil },
+	}
+}
+
+func configDir(t *testing.T, chained bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	plugins := `[{"type":"bridge"}]`
+	if chained {
+		plugins = `[{"type":"bridge"},{"type":"istio-cni"}]`
+	}
+	if err := os.WriteFile(filepath.Join(dir, "02-istio-cni.conflist"), []byte(`{"cniVersion":"1.0.0","name":"k8s","plugins":`+plugins+`}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func opts(dir string) Options {
+	return Options{Namespace: "default", Name: "web-0", ExcludeNamespaces: []string{"kube-system"},
+		AgentNamespace: "istio-cni", Settings: decision.DefaultNodeSettings(), CNINetDir: dir}
+}
+
+func render(t *testing.T, r Report) string {
+	t.Helper()
+	var b strings.Builder
+	if err := r.Print(&b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestMeshedPodWithoutRules(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	r, err := Run(context.Background(), opts(configDir(t, false)), deps(p, "*nat\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n", []string{"nat ISTIO_OUTPUT: chain missing"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	for _, want := range []string{
+		"does NOT chain istio-cni", "decision:  redirect (ipv4)", "should have:\n  ipv4 nat -A PREROUTING -p tcp -j ISTIO_INBOUND",
+		"has (istio-cni's rules only):\n  (none)", "verdict:   NOT REDIRECTED: 1 difference(s)", "nat ISTIO_OUTPUT: chain missing",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if r.Consistent() {
+		t.Error("consistent, want not")
+	}
+}
+
+func TestPodOutsideTheMeshSaysWhy(t *testing.T) {
+	p := pod(nil) // no sidecar.istio.io/status
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	for _, want := range []string{"chains istio-cni", "not redirected: " + string(decision.NoStatus), "verdict:   ok: not redirected"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if !r.Consistent() {
+		t.Error("not consistent")
+	}
+}
+
+func TestStrayRulesOnUnmeshedPod(t *testing.T) {
+	p := pod(nil)
+	save := "*nat\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT - [0:0]\n-A OUTPUT -p tcp -j ISTIO_OUTPUT\nCOMMIT\n"
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, save, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Consistent() || !strings.Contains(render(t, r), "ipv4 nat -A OUTPUT -p tcp -j ISTIO_OUTPUT") {
+		t.Errorf("stray rules not reported:\n%s", render(t, r))
+	}
+}
+
+func TestPodNotOnThisNode(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	d := deps(p, "", nil)
+	d.Namespaces = namespaces{}
+	r, err := Run(context.Background(), opts(configDir(t, true)), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "run inspect on node node-a") || !strings.Contains(out, "verdict:   unknown") {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// TestRecordedSettingsWin: a sandbox ADD recorded is held to the record;
+// annotations edited since are shown as a change, not as what it should
+// have.
+func TestRecordedSettingsWin(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}", "traffic.sidecar.istio.io/excludeOutboundIPRanges": "0.0.0.0/0"})
+	store := applied.Store{Dir: t.TempDir()}
+	orig := decision.FinalSpec(decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}, decision.DefaultNodeSettings())
+	if err := store.Write(applied.Record{PodUID: "u1", Pod: "default/web-0", Container: "c1", NetnsInode: 7, Spec: orig, IPv4: true}); err != nil {
+		t.Fatal(err)
+	}
+	d := deps(p, "*nat\nCOMMIT\n", nil)
+	d.Records = store
+	var wanted iptables.Model
+	d.Check = func(_ context.Context, _ string, m iptables.Model) ([]string, error) { wanted = m; return nil, nil }
+	r, err := Run(context.Background(), opts(configDir(t, true)), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	if !r.Recorded || !strings.Contains(out, "as ADD recorded for this sandbox") || !strings.Contains(out, "settings:  changed after the pod started (OutboundIPExclude") {
+		t.Errorf("report:\n%s", out)
+	}
+	if want := iptables.Build(orig, true, false); wanted.V4 == nil || len(wanted.V4.Rules) != len(want.V4.Rules) {
+		t.Error("not checked against the recorded model")
+	}
+}
+
+// TestIPv4OnlyProxyNote: a dual-stack pod whose proxy is not dual-stack.
+func TestIPv4OnlyProxyNote(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	p.IPs = []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "*nat\nCOMMIT\n", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "note:      "+decision.IPv6ProxyNote) || r.Families != "ipv4,ipv6" {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// A pod in a namespace labelled for injection, without istio-proxy: the
+// plugin rightly leaves it alone, and inspect says it missed its sidecar.
+func TestMissedInjection(t *testing.T) {
+	p := pod(nil)
+	p.Spec.Containers = p.Spec.Containers[:1] // the app alone
+	for _, tc := range []struct {
+		labels     map[string]string
+		consistent bool
+		want       string
+	}{
+		{map[string]string{"istio-injection": "enabled"}, false, "injection: missed injection: namespace default has istio-injection=enabled, but the pod has no istio-proxy container"},
+		{nil, true, "injection: not selected for injection"},
+	} {
+		d := deps(p, "", nil)
+		d.NamespaceLabels = func(_ context.Context, name string) (map[string]string, error) {
+			if name != "default" {
+				t.Errorf("read namespace %q", name)
+			}
+			return tc.labels, nil
+		}
+		r, err := Run(context.Background(), opts(configDir(t, true)), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := render(t, r)
+		if !strings.Contains(out, tc.want) || r.Consistent() != tc.consistent {
+			t.Errorf("labels %v: consistent %v, want %v; report lacks %q:\n%s", tc.labels, r.Consistent(), tc.consistent, tc.want, out)
+		}
+		if !tc.consistent && !strings.Contains(out, "verdict:   NOT IN THE MESH: created without its sidecar") {
+			t.Errorf("verdict:\n%s", out)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+// Package nodepods is the node agent's one informer over the pods bound to
+// its node. The audit checks them, the plugin's pod lookups are answered
+// from them (pkg/wire/lookups), and missed injections are found among them
+// (pkg/nodeagent/missed): one watch, one cache, for every duty.
+package podcache
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
+)
+
+// Pods is an informer over the pods bound to one node: the field selector
+// keeps the cache (and the API server's work) to this node.
+type Pods struct {
+	informer cache.SharedIndexInformer
+	factory  informers.SharedInformerFactory
+}
+
+// New builds the informer. Add handlers with OnChange, then Start it.
+func New(cs kubernetes.Interface, node string) (*Pods, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	// Managed fields are most of a pod's size and no duty reads them.
+	if err := inf.SetTransform(func(obj any) (any, error) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			p.ManagedFields = nil
+		}
+		return obj, nil
+	}); err != nil {
+		return nil, err
+	}
+	return &Pods{informer: inf, factory: factory}, nil
+}
+
+// OnChange calls f with each added or updated pod (the cache's object: read
+// it, never change it).
+func (n *Pods) OnChange(f func(*corev1.Pod)) error {
+	_, err := n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				f(p)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				f(p)
+			}
+		},
+	})
+	return err
+}
+
+// Start runs the informer until ctx ends and waits for its first list.
+func (n *Pods) Start(ctx context.Context) bool {
+	n.factory.Start(ctx.Done())
+	return cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced)
+}
+
+// Synced reports whether the first list is in.
+func (n *Pods) Synced() bool { return n.informer.HasSynced() }
+
+// Lookup returns the cached pod namespace/name as the plugin reads pods
+// (pkg/wire/lookups answers the plugin's lookups with it).
+func (n *Pods) Lookup(namespace, name string) (*kube.Pod, bool) {
+	p, ok := n.Get(namespace, name)
+	if !ok {
+		return nil, false
+	}
+	kp, err := apipod.ToKube(p)
+	if err != nil {
+		return nil, false
+	}
+	return kp, true
+}
+
+// Get returns the cached pod namespace/name.
+func (n *Pods) Get(namespace, name string) (*corev1.Pod, bool) {
+	obj, ok, err := n.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok
+}
+
+// List returns the cached pods.
+func (n *Pods) List() []*corev1.Pod {
+	objs := n.informer.GetStore().List()
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}

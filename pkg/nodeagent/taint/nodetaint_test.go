@@ -1,0 +1,119 @@
+package taint
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"istio-cni.local/istio-cni/test/poll"
+)
+
+var other = corev1.Taint{Key: "example.com/dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}
+
+func TestWith(t *testing.T) {
+	ours := Taint()
+	for _, tc := range []struct {
+		name    string
+		in      []corev1.Taint
+		want    bool
+		out     []corev1.Taint
+		changed bool
+	}{
+		{"add to none", nil, true, []corev1.Taint{ours}, true},
+		{"add after others", []corev1.Taint{other}, true, []corev1.Taint{other, ours}, true},
+		{"already there", []corev1.Taint{other, ours}, true, []corev1.Taint{other, ours}, false},
+		{"wrong effect fixed", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}}, true, []corev1.Taint{ours}, true},
+		{"remove keeps others in order", []corev1.Taint{ours, other}, false, []corev1.Taint{other}, true},
+		{"remove duplicates", []corev1.Taint{ours, other, {Key: Key, Effect: corev1.TaintEffectPreferNoSchedule}}, false, []corev1.Taint{other}, true},
+		{"duplicate keys collapse", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}, other, ours}, true, []corev1.Taint{other, ours}, true},
+		{"remove the last", []corev1.Taint{ours}, false, []corev1.Taint{}, true},
+		{"absent", []corev1.Taint{other}, false, []corev1.Taint{other}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := append([]corev1.Taint(nil), tc.in...)
+			out, changed := With(in, tc.want)
+			if changed != tc.changed || !reflect.DeepEqual(out, tc.out) {
+				t.Errorf("With(%v, %v) = %v, %v; want %v, %v", tc.in, tc.want, out, changed, tc.out, tc.changed)
+			}
+			if !reflect.DeepEqual(in, tc.in) {
+				t.Errorf("the input was modified: %v", in)
+			}
+		})
+	}
+}
+
+type readiness struct {
+	mu    sync.Mutex
+	ok    bool
+	why   string
+	ch    chan struct{}
+	calls int
+}
+
+func (r *readiness) Ready() (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	return r.ok, r.why
+}
+func (r *readiness) ReadyChanged() <-chan struct{} { return r.ch }
+func (r *readiness) set(ok bool, why string) {
+	r.mu.Lock()
+	r.ok, r.why = ok, why
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+}
+
+func taintsOf(t *testing.T, c *fake.Clientset) []corev1.Taint {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Spec.Taints
+}
+
+func waitTaints(t *testing.T, c *fake.Clientset, want []corev1.Taint) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("taints %v", want), func() (bool, string) {
+		got := taintsOf(t, c)
+		return len(got) == 0 && len(want) == 0 || reflect.DeepEqual(got, want), fmt.Sprint(got)
+	})
+}
+
+func TestControllerFollowsReadiness(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(), other}},
+	})
+	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
+	c := &Controller{Client: client, Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	r.set(true, "")
+	waitTaints(t, client, []corev1.Taint{other})
+
+	// Shutting down never taints, however long it lasts.
+	r.set(false, "shutting down")
+	time.Sleep(150 * time.Millisecond)
+	waitTaints(t, client, []corev1.Taint{other})
+
+	// A failure that outlasts the grace period taints; readiness untaints.
+	r.set(false, "conflist: another writer keeps undoing it")
+	waitTaints(t, client, []corev1.Taint{other, Taint()})
+	r.set(true, "")
+	waitTaints(t, client, []corev1.Taint{other})
+}

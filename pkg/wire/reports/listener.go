@@ -1,0 +1,257 @@
+package reports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// checkInterval is how often Run looks whether the socket file at its path
+// is still the one it bound.
+const checkInterval = time.Second
+
+// Listener is the agent's end: a unix datagram socket at a fixed path.
+//
+// Memory is bounded by construction: Run reads into one buffer of
+// MaxDatagram+1 bytes, decodes one event at a time and hands it to the
+// handler before reading the next; it keeps nothing per event but
+// counters. While the handler is slow, datagrams wait in the kernel's
+// receive queue, whose length the kernel bounds (net.unix.max_dgram_qlen);
+// once it is full, senders give up after SendTimeout and their events are
+// dropped, so a stuck agent costs the node neither memory nor pod starts.
+type Listener struct {
+	path     string
+	interval time.Duration
+
+	mu     sync.Mutex
+	conn   *net.UnixConn
+	file   fs.FileInfo // the socket file as bound: tells ours from a replacement
+	closed bool
+	stats  Stats
+}
+
+// Stats are what a Listener has seen since Listen.
+type Stats struct {
+	Events uint64 // decoded and handed to the handler
+	// Malformed datagrams were dropped: not a JSON event, or longer than
+	// MaxDatagram. LastMalformed says why the last one was.
+	Malformed     uint64
+	LastMalformed error
+	// Recreated counts the sockets bound again after the file at the path
+	// was removed or replaced; RecreateError is the last failure to, nil
+	// once it succeeds (Run tries again every check).
+	Recreated     uint64
+	RecreateError error
+	// Superseded is true while another process listens at the path (a newer
+	// agent bound it): Run leaves that socket alone.
+	Superseded bool
+}
+
+// Listen binds a datagram socket at path, mode 0600; path's directory must
+// exist. A socket file already there (left by an agent that exited) is
+// replaced; any other kind of file is an error. The socket is bound under a
+// temporary name and renamed into place, so the path is never missing and
+// never has a wider mode.
+func Listen(path string) (*Listener, error) {
+	conn, file, err := bind(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{path: path, interval: checkInterval, conn: conn, file: file}, nil
+}
+
+// bind makes a socket at path, replacing a socket file there.
+func bind(path string) (*net.UnixConn, fs.FileInfo, error) {
+	if err := replaceable(path); err != nil {
+		return nil, nil, err
+	}
+	tmp := path + ".new"
+	if err := replaceable(tmp); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("agent events: %w", err)
+	}
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: tmp, Net: "unixgram"})
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent events: %w", err)
+	}
+	file, err := place(tmp, path)
+	if err != nil {
+		_ = conn.Close()
+		_ = os.Remove(tmp)
+		return nil, nil, err
+	}
+	return conn, file, nil
+}
+
+// place sets the bound socket file's mode and renames it to path.
+func place(tmp, path string) (fs.FileInfo, error) {
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return nil, fmt.Errorf("agent events: %w", err)
+	}
+	file, err := os.Lstat(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("agent events: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, fmt.Errorf("agent events: %w", err)
+	}
+	return file, nil
+}
+
+// replaceable says whether bind may put a socket at path: nothing there,
+// or a socket.
+func replaceable(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("agent events: %w", err)
+	case fi.Mode().Type() != fs.ModeSocket:
+		return fmt.Errorf("agent events: %s exists and is not a socket (%s); not replacing it", path, fi.Mode().Type())
+	}
+	return nil
+}
+
+// Stats returns the counters so far.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// Run reads events and passes each to handle, in order, on Run's goroutine,
+// until ctx ends or Close is called; it then returns nil. A datagram that
+// is not an event is counted (Stats) and dropped. About every second it
+// checks that the file at the path is still its socket and, when the file
+// was removed (the directory is a tmpfs a reboot empties, and the
+// installer cleans it) or replaced by something that no longer listens, it
+// binds a new socket there. Call Run once per Listener.
+func (l *Listener) Run(ctx context.Context, handle func(Event)) error {
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_ = l.conn.SetReadDeadline(time.Unix(1, 0)) // wake the read
+	})
+	defer stop()
+	buf := make([]byte, MaxDatagram+1)
+	next := time.Now().Add(l.interval)
+	for {
+		conn := l.arm(ctx, next)
+		if conn == nil {
+			return nil
+		}
+		n, err := conn.Read(buf)
+		switch {
+		case err == nil:
+			l.deliver(buf[:n], handle)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, net.ErrClosed):
+			return nil // Close; Run itself closes a socket only after replacing it
+		default:
+			return fmt.Errorf("agent events %s: %w", l.path, err)
+		}
+		if now := time.Now(); !now.Before(next) {
+			l.check()
+			next = now.Add(l.interval)
+		}
+	}
+}
+
+// arm returns the socket to read, its deadline set to the next check, or
+// nil when Run must return. Holding the lock orders it with the AfterFunc
+// that wakes a read when ctx ends: either ctx.Err is already set here, or
+// the AfterFunc runs after this deadline and overrides it.
+func (l *Listener) arm(ctx context.Context, next time.Time) *net.UnixConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || ctx.Err() != nil {
+		return nil
+	}
+	_ = l.conn.SetReadDeadline(next)
+	return l.conn
+}
+
+// deliver decodes one datagram and hands it on, or counts it as malformed.
+func (l *Listener) deliver(b []byte, handle func(Event)) {
+	var ev Event
+	err := fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
+	if len(b) <= MaxDatagram {
+		ev, err = decode(b)
+	}
+	l.mu.Lock()
+	if err != nil {
+		l.stats.Malformed++
+		l.stats.LastMalformed = err
+	} else {
+		l.stats.Events++
+	}
+	l.mu.Unlock()
+	if err == nil {
+		handle(ev)
+	}
+}
+
+// check binds a new socket when the file at the path is no longer ours and
+// nobody else listens there.
+func (l *Listener) check() {
+	cur, err := os.Lstat(l.path)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if err == nil && os.SameFile(cur, l.file) {
+		l.stats.Superseded = false
+		return
+	}
+	if err == nil && cur.Mode().Type() == fs.ModeSocket && listening(l.path) {
+		l.stats.Superseded = true
+		return
+	}
+	conn, file, err := bind(l.path)
+	if err != nil {
+		l.stats.RecreateError = err
+		return
+	}
+	old := l.conn
+	l.conn, l.file = conn, file
+	l.stats.Recreated++
+	l.stats.RecreateError, l.stats.Superseded = nil, false
+	_ = old.Close()
+}
+
+// Listening says whether a process (an agent) listens at path.
+func Listening(path string) bool { return listening(path) }
+
+// listening says whether a process has a socket open at path.
+func listening(path string) bool {
+	c, err := net.DialTimeout("unixgram", path, SendTimeout)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+// Close closes the socket and removes its file if the file is still the
+// one Listen or Run bound (a newer agent's socket stays). Run returns.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	if cur, err := os.Lstat(l.path); err == nil && os.SameFile(cur, l.file) {
+		_ = os.Remove(l.path)
+	}
+	return l.conn.Close()
+}
