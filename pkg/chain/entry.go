@@ -2,7 +2,8 @@
 // directory: which file the runtime uses (FindPrimary), the conflist that
 // chains istio-cni after it (Owned, Inplace), the name our own file needs to
 // win the runtime's lexical pick (OwnedName), and the checks that it still
-// does (Verify). Only FindPrimary reads the disk; nothing here writes.
+// does (Verify). Nothing here reads or writes the disk: it decides from a
+// Dir, the directory as the installer read it.
 package chain
 
 import (

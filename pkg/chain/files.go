@@ -3,42 +3,8 @@ package chain
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
-	"sort"
 	"strings"
-
-	"github.com/containernetworking/cni/libcni"
 )
-
-// Extensions are the file extensions runtimes read CNI configs from.
-var Extensions = []string{".conf", ".conflist", ".json"}
-
-// IsConfigName reports whether runtimes would read a file of this name.
-func IsConfigName(name string) bool {
-	ext := filepath.Ext(name)
-	for _, e := range Extensions {
-		if ext == e {
-			return true
-		}
-	}
-	return false
-}
-
-// ConfigFiles lists the CNI config files in dir by base name, sorted the
-// way runtimes sort them (libcni.ConfFiles, then lexical order), hidden
-// names included: runtimes read those too.
-func ConfigFiles(dir string) ([]string, error) {
-	paths, err := libcni.ConfFiles(dir, Extensions)
-	if err != nil {
-		return nil, fmt.Errorf("listing CNI config dir %s: %w", dir, err)
-	}
-	names := make([]string, len(paths))
-	for i, p := range paths {
-		names[i] = filepath.Base(p)
-	}
-	sort.Strings(names)
-	return names, nil
-}
 
 // HasEntry reports whether a config chains istio-cni (its plugin list holds
 // an entry) or is istio-cni's standalone config.

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/chain"
@@ -61,13 +63,17 @@ func checkGolden(t *testing.T, path string, got []byte) {
 }
 
 // writeFiles creates a CNI config dir holding files (name -> content).
-func writeFiles(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
+// dirOf is a config directory holding regular files (mode 0644) with the
+// given contents, as install.ReadConfDir would read it: only the names a
+// runtime reads, in the runtime's order.
+func dirOf(files map[string]string, extra ...chain.File) chain.Dir {
+	d := chain.Dir{Path: "/etc/cni/net.d"}
 	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
-			t.Fatal(err)
+		if chain.IsConfigName(name) {
+			d.Files = append(d.Files, chain.File{Name: name, Mode: 0o644, Size: int64(len(data)), Data: []byte(data)})
 		}
 	}
-	return dir
+	d.Files = append(d.Files, extra...)
+	slices.SortFunc(d.Files, func(a, b chain.File) int { return strings.Compare(a.Name, b.Name) })
+	return d
 }

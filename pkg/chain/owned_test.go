@@ -27,7 +27,7 @@ func TestOwnedPreserves(t *testing.T) {
 			t.Errorf("output lacks %s:\n%s", want, got)
 		}
 	}
-	for _, absent := range []string{"agent_namespace", "log_level", "agent_socket", "loadOnlyInlinedPlugins"} {
+	for _, absent := range []string{"agent_namespace", "log_level", "reports_socket", "loadOnlyInlinedPlugins"} {
 		if strings.Contains(string(got), absent) {
 			t.Errorf("output has %s:\n%s", absent, got)
 		}
@@ -68,7 +68,7 @@ func TestOwnedErrors(t *testing.T) {
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "kubeconfig"}, `istio-cni entry: field "kubeconfig": "kubeconfig" is not an absolute path`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", ExcludeNamespaces: []string{"Kube"}}, `field "exclude_namespaces": "Kube" is not a namespace name`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", LogLevel: "loud"}, `field "log_level": unknown level "loud": want debug, info, warn or error`},
-		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", AgentSocket: "events.sock"}, `field "agent_socket": "events.sock" is not an absolute path`},
+		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", ReportsSocket: "reports.sock"}, `field "reports_socket": "reports.sock" is not an absolute path`},
 	} {
 		_, err := chain.Owned(&chain.Primary{Name: tc.name, Data: []byte(tc.data)}, tc.e)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -77,17 +77,17 @@ func TestOwnedErrors(t *testing.T) {
 	}
 }
 
-// TestOwnedAgentSocket: a set agent_socket comes right after log_level, and
+// TestOwnedAgentSocket: a set reports_socket comes right after log_level, and
 // Verify tells an entry without it from one with it.
 func TestOwnedAgentSocket(t *testing.T) {
 	p := loadPrimary(t, "10-flannel.conflist")
 	e := testEntry
-	e.AgentSocket = "/var/run/istio-cni/events.sock"
+	e.ReportsSocket = "/var/run/istio-cni/reports.sock"
 	got, err := chain.Owned(p, e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `"log_level": "info",` + "\n" + `      "agent_socket": "/var/run/istio-cni/events.sock"` + "\n"
+	want := `"log_level": "info",` + "\n" + `      "reports_socket": "/var/run/istio-cni/reports.sock"` + "\n"
 	if !strings.Contains(string(got), want) {
 		t.Errorf("output lacks %q:\n%s", want, got)
 	}
@@ -95,7 +95,7 @@ func TestOwnedAgentSocket(t *testing.T) {
 	if err := chain.Verify(got, p, e); err != nil {
 		t.Errorf("Verify with the socket: %v", err)
 	}
-	if err := chain.Verify(got, p, testEntry); err == nil || !strings.Contains(err.Error(), `field "agent_socket"`) {
+	if err := chain.Verify(got, p, testEntry); err == nil || !strings.Contains(err.Error(), `field "reports_socket"`) {
 		t.Errorf("Verify against an entry without the socket: %v", err)
 	}
 }

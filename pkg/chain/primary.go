@@ -4,15 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
-
-	"istio-cni.local/istio-cni/pkg/hostfs"
 )
 
 // Primary is the node's primary CNI config, as the runtime would pick it.
@@ -26,10 +22,9 @@ type Primary struct {
 var ErrNoPrimary = errors.New("no valid primary CNI config")
 
 // FindPrimary returns the config the runtime would use, ignoring our own:
-// the lexically first file in dir with a .conf, .conflist or .json
-// extension (libcni.ConfFiles, sorted) that parses as the runtime parses it
-// (a .conflist as a plugin list, a .conf or .json as one plugin config),
-// skipping
+// the first file of d (the runtime's order) that parses as the runtime
+// parses it (a .conflist as a plugin list, a .conf or .json as one plugin
+// config), skipping
 //   - ownedName and the names in skip, whatever they hold;
 //   - our own output from an earlier run: a name ending in OwnedSuffix
 //     whose list has an istio-cni entry (IsOwned).
@@ -41,22 +36,16 @@ var ErrNoPrimary = errors.New("no valid primary CNI config")
 // them); the ErrNoPrimary error lists them with the reason. A symlink to a
 // regular file or a file over MaxConfigSize, which the runtime would read,
 // is an error that names it: the installer follows no link and reads no
-// unbounded file as root. A list whose
-// network also takes plugins from <dir>/<name>/ (libcni >= 1.3) is an error,
-// not a skip: those run after the inline list, so after istio-cni.
-func FindPrimary(dir, ownedName string, skip ...string) (*Primary, error) {
-	files, err := libcni.ConfFiles(dir, Extensions)
-	if err != nil {
-		return nil, fmt.Errorf("listing CNI config dir %s: %w", dir, err)
-	}
-	sort.Strings(files)
+// unbounded file as root. A list whose network also takes plugins from
+// <dir>/<name>/ (libcni >= 1.3) is an error, not a skip: those run after
+// the inline list, so after istio-cni.
+func FindPrimary(d Dir, ownedName string, skip ...string) (*Primary, error) {
 	var skipped []string
-	for _, path := range files {
-		name := filepath.Base(path)
-		if name == ownedName || slices.Contains(skip, name) {
+	for _, f := range d.Files {
+		if f.Name == ownedName || slices.Contains(skip, f.Name) {
 			continue
 		}
-		p, c, err := readPrimary(dir, name)
+		p, c, err := readPrimary(d, f)
 		var pd *pluginDirError
 		var refused *refusedError
 		switch {
@@ -65,15 +54,15 @@ func FindPrimary(dir, ownedName string, skip ...string) (*Primary, error) {
 		case err != nil:
 			skipped = append(skipped, err.Error())
 			continue
-		case strings.HasSuffix(name, OwnedSuffix) && c.hasEntry():
+		case strings.HasSuffix(f.Name, OwnedSuffix) && c.hasEntry():
 			continue
 		}
 		return p, nil
 	}
 	if len(skipped) == 0 {
-		return nil, fmt.Errorf("%w in %s", ErrNoPrimary, dir)
+		return nil, fmt.Errorf("%w in %s", ErrNoPrimary, d.Path)
 	}
-	return nil, fmt.Errorf("%w in %s (skipped %s)", ErrNoPrimary, dir, strings.Join(skipped, "; "))
+	return nil, fmt.Errorf("%w in %s (skipped %s)", ErrNoPrimary, d.Path, strings.Join(skipped, "; "))
 }
 
 // IsOwned reports whether a file is owned mode's output under a generated
@@ -87,10 +76,6 @@ func IsOwned(name string, data []byte) bool {
 	return err == nil && c.hasEntry()
 }
 
-// MaxConfigSize bounds a CNI config file read from the node: real ones are
-// a few kilobytes.
-const MaxConfigSize = 1 << 20
-
 // refusedError is a file the runtime would use but the installer will not
 // read: a symlink (following it as root would read anything the link names,
 // outside the directory) or an oversized file. Like a plugin directory, it
@@ -101,43 +86,23 @@ func (e *refusedError) Error() string {
 	return fmt.Sprintf("refusing CNI config %s: %s", e.name, e.why)
 }
 
-func readPrimary(dir, name string) (*Primary, *conflist, error) {
-	path := filepath.Join(dir, name)
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
+func readPrimary(d Dir, f File) (*Primary, *conflist, error) {
+	switch {
+	case f.LinkToRegular:
 		// Only where it leads, never what it holds: a link to a regular
 		// file is one the runtime reads.
-		if target, err := os.Stat(path); err == nil && target.Mode().IsRegular() {
-			return nil, nil, &refusedError{name, "a symlink, which istio-cni does not follow in the CNI config directory; make it a regular file"}
-		}
-		return nil, nil, fmt.Errorf("%s: a symlink to no regular file", name)
+		return nil, nil, &refusedError{f.Name, "a symlink, which istio-cni does not follow in the CNI config directory; make it a regular file"}
+	case f.Mode&fs.ModeSymlink != 0:
+		return nil, nil, fmt.Errorf("%s: a symlink to no regular file", f.Name)
+	case !f.Mode.IsRegular():
+		return nil, nil, fmt.Errorf("%s: not a regular file", f.Name)
+	case f.Size > MaxConfigSize || f.Data == nil:
+		return nil, nil, &refusedError{f.Name, fmt.Sprintf("%d bytes, more than the %d a CNI config may hold", f.Size, MaxConfigSize)}
 	}
-	if !fi.Mode().IsRegular() {
-		// A FIFO would block the read.
-		return nil, nil, fmt.Errorf("%s: not a regular file", name)
-	}
-	if fi.Size() > MaxConfigSize {
-		return nil, nil, &refusedError{name, fmt.Sprintf("%d bytes, more than the %d a CNI config may hold", fi.Size(), MaxConfigSize)}
-	}
-	d, err := hostfs.OpenDir(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = d.Close() }()
-	data, err := d.ReadFile(name)
-	switch {
-	case errors.Is(err, hostfs.ErrTooLarge):
-		return nil, nil, &refusedError{name, err.Error()}
-	case err != nil:
-		return nil, nil, err
-	}
-	p := &Primary{Name: name, Mode: fi.Mode().Perm(), Data: data}
+	p := &Primary{Name: f.Name, Mode: f.Mode.Perm(), Data: f.Data}
 	// First: a list with plugins only in its directory is valid to the
 	// runtime, so it must stop the search, not be skipped.
-	if err := checkPluginDir(dir, p); err != nil {
+	if err := checkPluginDir(d, p); err != nil {
 		return nil, nil, err
 	}
 	c, err := parsePrimary(p)
@@ -157,8 +122,8 @@ func (e *pluginDirError) Error() string {
 
 // checkPluginDir: a .conflist without loadOnlyInlinedPlugins gets more
 // plugins from <dir>/<network name>/*.conf (libcni's NetworkConfFromFile).
-// An unreadable plugin there makes the runtime reject the file.
-func checkPluginDir(dir string, p *Primary) error {
+// An unparsable plugin there makes the runtime reject the file.
+func checkPluginDir(d Dir, p *Primary) error {
 	if list, _ := isListFile(p.Name); !list {
 		return nil
 	}
@@ -166,15 +131,17 @@ func checkPluginDir(dir string, p *Primary) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.Name, err)
 	}
-	if l.LoadOnlyInlinedPlugins {
+	extra := d.PluginConfs[l.Name]
+	if l.LoadOnlyInlinedPlugins || len(extra) == 0 {
 		return nil
 	}
-	extra, err := libcni.NetworkPluginConfsFromFiles(dir, l.Name)
-	if err != nil {
-		return fmt.Errorf("%s: %w", p.Name, err)
+	for _, f := range extra {
+		if f.Data == nil {
+			return fmt.Errorf("%s: plugin config %s/%s cannot be read", p.Name, l.Name, f.Name)
+		}
+		if _, err := libcni.NetworkPluginConfFromBytes(f.Data); err != nil {
+			return fmt.Errorf("%s: %s/%s: %w", p.Name, l.Name, f.Name, err)
+		}
 	}
-	if len(extra) > 0 {
-		return &pluginDirError{name: p.Name, network: l.Name, dir: filepath.Join(dir, l.Name)}
-	}
-	return nil
+	return &pluginDirError{name: p.Name, network: l.Name, dir: filepath.Join(d.Path, l.Name)}
 }

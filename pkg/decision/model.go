@@ -112,8 +112,10 @@ func FinalSpec(d Decision, node NodeSettings) iptables.Spec {
 	return spec
 }
 
-// Rules is what a redirected pod must hold: the one computation ADD, CHECK,
-// the node audit and inspect share.
+// Rules is what a redirected pod must hold, for the node audit and inspect
+// when no record of its ADD is left. ADD builds the same model from the
+// same FinalSpec, which it records (pkg/applied): iptables.Build is the
+// one computation of rules from a spec.
 func Rules(d Decision, node NodeSettings, v4, v6 bool) iptables.Model {
 	return iptables.Build(FinalSpec(d, node), v4, v6)
 }

@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -183,4 +184,47 @@ func (d *Dir) Open(name string) (*os.File, error) {
 		return nil, err
 	}
 	return d.openRegular(name)
+}
+
+// Entries lists the directory's entries, sorted by name.
+func (d *Dir) Entries() ([]fs.DirEntry, error) {
+	f, err := d.root.Open(".")
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", d.path, err)
+	}
+	defer func() { _ = f.Close() }()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", d.path, err)
+	}
+	slices.SortFunc(entries, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return entries, nil
+}
+
+// Sub opens the subdirectory name, confined below d as d is; a symlink at
+// name is not followed.
+func (d *Dir) Sub(name string) (*Dir, error) {
+	if err := d.checkName(name); err != nil {
+		return nil, err
+	}
+	fi, err := d.root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s: not a directory (%s)", d.join(name), fi.Mode().Type())
+	}
+	root, err := d.root.OpenRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{path: d.join(name), root: root}, nil
+}
+
+// LinksToRegular reports whether name is a symlink whose target is a
+// regular file. Only the target's type is looked at (stat, never a read),
+// wherever it is.
+func (d *Dir) LinksToRegular(name string) bool {
+	fi, err := os.Stat(d.join(name)) // #nosec G304 -- a stat, never a read, of where a link leads
+	return err == nil && fi.Mode().IsRegular()
 }

@@ -32,10 +32,8 @@ const (
 
 // Config is the installer's configuration.
 type Config struct {
-	CNIBinDir          string
+	Paths
 	PluginSource       string
-	CNINetDir          string
-	KubeconfigDir      string
 	HostKubeconfigPath string
 	ServiceAccountDir  string
 	APIHost, APIPort   string
@@ -73,18 +71,22 @@ const (
 	DefaultStandaloneName = "istio-cni.conf"
 )
 
-// KubeconfigName is the plugin kubeconfig's file name in KubeconfigDir.
+// DefaultExcludeNamespaces are the namespaces never redirected unless
+// configured otherwise (upstream's default too).
+const DefaultExcludeNamespaces = "kube-system"
+
+// KubeconfigName is the plugin kubeconfig's file name in RunDir.
 const KubeconfigName = "istio-cni-kubeconfig"
 
-// EventsSocket is the agent's socket for the plugin's reports, in
-// KubeconfigDir (the host directory of the kubeconfig).
-const EventsSocket = "events.sock"
+// ReportsSocket is the agent's socket for the plugin's reports, in
+// RunDir (the host directory of the kubeconfig).
+const ReportsSocket = "reports.sock"
 
 // PodsSocket is the agent's socket for the plugin's pod lookups, in
-// KubeconfigDir.
+// RunDir.
 const PodsSocket = "pods.sock"
 
-// RecordsDirName is the directory, in KubeconfigDir, where the plugin
+// RecordsDirName is the directory, in RunDir, where the plugin
 // records what it applied to each sandbox (pkg/applied).
 const RecordsDirName = "sandboxes"
 
@@ -99,15 +101,13 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	var c Config
 	var exclude, level, mode, chained, ipv6, repairs, window, ttl string
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	f.String(&c.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "where the plugin is installed")
+	paths := BindPaths(f, HostRoot)
 	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binary "+PluginBinary+" in the image")
-	f.String(&c.CNINetDir, "cni-net-dir", "CNI_NET_DIR", "/host/etc/cni/net.d", "the node's CNI config directory")
-	f.String(&c.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "where the plugin's kubeconfig is written (the run directory)")
-	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", "/var/run/istio-cni/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
+	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
 	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")
 	f.String(&chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
-	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", "kube-system", "comma-separated namespaces the plugin never redirects")
+	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", DefaultExcludeNamespaces, "comma-separated namespaces the plugin never redirects")
 	f.String(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
 	f.String(&mode, "mode", "MODE", string(Owned), "owned or inplace")
 	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "for pods with IPv6 whose proxy is not dual-stack: always capture IPv6 (connections the proxy cannot take are refused), or dual-stack-only (they go direct, as upstream's)")
@@ -117,6 +117,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
 	f.String(&window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
 	return func() (Config, error) {
+		c.Paths = *paths
 		var errs []error
 		var err error
 		if c.FightRepairs, err = strconv.Atoi(repairs); err != nil || c.FightRepairs < 2 {
@@ -149,7 +150,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 			c.ExcludeNamespaces = strings.Split(exclude, ",")
 		}
 		// Event paths are compared with these: they must be clean.
-		for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.KubeconfigDir, &c.ServiceAccountDir, &c.HostKubeconfigPath} {
+		for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.RunDir, &c.NetnsDir, &c.ServiceAccountDir, &c.HostKubeconfigPath} {
 			if *p != "" {
 				*p = filepath.Clean(*p)
 			}
@@ -174,8 +175,8 @@ func ParseLevel(s string) (slog.Level, error) {
 func (c Config) validate() error {
 	var errs []error
 	paths := []flagValue{{"--cni-bin-dir", c.CNIBinDir}, {"--cni-net-dir", c.CNINetDir},
-		{"--kubeconfig-dir", c.KubeconfigDir}, {"--service-account-dir", c.ServiceAccountDir},
-		{"--plugin-source", c.PluginSource}, {"--host-kubeconfig-path", c.HostKubeconfigPath}}
+		{"--run-dir", c.RunDir}, {"--service-account-dir", c.ServiceAccountDir},
+		{"--plugin-source", c.PluginSource}, {"--host-kubeconfig-path", c.HostKubeconfigPath}, {"--netns-dir", c.NetnsDir}}
 	watched := map[string]string{}
 	for i, p := range paths {
 		if !filepath.IsAbs(p.value) {

@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 
@@ -10,16 +11,17 @@ import (
 	"istio-cni.local/istio-cni/pkg/hostfs"
 )
 
-// installConflist writes the chained conflist for the current primary.
-func (in *Installer) installConflist() outcome {
+// installConflist writes the chained conflist for the current primary,
+// deciding from cd, the config directory as this reconcile read it.
+func (in *Installer) installConflist(cd chain.Dir) outcome {
 	o, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (outcome, error) {
 		switch {
 		case !in.cfg.Chained:
-			return in.installStandalone(netd), nil
+			return in.installStandalone(netd, cd), nil
 		case in.cfg.Mode == Inplace:
-			return in.installInplace(netd), nil
+			return in.installInplace(netd, cd), nil
 		}
-		return in.installOwned(netd), nil
+		return in.installOwned(netd, cd), nil
 	})
 	if err != nil {
 		return outcome{problem: err}
@@ -29,12 +31,9 @@ func (in *Installer) installConflist() outcome {
 
 // installOwned writes our own conflist, named to sort before every other
 // config file.
-func (in *Installer) installOwned(netd *hostfs.Dir) outcome {
-	files, err := chain.ConfigFiles(netd.Path())
-	if err != nil {
-		return outcome{problem: err}
-	}
-	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName, in.ownedNames()...)
+func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
+	files := cd.Names()
+	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
 	// The primary we follow is still there but does not parse: it is being
 	// rewritten in place (truncate, write). Keep the copy of its last valid
 	// content rather than drop it or copy another network.
@@ -45,7 +44,7 @@ func (in *Installer) installOwned(netd *hostfs.Dir) outcome {
 		// No primary CNI: a copy of one must not outlive it, here or from an
 		// earlier run.
 		in.files.owned, in.files.primary = "", ""
-		return outcome{problem: errors.Join(err, in.removeStaleOwned(netd))}
+		return outcome{problem: errors.Join(err, in.removeStaleOwned(netd, cd))}
 	}
 	if err != nil {
 		return outcome{problem: err}
@@ -53,7 +52,7 @@ func (in *Installer) installOwned(netd *hostfs.Dir) outcome {
 	// Sort before the primary and before any foreign file ahead of it, even
 	// an invalid one: containerd stops at the first file.
 	before := p.Name
-	if first := in.firstForeign(netd, files); first != "" && first < before {
+	if first := in.firstForeign(cd); first != "" && first < before {
 		before = first
 	}
 	name, renamed, err := chain.OwnedName(in.cfg.OwnedConfigName, before)
@@ -81,12 +80,12 @@ func (in *Installer) installOwned(netd *hostfs.Dir) outcome {
 		why = writeUpdate // same content under a new name: the primary moved
 	}
 	in.files.owned, in.files.primary, in.files.lastConflist = name, p.Name, data
-	return outcome{why: why, problem: in.removeStaleOwned(netd), foreign: foreign}
+	return outcome{why: why, problem: in.removeStaleOwned(netd, cd), foreign: foreign}
 }
 
 // installStandalone writes istio-cni's own one-plugin config, for Multus:
 // no primary is read, none is needed.
-func (in *Installer) installStandalone(netd *hostfs.Dir) outcome {
+func (in *Installer) installStandalone(netd *hostfs.Dir, cd chain.Dir) outcome {
 	data, err := chain.Standalone(in.entry())
 	if err != nil {
 		return outcome{problem: err}
@@ -98,34 +97,27 @@ func (in *Installer) installStandalone(netd *hostfs.Dir) outcome {
 	}
 	why := classifyWrite(changed, data, in.files.lastConflist)
 	in.files.owned, in.files.primary, in.files.lastConflist = name, "", data
-	return outcome{why: why, problem: in.removeStaleOwned(netd)}
+	return outcome{why: why, problem: in.removeStaleOwned(netd, cd)}
 }
 
 // otherInstaller returns a config file holding an istio-cni entry that
 // upstream Istio's installer wrote, or "": while one is there, that
 // installer manages istio-cni on this node (the same binary name and
 // kubeconfig path), and this one touches nothing.
-func (in *Installer) otherInstaller() string {
-	name, _ := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (string, error) {
-		files, err := chain.ConfigFiles(netd.Path())
-		if err != nil {
-			return "", err
+func otherInstaller(cd chain.Dir) string {
+	for _, f := range cd.Files {
+		if f.Data != nil && chain.UpstreamEntry(f.Data) {
+			return f.Name
 		}
-		for _, f := range files {
-			if data, err := netd.ReadFile(f); err == nil && chain.UpstreamEntry(data) {
-				return f, nil
-			}
-		}
-		return "", nil
-	})
-	return name
+	}
+	return ""
 }
 
 // firstForeign is the first config file that is not ours, or "".
-func (in *Installer) firstForeign(netd *hostfs.Dir, files []string) string {
-	for _, name := range files {
-		if !in.isOurs(netd, name) {
-			return name
+func (in *Installer) firstForeign(cd chain.Dir) string {
+	for _, f := range cd.Files {
+		if !in.isOurs(f) {
+			return f.Name
 		}
 	}
 	return ""
@@ -133,31 +125,26 @@ func (in *Installer) firstForeign(netd *hostfs.Dir, files []string) string {
 
 // isOurs: the configured name, the current one, or a generated name
 // holding our entry.
-func (in *Installer) isOurs(netd *hostfs.Dir, name string) bool {
-	if name == in.cfg.OwnedConfigName || (name == in.files.owned && in.cfg.Mode == Owned) {
+func (in *Installer) isOurs(f chain.File) bool {
+	if f.Name == in.cfg.OwnedConfigName || (f.Name == in.files.owned && in.cfg.Mode == Owned) {
 		return true
 	}
-	if !strings.HasSuffix(name, chain.OwnedSuffix) {
-		return false
-	}
-	data, err := netd.ReadFile(name)
-	return err == nil && chain.IsOwned(name, data)
+	return strings.HasSuffix(f.Name, chain.OwnedSuffix) && chain.IsOwned(f.Name, f.Data)
 }
 
 // removeStaleOwned removes conflists we wrote under other names (for an
-// earlier primary, by an earlier run of the agent, or in the other mode).
-func (in *Installer) removeStaleOwned(netd *hostfs.Dir) error {
-	files, err := chain.ConfigFiles(netd.Path())
-	if err != nil {
-		return err
-	}
+// earlier primary, by an earlier run of the agent, or in the other mode),
+// as cd lists them.
+func (in *Installer) removeStaleOwned(netd *hostfs.Dir, cd chain.Dir) error {
 	var errs []error
-	for _, name := range files {
-		if name == in.files.owned || !in.isOurs(netd, name) {
+	for _, f := range cd.Files {
+		if f.Name == in.files.owned || !in.isOurs(f) {
 			continue
 		}
-		in.log.Info("removing our conflist under an old name", "name", name, "now", in.files.owned)
-		errs = append(errs, netd.Remove(name))
+		in.log.Info("removing our conflist under an old name", "name", f.Name, "now", in.files.owned)
+		if err := netd.Remove(f.Name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -166,8 +153,8 @@ func (in *Installer) removeStaleOwned(netd *hostfs.Dir) error {
 // primary becomes a .conflist of the same stem (runtimes read only
 // .conflist files as lists): the new file is written before the old one is
 // removed, and sorts right after it, so the runtime never finds neither.
-func (in *Installer) installInplace(netd *hostfs.Dir) outcome {
-	p, err := chain.FindPrimary(netd.Path(), in.cfg.OwnedConfigName)
+func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
+	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName)
 	if err != nil {
 		return outcome{problem: err}
 	}
@@ -180,7 +167,7 @@ func (in *Installer) installInplace(netd *hostfs.Dir) outcome {
 		// A .conflist of that stem is ours from before (the primary rewrote
 		// its .conf meanwhile, or we crashed between write and remove)
 		// unless it lacks our entry.
-		if old, err := netd.ReadFile(name); err == nil && !chain.HasEntry(old) {
+		if old, ok := cd.Lookup(name); ok && old.Data != nil && !chain.HasEntry(old.Data) {
 			return outcome{problem: fmt.Errorf("converting %s to a list: %s already exists and is not ours", p.Name, name)}
 		}
 	}
@@ -190,7 +177,7 @@ func (in *Installer) installInplace(netd *hostfs.Dir) outcome {
 	}
 	why := classifyWrite(changed, data, in.files.lastConflist)
 	in.files.owned, in.files.primary, in.files.lastConflist = name, name, data
-	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd))}
+	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd, cd))}
 }
 
 // ownedNames are the names of conflists we may have written, never taken

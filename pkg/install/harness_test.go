@@ -56,7 +56,7 @@ func newNode(t *testing.T) *node {
 
 func (n *node) config() Config {
 	return Config{
-		CNIBinDir: n.bin, PluginSource: n.src, CNINetDir: n.netd, KubeconfigDir: n.kc,
+		Paths: Paths{CNIBinDir: n.bin, CNINetDir: n.netd, RunDir: n.kc, NetnsDir: "/var/run/netns"}, PluginSource: n.src,
 		HostKubeconfigPath: "/var/run/istio-cni/" + KubeconfigName, ServiceAccountDir: n.sa,
 		APIHost: "10.96.0.1", APIPort: "443", OwnedConfigName: "02-istio-cni.conflist",
 		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,

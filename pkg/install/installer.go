@@ -165,7 +165,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		Kubeconfig:        in.cfg.HostKubeconfigPath,
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,
 		LogLevel:          levelName(in.cfg.LogLevel),
-		AgentSocket:       filepath.Join(run, EventsSocket),
+		ReportsSocket:     filepath.Join(run, ReportsSocket),
 		PodSocket:         filepath.Join(run, PodsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),

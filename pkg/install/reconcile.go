@@ -54,7 +54,13 @@ type outcome struct {
 // content-guarded, so a reconcile that finds its file in place writes
 // nothing.
 func (in *Installer) reconcile(t trigger) {
-	if in.holding() || in.yieldToOtherInstaller() {
+	if in.holding() {
+		return
+	}
+	// The config directory, read once: every decision below is taken
+	// from this one view of it.
+	cd, readErr := ReadConfDir(in.cfg.CNINetDir)
+	if in.yieldToOtherInstaller(cd) {
 		return
 	}
 	var wrote []string
@@ -63,7 +69,12 @@ func (in *Installer) reconcile(t trigger) {
 	for _, st := range []struct {
 		file string
 		run  func() outcome
-	}{{fileBinary, in.installBinary}, {fileKubeconfig, in.installKubeconfig}, {fileConflist, in.installConflist}} {
+	}{{fileBinary, in.installBinary}, {fileKubeconfig, in.installKubeconfig}, {fileConflist, func() outcome {
+		if readErr != nil {
+			return outcome{problem: readErr}
+		}
+		return in.installConflist(cd)
+	}}} {
 		if !t.concerns(st.file) {
 			continue
 		}
@@ -100,8 +111,8 @@ const OtherInstallerReason = "another istio-cni installer manages this node"
 // yieldToOtherInstaller reports whether upstream Istio's installer manages
 // istio-cni here (its entry is in a config): then nothing is written, the
 // agent is not ready, and it says so once, until that entry is gone.
-func (in *Installer) yieldToOtherInstaller() bool {
-	file := in.otherInstaller()
+func (in *Installer) yieldToOtherInstaller(cd chain.Dir) bool {
+	file := otherInstaller(cd)
 	was := in.files.other
 	in.files.other = file
 	switch {
@@ -287,7 +298,7 @@ func (in *Installer) installKubeconfig() outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	changed, err := inDir(in.cfg.KubeconfigDir, 0o700, func(d *hostfs.Dir) (bool, error) {
+	changed, err := inDir(in.cfg.RunDir, 0o700, func(d *hostfs.Dir) (bool, error) {
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
 	why := classifyWrite(changed, data, in.files.lastKubeconfig)
@@ -328,10 +339,11 @@ func (in *Installer) verifyFirst() error {
 	if !in.cfg.Chained {
 		return in.verifyStandalone()
 	}
-	files, err := chain.ConfigFiles(in.cfg.CNINetDir)
+	cd, err := ReadConfDir(in.cfg.CNINetDir)
 	if err != nil {
 		return err
 	}
+	files := cd.Names()
 	owned := in.files.owned
 	if !slices.Contains(files, owned) {
 		in.metrics.Preempted.Set(0)
@@ -342,16 +354,17 @@ func (in *Installer) verifyFirst() error {
 		return fmt.Errorf("%s sorts before our %s", files[0], owned)
 	}
 	in.metrics.Preempted.Set(0)
-	// Ours to read, but never through a symlink someone planted there.
-	data, err := inDir(in.cfg.CNINetDir, 0o755, func(d *hostfs.Dir) ([]byte, error) { return d.ReadFile(owned) })
-	if err != nil {
-		return err
+	// Read through no symlink someone planted there.
+	f, _ := cd.Lookup(owned)
+	if f.Data == nil {
+		return fmt.Errorf("our conflist %q is not a regular file", owned)
 	}
+	data := f.Data
 	if in.cfg.Mode == Inplace {
 		// The primary is the file itself, our entry inside it.
 		return chain.Verify(data, &chain.Primary{Name: owned, Data: data}, in.entry())
 	}
-	p, err := chain.FindPrimary(in.cfg.CNINetDir, in.cfg.OwnedConfigName, in.ownedNames()...)
+	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"debug/buildinfo"
 	"errors"
@@ -27,8 +28,12 @@ import (
 // still names istio-cni with no binary would fail every pod.
 func (in *Installer) Uninstall() error {
 	_, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (struct{}, error) {
+		cd, err := readConfDir(netd)
+		if err != nil {
+			return struct{}{}, err
+		}
 		in.files.owned = ""
-		return struct{}{}, errors.Join(in.removeStaleOwned(netd), in.removeEntries(netd))
+		return struct{}{}, errors.Join(in.removeStaleOwned(netd, cd), in.removeEntries(netd, cd))
 	})
 	if err != nil {
 		return fmt.Errorf("uninstalling: a CNI config may still chain istio-cni, so its binary and kubeconfig stay: %w", err)
@@ -37,7 +42,7 @@ func (in *Installer) Uninstall() error {
 		dir, name string
 		ours      func(*hostfs.Dir) bool
 	}{
-		{in.cfg.KubeconfigDir, KubeconfigName, ownedKubeconfig},
+		{in.cfg.RunDir, KubeconfigName, ownedKubeconfig},
 		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary},
 	} {
 		if _, err := inDir(f.dir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
@@ -52,11 +57,11 @@ func (in *Installer) Uninstall() error {
 	}
 	// What the plugin and the agent leave in the run directory: the
 	// sandboxes' records and the agent's socket.
-	if err := os.RemoveAll(filepath.Join(in.cfg.KubeconfigDir, RecordsDirName)); err != nil {
+	if err := os.RemoveAll(filepath.Join(in.cfg.RunDir, RecordsDirName)); err != nil {
 		return fmt.Errorf("uninstalling: %w", err)
 	}
-	for _, name := range []string{EventsSocket, PodsSocket} {
-		sock := filepath.Join(in.cfg.KubeconfigDir, name)
+	for _, name := range []string{ReportsSocket, PodsSocket} {
+		sock := filepath.Join(in.cfg.RunDir, name)
 		if fi, err := os.Lstat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
 			if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("uninstalling: %w", err)
@@ -95,31 +100,24 @@ func (in *Installer) ownedBinary(d *hostfs.Dir) bool {
 
 // removeEntries strips our entry from every other config file (inplace
 // mode's, or an old install's), and removes configs that are istio-cni's
-// alone (the standalone config).
-func (in *Installer) removeEntries(netd *hostfs.Dir) error {
-	files, err := chain.ConfigFiles(netd.Path())
-	if err != nil {
-		return err
-	}
+// alone (the standalone config). Our own conflists are removeStaleOwned's.
+func (in *Installer) removeEntries(netd *hostfs.Dir, cd chain.Dir) error {
 	var errs []error
-	for _, name := range files {
-		data, err := netd.ReadFile(name)
-		if err != nil || !chain.HasEntry(data) {
+	for _, f := range cd.Files {
+		if f.Data == nil || in.isOurs(f) || !chain.HasEntry(f.Data) {
 			continue
 		}
-		fi, err := netd.Lstat(name)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		out, err := chain.WithoutOurEntry(f.Data)
+		if err == nil && bytes.Equal(out, f.Data) {
+			continue // upstream's entry only: not ours to touch
 		}
-		out, err := chain.WithoutOurEntry(data)
 		switch {
 		case errors.Is(err, chain.ErrOnlyEntry):
 			// istio-cni's alone: the standalone config, or a list we left
 			// with nothing else in it.
-			err = netd.Remove(name)
+			err = netd.Remove(f.Name)
 		case err == nil:
-			_, err = netd.WriteFile(name, out, fi.Mode().Perm())
+			_, err = netd.WriteFile(f.Name, out, f.Mode.Perm())
 		}
 		errs = append(errs, err)
 	}

@@ -70,7 +70,7 @@ func expectedByTable(rs *Ruleset) map[string]expectedTable {
 	}
 	for _, r := range rs.Rules {
 		e := get(r.Table)
-		e.rules[r.Chain] = append(e.rules[r.Chain], r.Spec())
+		e.rules[r.Chain] = append(e.rules[r.Chain], r.Args())
 	}
 	return out
 }

@@ -39,7 +39,7 @@ func (rs *Ruleset) Listing() []string {
 			if _, seen := byChain[r.Chain]; !seen {
 				chains = append(chains, r.Chain)
 			}
-			byChain[r.Chain] = append(byChain[r.Chain], table+" -A "+r.Chain+" "+r.Spec())
+			byChain[r.Chain] = append(byChain[r.Chain], table+" -A "+r.Chain+" "+r.Args())
 		}
 		sortChains(chains)
 		for _, c := range chains {

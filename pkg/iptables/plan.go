@@ -36,7 +36,7 @@ func Plan(desired *Ruleset, observed *Observed) ([]byte, error) {
 		if desired != nil {
 			for _, r := range desired.Rules {
 				if r.Table == table {
-					lines = append(lines, fmt.Sprintf("-A %s %s", r.Chain, r.Spec()))
+					lines = append(lines, fmt.Sprintf("-A %s %s", r.Chain, r.Args()))
 				}
 			}
 		}

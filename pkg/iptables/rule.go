@@ -190,9 +190,11 @@ const RuleTag = "istio-cni"
 
 func (Tag) tokens() []string { return []string{"-m", "comment", "--comment", RuleTag} }
 
-// Match is an extension match (-m ...), rendered from typed fields.
+// Match is an extension match (-m ...), rendered from typed fields. Its
+// marker method keeps a target from being passed as a match.
 type Match interface {
 	tokens() []string
+	match()
 }
 
 // DPort matches a TCP or UDP destination port (-m tcp --dport N).
@@ -237,9 +239,11 @@ func (m Owner) tokens() []string {
 	return append(t, opt, strconv.FormatUint(uint64(m.ID), 10))
 }
 
-// Target is what a rule does (-j ...).
+// Target is what a rule does (-j ...). Its marker method keeps a match from
+// being passed as a target.
 type Target interface {
 	tokens() []string
+	target()
 }
 
 // Jump continues in another chain.
@@ -259,6 +263,25 @@ func (t Redirect) tokens() []string {
 	return []string{"-j", "REDIRECT", "--to-ports", strconv.Itoa(int(t.ToPort))}
 }
 
+// The match and target markers.
+func (SPort) match()            {}
+func (NotDPorts) match()        {}
+func (Mark) match()             {}
+func (ConnMark) match()         {}
+func (Established) match()      {}
+func (Tag) match()              {}
+func (DPort) match()            {}
+func (Owner) match()            {}
+func (CT) target()              {}
+func (SetMark) target()         {}
+func (Accept) target()          {}
+func (TProxy) target()          {}
+func (ConnMarkSave) target()    {}
+func (ConnMarkRestore) target() {}
+func (Jump) target()            {}
+func (Return) target()          {}
+func (Redirect) target()        {}
+
 // Rule is one rule of a chain. Its fields follow the order in which
 // iptables-save prints them, so a rendered rule reads back unchanged.
 type Rule struct {
@@ -273,9 +296,9 @@ type Rule struct {
 	Target  Target
 }
 
-// Spec renders the rule's specification: everything after "-A CHAIN", in the
+// Args renders the rule's arguments: everything after "-A CHAIN", in the
 // canonical form iptables-save prints.
-func (r Rule) Spec() string {
+func (r Rule) Args() string {
 	var t []string
 	addr := func(opt string, a Addr) {
 		// A /0 matches every address; iptables-save prints no match for it.

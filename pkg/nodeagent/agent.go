@@ -193,7 +193,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Pod lookups from the informer, in the run directory the reports
 	// made: the plugin asks the API when this socket does not answer.
 	if a.pods != nil {
-		if srv, err := lookups.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.PodsSocket), a.pods.Lookup,
+		if srv, err := lookups.Listen(filepath.Join(a.cfg.Install.RunDir, install.PodsSocket), a.pods.Lookup,
 			a.log.With("component", "pod-lookups")); err != nil {
 			a.log.Warn("not answering the plugin's pod lookups: it asks the API", "error", err.Error())
 		} else {

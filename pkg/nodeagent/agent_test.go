@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -53,7 +54,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 			t.Fatal(err)
 		}
 	}
-	n.env = map[string]string{"CNI_BIN_DIR": n.bin, "CNI_NET_DIR": n.netd, "KUBECONFIG_DIR": n.run,
+	n.env = map[string]string{"CNI_BIN_DIR": n.bin, "CNI_NET_DIR": n.netd, "RUN_DIR": n.run,
 		"SERVICE_ACCOUNT_DIR": sa, "PLUGIN_SOURCE": src, "POD_NAMESPACE": "istio-cni",
 		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
 		"HEALTH_ADDR": "127.0.0.1:0", "METRICS_ADDR": "127.0.0.1:0"}
@@ -138,7 +139,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.AuditAction != "report" || c.AuditInterval != 30*time.Second || c.DaemonSetName != "istio-cni-node" ||
-		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.NetnsDir != "/host/var/run/netns" || c.Backend != xtables.Auto {
+		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.Install.NetnsDir != "/host/var/run/netns" || c.Backend != xtables.Auto {
 		t.Errorf("config %+v", c)
 	}
 	for _, tc := range []struct {
@@ -189,5 +190,23 @@ func TestMissedInjectionWithoutNodeName(t *testing.T) {
 	}
 	if _, err := New(cfg, rc, log); err == nil || !strings.Contains(err.Error(), "--missed-injection=off") {
 		t.Errorf("New with the audit on and no node name: %v", err)
+	}
+}
+
+// The run directory's variable had another name before: an existing
+// DaemonSet (or a ConfigMap) that still sets KUBECONFIG_DIR keeps working
+// for a release.
+func TestOldRunDirVariableAccepted(t *testing.T) {
+	n := newFakeNode(t)
+	env := maps.Clone(n.env)
+	delete(env, "RUN_DIR")
+	env["KUBECONFIG_DIR"] = n.run
+	c, err := ParseFlags(nil, func(k string) string { return env[k] }, "/")
+	if err != nil || c.Install.RunDir != n.run {
+		t.Errorf("KUBECONFIG_DIR=%s: run dir %q, %v", n.run, c.Install.RunDir, err)
+	}
+	c, err = ParseFlags([]string{"--kubeconfig-dir=/var/run/old"}, func(k string) string { return env[k] }, "/")
+	if err != nil || c.Install.RunDir != "/var/run/old" {
+		t.Errorf("--kubeconfig-dir: run dir %q, %v", c.Install.RunDir, err)
 	}
 }

@@ -43,12 +43,12 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
 		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
 	}, audit.Deps{
-		Namespaces: netnsdir.Finder{Dir: cfg.NetnsDir, Since: time.Now()},
+		Namespaces: netnsdir.Finder{Dir: cfg.Install.NetnsDir, Since: time.Now()},
 		Network: func(b xtables.Backend) audit.Network {
-			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
+			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
 		},
 		Pods:    pods,
-		Records: applied.Store{Dir: filepath.Join(cfg.Install.KubeconfigDir, install.RecordsDirName)},
+		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName)},
 		Actions: audit.APIActions{Client: cs},
 		Events:  rec,
 		Metrics: audit.NewMetrics(reg),

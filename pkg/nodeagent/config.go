@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -44,9 +43,6 @@ type Config struct {
 	AuditConfirm  time.Duration
 	// AuditLabelKey=AuditLabelValue is what the label action sets.
 	AuditLabelKey, AuditLabelValue string
-	// NetnsDir is the node's netns directory (/var/run/netns) as mounted,
-	// where the audit finds pods' network namespaces (pkg/nodeagent/netnsdir).
-	NetnsDir string
 	// Backend is the iptables implementation the audit uses where a
 	// sandbox's record does not name ADD's: auto detects the node's from
 	// the host's rules.
@@ -74,7 +70,6 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
 	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
 	var backend string
-	f.String(&c.NetnsDir, "netns-dir", "NETNS_DIR", "/host/var/run/netns", "the node's netns directory, where the runtime binds every sandbox's network namespace")
 	f.String(&backend, "iptables-backend", "IPTABLES_BACKEND", string(xtables.Auto), "the node's iptables implementation for the audit: "+xtables.Backends+" (auto: the one holding the host's rules)")
 	f.String(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
 	f.String(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
@@ -120,9 +115,6 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if c.Backend, err = xtables.ParseBackend(backend); err != nil {
 		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))
 	}
-	if c.NetnsDir != "" {
-		c.NetnsDir = filepath.Clean(c.NetnsDir)
-	}
 	errs = append(errs, c.validate())
 	return c, errors.Join(errs...)
 }
@@ -131,9 +123,6 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 // is allowed.
 func (c Config) validate() error {
 	var errs []error
-	if !filepath.IsAbs(c.NetnsDir) {
-		errs = append(errs, fmt.Errorf("--netns-dir %q: want an absolute path", c.NetnsDir))
-	}
 	if c.NodeName != "" && !install.ValidObjectName(c.NodeName) {
 		errs = append(errs, fmt.Errorf("--node-name %q: want a node name (lower-case letters, digits, '-' and '.')", c.NodeName))
 	}

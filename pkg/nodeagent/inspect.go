@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -47,28 +48,25 @@ Exit status: 0 consistent, 3 not as the plugin would leave it or missed
 its sidecar injection, 1 error.
 `
 
-// runInspect is the inspect subcommand. Defaults suit both places it runs:
-// the agent's environment (NETNS_DIR, CNI_NET_DIR, ... set by the
-// DaemonSet) or the node itself.
+// runInspect is the inspect subcommand. Its paths are the agent's
+// (install.BindPaths): in the agent's pod the DaemonSet's environment sets
+// them, and on the node itself the defaults are the node's own.
 func runInspect(args []string, getenv func(string) string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.Usage = func() { _, _ = fmt.Fprint(fs.Output(), inspectUsage); fs.PrintDefaults() }
-	envOr := func(k, def string) string {
-		if v := getenv(k); v != "" {
-			return v
-		}
-		return def
-	}
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
-		"/var/run/istio-cni/istio-cni-kubeconfig")
-	netnsDir := fs.String("netns-dir", envOr("NETNS_DIR", "/var/run/netns"), "the node's netns directory")
-	netDir := fs.String("cni-net-dir", envOr("CNI_NET_DIR", "/etc/cni/net.d"), "the node's CNI config directory")
-	exclude := fs.String("exclude-namespaces", envOr("EXCLUDE_NAMESPACES", "kube-system"), "the plugin's excluded namespaces, comma-separated")
-	agentNS := fs.String("agent-namespace", envOr("POD_NAMESPACE", "istio-cni"), "the agent's namespace (never redirected)")
-	backendName := fs.String("iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
-	runDir := fs.String("run-dir", envOr("KUBECONFIG_DIR", "/var/run/istio-cni"), "istio-cni's run directory, where ADD records what it applied")
-	ipv6 := fs.String("ipv6-redirect", envOr("IPV6_REDIRECT", string(decision.IPv6Always)), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
+	f := envflag.Set{FS: fs, Getenv: getenv}
+	paths := install.BindPaths(f, "")
+	var kubeconfig, exclude, agentNS, backendName, ipv6 string
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
+		install.NodeRunDir+"/"+install.KubeconfigName)
+	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", install.DefaultExcludeNamespaces, "the plugin's excluded namespaces, comma-separated")
+	f.String(&agentNS, "agent-namespace", "POD_NAMESPACE", "istio-cni", "the agent's namespace (never judged for missed injection)")
+	fs.StringVar(&backendName, "iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
+	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
 	if err := fs.Parse(args); err != nil {
+		return 1, err
+	}
+	if err := paths.Clean(); err != nil {
 		return 1, err
 	}
 	ns, name, ok := strings.Cut(fs.Arg(0), "/")
@@ -76,15 +74,15 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		fs.Usage()
 		return 1, fmt.Errorf("inspect: want one NAMESPACE/NAME argument, got %q", fs.Args())
 	}
-	backend, err := xtables.ParseBackend(*backendName)
+	backend, err := xtables.ParseBackend(backendName)
 	if err != nil {
 		return 1, fmt.Errorf("--iptables-backend: %w", err)
 	}
 	settings := decision.DefaultNodeSettings()
-	if settings.IPv6, err = decision.ParseIPv6Policy(*ipv6); err != nil {
+	if settings.IPv6, err = decision.ParseIPv6Policy(ipv6); err != nil {
 		return 1, fmt.Errorf("--ipv6-redirect: %w", err)
 	}
-	cs, err := inspectClient(*kubeconfig)
+	cs, err := inspectClient(kubeconfig)
 	if err != nil {
 		return 1, err
 	}
@@ -103,16 +101,16 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		return 1, fmt.Errorf("inspect: limiting the capabilities of the iptables it runs: %w", err)
 	}
 	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
-	network := &podnet.Netns{Programmer: prog}
-	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: *agentNS, CNINetDir: *netDir, Settings: settings}
-	if *exclude != "" {
-		opts.ExcludeNamespaces = strings.Split(*exclude, ",")
+	network := &podnet.Network{Programmer: prog}
+	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: agentNS, CNINetDir: paths.CNINetDir, Settings: settings}
+	if exclude != "" {
+		opts.ExcludeNamespaces = strings.Split(exclude, ",")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	report, err := inspect.Run(ctx, opts, inspect.Deps{
 		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
-		Namespaces: netnsdir.Finder{Dir: *netnsDir},
+		Namespaces: netnsdir.Finder{Dir: paths.NetnsDir},
 		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
 			err = podnet.Enter(path, func() error {
 				obs, err = prog.Read(ctx, f)
@@ -129,7 +127,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		},
 		Check:   network.Check,
 		HasIPv6: network.HasIPv6,
-		Records: applied.Store{Dir: filepath.Join(*runDir, install.RecordsDirName)},
+		Records: applied.Store{Dir: filepath.Join(paths.RunDir, install.RecordsDirName)},
 	})
 	if err != nil {
 		return 1, err

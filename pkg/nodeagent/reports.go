@@ -20,10 +20,10 @@ import (
 // pod an ADD concerned. It runs until ctx ends; wait returns once it has.
 func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait func(), err error) {
 	// The run directory is the installer's to create; it may not exist yet.
-	if err := os.MkdirAll(a.cfg.Install.KubeconfigDir, 0o700); err != nil {
+	if err := os.MkdirAll(a.cfg.Install.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	l, err := reports.Listen(filepath.Join(a.cfg.Install.KubeconfigDir, install.EventsSocket))
+	l, err := reports.Listen(filepath.Join(a.cfg.Install.RunDir, install.ReportsSocket))
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 	go func() {
 		defer close(done)
 		defer func() { _ = l.Close() }()
-		err := l.Run(ctx, func(ev reports.Event) {
+		err := l.Run(ctx, func(ev reports.Report) {
 			attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
 				"reason", ev.Reason, "duration_ms", ev.DurationMS}
 			if ev.Families != "" {
@@ -74,7 +74,7 @@ type podNotes struct {
 // pods; forgetting all of them now and then repeats one note per pod.
 const maxTold = 4096
 
-func (n *podNotes) tell(ev reports.Event, log *slog.Logger) {
+func (n *podNotes) tell(ev reports.Report, log *slog.Logger) {
 	key := ev.PodUID + "/" + ev.Note
 	if n.told[key] {
 		return

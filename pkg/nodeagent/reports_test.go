@@ -20,7 +20,7 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	n := podNotes{events: &Events{recorder: rec}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ev := reports.Event{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
+	ev := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
 	for range 3 {
 		n.tell(ev, log)
 	}

@@ -21,7 +21,7 @@ sandboxes' records and the agent's socket. The primary CNI's own config is
 kept (only our entry is removed from it), and so is what upstream Istio's
 installer wrote at the same paths (its entry, binary and kubeconfig). Run it on the node, as root:
 
-  install-cni uninstall --cni-bin-dir=/opt/cni/bin --cni-net-dir=/etc/cni/net.d --kubeconfig-dir=/var/run/istio-cni
+  install-cni uninstall --cni-bin-dir=/opt/cni/bin --cni-net-dir=/etc/cni/net.d --run-dir=/var/run/istio-cni
 
 or with deployments/optional/uninstall-node-job.yaml, which mounts the
 node's directories where the defaults expect them. It refuses to run while
@@ -40,10 +40,8 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 	fs.Usage = func() { _, _ = fmt.Fprint(stderr, uninstallUsage); fs.PrintDefaults() }
 	var cfg install.Config
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	f.String(&cfg.CNIBinDir, "cni-bin-dir", "CNI_BIN_DIR", "/host/opt/cni/bin", "the node's CNI bin directory")
-	f.String(&cfg.CNINetDir, "cni-net-dir", "CNI_NET_DIR", "/host/etc/cni/net.d", "the node's CNI config directory")
-	f.String(&cfg.KubeconfigDir, "kubeconfig-dir", "KUBECONFIG_DIR", "/host/var/run/istio-cni", "istio-cni's run directory (kubeconfig, socket, records)")
-	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "02-istio-cni.conflist", "the owned conflist's configured name")
+	paths := install.BindPaths(f, install.HostRoot)
+	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", install.DefaultOwnedName, "the owned conflist's configured name")
 	f.String(&cfg.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the image's plugin binary "+install.PluginBinary)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -52,13 +50,12 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	for _, p := range []struct{ flag, value string }{{"--cni-bin-dir", cfg.CNIBinDir}, {"--cni-net-dir", cfg.CNINetDir}, {"--kubeconfig-dir", cfg.KubeconfigDir}} {
-		if !filepath.IsAbs(p.value) {
-			_, _ = fmt.Fprintf(stderr, "install-cni uninstall: %s %q: want an absolute path\n", p.flag, p.value)
-			return 2
-		}
+	if err := paths.Clean(); err != nil {
+		_, _ = fmt.Fprintln(stderr, "install-cni uninstall:", err)
+		return 2
 	}
-	if sock := filepath.Join(cfg.KubeconfigDir, install.EventsSocket); reports.Listening(sock) {
+	cfg.Paths = *paths
+	if sock := filepath.Join(cfg.RunDir, install.ReportsSocket); reports.Listening(sock) {
 		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: an istio-cni agent is running on this node (it listens at %s) and would reinstall at once: delete its DaemonSet instead\n", sock)
 		return 1
 	}

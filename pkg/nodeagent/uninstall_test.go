@@ -20,7 +20,7 @@ func TestUninstallCommand(t *testing.T) {
 	a, stopAgent := startAgent(t, n)
 	poll.Until(t, 10*time.Second, "installed", func() (bool, string) { return a.installer.Ready() })
 	var out, errOut bytes.Buffer
-	args := []string{"--cni-bin-dir=" + n.bin, "--cni-net-dir=" + n.netd, "--kubeconfig-dir=" + n.run}
+	args := []string{"--cni-bin-dir=" + n.bin, "--cni-net-dir=" + n.netd, "--run-dir=" + n.run}
 	if code := Uninstall(args, n.getenv, "/nonexistent", &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "an istio-cni agent is running") {
 		t.Fatalf("with the agent running: exit %d, %s", code, errOut.String())
 	}

@@ -22,7 +22,7 @@ type Config struct {
 	RuntimeConfig pluginconf.RuntimeConfig `json:"runtimeConfig"`
 
 	// parsed is the entry's values, validated, with defaults.
-	parsed pluginconf.Settings
+	parsed pluginconf.Values
 	// agentChecks: the node agent answered this ADD's pod lookup, so its
 	// audit runs and the report wakes it for this pod; ADD then trusts a
 	// successful restore and leaves the read-back to it.

@@ -44,8 +44,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"cniVersion":"1.0.0","tproxy_mark":-1}`, types.ErrInvalidNetworkConfig, `"tproxy_mark"`},
 		{`{"cniVersion":"1.0.0","tproxy_route_table":254}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
 		{`{"cniVersion":"1.0.0","tproxy_route_table":"133"}`, types.ErrInvalidNetworkConfig, `"tproxy_route_table"`},
-		{`{"cniVersion":"1.0.0","agent_socket":"events.sock"}`, types.ErrInvalidNetworkConfig, `"agent_socket": "events.sock" is not an absolute path`},
-		{`{"cniVersion":"1.0.0","agent_socket":1}`, types.ErrInvalidNetworkConfig, `"agent_socket"`},
+		{`{"cniVersion":"1.0.0","reports_socket":"reports.sock"}`, types.ErrInvalidNetworkConfig, `"reports_socket": "reports.sock" is not an absolute path`},
+		{`{"cniVersion":"1.0.0","reports_socket":1}`, types.ErrInvalidNetworkConfig, `"reports_socket"`},
 		{`{"cniVersion":"1.0.0","ipv6_redirect":"never"}`, types.ErrInvalidNetworkConfig, `"ipv6_redirect": unknown value "never": want always or dual-stack-only`},
 		{`{"cniVersion":"1.0.0","records_dir":"sandboxes"}`, types.ErrInvalidNetworkConfig, `"records_dir"`},
 		{`{"cniVersion":"1.0.0","log_file":"cni.log"}`, types.ErrInvalidNetworkConfig, `"log_file"`},
@@ -66,3 +66,12 @@ func TestParseConfigAllowedValuesInMessage(t *testing.T) {
 }
 
 func asCNI(err error, e **types.Error) bool { return errors.As(err, e) }
+
+// A conflist an older agent wrote names the reports socket agent_socket:
+// the plugin still reports there, for one release.
+func TestOldReportsSocketKeyRead(t *testing.T) {
+	c, err := parseConfig([]byte(`{"cniVersion":"1.0.0","name":"n","type":"istio-cni","agent_socket":"/var/run/istio-cni/events.sock"}`))
+	if err != nil || c.ReportsSocket != "/var/run/istio-cni/events.sock" {
+		t.Errorf("reports socket %q, %v", c.ReportsSocket, err)
+	}
+}

@@ -66,7 +66,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 func fallbackConfig(stdin []byte) *Config {
 	var raw struct {
 		IptablesBackend string `json:"iptables_backend"`
-		AgentSocket     string `json:"agent_socket"`
+		ReportsSocket   string `json:"reports_socket"`
 		RecordsDir      string `json:"records_dir"`
 	}
 	conf := &Config{}
@@ -75,8 +75,8 @@ func fallbackConfig(stdin []byte) *Config {
 		if b, err := xtables.ParseBackend(raw.IptablesBackend); err == nil {
 			conf.parsed.Backend = b
 		}
-		if filepath.IsAbs(raw.AgentSocket) {
-			conf.AgentSocket = raw.AgentSocket
+		if filepath.IsAbs(raw.ReportsSocket) {
+			conf.ReportsSocket = raw.ReportsSocket
 		}
 		if filepath.IsAbs(raw.RecordsDir) {
 			conf.RecordsDir = raw.RecordsDir

@@ -23,10 +23,10 @@ func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.
 // or no longer running) is silent, and any other failure, a full queue
 // included, is a debug line. It costs at most reports.SendTimeout.
 func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start, end time.Time, err error) {
-	if conf == nil || conf.AgentSocket == "" {
+	if conf == nil || conf.ReportsSocket == "" {
 		return
 	}
-	ev := reports.Event{
+	ev := reports.Report{
 		Time:       end,
 		Verb:       verb,
 		Pod:        out.pod,
@@ -47,7 +47,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 			ev.Note = reports.NoteCredentialsRefused
 		}
 	}
-	if sendErr := reports.Send(conf.AgentSocket, ev); sendErr != nil && !errors.Is(sendErr, reports.ErrNoAgent) {
+	if sendErr := reports.Send(conf.ReportsSocket, ev); sendErr != nil && !errors.Is(sendErr, reports.ErrNoAgent) {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
 	}
 }

@@ -19,26 +19,26 @@ import (
 // agent is a real agent socket in a temporary directory.
 type agent struct {
 	path   string
-	events chan reports.Event
+	events chan reports.Report
 }
 
 // listenAgent starts a listener that reads until the test ends.
 func listenAgent(t *testing.T) *agent {
 	t.Helper()
-	a := &agent{path: filepath.Join(t.TempDir(), "events.sock"), events: make(chan reports.Event, 10)}
+	a := &agent{path: filepath.Join(t.TempDir(), "reports.sock"), events: make(chan reports.Report, 10)}
 	l, err := reports.Listen(a.path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = l.Run(ctx, func(ev reports.Event) { a.events <- ev }); close(done) }()
+	go func() { _ = l.Run(ctx, func(ev reports.Report) { a.events <- ev }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; _ = l.Close() })
 	return a
 }
 
 // next waits for the next event; the limit only turns a hang into a failure.
-func (a *agent) next(t *testing.T) reports.Event {
+func (a *agent) next(t *testing.T) reports.Report {
 	t.Helper()
 	select {
 	case ev := <-a.events:
@@ -46,12 +46,12 @@ func (a *agent) next(t *testing.T) reports.Event {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the agent")
 	}
-	return reports.Event{}
+	return reports.Report{}
 }
 
-// withSocket adds agent_socket (and debug logging) to a config.
+// withSocket adds reports_socket (and debug logging) to a config.
 func withSocket(c, path string) string {
-	return strings.TrimSuffix(c, "}") + fmt.Sprintf(`,"log_level":"debug","agent_socket":%q}`, path)
+	return strings.TrimSuffix(c, "}") + fmt.Sprintf(`,"log_level":"debug","reports_socket":%q}`, path)
 }
 
 const podArgsUID = podArgs + ";K8S_POD_UID=0d5e2f4c-aaaa-bbbb-cccc-444455556666"
@@ -162,7 +162,7 @@ func TestEventForDel(t *testing.T) {
 		t.Errorf("failed cleanup event %+v", ev)
 	}
 	h.net.cleanupErr = nil
-	bad := fmt.Sprintf(`{"cniVersion":"1.0.0","log_level":"loud","agent_socket":%q}`, a.path)
+	bad := fmt.Sprintf(`{"cniVersion":"1.0.0","log_level":"loud","reports_socket":%q}`, a.path)
 	if err := h.p.Del(cmdArgs(bad, podArgs)); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestEventForDel(t *testing.T) {
 func TestNoAgent(t *testing.T) {
 	h := newHarness()
 	h.api.pods["team-a/web-1"] = meshedPod(nil)
-	c := withSocket(conf("1.0.0", prevV4), filepath.Join(t.TempDir(), "events.sock"))
+	c := withSocket(conf("1.0.0", prevV4), filepath.Join(t.TempDir(), "reports.sock"))
 	if err := h.p.Add(cmdArgs(c, podArgs)); err != nil {
 		t.Fatal(err)
 	}
@@ -192,13 +192,13 @@ func TestNoAgent(t *testing.T) {
 // TestStuckAgent: an agent that stopped reading costs a debug line, not
 // the ADD.
 func TestStuckAgent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "events.sock")
+	path := filepath.Join(t.TempDir(), "reports.sock")
 	l, err := reports.Listen(path) // never Run: nothing reads
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for reports.Send(path, reports.Event{Verb: "ADD"}) == nil { // fill the queue
+	for reports.Send(path, reports.Report{Verb: "ADD"}) == nil { // fill the queue
 	}
 	h := newHarness()
 	h.api.pods["team-a/web-1"] = meshedPod(nil)

@@ -74,7 +74,7 @@ func New() *Plugin {
 			return lookups.Get(socket, namespace, name, AgentBudget)
 		},
 		NewPodNetwork: func(c *Config) PodNetwork {
-			return &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}}
+			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}}
 		},
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,

@@ -32,8 +32,10 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	return nil
 }
 
-// GC has nothing to collect (CNI 1.1.0): the plugin keeps no state outside a
-// pod's network namespace, and the runtime destroys that with the sandbox.
+// GC has nothing to collect (CNI 1.1.0): the rules live in a pod's network
+// namespace, which the runtime destroys with the sandbox, and the records
+// of what ADD did (records_dir) are DEL's to remove and the node agent's to
+// prune for pods gone from the node.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	_, err := parseConfig(args.StdinData)
 	return err

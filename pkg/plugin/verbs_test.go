@@ -81,7 +81,7 @@ func observedOf(t *testing.T, rs *iptables.Ruleset) *iptables.Observed {
 		b.WriteString(":" + c.Name + " - [0:0]\n")
 	}
 	for _, r := range rs.Rules {
-		b.WriteString("-A " + r.Chain + " " + r.Spec() + "\n")
+		b.WriteString("-A " + r.Chain + " " + r.Args() + "\n")
 	}
 	b.WriteString("COMMIT\n")
 	obs, err := iptables.ParseSave([]byte(b.String()))

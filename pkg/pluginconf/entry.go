@@ -40,9 +40,12 @@ type Entry struct {
 	// and 133.
 	TProxyMark       uint32 `json:"tproxy_mark,omitempty"`
 	TProxyRouteTable uint32 `json:"tproxy_route_table,omitempty"`
-	// AgentSocket is the node agent's datagram socket: each ADD, DEL and
+	// ReportsSocket is the node agent's datagram socket: each ADD, DEL and
 	// CHECK outcome is sent there (pkg/wire/reports), best effort. "" sends
 	// nothing.
+	ReportsSocket string `json:"reports_socket,omitempty"`
+	// AgentSocket is reports_socket's name before; read for one release
+	// (a node whose conflist an older agent wrote), never written.
 	AgentSocket string `json:"agent_socket,omitempty"`
 	// PodSocket is the node agent's pod lookup socket (pkg/wire/lookups): ADD
 	// asks it first and the API when it cannot answer. "" always asks the
@@ -71,7 +74,7 @@ type RuntimeConfig struct {
 }
 
 // Settings are an entry's values, validated and with defaults applied.
-type Settings struct {
+type Values struct {
 	LogLevel    slog.Level
 	Backend     xtables.Backend
 	Timeouts    kube.Timeouts
@@ -81,7 +84,7 @@ type Settings struct {
 }
 
 // Node is what the decision needs of the settings.
-func (s Settings) Node() decision.NodeSettings {
+func (s Values) Node() decision.NodeSettings {
 	return decision.NodeSettings{TProxyMark: s.TProxyMark, TProxyTable: s.TProxyTable, IPv6: s.IPv6}
 }
 
@@ -111,16 +114,19 @@ func invalid(field, format string, args ...any) error {
 
 // Normalize fills defaults into e (an empty kubeconfig becomes
 // DefaultKubeconfig) and validates every key; the error is a *FieldError.
-func (e *Entry) Normalize() (Settings, error) {
-	var s Settings
+func (e *Entry) Normalize() (Values, error) {
+	var s Values
 	if e.Kubeconfig == "" {
 		e.Kubeconfig = DefaultKubeconfig
 	}
 	var err error
+	if e.ReportsSocket == "" {
+		e.ReportsSocket, e.AgentSocket = e.AgentSocket, ""
+	}
 	for _, p := range []struct{ field, path, what string }{
 		{"kubeconfig", e.Kubeconfig, "the kubeconfig's path on the host"},
 		{"log_file", e.LogFile, "a file path on the host, or empty"},
-		{"agent_socket", e.AgentSocket, "the agent's socket path on the host, or empty"},
+		{"reports_socket", e.ReportsSocket, "the agent's socket path on the host, or empty"},
 		{"pod_socket", e.PodSocket, "the agent's pod lookup socket path on the host, or empty"},
 		{"records_dir", e.RecordsDir, "a directory on the host, or empty"},
 	} {

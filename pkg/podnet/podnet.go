@@ -18,7 +18,7 @@ import (
 )
 
 // Netns programs pods' network namespaces with a Programmer.
-type Netns struct {
+type Network struct {
 	Programmer *xtables.Programmer
 }
 
@@ -61,7 +61,7 @@ func Enter(path string, fn func() error) error { return do(path, fn) }
 // nothing of ours is left behind. The families are programmed at once, each
 // from its own thread in the namespace: a dual-stack pod waits for one
 // restore and one read-back, not two of each.
-func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) error {
+func (n *Network) Program(ctx context.Context, path string, m iptables.Model) error {
 	rulesets := m.Rulesets()
 	errs := make([]error, len(rulesets))
 	var wg sync.WaitGroup
@@ -103,7 +103,7 @@ func (n *Netns) Program(ctx context.Context, path string, m iptables.Model) erro
 }
 
 // Check lists how the namespace differs from the model.
-func (n *Netns) Check(ctx context.Context, path string, m iptables.Model) ([]string, error) {
+func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]string, error) {
 	var diffs []string
 	err := do(path, func() error {
 		var err error
@@ -135,7 +135,7 @@ func (n *Netns) Check(ctx context.Context, path string, m iptables.Model) ([]str
 }
 
 // Cleanup removes everything of ours from both families.
-func (n *Netns) Cleanup(ctx context.Context, path string) error {
+func (n *Network) Cleanup(ctx context.Context, path string) error {
 	return do(path, func() error {
 		return errors.Join(n.Programmer.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
 			removePolicyRoutes(iptables.IPv4, iptables.IPv6))
@@ -144,7 +144,7 @@ func (n *Netns) Cleanup(ctx context.Context, path string) error {
 
 // HasIPv6 reports whether any interface in the namespace has a global IPv6
 // address: the fallback when the runtime passed no prevResult.
-func (n *Netns) HasIPv6(path string) (bool, error) {
+func (n *Network) HasIPv6(path string) (bool, error) {
 	var found bool
 	err := do(path, func() error {
 		addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)

@@ -61,11 +61,11 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b xtables.Backend)) {
 	}
 }
 
-func netnsFor(b xtables.Backend, r xtables.Runner) *Netns {
+func netnsFor(b xtables.Backend, r xtables.Runner) *Network {
 	if r == nil {
 		r = xtables.ExecRunner{}
 	}
-	return &Netns{Programmer: &xtables.Programmer{Runner: r, Backend: b}}
+	return &Network{Programmer: &xtables.Programmer{Runner: r, Backend: b}}
 }
 
 // ipt is go-iptables in the namespace: an independent reader of the rules.

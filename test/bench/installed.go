@@ -75,7 +75,7 @@ func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer,
 	port := strconv.Itoa(api.APIPort())
 	nd.agent = exec.Command(installer) // #nosec G204 -- the bench's own binary
 	nd.agent.Env = append(os.Environ(),
-		"CNI_BIN_DIR="+nd.bin, "CNI_NET_DIR="+nd.netd, "KUBECONFIG_DIR="+nd.run,
+		"CNI_BIN_DIR="+nd.bin, "CNI_NET_DIR="+nd.netd, "RUN_DIR="+nd.run,
 		"HOST_KUBECONFIG_PATH="+filepath.Join(nd.run, install.KubeconfigName), "SERVICE_ACCOUNT_DIR="+nd.sa,
 		"PLUGIN_SOURCE="+nd.src, "POD_NAMESPACE=istio-cni", "NODE_NAME="+benchNode, "NODE_TAINT=false",
 		"NETNS_DIR=/var/run/netns", "LOG_LEVEL=info",

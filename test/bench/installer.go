@@ -133,7 +133,7 @@ func (nd *fakeNode) startInstaller() (*exec.Cmd, *bytes.Buffer, error) {
 		return nil, nil, err
 	}
 	cmd := exec.Command(filepath.Join(nd.src, "install-cni"),
-		"--cni-bin-dir="+nd.bin, "--cni-net-dir="+nd.netd, "--kubeconfig-dir="+nd.kc, "--service-account-dir="+nd.sa,
+		"--cni-bin-dir="+nd.bin, "--cni-net-dir="+nd.netd, "--run-dir="+nd.kc, "--service-account-dir="+nd.sa,
 		"--health-addr=127.0.0.1:"+strconv.Itoa(ports[0]), "--metrics-addr=127.0.0.1:"+strconv.Itoa(ports[1]),
 		"--conflict-repairs=1000000", "--log-level=warn", "--pod-namespace=istio-cni", "--audit-action=off")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT=6443")

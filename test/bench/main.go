@@ -95,15 +95,15 @@ func run(plugin, installer, upstream string, n, conc int, backends []string) err
 		}
 	}
 	// An agent takes the reporting rows' reports, as the DaemonSet's does.
-	agent, err := reports.Listen(filepath.Join(dir, "events.sock"))
+	agent, err := reports.Listen(filepath.Join(dir, "reports.sock"))
 	if err != nil {
 		return err
 	}
 	defer agent.Close()
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
-	go func() { _ = agent.Run(agentCtx, func(reports.Event) {}) }()
-	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "events.sock"), n: n, uids: uids}
+	go func() { _ = agent.Run(agentCtx, func(reports.Report) {}) }()
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "reports.sock"), n: n, uids: uids}
 	printHeader(plugin, n, conc)
 	if err := b.version(); err != nil {
 		return err
@@ -125,10 +125,10 @@ func run(plugin, installer, upstream string, n, conc int, backends []string) err
 		}
 	}
 	// The reports must have arrived, or the reporting rows measured nothing.
-	if got := agent.Stats().Events; got < uint64(n*len(backends)) {
+	if got := agent.Stats().Reports; got < uint64(n*len(backends)) {
 		return fmt.Errorf("the agent received %d reports, want %d", got, n*len(backends))
 	}
-	fmt.Printf("\nThe agent received %d reports (none malformed: %d).\n", agent.Stats().Events, agent.Stats().Malformed)
+	fmt.Printf("\nThe agent received %d reports (none malformed: %d).\n", agent.Stats().Reports, agent.Stats().Malformed)
 	fmt.Printf("\nGo %s, GOMAXPROCS %d.\n", runtime.Version(), runtime.GOMAXPROCS(0))
 	return nil
 }

@@ -54,9 +54,9 @@ func (b *bench) stdin(backend, prevResult string) []byte {
  "prevResult":%s}`, b.kubeconfig, backend, prevResult))
 }
 
-// reporting is stdin with agent_socket set, as the installer writes it.
+// reporting is stdin with reports_socket set, as the installer writes it.
 func (b *bench) reporting(stdin []byte) []byte {
-	return []byte(strings.Replace(string(stdin), `"log_level":"info",`, fmt.Sprintf(`"log_level":"info","agent_socket":%q,`, b.agentSocket), 1))
+	return []byte(strings.Replace(string(stdin), `"log_level":"info",`, fmt.Sprintf(`"log_level":"info","reports_socket":%q,`, b.agentSocket), 1))
 }
 
 // execPlugin runs the plugin once as a runtime would and times it. With

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -143,7 +144,7 @@ func (o *observer) runningRedirected(name string, since time.Time) bool {
 var chaosModel = iptables.Build(iptables.DefaultSpec(), true, false)
 
 func (o *observer) run(ctx context.Context) {
-	check := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	check := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
 	for ctx.Err() == nil {
 		sbs, err := env.node.ReadySandboxes(ctx, "default")
 		if err == nil {
@@ -289,12 +290,8 @@ func agentReady(ctx context.Context) bool {
 }
 
 func firstConfigChains() bool {
-	names, err := chain.ConfigFiles(env.node.CNINetDir)
-	if err != nil || len(names) == 0 {
-		return false
-	}
-	data, err := os.ReadFile(filepath.Join(env.node.CNINetDir, names[0]))
-	return err == nil && chain.HasEntry(data)
+	cd, err := install.ReadConfDir(env.node.CNINetDir)
+	return err == nil && len(cd.Files) > 0 && chain.HasEntry(cd.Files[0].Data)
 }
 
 // chaosEvents counts the stream's pods' repair and sandbox-failure Events.

@@ -30,7 +30,7 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flush := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
 	before := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`)
 	if err := flush.Cleanup(t.Context(), netns); err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestAuditKeepsWhatADDApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flush := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
 	if err := flush.Cleanup(t.Context(), netns); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -210,10 +211,10 @@ func waitUninstalled(t *testing.T) {
 		if exists(pluginPath()) {
 			left = append(left, pluginPath())
 		}
-		files, _ := chain.ConfigFiles(env.node.CNINetDir)
-		for _, f := range files {
-			if b, _ := os.ReadFile(filepath.Join(env.node.CNINetDir, f)); chain.HasEntry(b) {
-				left = append(left, f)
+		cd, _ := install.ReadConfDir(env.node.CNINetDir)
+		for _, f := range cd.Files {
+			if chain.HasEntry(f.Data) {
+				left = append(left, f.Name)
 			}
 		}
 		run, _ := os.ReadDir(env.node.IstioRunDir)

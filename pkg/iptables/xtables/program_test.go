@@ -44,7 +44,7 @@ func saveOf(rs *iptables.Ruleset, extraPrerouting ...string) string {
 		fmt.Fprintf(&b, ":%s - [0:0]\n", c.Name)
 	}
 	for _, r := range rs.Rules {
-		fmt.Fprintf(&b, "-A %s %s\n", r.Chain, r.Spec())
+		fmt.Fprintf(&b, "-A %s %s\n", r.Chain, r.Args())
 	}
 	for _, r := range extraPrerouting {
 		fmt.Fprintf(&b, "-A PREROUTING %s\n", r)

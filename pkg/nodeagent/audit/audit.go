@@ -35,7 +35,7 @@ type Namespaces interface {
 	Find(pods map[string][]netip.Addr) (netnsdir.Result, error)
 }
 
-// Network reads and programs a namespace (podnet.Netns).
+// Network reads and programs a namespace (podnet.Network).
 type Network interface {
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Program(ctx context.Context, netns string, m iptables.Model) error

@@ -72,7 +72,7 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 
 // repairHelper repairs an empty namespace and checks the result.
 func repairHelper(t *testing.T, path string, backend xtables.Backend) {
-	network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
+	network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 	m := decision.Rules(mustDecide(t, meshed("caps")), decision.DefaultNodeSettings(), true, false)
 	ctx := context.Background()
 	if err := network.Program(ctx, path, m); err != nil {

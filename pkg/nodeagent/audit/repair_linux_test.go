@@ -30,7 +30,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
 	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		t.Run(string(backend), func(t *testing.T) {
-			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
+			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
 			h.a.deps.Network = func(b xtables.Backend) Network {
@@ -72,7 +72,7 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 	b.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
 	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
 		b.Run(string(backend), func(b *testing.B) {
-			network := &podnet.Netns{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
+			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			m := decision.Rules(decision.Decision{Redirect: true, Spec: iptablesDefault()}, decision.DefaultNodeSettings(), true, false)
 			ctx := context.Background()
 			if err := network.Program(ctx, netns.Path(), m); err != nil {

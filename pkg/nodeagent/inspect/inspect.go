@@ -9,12 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
@@ -237,18 +236,18 @@ func runtimeConfig(dir string) (string, bool, error) {
 	if dir == "" {
 		return "", false, errors.New("no CNI config directory given")
 	}
-	names, err := chain.ConfigFiles(dir)
+	cd, err := install.ReadConfDir(dir)
 	if err != nil {
 		return "", false, err
 	}
-	if len(names) == 0 {
+	if len(cd.Files) == 0 {
 		return "", false, fmt.Errorf("no CNI config in %s", dir)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, names[0])) // #nosec G304 -- the node's CNI config, by design
-	if err != nil {
-		return names[0], false, err
+	first := cd.Files[0]
+	if first.Data == nil {
+		return first.Name, false, fmt.Errorf("%s: not a regular file of at most %d bytes", first.Name, chain.MaxConfigSize)
 	}
-	return names[0], chain.HasEntry(data), nil
+	return first.Name, chain.HasEntry(first.Data), nil
 }
 
 func nodeOr(n string) string {

@@ -29,7 +29,7 @@ import (
 )
 
 // NSFile is one sandbox's network namespace, as the file the runtime
-// bound it to (not to be confused with podnet.Netns, which programs one).
+// bound it to (not to be confused with podnet.Network, which programs one).
 type NSFile struct {
 	// Path is the namespace's file in the netns directory, usable with
 	// setns while the sandbox lives.

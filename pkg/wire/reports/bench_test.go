@@ -16,7 +16,7 @@ func BenchmarkSend(b *testing.B) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = l.Run(ctx, func(Event) {}); close(done) }()
+	go func() { _ = l.Run(ctx, func(Report) {}); close(done) }()
 	b.Cleanup(func() { cancel(); <-done; _ = l.Close() })
 	ev := sample()
 	b.ReportAllocs()

@@ -37,7 +37,7 @@ type Listener struct {
 
 // Stats are what a Listener has seen since Listen.
 type Stats struct {
-	Events uint64 // decoded and handed to the handler
+	Reports uint64 // decoded and handed to the handler
 	// Malformed datagrams were dropped: not a JSON event, or longer than
 	// MaxDatagram. LastMalformed says why the last one was.
 	Malformed     uint64
@@ -134,7 +134,7 @@ func (l *Listener) Stats() Stats {
 // was removed (the directory is a tmpfs a reboot empties, and the
 // installer cleans it) or replaced by something that no longer listens, it
 // binds a new socket there. Call Run once per Listener.
-func (l *Listener) Run(ctx context.Context, handle func(Event)) error {
+func (l *Listener) Run(ctx context.Context, handle func(Report)) error {
 	stop := context.AfterFunc(ctx, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -180,8 +180,8 @@ func (l *Listener) arm(ctx context.Context, next time.Time) *net.UnixConn {
 }
 
 // deliver decodes one datagram and hands it on, or counts it as malformed.
-func (l *Listener) deliver(b []byte, handle func(Event)) {
-	var ev Event
+func (l *Listener) deliver(b []byte, handle func(Report)) {
+	var ev Report
 	err := fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
 	if len(b) <= MaxDatagram {
 		ev, err = decode(b)
@@ -191,7 +191,7 @@ func (l *Listener) deliver(b []byte, handle func(Event)) {
 		l.stats.Malformed++
 		l.stats.LastMalformed = err
 	} else {
-		l.stats.Events++
+		l.stats.Reports++
 	}
 	l.mu.Unlock()
 	if err == nil {

@@ -21,7 +21,7 @@ var ErrNoAgent = errors.New("no agent listening")
 // Send writes ev to the agent's datagram socket at path, as one datagram of
 // at most MaxDatagram bytes (encode shortens long strings to fit). It never
 // takes much longer than SendTimeout. The version is set for the caller.
-func Send(path string, ev Event) error {
+func Send(path string, ev Report) error {
 	b, err := encode(ev)
 	if err != nil {
 		return err

@@ -17,7 +17,7 @@ import (
 // running is a Listener with Run going; events arrive on ch.
 type running struct {
 	l   *Listener
-	ch  chan Event
+	ch  chan Report
 	out chan error // Run's result
 }
 
@@ -30,9 +30,9 @@ func start(t *testing.T, path string) *running {
 		t.Fatal(err)
 	}
 	l.interval = 5 * time.Millisecond
-	r := &running{l: l, ch: make(chan Event, 100), out: make(chan error, 1)}
+	r := &running{l: l, ch: make(chan Report, 100), out: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { r.out <- l.Run(ctx, func(ev Event) { r.ch <- ev }) }()
+	go func() { r.out <- l.Run(ctx, func(ev Report) { r.ch <- ev }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-r.out; err != nil {
@@ -44,7 +44,7 @@ func start(t *testing.T, path string) *running {
 }
 
 // next waits for an event; the limit only turns a hang into a failure.
-func (r *running) next(t *testing.T) Event {
+func (r *running) next(t *testing.T) Report {
 	t.Helper()
 	select {
 	case ev := <-r.ch:
@@ -52,10 +52,10 @@ func (r *running) next(t *testing.T) Event {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event")
 	}
-	return Event{}
+	return Report{}
 }
 
-func sockPath(t testing.TB) string { return filepath.Join(t.TempDir(), "events.sock") }
+func sockPath(t testing.TB) string { return filepath.Join(t.TempDir(), "reports.sock") }
 
 func TestRoundTrip(t *testing.T) {
 	path := sockPath(t)
@@ -77,7 +77,7 @@ func TestRoundTrip(t *testing.T) {
 	if got != want {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
-	if s := r.l.Stats(); s.Events != 1 || s.Malformed != 0 {
+	if s := r.l.Stats(); s.Reports != 1 || s.Malformed != 0 {
 		t.Errorf("stats %+v", s)
 	}
 }
@@ -106,7 +106,7 @@ func TestListenReplacesStaleSocketOnly(t *testing.T) {
 	if b, _ := os.ReadFile(path); string(b) != "keep me" {
 		t.Errorf("the file was replaced")
 	}
-	if _, err := Listen(filepath.Join(t.TempDir(), "missing", "events.sock")); err == nil {
+	if _, err := Listen(filepath.Join(t.TempDir(), "missing", "reports.sock")); err == nil {
 		t.Error("Listen in a missing directory: no error")
 	}
 }
@@ -129,7 +129,7 @@ func TestSendNoAgent(t *testing.T) {
 	for name, path := range map[string]string{
 		"no file":      missing,
 		"no listener":  stale,
-		"no directory": "/nonexistent/events.sock",
+		"no directory": "/nonexistent/reports.sock",
 		"not a socket": t.TempDir(), // the kernel answers ECONNREFUSED
 	} {
 		if err := Send(path, sample()); !errors.Is(err, ErrNoAgent) {
@@ -166,10 +166,10 @@ func TestSendFullQueue(t *testing.T) {
 		t.Fatal("Send blocked on a full queue")
 	}
 	// The agent catches up: the queued events are intact.
-	r := make(chan Event, 1)
+	r := make(chan Report, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = l.Run(ctx, func(ev Event) { r <- ev; cancel() }) }()
+	go func() { _ = l.Run(ctx, func(ev Report) { r <- ev; cancel() }) }()
 	if ev := <-r; ev.Pod != "team-a/web-1" {
 		t.Errorf("queued event %+v", ev)
 	}
@@ -226,7 +226,7 @@ func TestNewerListenerWins(t *testing.T) {
 		t.Errorf("after the older listener closed: %v", err)
 	}
 	newer.next(t)
-	if s := older.l.Stats(); s.Events != 0 || s.Recreated != 0 {
+	if s := older.l.Stats(); s.Reports != 0 || s.Recreated != 0 {
 		t.Errorf("older listener stats %+v", s)
 	}
 }
@@ -251,7 +251,7 @@ func TestRunDropsMalformed(t *testing.T) {
 	if ev := r.next(t); ev.Pod != "team-a/web-1" {
 		t.Errorf("event %+v", ev)
 	}
-	if s := r.l.Stats(); s.Malformed != 4 || s.Events != 1 || s.LastMalformed == nil {
+	if s := r.l.Stats(); s.Malformed != 4 || s.Reports != 1 || s.LastMalformed == nil {
 		t.Errorf("stats %+v, want 4 malformed and 1 event", s)
 	}
 }
@@ -275,7 +275,7 @@ func TestRunReturnsOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan error, 1)
-	go func() { out <- l.Run(context.Background(), func(Event) {}) }()
+	go func() { out <- l.Run(context.Background(), func(Report) {}) }()
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

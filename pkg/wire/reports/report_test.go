@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-func sample() Event {
-	return Event{
+func sample() Report {
+	return Report{
 		Time:       time.Date(2025, 3, 1, 12, 0, 0, 123456789, time.UTC),
 		Verb:       "ADD",
 		Pod:        "team-a/web-1",
@@ -42,7 +42,7 @@ func TestEncodeWireFormat(t *testing.T) {
 	}
 	if want := sample(); !ev.Time.Equal(want.Time) || ev.V != Version {
 		t.Errorf("decoded %+v", ev)
-	} else if ev.Time = want.Time; ev != (Event{V: Version, Time: want.Time, Verb: "ADD", Pod: want.Pod, PodUID: want.PodUID,
+	} else if ev.Time = want.Time; ev != (Report{V: Version, Time: want.Time, Verb: "ADD", Pod: want.Pod, PodUID: want.PodUID,
 		Container: "c1", Netns: want.Netns, Redirect: true, Reason: "redirect", Families: "ipv4,ipv6",
 		DurationMS: 12.5, APIMS: 3.25, NetnsMS: 8.125}) {
 		t.Errorf("round trip: %+v", ev)
@@ -63,12 +63,12 @@ func TestDecodeIgnoresUnknownFields(t *testing.T) {
 }
 
 func TestEncodeTruncatesToValidJSON(t *testing.T) {
-	for name, set := range map[string]func(*Event){
-		"long error":      func(ev *Event) { ev.Error = strings.Repeat("iptables-restore: line 1 failed\n", 400) },
-		"multibyte error": func(ev *Event) { ev.Error = strings.Repeat("é€😀", 2000) },
-		"escaped error":   func(ev *Event) { ev.Error = strings.Repeat("\x01\"<\\", 3000) },
-		"invalid UTF-8":   func(ev *Event) { ev.Error = strings.Repeat("\xff", 5000) },
-		"every string long": func(ev *Event) {
+	for name, set := range map[string]func(*Report){
+		"long error":      func(ev *Report) { ev.Error = strings.Repeat("iptables-restore: line 1 failed\n", 400) },
+		"multibyte error": func(ev *Report) { ev.Error = strings.Repeat("é€😀", 2000) },
+		"escaped error":   func(ev *Report) { ev.Error = strings.Repeat("\x01\"<\\", 3000) },
+		"invalid UTF-8":   func(ev *Report) { ev.Error = strings.Repeat("\xff", 5000) },
+		"every string long": func(ev *Report) {
 			long := strings.Repeat("x", 3000)
 			ev.Error, ev.Reason, ev.Netns, ev.Container, ev.Pod, ev.PodUID = long, long, long, long, long, long
 		},

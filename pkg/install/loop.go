@@ -19,7 +19,7 @@ const serviceAccountData = "..data"
 
 // watchedDirs are the directories whose changes may need a repair.
 func (in *Installer) watchedDirs() []string {
-	return []string{in.cfg.CNINetDir, in.cfg.CNIBinDir, in.cfg.KubeconfigDir, in.cfg.ServiceAccountDir}
+	return []string{in.cfg.CNINetDir, in.cfg.CNIBinDir, in.cfg.RunDir, in.cfg.ServiceAccountDir}
 }
 
 // classify turns a file event into a reconcile trigger, or ok=false for
@@ -35,7 +35,7 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	case dir == in.cfg.CNIBinDir:
 		t.reason = reasonBinary
 		return t, name == PluginBinary
-	case dir == in.cfg.KubeconfigDir:
+	case dir == in.cfg.RunDir:
 		t.reason = reasonKubeconfig
 		return t, name == KubeconfigName
 	// In the config directory the extension decides, as for the runtime:
@@ -163,7 +163,7 @@ func (in *Installer) removeTemps() error {
 	}{
 		{in.cfg.CNIBinDir, 0o755, func(n string) bool { return n == PluginBinary }},
 		{in.cfg.CNINetDir, 0o755, chain.IsConfigName},
-		{in.cfg.KubeconfigDir, 0o700, func(n string) bool { return n == KubeconfigName }},
+		{in.cfg.RunDir, 0o700, func(n string) bool { return n == KubeconfigName }},
 	} {
 		if _, err := inDir(d.path, d.mode, func(dir *hostfs.Dir) (struct{}, error) {
 			return struct{}{}, dir.RemoveTemps(d.target)

@@ -1,5 +1,5 @@
 // Package agentevents carries the plugin's per-verb outcomes to the node
-// agent: the wire format (Event, one JSON object per datagram) and the two
+// agent: the wire format (Report, one JSON object per datagram) and the two
 // ends of a local unix datagram socket (Send in the plugin, Listener in the
 // agent). Reporting is best effort: Send never blocks a verb for long and an
 // absent agent is an ordinary, ignorable result (ErrNoAgent).
@@ -23,8 +23,8 @@ const Version = 1
 // practice the error) to fit; the Listener drops anything larger.
 const MaxDatagram = 4096
 
-// Event is one verb's outcome, as the plugin logs it.
-type Event struct {
+// Report is one verb's outcome, as the plugin logs it.
+type Report struct {
 	V    int       `json:"v"`    // Version; Send sets it
 	Time time.Time `json:"time"` // when the verb finished; RFC 3339 with nanoseconds
 	Verb string    `json:"verb"` // ADD, DEL or CHECK
@@ -69,7 +69,7 @@ const cutMark = "..."
 // fits (found by bisection, a dozen encodings): short fields stay whole and
 // the long ones (the error, in practice) share the room. With every string
 // empty an event is a few hundred bytes, so a fit always exists.
-func encode(ev Event) ([]byte, error) {
+func encode(ev Report) ([]byte, error) {
 	ev.V = Version
 	b, err := marshal(ev)
 	if err != nil {
@@ -105,7 +105,7 @@ func encode(ev Event) ([]byte, error) {
 
 // marshal is json.Marshal without HTML escaping ('<' in an error message
 // stays one byte) and without the encoder's trailing newline.
-func marshal(ev Event) ([]byte, error) {
+func marshal(ev Report) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -133,13 +133,13 @@ func truncate(s string, n int) string {
 // decode parses one datagram. Unknown fields are ignored (a newer plugin may
 // send more); a datagram that is not a JSON object, or lacks the version,
 // is not an event.
-func decode(b []byte) (Event, error) {
-	var ev Event
+func decode(b []byte) (Report, error) {
+	var ev Report
 	if err := json.Unmarshal(b, &ev); err != nil {
-		return Event{}, fmt.Errorf("not an event: %w", err)
+		return Report{}, fmt.Errorf("not a report: %w", err)
 	}
 	if ev.V < 1 {
-		return Event{}, fmt.Errorf("not an event: no version (\"v\")")
+		return Report{}, fmt.Errorf("not a report: no version (\"v\")")
 	}
 	return ev, nil
 }
