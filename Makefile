@@ -21,9 +21,13 @@ KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet k
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all build image deps kube-binaries helm lint test unit e2e chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm lint test unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
+
+## help: this list.
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 ## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni).
 build: $(BIN)/istio-cni $(BIN)/install-cni
@@ -105,6 +109,23 @@ chaos: deps kube-binaries image
 ## unit: the package tests (the real-namespace ones need root).
 unit:
 	$(GO) test -count=1 ./pkg/... ./cmd/...
+
+## goldens: rewrite the rule and conflist golden files after an intended
+## change; review the diff (git diff pkg/*/testdata).
+goldens:
+	$(GO) test -count=1 ./pkg/iptables ./pkg/chain -update
+
+## fuzz: run each fuzzer for FUZZTIME (30s) over the input istio-cni reads
+## from others: pods' annotations, the primary's config, iptables-save output
+## from a pod's namespace, the reports socket's datagrams, the kubeconfig.
+FUZZTIME ?= 30s
+FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
+	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode kube:FuzzParseKubeconfig
+fuzz:
+	@for f in $(FUZZERS); do \
+		echo "== pkg/$${f%%:*} $${f##*:}"; \
+		$(GO) test ./pkg/$${f%%:*} -run XXX -fuzz "^$${f##*:}$$" -fuzztime $(FUZZTIME) || exit 1; \
+	done
 
 ## bench: ADD latency, RSS and VERSION time against a real API server.
 ## UPSTREAM=/path/to/istio-cni adds upstream's plugin beside ours (or

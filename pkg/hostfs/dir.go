@@ -1,4 +1,4 @@
-// Package fsutil writes the installer's files into host directories
+// Package hostfs writes the installer's files into host directories
 // (/opt/cni/bin, /etc/cni/net.d, ...) so that a reader such as the kubelet
 // never sees a half-written file and a symlink planted in the directory never
 // redirects a write.

@@ -2,12 +2,13 @@ package iptables_test
 
 import (
 	"flag"
-	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

@@ -69,6 +69,27 @@ type restConfig struct {
 // auth-provider credentials are refused: the plugin runs per pod start and
 // must not start programs to get a token.
 func loadKubeconfig(path string) (*restConfig, error) {
+	kc, err := readKubeconfig(path)
+	if err != nil {
+		return nil, err
+	}
+	clusterName, userName, err := kc.current()
+	if err != nil {
+		return nil, err
+	}
+	rel := relativeTo(filepath.Dir(path))
+	cfg := &restConfig{}
+	if cfg.host, cfg.tls, err = kc.cluster(clusterName, rel); err != nil {
+		return nil, err
+	}
+	if err := kc.credentials(userName, rel, cfg); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// readKubeconfig reads and parses the file, at most maxKubeconfig bytes.
+func readKubeconfig(path string) (*kubeconfigFile, error) {
 	f, err := os.Open(path) // #nosec G304 -- the configured kubeconfig
 	if err != nil {
 		return nil, err
@@ -78,6 +99,10 @@ func loadKubeconfig(path string) (*restConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseKubeconfig(data)
+}
+
+func parseKubeconfig(data []byte) (*kubeconfigFile, error) {
 	if len(data) > maxKubeconfig {
 		return nil, fmt.Errorf("more than %d bytes", maxKubeconfig)
 	}
@@ -85,96 +110,110 @@ func loadKubeconfig(path string) (*restConfig, error) {
 	if err := yaml.Unmarshal(data, &kc); err != nil {
 		return nil, err
 	}
-	var clusterName, userName string
+	return &kc, nil
+}
+
+// current names the current context's cluster and user.
+func (kc *kubeconfigFile) current() (cluster, user string, err error) {
 	for _, c := range kc.Contexts {
 		if c.Name == kc.CurrentContext {
-			clusterName, userName = c.Context.Cluster, c.Context.User
+			cluster, user = c.Context.Cluster, c.Context.User
 		}
 	}
-	if clusterName == "" {
-		return nil, fmt.Errorf("current-context %q: no such context with a cluster", kc.CurrentContext)
+	if cluster == "" {
+		return "", "", fmt.Errorf("current-context %q: no such context with a cluster", kc.CurrentContext)
 	}
-	dir := filepath.Dir(path)
-	rel := func(p string) string {
+	return cluster, user, nil
+}
+
+// relativeTo resolves a path the kubeconfig names against its directory.
+func relativeTo(dir string) func(string) string {
+	return func(p string) string {
 		if p == "" || filepath.IsAbs(p) {
 			return p
 		}
 		return filepath.Join(dir, p)
 	}
-	cfg := &restConfig{tls: &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}}
-	found := false
+}
+
+// cluster is where the API server is and whom to trust there.
+func (kc *kubeconfigFile) cluster(name string, rel func(string) string) (string, *tls.Config, error) {
 	for _, c := range kc.Clusters {
-		if c.Name != clusterName {
+		if c.Name != name {
 			continue
 		}
-		found = true
 		cl := c.Cluster
-		cfg.host = strings.TrimSuffix(cl.Server, "/")
-		if cfg.host == "" {
-			return nil, fmt.Errorf("cluster %q: no server", clusterName)
+		host := strings.TrimSuffix(cl.Server, "/")
+		if host == "" {
+			return "", nil, fmt.Errorf("cluster %q: no server", name)
 		}
-		if !strings.Contains(cfg.host, "://") {
-			cfg.host = "https://" + cfg.host
+		if !strings.Contains(host, "://") {
+			host = "https://" + host
 		}
-		cfg.tls.ServerName = cl.TLSServerName
-		cfg.tls.InsecureSkipVerify = cl.InsecureSkipTLSVerify // #nosec G402 -- the kubeconfig's explicit choice
+		conf := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}, ServerName: cl.TLSServerName,
+			InsecureSkipVerify: cl.InsecureSkipTLSVerify} // #nosec G402 -- the kubeconfig's explicit choice
 		ca := cl.CertificateAuthorityData
 		if len(ca) == 0 && cl.CertificateAuthority != "" {
+			var err error
 			if ca, err = os.ReadFile(rel(cl.CertificateAuthority)); err != nil {
-				return nil, fmt.Errorf("cluster %q: certificate-authority: %w", clusterName, err)
+				return "", nil, fmt.Errorf("cluster %q: certificate-authority: %w", name, err)
 			}
 		}
 		if len(ca) > 0 {
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(ca) {
-				return nil, fmt.Errorf("cluster %q: certificate-authority: no PEM certificate", clusterName)
+				return "", nil, fmt.Errorf("cluster %q: certificate-authority: no PEM certificate", name)
 			}
-			cfg.tls.RootCAs = pool
+			conf.RootCAs = pool
 		}
+		return host, conf, nil
 	}
-	if !found {
-		return nil, fmt.Errorf("context %q: no cluster %q", kc.CurrentContext, clusterName)
-	}
+	return "", nil, fmt.Errorf("context %q: no cluster %q", kc.CurrentContext, name)
+}
+
+// credentials sets who we are: the user's token or client certificate.
+func (kc *kubeconfigFile) credentials(name string, rel func(string) string, cfg *restConfig) error {
 	for _, u := range kc.Users {
-		if u.Name != userName {
+		if u.Name != name {
 			continue
 		}
 		us := u.User
 		switch {
 		case us.Exec != nil || us.AuthProvider != nil:
-			return nil, fmt.Errorf("user %q: exec and auth-provider credentials are not supported: want a token or a client certificate", userName)
+			return fmt.Errorf("user %q: exec and auth-provider credentials are not supported: want a token or a client certificate", name)
 		case us.Token != "":
 			cfg.token = us.Token
 		case us.TokenFile != "":
 			b, err := os.ReadFile(rel(us.TokenFile))
 			if err != nil {
-				return nil, fmt.Errorf("user %q: tokenFile: %w", userName, err)
+				return fmt.Errorf("user %q: tokenFile: %w", name, err)
 			}
 			cfg.token = strings.TrimSpace(string(b))
 		}
 		cert, key := us.ClientCertificateData, us.ClientKeyData
+		var err error
 		if len(cert) == 0 && us.ClientCertificate != "" {
 			if cert, err = os.ReadFile(rel(us.ClientCertificate)); err != nil {
-				return nil, fmt.Errorf("user %q: client-certificate: %w", userName, err)
+				return fmt.Errorf("user %q: client-certificate: %w", name, err)
 			}
 		}
 		if len(key) == 0 && us.ClientKey != "" {
 			if key, err = os.ReadFile(rel(us.ClientKey)); err != nil {
-				return nil, fmt.Errorf("user %q: client-key: %w", userName, err)
+				return fmt.Errorf("user %q: client-key: %w", name, err)
 			}
 		}
 		if len(cert) > 0 || len(key) > 0 {
 			pair, err := tls.X509KeyPair(cert, key)
 			if err != nil {
-				return nil, fmt.Errorf("user %q: client certificate: %w", userName, err)
+				return fmt.Errorf("user %q: client certificate: %w", name, err)
 			}
 			cfg.tls.Certificates = []tls.Certificate{pair}
 		}
 	}
 	if cfg.token == "" && len(cfg.tls.Certificates) == 0 {
-		return nil, errors.New("no credentials: want the user's token, tokenFile or client certificate")
+		return errors.New("no credentials: want the user's token, tokenFile or client certificate")
 	}
-	return cfg, nil
+	return nil
 }
 
 // httpClient makes one client for the process's few requests: HTTP/1.1,

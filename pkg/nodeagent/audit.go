@@ -7,10 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
-
-	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
-
 	"github.com/containernetworking/cni/pkg/types"
+
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 

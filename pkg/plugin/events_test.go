@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +14,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
-	"os"
 )
 
 // agent is a real agent socket in a temporary directory.

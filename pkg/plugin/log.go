@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-
 	"syscall"
 )
 

@@ -2,17 +2,15 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"golang.org/x/sys/unix"
-
-	"errors"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // containerdConfig is containerd 1.6's config (version 2), with every path

@@ -2,12 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"encoding/json"
-
-	"fmt"
 )
 
 // Sandbox is a ready pod sandbox as the runtime sees it, with or without

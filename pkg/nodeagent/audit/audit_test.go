@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
-	"net/netip"
 )
 
 func TestRedirectedPodIsLeftAlone(t *testing.T) {
@@ -247,7 +247,7 @@ func podnsWithPath(n netnsdir.NSFile, path string) netnsdir.NSFile {
 }
 
 // staleNamespaces reports files in the netns directory that this view sees
-// unbound, as sandboxns does when the mount stopped receiving the host's.
+// unbound, as netnsdir does when the mount stopped receiving the host's.
 type staleNamespaces struct {
 	fakeNamespaces
 	stale int

@@ -1,4 +1,4 @@
-// Package sandboxns finds started pods' network namespaces on the node
+// Package netnsdir finds started pods' network namespaces on the node
 // without touching any process: containerd and CRI-O bind every sandbox's
 // namespace to a file in the node's netns directory (/var/run/netns), and a
 // pod's namespace is the one whose interfaces hold the pod's addresses.

@@ -1,4 +1,4 @@
-// Package agentevents carries the plugin's per-verb outcomes to the node
+// Package reports carries the plugin's per-verb outcomes to the node
 // agent: the wire format (Report, one JSON object per datagram) and the two
 // ends of a local unix datagram socket (Send in the plugin, Listener in the
 // agent). Reporting is best effort: Send never blocks a verb for long and an

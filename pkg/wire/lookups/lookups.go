@@ -1,4 +1,4 @@
-// Package agentpods answers the plugin's pod lookups from the node agent's
+// Package lookups answers the plugin's pod lookups from the node agent's
 // informer, over a unix socket in istio-cni's run directory: the wire
 // format, Serve (the agent) and Get (the plugin). The agent already watches
 // every pod on its node, so a lookup costs a local round trip instead of a

@@ -128,7 +128,7 @@ func TestPeerMustBeRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := filepath.Join(dir, "agentpods.test")
+	exe := filepath.Join(dir, "lookups.test")
 	if out, err := exec.Command("cp", self, exe).CombinedOutput(); err != nil {
 		t.Fatal(err, string(out))
 	}

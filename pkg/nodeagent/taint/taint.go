@@ -1,4 +1,4 @@
-// Package nodetaint keeps the node's startup taint in step with the agent's
+// Package taint keeps the node's startup taint in step with the agent's
 // readiness: nodes join with Key:NoSchedule (kubelet's
 // --register-with-taints), the agent removes it from its own node once the
 // plugin is installed and watched, and puts it back when it loses that state

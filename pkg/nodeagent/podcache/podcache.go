@@ -1,4 +1,4 @@
-// Package nodepods is the node agent's one informer over the pods bound to
+// Package podcache is the node agent's one informer over the pods bound to
 // its node. The audit checks them, the plugin's pod lookups are answered
 // from them (pkg/wire/lookups), and missed injections are found among them
 // (pkg/nodeagent/missed): one watch, one cache, for every duty.

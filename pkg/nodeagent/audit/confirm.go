@@ -1,0 +1,129 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
+	"istio-cni.local/istio-cni/pkg/podnet"
+)
+
+// The confirmation state machine: a pod found without its rules is a
+// suspect; still without them in the same namespace Confirm later, it is
+// found, and the action runs.
+
+// podState is what the audit remembers of one pod between checks.
+type podState struct {
+	// inode is the namespace last checked; a new sandbox starts afresh.
+	inode uint64
+	// suspect is when the pod was first seen without its rules in this
+	// namespace; zero while it has them.
+	suspect time.Time
+	// found: confirmed unredirected and not fixed yet.
+	found bool
+	// acted: the label or delete was done (not repeated every pass).
+	acted bool
+}
+
+// check compares one pod's namespace with its model and acts on a
+// confirmed difference. It reports whether the namespace could be read.
+func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile, listed map[string]*corev1.Pod) bool {
+	uid := string(c.pod.UID)
+	// Hold the namespace open for the whole check and repair, and use it
+	// through our own descriptor: its file may be removed, and another
+	// sandbox's bound at the same name, meanwhile.
+	f, err := os.Open(found.Path)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = f.Close() }()
+	if ino, err := netnsdir.Inode(f); err != nil || ino != found.Inode {
+		return false // another namespace now answers at that name
+	}
+	ns := netnsdir.NSFile{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode}
+	if other := a.recordedForAnother(c, ns.Inode, listed); other != "" {
+		a.notChecked(c.pod, "ADD recorded its network namespace for pod "+other, listed)
+		return false
+	}
+	st := a.pods[uid]
+	if st == nil || st.inode != ns.Inode {
+		st = &podState{inode: ns.Inode}
+		a.pods[uid] = st
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, CheckBudget)
+	defer cancel()
+	m, backend, ok, err := a.want(c, ns)
+	if !ok {
+		return true // neither recorded for this sandbox nor meshed now
+	}
+	network := a.deps.Network(backend)
+	var diffs []string
+	if err != nil {
+		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil
+		m = iptables.Model{}
+	} else {
+		diffs, err = network.Check(checkCtx, ns.Path, m)
+	}
+	if err != nil {
+		if !errors.Is(err, podnet.ErrNoNetns) {
+			a.deps.Metrics.Errors.Inc()
+			a.deps.Log.Warn("audit: cannot check pod", "pod", podName(c.pod), "netns", found.Path, "error", err.Error())
+		}
+		return false
+	}
+	now := a.deps.Now()
+	if len(diffs) == 0 {
+		if st.found {
+			a.deps.Log.Info("audit: pod has its redirect again", "pod", podName(c.pod))
+		}
+		*st = podState{inode: ns.Inode}
+		return true
+	}
+	if st.suspect.IsZero() {
+		st.suspect = now
+	}
+	if now.Sub(st.suspect) < a.cfg.Confirm {
+		a.deps.Log.Debug("audit: pod lacks its redirect; confirming", "pod", podName(c.pod), "diffs", diffs)
+		return true
+	}
+	if !st.found {
+		st.found = true
+		a.deps.Metrics.Findings.Inc()
+		msg := "running without its traffic redirect: " + summary(diffs)
+		a.deps.Log.Warn("audit: meshed pod running unredirected", "pod", podName(c.pod), "uid", uid,
+			"netns", found.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))
+		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, ReasonMissing, msg)
+	}
+	// The repair has a budget of its own: a slow check (the xtables lock)
+	// must not leave it too little to finish, and fail half-way.
+	actCtx, cancelAct := context.WithTimeout(ctx, CheckBudget)
+	defer cancelAct()
+	a.act(actCtx, c, ns, network, m, st)
+	return true
+}
+
+func (a *Auditor) updateGauge() {
+	n := 0
+	for _, st := range a.pods {
+		if st.found {
+			n++
+		}
+	}
+	a.deps.Metrics.Unredirected.Set(float64(n))
+}
+
+// summary keeps an Event's message short: the first differences.
+func summary(diffs []string) string {
+	const keep = 3
+	if len(diffs) <= keep {
+		return strings.Join(diffs, "; ")
+	}
+	return strings.Join(diffs[:keep], "; ") + fmt.Sprintf("; and %d more", len(diffs)-keep)
+}

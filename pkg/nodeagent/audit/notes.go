@@ -1,0 +1,76 @@
+package audit
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/decision"
+)
+
+// What is said once: a change of a pod's settings, a pod not checked and
+// why, a stale view of the netns directory.
+
+const noteNoRecord = "no record"
+
+// noteSettingsChanged reports, once per pod and change, that its traffic
+// settings now differ from what ADD applied: Istio applies them only when
+// a pod starts, and so does the audit.
+func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
+	uid := string(c.pod.UID)
+	var now string
+	switch {
+	case c.err != nil:
+		now = "invalid: " + c.err.Error()
+	case !c.decision.Redirect:
+		now = "no longer meshed: " + string(c.decision.Reason)
+	default:
+		if spec := decision.FinalSpec(c.decision, a.cfg.Settings); !applied.SameSpec(spec, r.Spec) {
+			now = "changed: " + applied.SpecDiff(r.Spec, spec)
+		}
+	}
+	if now == "" || a.notes[uid] == now {
+		return
+	}
+	a.notes[uid] = now
+	a.deps.Log.Warn("audit: the pod's traffic settings changed after it started; keeping what ADD applied", "pod", podName(c.pod), "uid", uid, "now", now)
+	a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonSettingsChanged,
+		"traffic settings changed after the pod started (%s); istio-cni keeps the rules applied at start: restart the pod to apply", now)
+}
+
+// noteStale follows the agent's view of the node's netns directory: files
+// newer than the agent that are not namespaces mean its mount does not
+// receive the host's new mounts (the directory was not a shared mount when
+// the agent started). Pods started since cannot be found; /healthz then
+// fails, so kubelet restarts the agent with a fresh view.
+func (a *Auditor) noteStale(n int) {
+	a.blind.Store(n > 0)
+	switch {
+	case n == 0:
+		a.view.Beat()
+		a.stale = false
+	case !a.stale:
+		a.stale = true
+		a.deps.Log.Error("audit: this agent's view of the node's netns directory no longer receives new namespaces (it was not a shared mount when the agent started); /healthz fails so the agent is restarted", "stale_files", n)
+	}
+}
+
+// notChecked says, once per pod and reason, that the audit leaves a pod
+// alone because it cannot prove which namespace is the pod's: a log line
+// and a Warning Event; the pod counts as unchecked.
+func (a *Auditor) notChecked(pod *corev1.Pod, why string, listed map[string]*corev1.Pod) {
+	for uid, p := range listed { // name the other pod for people
+		why = strings.ReplaceAll(why, "pod "+uid, "pod "+podName(p))
+	}
+	uid := string(pod.UID)
+	if a.notes[uid] == noteNotChecked+why {
+		return
+	}
+	a.notes[uid] = noteNotChecked + why
+	a.deps.Log.Warn("audit: not checking the pod: which network namespace is its own cannot be proven", "pod", podName(pod), "uid", uid, "why", why)
+	a.deps.Events.Eventf(pod, corev1.EventTypeWarning, ReasonNotChecked,
+		"istio-cni did not check or repair this pod's traffic redirect: %s", why)
+}
+
+const noteNotChecked = "not checked: "

@@ -1,0 +1,167 @@
+package audit
+
+import (
+	"context"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
+)
+
+// Which pods a pass looks at: the started pods the plugin must redirect
+// or ADD redirected, and their namespaces found by address.
+
+// candidate is a started pod the decision says must be redirected, or
+// one ADD redirected (it has records).
+type candidate struct {
+	pod      *corev1.Pod
+	decision decision.Decision
+	err      error // the pod must be redirected but its settings are invalid
+	records  []applied.Record
+}
+
+// pass checks the pods in only (all pods when nil) and returns how many
+// meshed pods it checked.
+func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
+	listed := map[string]*corev1.Pod{}
+	var cands []candidate
+	// Every pod that may hold an address, not only the candidates: a
+	// candidate whose address another pod claims is matched to no
+	// namespace (netnsdir.Find).
+	ips := map[string][]netip.Addr{}
+	for _, pod := range a.deps.Pods.List() {
+		uid := string(pod.UID)
+		listed[uid] = pod
+		if pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			ips[uid] = apipod.IPs(pod)
+		}
+		if only != nil && !only[uid] {
+			continue
+		}
+		c, ok := a.decide(pod)
+		if !ok {
+			delete(a.pods, uid)
+			continue
+		}
+		cands = append(cands, c)
+	}
+	for uid := range a.pods {
+		if listed[uid] == nil && (only == nil || only[uid]) {
+			delete(a.pods, uid) // gone from the node
+		}
+	}
+	for uid := range a.notes {
+		if listed[uid] == nil {
+			delete(a.notes, uid)
+		}
+	}
+	defer a.updateGauge()
+	if len(cands) == 0 {
+		a.view.Beat() // nothing to find: no view to doubt
+		if !a.stale {
+			a.blind.Store(false)
+		}
+		return 0
+	}
+	found, err := a.deps.Namespaces.Find(ips)
+	if err != nil {
+		a.deps.Metrics.Errors.Inc()
+		a.deps.Log.Error("audit: finding pods' network namespaces", "error", err.Error())
+		return 0
+	}
+	a.noteStale(found.Stale)
+	checked, unchecked := 0, 0
+	for _, c := range cands {
+		a.alive.Beat()
+		if why, ok := found.Ambiguous[string(c.pod.UID)]; ok {
+			a.notChecked(c.pod, why, listed)
+			unchecked++
+			continue
+		}
+		ns, ok := found.Found[string(c.pod.UID)]
+		if !ok || !a.check(ctx, c, ns, listed) {
+			// A started pod whose namespace is not in the node's netns
+			// directory (gone meanwhile, no addresses reported yet, a
+			// runtime that binds namespaces elsewhere), is ambiguous, or
+			// cannot be read. Counted, never silent.
+			unchecked++
+			continue
+		}
+		checked++
+	}
+	if only == nil {
+		a.deps.Metrics.Unchecked.Set(float64(unchecked))
+	}
+	return checked
+}
+
+// decide keeps started, non-terminating pods the plugin must redirect.
+func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
+	if pod.DeletionTimestamp != nil || !started(pod) {
+		return candidate{}, false
+	}
+	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces); decided {
+		return candidate{}, false
+	}
+	var recs []applied.Record
+	if a.deps.Records != nil {
+		var err error
+		if recs, err = a.deps.Records.ForPod(string(pod.UID)); err != nil {
+			a.deps.Log.Warn("audit: reading records", "pod", podName(pod), "error", err.Error())
+		}
+	}
+	kp, err := apipod.ToKube(pod)
+	if err != nil {
+		a.deps.Log.Error("audit: reading pod", "pod", podName(pod), "error", err.Error())
+		return candidate{}, false
+	}
+	d, err := decision.Pod(kp)
+	if err != nil {
+		return candidate{pod: pod, err: err, records: recs}, true
+	}
+	return candidate{pod: pod, decision: d, records: recs}, d.Redirect || redirectedAtAdd(recs)
+}
+
+// redirectedAtAdd: ADD programmed one of the pod's sandboxes.
+func redirectedAtAdd(recs []applied.Record) bool {
+	for _, r := range recs {
+		if !r.Passed {
+			return true
+		}
+	}
+	return false
+}
+
+// started: some container of the pod runs or ran in its current sandbox,
+// i.e. ADD has completed for it (the runtime starts no container before).
+func started(pod *corev1.Pod) bool {
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		return true
+	case corev1.PodSucceeded, corev1.PodFailed:
+		return false
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// pruneRecords drops the records of pods no longer on the node.
+func (a *Auditor) pruneRecords() {
+	if a.deps.Records == nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, p := range a.deps.Pods.List() {
+		live[string(p.UID)] = true
+	}
+	if err := a.deps.Records.Prune(func(uid string) bool { return live[uid] }); err != nil {
+		a.deps.Log.Warn("audit: pruning records", "error", err.Error())
+	}
+}

@@ -1,0 +1,88 @@
+package audit
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
+)
+
+// What a pod's namespace must hold, and whether that namespace is
+// provably the pod's.
+
+// want is what the pod's namespace must hold: what ADD recorded for this
+// sandbox, else (a sandbox from before records, or its record lost) what
+// its annotations say now, as ADD computes it. ok=false: this sandbox was
+// not redirected and the pod is not meshed now. The backend is the one ADD
+// used for it, else the node's.
+func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, xtables.Backend, bool, error) {
+	uid := string(c.pod.UID)
+	for _, r := range c.records {
+		if r.NetnsInode == ns.Inode && r.Passed {
+			return iptables.Model{}, "", false, nil // ADD left this sandbox alone
+		}
+		if r.NetnsInode == ns.Inode {
+			a.noteSettingsChanged(c, r)
+			b := a.cfg.Backend
+			if r.Backend == xtables.Legacy || r.Backend == xtables.NFT {
+				b = r.Backend
+			}
+			return r.Model(), b, true, nil
+		}
+	}
+	if !c.decision.Redirect && c.err == nil {
+		return iptables.Model{}, "", false, nil
+	}
+	if a.deps.Records != nil && a.notes[uid] != noteNoRecord {
+		a.notes[uid] = noteNoRecord
+		a.deps.Log.Info("audit: no record of what ADD applied to this sandbox (started before records were kept?); checking it against its annotations as they are now",
+			"pod", podName(c.pod), "uid", uid)
+	}
+	if c.err != nil {
+		return iptables.Model{}, a.cfg.Backend, true, c.err
+	}
+	m, err := a.model(c, ns)
+	return m, a.cfg.Backend, true, err
+}
+
+// model is the pod's rule model, its families from its addresses and its
+// namespace, exactly as ADD computes it.
+func (a *Auditor) model(c candidate, ns netnsdir.NSFile) (iptables.Model, error) {
+	stack, err := decision.Families(a.cfg.Settings.IPv6, c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
+		return a.deps.Network(a.cfg.Backend).HasIPv6(ns.Path)
+	})
+	if err != nil {
+		return iptables.Model{}, fmt.Errorf("reading the pod's addresses: %w", err)
+	}
+	return decision.Rules(c.decision, a.cfg.Settings, stack.V4, stack.V6), nil
+}
+
+// recordedForAnother names the live pod ADD recorded the namespace for,
+// when that is not this pod: then the namespace this pod's address led to
+// is provably another's (its reported address went to a new pod). ""
+// when the namespace is this pod's own record, or nobody's.
+func (a *Auditor) recordedForAnother(c candidate, ino uint64, listed map[string]*corev1.Pod) string {
+	for _, r := range c.records {
+		if r.NetnsInode == ino {
+			return ""
+		}
+	}
+	if a.deps.Records == nil {
+		return ""
+	}
+	owners, err := a.deps.Records.Owners(ino)
+	if err != nil {
+		a.deps.Log.Warn("audit: reading records", "error", err.Error())
+	}
+	for _, r := range owners {
+		if r.PodUID != string(c.pod.UID) && listed[r.PodUID] != nil {
+			return podName(listed[r.PodUID])
+		}
+	}
+	return ""
+}

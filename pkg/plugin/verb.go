@@ -1,0 +1,87 @@
+package plugin
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
+)
+
+// The plumbing every verb shares: its config, its one log line, its report.
+
+// outcome is what one verb decided, for its log line.
+type outcome struct {
+	pod      string
+	podUID   string
+	decision decision.Decision
+	families string
+	// apiTime and netnsTime split the duration: the pod lookup (client set-up
+	// included) and the work in the pod's namespace.
+	apiTime, netnsTime time.Duration
+	// warnings are problems that did not change the verb's result.
+	warnings []string
+	// note is something the agent tells people of the pod
+	// (reports.Note*).
+	note string
+	// podFrom is what the decision read: "runtime" (the annotations the
+	// runtime passed settled it), "agent" or "api" (who answered the pod
+	// lookup); empty when there was none.
+	podFrom string
+	// agentMiss is why the agent, when asked, did not answer.
+	agentMiss string
+	// agentReadsBack: the agent answered, and its audit reads this pod's
+	// rules back and repairs them.
+	agentReadsBack bool
+}
+
+// verb runs one verb with its config, logs its one line (pod, decision,
+// duration, error) and reports the same to the agent.
+func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
+	start := p.deps.Now()
+	var out outcome
+	conf, err := parseConfig(args.StdinData)
+	log, closeLog := newLogger(conf, p.deps.Stderr)
+	defer closeLog()
+	if err == nil {
+		err = run(conf, &out)
+	}
+	p.finish(log, conf, name, args, out, start, err)
+	return err
+}
+
+// logOutcome writes the one line per verb.
+func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, d time.Duration, err error) {
+	attrs := []any{"verb", verb, "container", args.ContainerID, "pod", out.pod, "duration_ms", millis(d)}
+	if out.decision.Reason != "" {
+		attrs = append(attrs, "redirect", out.decision.Redirect, "reason", string(out.decision.Reason))
+	}
+	if out.families != "" {
+		attrs = append(attrs, "families", out.families)
+	}
+	if out.podFrom != "" {
+		attrs = append(attrs, "pod_from", out.podFrom)
+	}
+	if out.apiTime > 0 {
+		attrs = append(attrs, "api_ms", millis(out.apiTime))
+		if out.agentMiss != "" {
+			attrs = append(attrs, "agent_miss", out.agentMiss)
+		}
+	}
+	if out.netnsTime > 0 {
+		attrs = append(attrs, "netns_ms", millis(out.netnsTime))
+	}
+	if len(out.warnings) > 0 {
+		attrs = append(attrs, "warnings", out.warnings)
+	}
+	if out.note == reports.NoteIPv4OnlyProxy {
+		attrs = append(attrs, "note", decision.IPv6ProxyNote)
+	}
+	if err != nil {
+		log.Error(verb+" failed", append(attrs, "error", err.Error())...)
+		return
+	}
+	log.Info(verb, attrs...)
+}
