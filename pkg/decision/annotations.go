@@ -66,10 +66,9 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 			return Decision{}, &UnsupportedError{Field: "istio-proxy env " + e.Name, Value: "valueFrom " + string(e.ValueFrom)}
 		}
 	}
-	if on, err := envBool(env, envInvalidDrop); err != nil {
+	invalidDrop, err := envBool(env, envInvalidDrop)
+	if err != nil {
 		return Decision{}, err
-	} else if on {
-		return Decision{}, &UnsupportedError{Field: "istio-proxy env " + envInvalidDrop, Value: env[envInvalidDrop]}
 	}
 	dns, err := envBool(env, envDNSCapture)
 	if err != nil {
@@ -86,7 +85,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	if err := applyProxyIDs(&spec, proxy); err != nil {
 		return Decision{}, err
 	}
-	spec.DNSCapture, spec.TProxy = dns, tproxy
+	spec.DNSCapture, spec.TProxy, spec.InvalidDrop = dns, tproxy, invalidDrop
 	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual}, nil
 }
 

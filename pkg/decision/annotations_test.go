@@ -238,7 +238,7 @@ func TestProxyEnvErrors(t *testing.T) {
 		env, value string
 		kind       errKind
 	}{
-		{"INVALID_DROP", "true", unsupported},
+		{"INVALID_DROP", "dropped", invalid},
 		{"ISTIO_META_DNS_CAPTURE", "enabled", invalid},
 		{"ISTIO_DUAL_STACK", "on", invalid},
 	} {

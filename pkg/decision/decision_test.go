@@ -207,7 +207,7 @@ func errorCases() []podCase {
 		{name: "interceptionMode bogus", pod: meshedPod(withAnn(InterceptionMode, "BOGUS")), err: invalid},
 		{name: "excludeInterfaces bad name", pod: meshedPod(withAnn(ExcludeInterfaces, "eth1;x")), err: invalid},
 		{name: "kubevirtInterfaces too long native sidecar", pod: nativeSidecarPod(withAnn(KubevirtInterfaces, "net1,abcdefghijklmnop")), err: invalid},
-		{name: "INVALID_DROP", pod: meshedPod(proxyEnv("INVALID_DROP", "true")), err: unsupported},
+		{name: "INVALID_DROP not a bool", pod: meshedPod(proxyEnv("INVALID_DROP", "yes")), err: invalid},
 		{name: "DNS capture not a bool", pod: meshedPod(proxyEnv("ISTIO_META_DNS_CAPTURE", "yes")), err: invalid},
 		{name: "dual stack not a bool", pod: meshedPod(proxyEnv("ISTIO_DUAL_STACK", "yes")), err: invalid},
 		{name: "bad port", pod: meshedPod(withAnn(IncludeInboundPorts, "http")), err: invalid},
@@ -317,5 +317,17 @@ func TestAnnotationsAgreeWithPod(t *testing.T) {
 	}
 	if _, decided := Annotations(map[string]string{StatusAnnotation: "{}"}); decided {
 		t.Error("an injected pod was settled without being read")
+	}
+}
+
+// INVALID_DROP=true on istio-proxy (often set mesh-wide through
+// proxyMetadata) is programmed as upstream's plugin programs it, never
+// refused and never dropped silently.
+func TestInvalidDrop(t *testing.T) {
+	for value, want := range map[string]bool{"true": true, "1": true, "false": false, "": false} {
+		d, err := Pod(meshedPod(proxyEnv("INVALID_DROP", value)))
+		if err != nil || !d.Redirect || d.Spec.InvalidDrop != want {
+			t.Errorf("INVALID_DROP=%q: %+v, %v; want redirected with InvalidDrop %v", value, d, err, want)
+		}
 	}
 }

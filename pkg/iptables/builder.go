@@ -85,6 +85,9 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 		b.rs.Chains = append(b.rs.Chains, ChainID{TableNat, ChainOutputDNS},
 			ChainID{TableRaw, ChainOutputDNS}, ChainID{TableRaw, ChainInbound})
 	}
+	if spec.InvalidDrop {
+		b.rs.Chains = append(b.rs.Chains, ChainID{TableMangle, ChainDrop})
+	}
 	tproxy := spec.TProxy && !spec.InboundPorts.None()
 	if tproxy {
 		b.rs.Chains = append(b.rs.Chains, ChainID{TableMangle, ChainDivert},
@@ -97,6 +100,12 @@ func BuildFamily(spec Spec, fam Family) Ruleset {
 	b.add(Rule{Chain: ChainRedirect, Proto: TCP, Target: Redirect{spec.OutboundPort}})
 	b.add(Rule{Chain: ChainInRedirect, Proto: TCP, Target: Redirect{spec.InboundPort}})
 	b.interfaces(spec)
+	if spec.InvalidDrop {
+		// Out-of-window packets are dropped, not answered with a reset,
+		// before any capture: istio-iptables' --drop-invalid.
+		b.addMangle(Rule{Chain: Prerouting, Matches: []Match{InvalidState{}}, Target: Jump{ChainDrop}})
+		b.addMangle(Rule{Chain: ChainDrop, Target: Drop{}})
+	}
 	b.inbound(spec)
 	b.outbound(spec)
 	if spec.DNSCapture {

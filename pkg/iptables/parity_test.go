@@ -192,3 +192,46 @@ func TestUpstreamParityTProxy(t *testing.T) {
 		t.Errorf("policy route %+v, want fwmark 1337 table 133", rs.Route)
 	}
 }
+
+// upstreamDropInvalidMangle is the mangle table of upstream's
+// drop-invalid.golden (istio-iptables, capture/testdata), in
+// iptables-save's form.
+const upstreamDropInvalidMangle = `*mangle
+:PREROUTING ACCEPT [0:0]
+:ISTIO_DROP - [0:0]
+-A PREROUTING -m conntrack --ctstate INVALID -j ISTIO_DROP
+-A ISTIO_DROP -j DROP
+COMMIT
+`
+
+// TestUpstreamParityDropInvalid holds INVALID_DROP's mangle table to
+// upstream's, in both families (the nat table is the default's).
+func TestUpstreamParityDropInvalid(t *testing.T) {
+	spec := iptables.DefaultSpec()
+	spec.InvalidDrop = true
+	obs, err := iptables.ParseSave([]byte(upstreamDropInvalidMangle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		rs := iptables.BuildFamily(spec, fam)
+		mangle := iptables.Ruleset{Family: rs.Family}
+		for _, c := range rs.Chains {
+			if c.Table == iptables.TableMangle {
+				mangle.Chains = append(mangle.Chains, c)
+			}
+		}
+		for _, r := range rs.Rules {
+			if r.Table == iptables.TableMangle {
+				mangle.Rules = append(mangle.Rules, r)
+			}
+		}
+		if d := iptables.Diff(&mangle, obs); len(d) != 0 {
+			t.Errorf("%s mangle differs from upstream:\n%s", fam, strings.Join(d, "\n"))
+		}
+		def := iptables.BuildFamily(iptables.DefaultSpec(), fam)
+		if nat := len(rs.Rules) - len(mangle.Rules); nat != len(def.Rules) {
+			t.Errorf("%s: %d nat rules, want the default's %d", fam, nat, len(def.Rules))
+		}
+	}
+}

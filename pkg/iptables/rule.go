@@ -28,6 +28,7 @@ const (
 	ChainOutputDNS  = "ISTIO_OUTPUT_DNS"
 	ChainDivert     = "ISTIO_DIVERT"
 	ChainTProxy     = "ISTIO_TPROXY"
+	ChainDrop       = "ISTIO_DROP"
 )
 
 // Proto is the -p match.
@@ -127,6 +128,16 @@ func (m Mark) tokens() []string {
 type ConnMark struct{ Value uint32 }
 
 func (m ConnMark) tokens() []string { return []string{"-m", "connmark", "--mark", hex(m.Value)} }
+
+// InvalidState matches packets conntrack cannot place in a connection.
+type InvalidState struct{}
+
+func (InvalidState) tokens() []string { return []string{"-m", "conntrack", "--ctstate", "INVALID"} }
+
+// Drop is -j DROP.
+type Drop struct{}
+
+func (Drop) tokens() []string { return []string{"-j", "DROP"} }
 
 // Established matches packets of known connections.
 type Established struct{}
@@ -264,6 +275,7 @@ func (t Redirect) tokens() []string {
 }
 
 // The match and target markers.
+func (InvalidState) match()     {}
 func (SPort) match()            {}
 func (NotDPorts) match()        {}
 func (Mark) match()             {}
@@ -272,6 +284,7 @@ func (Established) match()      {}
 func (Tag) match()              {}
 func (DPort) match()            {}
 func (Owner) match()            {}
+func (Drop) target()            {}
 func (CT) target()              {}
 func (SetMark) target()         {}
 func (Accept) target()          {}

@@ -87,6 +87,12 @@ type Spec struct {
 	TProxy      bool
 	TProxyMark  uint32
 	TProxyTable uint32
+
+	// InvalidDrop drops packets conntrack finds INVALID (out of the TCP
+	// window) before they reach the pod, where the kernel would answer
+	// them with a reset that kills a healthy connection through the
+	// proxy (INVALID_DROP=true on istio-proxy).
+	InvalidDrop bool
 }
 
 // PolicyRoute is the routing TPROXY needs in a family: packets marked Mark

@@ -73,7 +73,12 @@ func Specs() map[string]iptables.Spec {
 			s.DNSCapture = true
 			s.ProxyUID, s.ProxyGID = 1000, 2000
 		}),
-		"tproxy": with(func(s *iptables.Spec) { s.TProxy = true }),
+		"tproxy":       with(func(s *iptables.Spec) { s.TProxy = true }),
+		"drop-invalid": with(func(s *iptables.Spec) { s.InvalidDrop = true }),
+		"drop-invalid-tproxy": with(func(s *iptables.Spec) {
+			s.InvalidDrop, s.TProxy = true, true
+			s.ExcludeInterfaces = IfNames("not-istio-nic")
+		}),
 		"tproxy-ports-and-interfaces": with(func(s *iptables.Spec) {
 			s.TProxy = true
 			s.TProxyMark, s.TProxyTable = 0x1000, 200
