@@ -28,9 +28,11 @@ type File struct {
 	Mode fs.FileMode
 	// Size is a regular file's length.
 	Size int64
-	// Data is a regular file's content; nil for anything else, and for a
-	// file over MaxConfigSize, which is not read.
-	Data []byte
+	// Data is a regular file's content; nil for anything else, for a file
+	// over MaxConfigSize, which is not read, and for one that could not be
+	// read (ReadErr says why).
+	Data    []byte
+	ReadErr string
 	// LinkToRegular: a symlink whose target is a regular file (what the
 	// runtime would read through it; the installer never follows it).
 	LinkToRegular bool

@@ -184,4 +184,14 @@ func TestFindPrimaryRefusesLinksAndGiants(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refusing CNI config 05-huge.conflist") {
 		t.Errorf("a file over %d bytes: %v, want it refused by name", chain.MaxConfigSize, err)
 	}
+
+	// A small file that could not be read: refused (the runtime may read
+	// it), saying why, never called too large.
+	dir = dirOf(map[string]string{"10-calico.conflist": calicoList},
+		chain.File{Name: "05-racy.conflist", Mode: 0o644, Size: 300, ReadErr: "reading 05-racy.conflist: input/output error"})
+	_, err = chain.FindPrimary(dir, preferred)
+	if err == nil || !strings.Contains(err.Error(), "refusing CNI config 05-racy.conflist: cannot be read (reading 05-racy.conflist: input/output error)") ||
+		strings.Contains(err.Error(), "more than") {
+		t.Errorf("an unreadable file: %v, want it refused by name with the read error", err)
+	}
 }

@@ -96,8 +96,16 @@ func readPrimary(d Dir, f File) (*Primary, *conflist, error) {
 		return nil, nil, fmt.Errorf("%s: a symlink to no regular file", f.Name)
 	case !f.Mode.IsRegular():
 		return nil, nil, fmt.Errorf("%s: not a regular file", f.Name)
-	case f.Size > MaxConfigSize || f.Data == nil:
+	case f.Size > MaxConfigSize:
 		return nil, nil, &refusedError{f.Name, fmt.Sprintf("%d bytes, more than the %d a CNI config may hold", f.Size, MaxConfigSize)}
+	case f.Data == nil:
+		// The runtime may read it: skipping it could chain after the wrong
+		// primary. The next change of the directory reads it again.
+		why := f.ReadErr
+		if why == "" {
+			why = "unknown error"
+		}
+		return nil, nil, &refusedError{f.Name, "cannot be read (" + why + "); waiting for it to change"}
 	}
 	p := &Primary{Name: f.Name, Mode: f.Mode.Perm(), Data: f.Data}
 	// First: a list with plugins only in its directory is valid to the
@@ -136,6 +144,10 @@ func checkPluginDir(d Dir, p *Primary) error {
 		return nil
 	}
 	for _, f := range extra {
+		if f.Mode&fs.ModeSymlink != 0 && f.Name == l.Name {
+			return &refusedError{p.Name, fmt.Sprintf("network %q may also load plugins from %s, a symlink, which istio-cni does not follow; they would run after istio-cni: make it a directory or set \"loadOnlyInlinedPlugins\": true",
+				l.Name, filepath.Join(d.Path, l.Name))}
+		}
 		if f.Data == nil {
 			return fmt.Errorf("%s: plugin config %s/%s cannot be read", p.Name, l.Name, f.Name)
 		}

@@ -42,6 +42,13 @@ func readConfDir(d *hostfs.Dir) (chain.Dir, error) {
 				}
 				out.PluginConfs[e.Name()] = confs
 			}
+		case e.Type()&fs.ModeSymlink != 0 && !chain.IsConfigName(e.Name()):
+			// Perhaps a network's plugin directory, which libcni follows
+			// and the installer does not: named, never read.
+			if out.PluginConfs == nil {
+				out.PluginConfs = map[string][]chain.File{}
+			}
+			out.PluginConfs[e.Name()] = []chain.File{{Name: e.Name(), Mode: fs.ModeSymlink}}
 		case chain.IsConfigName(e.Name()):
 			if f, ok := readConfFile(d, e.Name()); ok {
 				out.Files = append(out.Files, f)
@@ -66,6 +73,8 @@ func readConfFile(d *hostfs.Dir, name string) (chain.File, bool) {
 			f.Data, f.Size = data, int64(len(data))
 		} else if errors.Is(err, hostfs.ErrTooLarge) {
 			f.Size = chain.MaxConfigSize + 1 // grew meanwhile
+		} else {
+			f.ReadErr = err.Error()
 		}
 	}
 	return f, true

@@ -90,3 +90,32 @@ func TestReadConfDirReadsWhatTheRuntimeReads(t *testing.T) {
 		t.Errorf("nothing: %v", err)
 	}
 }
+
+// A network's plugin directory that is a symlink: libcni follows it, the
+// installer does not. The primary then cannot chain (its extra plugins
+// would run after istio-cni): refused by name, never skipped for the next
+// file, which would chain after the wrong primary.
+func TestSymlinkedPluginDirIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "10-calico.conflist"), []byte(calicoList), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "20-other.conflist"), []byte(strings.Replace(calicoList, "k8s-pod-network", "other", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugins := t.TempDir()
+	if err := os.WriteFile(filepath.Join(plugins, "tuning.conf"), []byte(`{"type":"tuning"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(plugins, filepath.Join(dir, "k8s-pod-network")); err != nil {
+		t.Fatal(err)
+	}
+	cd, err := ReadConfDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = chain.FindPrimary(cd, "02-istio-cni.conflist")
+	if err == nil || errors.Is(err, chain.ErrNoPrimary) || !strings.Contains(err.Error(), "refusing CNI config 10-calico.conflist") || !strings.Contains(err.Error(), "a symlink") {
+		t.Errorf("FindPrimary: %v, want 10-calico.conflist refused for its symlinked plugin directory", err)
+	}
+}

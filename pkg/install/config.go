@@ -205,7 +205,7 @@ func (c Config) validate() error {
 			errs = append(errs, fmt.Errorf("--exclude-namespaces: %q is not a namespace name: want 1 to 63 lower-case letters, digits and '-', comma-separated", ns))
 		}
 	}
-	// The agent's own namespace keeps its pods out of the plugin's way.
+	// The agent's namespace names its objects (lifecycle, tokens).
 	if !kube.ValidNamespace(c.PodNamespace) {
 		errs = append(errs, fmt.Errorf("--pod-namespace %q: required (POD_NAMESPACE from the downward API): want 1 to 63 lower-case letters, digits and '-'", c.PodNamespace))
 	}

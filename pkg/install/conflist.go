@@ -124,8 +124,12 @@ func (in *Installer) firstForeign(cd chain.Dir) string {
 }
 
 // isOurs: the configured name, the current one, or a generated name
-// holding our entry.
+// holding our entry; never a file holding upstream Istio's entry, which
+// its installer inserts into the first config, ours included.
 func (in *Installer) isOurs(f chain.File) bool {
+	if f.Data != nil && chain.UpstreamEntry(f.Data) {
+		return false
+	}
 	if f.Name == in.cfg.OwnedConfigName || (f.Name == in.files.owned && in.cfg.Mode == Owned) {
 		return true
 	}

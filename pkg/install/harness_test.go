@@ -27,6 +27,7 @@ type node struct {
 	cancel                 context.CancelFunc
 	done                   chan error
 	uninstall              atomic.Bool
+	reinstalled            atomic.Bool // what Deps.Reinstalled says
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
 	notify                 Notifier
@@ -75,6 +76,9 @@ func (n *node) start(cfg Config) {
 		Metrics: NewMetrics(),
 		Uninstall: func(context.Context) (bool, string, error) {
 			return n.uninstall.Load(), "the test says so", nil
+		},
+		Reinstalled: func(context.Context) (bool, string) {
+			return n.reinstalled.Load(), "the test says so"
 		},
 		PluginToken: n.mint,
 		Notify:      n.notify,

@@ -27,6 +27,12 @@ type Deps struct {
 	// Uninstall tells uninstall from restart at shutdown; nil: always
 	// restart.
 	Uninstall UninstallCheck
+	// Reinstalled tells an agent that uninstalled while running (its
+	// DaemonSet and ServiceAccount went) that they are back and the API
+	// accepts it again: it then exits, so kubelet restarts it to install
+	// (a new install adopts orphaned pods with the same template and does
+	// not replace them). nil: it idles until stopped.
+	Reinstalled func(ctx context.Context) (bool, string)
 	// PluginToken mints the plugin's tokens; nil: the plugin's kubeconfig
 	// carries the installer's own service-account token.
 	PluginToken TokenMinter
@@ -59,6 +65,9 @@ type Installer struct {
 	// refusedHold: the API refused the agent's credentials at start;
 	// nothing is installed until a mint succeeds (removed.go).
 	refusedHold bool
+	// holdCleared: a hold outlasted the plugin's token lifetime and the
+	// files an earlier run left were removed.
+	holdCleared bool
 
 	unwatched []string // watched directories not armed yet
 }

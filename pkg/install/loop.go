@@ -85,6 +85,12 @@ func (in *Installer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
+	var holdLapsed <-chan time.Time
+	if in.refusedHold && in.cfg.PluginTokenTTL > 0 {
+		t := time.NewTimer(in.cfg.PluginTokenTTL)
+		defer t.Stop()
+		holdLapsed = t.C
+	}
 	in.reconcile(trigger{reason: reasonInstall, at: in.now()})
 	l := loop{in: in, wa: wa, pacer: stoppedTimer(), calm: stoppedTimer()}
 	tick := time.NewTicker(aliveTick)
@@ -130,6 +136,8 @@ func (in *Installer) Run(ctx context.Context) error {
 			if at := in.fights.calmAt(); !at.IsZero() && !in.now().Before(at) {
 				in.endFight()
 			}
+		case <-holdLapsed:
+			in.clearHeldNode()
 		case <-due:
 			in.tokens.start(ctx)
 		case <-in.refused:

@@ -2,6 +2,7 @@ package install
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,9 +35,20 @@ func (in *Installer) UninstallNow(why string) {
 	}
 }
 
+// ErrReinstalled ends an agent that uninstalled while running once
+// istio-cni is installed around it again: kubelet restarts it, and the
+// restarted agent installs.
+var ErrReinstalled = errors.New("istio-cni is installed again around this agent, which uninstalled while running: exiting so that kubelet restarts it to install")
+
+// reinstallCheck is how often an agent that uninstalled while running asks
+// whether istio-cni is back.
+var reinstallCheck = 30 * time.Second
+
 // uninstallWhileRunning uninstalls and then only keeps the loop's
 // liveness beating until ctx ends: nothing is repaired or minted any more,
-// and the shutdown has nothing left to decide.
+// and the shutdown has nothing left to decide. Should istio-cni be
+// installed again around it (its pod adopted by a new DaemonSet), it
+// returns ErrReinstalled.
 func (in *Installer) uninstallWhileRunning(ctx context.Context, why string) error {
 	in.log.Info("uninstalling", "why", why, "while", "running")
 	if err := in.Uninstall(); err != nil {
@@ -45,14 +57,42 @@ func (in *Installer) uninstallWhileRunning(ctx context.Context, why string) erro
 	in.setReady(false, UninstalledReason+": "+why)
 	tick := time.NewTicker(aliveTick)
 	defer tick.Stop()
+	var check <-chan time.Time
+	if in.deps.Reinstalled != nil {
+		t := time.NewTicker(reinstallCheck)
+		defer t.Stop()
+		check = t.C
+	}
 	for {
 		in.alive.Beat()
 		select {
 		case <-ctx.Done():
 			in.log.Info("stopping; istio-cni was uninstalled while this agent ran")
 			return nil
+		case <-check:
+			if back, why := in.deps.Reinstalled(ctx); back {
+				in.log.Warn(ErrReinstalled.Error(), "why", why)
+				return ErrReinstalled
+			}
 		case <-tick.C:
 		}
+	}
+}
+
+// clearHeldNode removes what an earlier run left once a hold has lasted
+// the plugin's token lifetime: by then no token that run minted for the
+// plugin is valid, so a config still chaining istio-cni could only fail
+// every pod on the node, for as long as the API refuses this agent. The
+// hold goes on: a mint that succeeds installs again.
+func (in *Installer) clearHeldNode() {
+	if !in.refusedHold || in.holdCleared {
+		return
+	}
+	in.holdCleared = true
+	in.log.Warn("the API has refused this agent for the plugin's whole token lifetime: removing what an earlier run installed, so the node's pods start without istio-cni rather than not at all",
+		"held", in.cfg.PluginTokenTTL.String())
+	if err := in.Uninstall(); err != nil {
+		in.log.Error("removing an earlier run's files while held", "error", err.Error())
 	}
 }
 

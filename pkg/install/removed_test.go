@@ -1,6 +1,8 @@
 package install
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +41,39 @@ func TestUninstallNowRemovesAndHoldsNothing(t *testing.T) {
 	}
 }
 
+// An orphan that uninstalled while running is adopted by a new install
+// (same template: the new DaemonSet keeps the pod): once the API shows
+// istio-cni back and accepts it, it exits so kubelet restarts it to
+// install, rather than idling on a node the new install counts as served.
+func TestUninstalledWhileRunningExitsWhenReinstalled(t *testing.T) {
+	defer func(d time.Duration) { reinstallCheck = d }(reinstallCheck)
+	reinstallCheck = 20 * time.Millisecond
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	n.in.UninstallNow("ServiceAccount istio-cni/istio-cni is deleted and the API now refuses the agent")
+	n.eventually("uninstalled", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.HasPrefix(why, UninstalledReason), why
+	})
+	select {
+	case err := <-n.done:
+		t.Fatalf("exited before istio-cni was back: %v", err)
+	case <-time.After(100 * time.Millisecond): // several checks said no
+	}
+	n.reinstalled.Store(true)
+	select {
+	case err := <-n.done:
+		n.cancel = nil
+		if !errors.Is(err, ErrReinstalled) {
+			t.Errorf("Run returned %v, want ErrReinstalled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still idle 10s after istio-cni was back")
+	}
+}
+
 // A restarted orphan (its container after a crash, its node after a
 // reboot) finds its own credentials refused: it installs nothing, says
 // why, and installs once the API accepts it again (a new install adopted
@@ -67,6 +102,48 @@ func TestRefusedAtStartInstallsNothing(t *testing.T) {
 	if err := n.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A restarted orphan whose node still holds what an earlier run installed
+// (it crashed before it could uninstall): while the API refuses it, that
+// config keeps failing every pod on the node. Once the hold has lasted the
+// plugin's token lifetime, no token of the earlier run can work: the files
+// go, and the hold goes on until the API accepts the agent again.
+func TestHeldPastTheTokenLifetimeClearsTheNode(t *testing.T) {
+	n := newNode(t)
+	m := &fakeMinter{ttl: time.Hour}
+	n.minting(m)
+	n.start(n.config())
+	n.waitReady()
+	if err := n.stop(); err != nil { // a restart: the files stay
+		t.Fatal(err)
+	}
+	files := []string{filepath.Join(n.bin, PluginBinary), filepath.Join(n.kc, KubeconfigName), filepath.Join(n.netd, "02-istio-cni.conflist")}
+	for _, f := range files {
+		if !exists(f) {
+			t.Fatalf("%s missing after a restart", f)
+		}
+	}
+	m.mu.Lock()
+	m.refuse = apierrors.NewUnauthorized("the token's ServiceAccount is gone")
+	m.mu.Unlock()
+	cfg := n.config()
+	cfg.PluginTokenTTL = 500 * time.Millisecond
+	n.start(cfg)
+	n.eventually("the earlier run's files removed, still holding", func() (bool, string) {
+		ok, why := n.in.Ready()
+		left := 0
+		for _, f := range files {
+			if exists(f) {
+				left++
+			}
+		}
+		return !ok && strings.HasPrefix(why, RefusedReason) && left == 0, fmt.Sprint(why, "; files left: ", left)
+	})
+	m.mu.Lock()
+	m.refuse = nil
+	m.mu.Unlock()
+	n.waitReady()
 }
 
 func exists(path string) bool {

@@ -99,6 +99,23 @@ func TestUninstallStripsOnlyOurEntry(t *testing.T) {
 	}
 }
 
+// Upstream's installer (no CNI_CONF_NAME) inserts its entry into the first
+// config, which after a rolled-back migration is our 02-istio-cni.conflist
+// (ours taken out, its own appended). The file is then upstream's: our
+// uninstall leaves it whole.
+func TestUninstallLeavesUpstreamsEntryInOurFileName(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	ours := filepath.Join(n.netd, "02-istio-cni.conflist")
+	n.write(ours, upstreamBridge, 0o644)
+	if err := New(n.config(), Deps{}).Uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.read(ours); got != upstreamBridge {
+		t.Errorf("%s after our uninstall:\n%s\nwant upstream's, untouched:\n%s", ours, got, upstreamBridge)
+	}
+}
+
 // upstreamKubeconfig is the plugin kubeconfig upstream Istio's installer
 // writes at the same path as ours (cni/pkg/install/kubeconfig.go).
 const upstreamKubeconfig = `apiVersion: v1

@@ -69,6 +69,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
 		ServiceAccount: cfg.ServiceAccount, NodeName: cfg.NodeName}, cs, log.With("component", "lifecycle"))
 	deps.Uninstall = a.lifecycle.Check
+	deps.Reinstalled = a.lifecycle.Reinstalled
 	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
 		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,

@@ -58,7 +58,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	paths := install.BindPaths(f, "")
 	var kubeconfig, exclude, agentNS, backendName, ipv6 string
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
-		install.NodeRunDir+"/"+install.KubeconfigName)
+		install.KubeconfigName+" in --run-dir")
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", install.DefaultExcludeNamespaces, "the plugin's excluded namespaces, comma-separated")
 	f.String(&agentNS, "agent-namespace", "POD_NAMESPACE", "istio-cni", "the agent's namespace (never judged for missed injection)")
 	fs.StringVar(&backendName, "iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
@@ -82,7 +82,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if settings.IPv6, err = decision.ParseIPv6Policy(ipv6); err != nil {
 		return 1, fmt.Errorf("--ipv6-redirect: %w", err)
 	}
-	cs, err := inspectClient(kubeconfig)
+	cs, err := inspectClient(kubeconfig, paths.RunDir)
 	if err != nil {
 		return 1, err
 	}
@@ -141,7 +141,9 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	return 0, nil
 }
 
-func inspectClient(kubeconfig string) (kubernetes.Interface, error) {
+// inspectClient: --kubeconfig, else the pod's own credentials, else (on
+// the node as root) the plugin's kubeconfig in the run directory.
+func inspectClient(kubeconfig, runDir string) (kubernetes.Interface, error) {
 	var rc *rest.Config
 	var err error
 	switch {
@@ -149,7 +151,7 @@ func inspectClient(kubeconfig string) (kubernetes.Interface, error) {
 		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
 	default:
 		if rc, err = rest.InClusterConfig(); errors.Is(err, rest.ErrNotInCluster) {
-			rc, err = clientcmd.BuildConfigFromFlags("", "/var/run/istio-cni/istio-cni-kubeconfig")
+			rc, err = clientcmd.BuildConfigFromFlags("", filepath.Join(runDir, install.KubeconfigName))
 		}
 	}
 	if err != nil {

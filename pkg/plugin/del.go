@@ -31,17 +31,21 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	ref, isPod, _ := podID(args.Args)
 	if isPod {
 		out.pod, out.podUID = ref.String(), ref.uid
-		// Pods decided before the API are never programmed: nothing to undo.
-		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces); decided && confErr == nil {
-			out.decision = d
-			p.finish(log, conf, "DEL", args, out, start, nil)
-			return nil
-		}
 	}
+	// ADD records every sandbox, pass-through ones too: the record goes
+	// first, whatever the pod.
 	err := confErr
 	if conf.RecordsDir != "" {
 		if rErr := (applied.Store{Dir: conf.RecordsDir}).Remove(out.podUID, args.ContainerID); rErr != nil {
 			err = errors.Join(err, rErr)
+		}
+	}
+	if isPod && err == nil {
+		// Pods decided before the API are never programmed: nothing to undo.
+		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces); decided {
+			out.decision = d
+			p.finish(log, conf, "DEL", args, out, start, nil)
+			return nil
 		}
 	}
 	if args.Netns != "" {

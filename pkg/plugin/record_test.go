@@ -62,3 +62,25 @@ func TestRecordWriteFailureKeepsADD(t *testing.T) {
 		t.Errorf("the failed record is not logged: %s", h.stderr)
 	}
 }
+
+// A sandbox in an excluded namespace is recorded too (passed through), so
+// its DEL removes that record: none is left behind for the agent to prune.
+func TestDelRemovesAnExcludedNamespacesRecord(t *testing.T) {
+	h := newHarness()
+	dir := filepath.Join(t.TempDir(), "sandboxes")
+	a := cmdArgs(confWithRecords(dir), strings.Replace(podArgsUID, "K8S_POD_NAMESPACE=team-a", "K8S_POD_NAMESPACE=kube-system", 1))
+	a.Netns = t.TempDir() // any existing path: the record keys it by inode
+	if err := h.p.Add(a); err != nil {
+		t.Fatal(err)
+	}
+	store := applied.Store{Dir: dir}
+	if recs, _ := store.ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666"); len(recs) != 1 || !recs[0].Passed {
+		t.Fatalf("after ADD: %+v, want one pass-through record", recs)
+	}
+	if err := h.p.Del(a); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := store.ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666"); len(recs) != 0 {
+		t.Errorf("DEL left %d record(s) of an excluded-namespace sandbox", len(recs))
+	}
+}

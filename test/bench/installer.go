@@ -45,7 +45,7 @@ func installerBench(n int) error {
 	fmt.Println("| event | gap | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, gap := range []time.Duration{time.Second, 100 * time.Millisecond} {
-		for _, kind := range []string{"primary rewritten", "our conflist deleted", "token rotated"} {
+		for _, kind := range []string{"primary rewritten", "our conflist deleted", "token rotated", "foreign config sorts first"} {
 			ds, err := nd.repairs(kind, gap, n)
 			if err != nil {
 				return fmt.Errorf("%s every %s: %w", kind, gap, err)
@@ -183,6 +183,26 @@ func (nd *fakeNode) waitFor(cond func() bool, limit time.Duration) (time.Time, e
 	}
 }
 
+const (
+	foreignFirst = "foreign config sorts first"
+	foreignName  = "00-foreign.conflist"
+	primaryName  = "10-bridge.conflist"
+)
+
+// firstChains: the config a runtime would load (the first by name) chains
+// istio-cni.
+func (nd *fakeNode) firstChains() bool {
+	entries, _ := os.ReadDir(nd.netd)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(nd.netd, e.Name()))
+		return err == nil && strings.Contains(string(data), `"istio-cni"`)
+	}
+	return false
+}
+
 func (nd *fakeNode) ownedFirst() bool {
 	entries, _ := os.ReadDir(nd.netd)
 	for _, e := range entries {
@@ -211,6 +231,16 @@ func (nd *fakeNode) repairs(kind string, gap time.Duration, n int) ([]time.Durat
 			return nil, err
 		}
 		ds = append(ds, end.Sub(start))
+		if kind == foreignFirst {
+			// The foreign config goes; ours takes its preferred name back
+			// (untimed) before the next one comes.
+			if err := os.Remove(filepath.Join(nd.netd, foreignName)); err != nil {
+				return nil, err
+			}
+			if _, err := nd.waitFor(nd.ownedIs(func(s string) bool { return strings.Contains(s, `"istio-cni"`) }), 10*time.Second); err != nil {
+				return nil, fmt.Errorf("after the foreign config went: %w", err)
+			}
+		}
 	}
 	return ds, nil
 }
@@ -227,6 +257,19 @@ func (nd *fakeNode) undo(kind string) (func() bool, error) {
 			s = strings.Join(strings.Fields(s), "")
 			return strings.Contains(s, serial) && strings.Contains(s, `"istio-cni"`)
 		}), nil
+	case foreignFirst:
+		// Another CNI's config appears sorting first (a copy of the
+		// primary): the window in which a runtime reading the directory
+		// would set up a sandbox without istio-cni lasts until ours sorts
+		// first again.
+		primary, err := os.ReadFile(filepath.Join(nd.netd, primaryName))
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(nd.netd, foreignName), primary, 0o644); err != nil {
+			return nil, err
+		}
+		return nd.firstChains, nil
 	case "our conflist deleted":
 		if err := os.Remove(filepath.Join(nd.netd, ownedName)); err != nil {
 			return nil, err

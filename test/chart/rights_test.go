@@ -2,6 +2,8 @@ package chart
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +85,41 @@ func TestRightsFollowTheFinalSettings(t *testing.T) {
 	out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", "env.AUDIT_ACTION=fix")
 	if err == nil || !strings.Contains(out, `env.AUDIT_ACTION "fix"`) {
 		t.Errorf("env.AUDIT_ACTION=fix: %v\n%s\nwant it refused, naming the value", err, out)
+	}
+}
+
+// env as users write it in a values file: YAML 1.1 reads an unquoted off
+// as false, and an empty value means unset. The ConfigMap carries what the
+// agent accepts ("off", never "false", which would stop it at start) and
+// the rights follow the same value.
+func TestEnvOverridesFromAValuesFile(t *testing.T) {
+	for _, tc := range []struct {
+		values string
+		want   map[string]string
+		caps   bool
+	}{
+		{"env:\n  AUDIT_ACTION: off\n  MISSED_INJECTION: off\n", map[string]string{"AUDIT_ACTION": "off", "MISSED_INJECTION": "off"}, false},
+		{"env:\n  AUDIT_ACTION: \"\"\n  AUDIT_LABEL_KEY: \"\"\n", map[string]string{"AUDIT_ACTION": "repair", "AUDIT_LABEL_KEY": "cni.istio.io/uninitialized"}, true},
+		{"env:\n  AUDIT_ACTION: report\n", map[string]string{"AUDIT_ACTION": "report"}, true},
+	} {
+		f := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(f, []byte(tc.values), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := run(t, tool(t, cluster.Helm), "template", "istio-cni", chartDir(t), "--namespace", "istio-cni", "-f", f)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.values, err)
+		}
+		objs := objects(t, out)
+		data, _ := objs["ConfigMap istio-cni/istio-cni-config"]["data"].(map[string]any)
+		for k, v := range tc.want {
+			if data[k] != v {
+				t.Errorf("%q: ConfigMap %s = %v, want %q", tc.values, k, data[k], v)
+			}
+		}
+		_, caps := container(daemonSet(objs))["securityContext"].(map[string]any)["capabilities"].(map[string]any)["add"]
+		if caps != tc.caps {
+			t.Errorf("%q: capabilities added %v, want %v", tc.values, caps, tc.caps)
+		}
 	}
 }

@@ -165,19 +165,17 @@ func (r recorded) kill() error {
 }
 
 // AbortOnSignal arms abort for a test binary that runs a node: on SIGINT
-// or SIGTERM, and AbortBudget before `go test -timeout` would panic (a
-// panic runs no deferred call, and containerd's shims and their containers
-// outlive the process by design), it runs abort and exits 1. It returns a
-// function that disarms it.
-func AbortOnSignal(abort func() error) (disarm func()) {
+// or SIGTERM, and AbortBudget before deadline (`go test -timeout` panics
+// then, and a panic runs no deferred call, while containerd's shims and
+// their containers outlive the process by design), it runs abort and exits
+// 1. deadline is TestDeadline() in a TestMain, t.Deadline() in a test;
+// zero for none. It returns a function that disarms it (once or more).
+func AbortOnSignal(abort func() error, deadline time.Time) (disarm func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	var expire <-chan time.Time
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 2*AbortBudget {
-			// go test's alarm starts in m.Run, after this: ours fires first.
-			expire = time.After(d - AbortBudget)
-		}
+	if at, ok := abortAt(deadline, time.Now()); ok {
+		expire = time.After(time.Until(at))
 	}
 	done := make(chan struct{})
 	go func() {
@@ -196,10 +194,39 @@ func AbortOnSignal(abort func() error) (disarm func()) {
 		fmt.Fprintf(os.Stderr, "cluster: node torn down in %v\n", time.Since(start).Round(time.Millisecond))
 		os.Exit(1)
 	}()
-	return func() {
+	return sync.OnceFunc(func() {
 		signal.Stop(sigs)
 		close(done)
+	})
+}
+
+// abortAt is when to tear down before deadline: AbortBudget ahead of it,
+// if the run has at least that long again before (a shorter run would be
+// cut short by the teardown's own reserve).
+func abortAt(deadline, now time.Time) (time.Time, bool) {
+	if deadline.IsZero() || deadline.Sub(now) <= 2*AbortBudget {
+		return time.Time{}, false
 	}
+	return deadline.Add(-AbortBudget), true
+}
+
+// TestDeadline is when `go test -timeout` will panic, for a TestMain, which
+// runs before the testing package parses its flags: it parses them (as
+// m.Run would) and counts from now, which is before m.Run starts go
+// test's own alarm, so it is never later than that. Zero without a timeout.
+func TestDeadline() time.Time {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return time.Time{}
+	}
+	d, err := time.ParseDuration(f.Value.String())
+	if err != nil || d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
 }
 
 func containerdSocket(dir string) string { return filepath.Join(dir, "containerd", "containerd.sock") }

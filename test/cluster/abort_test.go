@@ -144,7 +144,8 @@ func TestChildNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	if mode == "signal" {
-		cluster.AbortOnSignal(n.Abort)
+		deadline, _ := t.Deadline()
+		cluster.AbortOnSignal(n.Abort, deadline)
 	}
 	if err := n.ImportImages(ctx, image); err != nil {
 		t.Fatal(err)

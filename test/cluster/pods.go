@@ -141,14 +141,16 @@ func (n *Node) WaitRunning(ctx context.Context, ns, name string) (Pod, error) {
 	}
 }
 
-// neverStarts says why the pod will not run whatever one waits: the
-// scheduler found no node for it, or kubelet rejected it; "" otherwise.
+// neverStarts says why the pod will not run whatever one waits: the node
+// is full, or kubelet rejected it; "" otherwise.
 func neverStarts(p Pod) string {
 	if p.Status.Phase == "Failed" {
 		return fmt.Sprintf("phase Failed: %s %s", p.Status.Reason, p.Status.Message)
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" {
+		// Only a full node is final here: a taint (the startup taint
+		// while the agent restarts) lifts by itself.
+		if c.Type == "PodScheduled" && c.Status == "False" && c.Reason == "Unschedulable" && strings.Contains(c.Message, "Too many pods") {
 			return "unschedulable: " + c.Message
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -16,6 +17,8 @@ type Sandbox struct {
 	Netns string
 	// Running lists the names of its containers that run now.
 	Running []string
+	// Created is when the runtime began making it (before its CNI ADD).
+	Created time.Time
 }
 
 // ReadySandboxes lists the ready sandboxes of pods in namespace, straight
@@ -51,7 +54,7 @@ func (n *Node) ReadySandboxes(ctx context.Context, namespace string) ([]Sandbox,
 			continue // gone meanwhile, or host network
 		}
 		out = append(out, Sandbox{ID: sb.Id, Namespace: sb.Metadata.Namespace, Name: sb.Metadata.Name,
-			UID: sb.Metadata.Uid, Netns: path, Running: running[sb.Id]})
+			UID: sb.Metadata.Uid, Netns: path, Running: running[sb.Id], Created: time.Unix(0, sb.CreatedAt)})
 	}
 	return out, nil
 }

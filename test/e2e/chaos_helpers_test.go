@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -119,6 +120,36 @@ type observer struct {
 	mu     sync.Mutex
 	seen   map[string]*sandboxState // by sandbox ID
 	byName map[string]*sandboxState // each pod's latest sandbox
+	// foreign are the spans a foreign config sorted first (foreign-config).
+	foreign []span
+}
+
+type span struct{ from, to time.Time }
+
+// foreignSpan records that a foreign config sorted first from..to.
+func (o *observer) foreignSpan(from, to time.Time) {
+	o.mu.Lock()
+	o.foreign = append(o.foreign, span{from, to})
+	o.mu.Unlock()
+}
+
+// throughForeign reports whether a sandbox the runtime never passed to
+// istio-cni was made while a foreign config could have been the runtime's
+// first: the window between a foreign config appearing and the installer
+// renaming its own to sort before it, which no CNI plugin can close (the
+// runtime reads the directory, not us). The agent's audit repairs such a
+// pod once the API shows it started; the heal waits for that. Its CNI ADD
+// runs up to seconds after the runtime began the sandbox, hence the slack.
+func (o *observer) throughForeign(st *sandboxState) bool {
+	if !st.noADD {
+		return false
+	}
+	for _, w := range o.foreign {
+		if st.created.After(w.from.Add(-10*time.Second)) && st.created.Before(w.to) {
+			return true
+		}
+	}
+	return false
 }
 
 type sandboxState struct {
@@ -130,6 +161,10 @@ type sandboxState struct {
 	goodAfter  bool // seen with them after having been without
 	lastUpdate time.Time
 	running    int // containers running at the last sighting
+	created    time.Time
+	// noADD: when first seen without its rules, istio-cni had left no
+	// record for it (every ADD leaves one, pass-through too).
+	noADD bool
 }
 
 // runningRedirected reports whether the pod's latest sandbox was seen
@@ -142,6 +177,11 @@ func (o *observer) runningRedirected(name string, since time.Time) bool {
 }
 
 var chaosModel = iptables.Build(iptables.DefaultSpec(), true, false)
+
+// records are the plugin's per-sandbox records on the node.
+func records() applied.Store {
+	return applied.Store{Dir: filepath.Join(env.node.IstioRunDir, install.RecordsDirName)}
+}
 
 func (o *observer) run(ctx context.Context) {
 	check := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
@@ -193,7 +233,8 @@ func (o *observer) record(sb cluster.Sandbox, diffs []string) {
 	o.byName[sb.Name] = st
 	if len(diffs) > 0 {
 		if !st.everBad {
-			st.firstBad, st.diffs = time.Now(), diffs
+			st.firstBad, st.diffs, st.created = time.Now(), diffs, sb.Created
+			st.noADD = !records().Has(sb.UID, sb.ID)
 		}
 		st.bad, st.everBad = true, true
 		return
@@ -218,22 +259,37 @@ func (o *observer) badNow() []string {
 	return out
 }
 
-func (o *observer) figures() (seen, unredirected, repaired int, violations []string) {
+// observerFigures is what the observer saw over the whole run.
+type observerFigures struct {
+	seen, unredirected, throughForeign, repaired int
+	violations, foreign                          []string
+}
+
+func (o *observer) figures() observerFigures {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var f observerFigures
 	for id, st := range o.seen {
-		seen++
-		if st.everBad {
-			unredirected++
-			violations = append(violations, fmt.Sprintf("%s (sandbox %s) at %s: %s",
-				st.name, id[:12], st.firstBad.Format("15:04:05.000"), strings.Join(st.diffs, "; ")))
+		f.seen++
+		if !st.everBad {
+			continue
+		}
+		line := fmt.Sprintf("%s (sandbox %s, made %s) at %s: %s", st.name, id[:12],
+			st.created.Format("15:04:05.000"), st.firstBad.Format("15:04:05.000"), strings.Join(st.diffs, "; "))
+		if o.throughForeign(st) {
+			f.throughForeign++
+			f.foreign = append(f.foreign, line)
+		} else {
+			f.unredirected++
+			f.violations = append(f.violations, line)
 		}
 		if st.goodAfter {
-			repaired++
+			f.repaired++
 		}
 	}
-	slices.Sort(violations)
-	return seen, unredirected, repaired, violations
+	slices.Sort(f.violations)
+	slices.Sort(f.foreign)
+	return f
 }
 
 // waitHealed waits until the node is whole again: the agent answers

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,16 @@ func run(m *testing.M) (code int, err error) {
 		}
 		fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir)
 	}()
+	// Armed before anything starts: a node still starting when a signal or
+	// the timeout comes is the next run's sweep's (cluster.SweepStale).
+	var started atomic.Pointer[cluster.Node]
+	disarm := cluster.AbortOnSignal(func() error {
+		if n := started.Load(); n != nil {
+			return n.Abort()
+		}
+		return nil
+	}, cluster.TestDeadline())
+	defer disarm()
 	// Images first: a build failure should not cost a node start.
 	images, err := cluster.BuildImages(ctx, dir)
 	if err != nil {
@@ -73,17 +84,18 @@ func run(m *testing.M) (code int, err error) {
 		return 1, err
 	}
 	env.node = node
+	started.Store(node)
 	stopNode := sync.OnceValue(node.Stop)
 	defer func() {
 		if code != 0 || err != nil {
 			fmt.Fprintln(os.Stderr, node.Logs(40))
 		}
+		disarm() // Stop and Abort must not race
 		if stopErr := stopNode(); stopErr != nil {
 			fmt.Fprintln(os.Stderr, "e2e: stopping the node:", stopErr)
 			code = 1
 		}
 	}()
-	defer cluster.AbortOnSignal(node.Abort)()
 	if err := node.ImportImages(ctx, images...); err != nil {
 		return 1, err
 	}

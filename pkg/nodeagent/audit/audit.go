@@ -90,8 +90,9 @@ type Auditor struct {
 	alive *health.Beat
 	view  *health.Beat // the netns directory's view is fresh
 	stale bool         // said once while it is not
-	// blind: the last pass could not see the node's namespaces (a stale
-	// view, or none read yet); read by ReadsBack from other goroutines.
+	// blind: the audit has not proven it sees the node's namespaces (none
+	// checked yet, a full pass found none, or a stale view); read by
+	// ReadsBack from other goroutines.
 	blind atomic.Bool
 	wake  chan string
 	pods  map[string]*podState // by pod UID
@@ -111,8 +112,8 @@ func New(cfg Config, deps Deps) *Auditor {
 }
 
 // ReadsBack reports whether the audit reads back, and repairs, what ADD
-// programs: it repairs, and its last look at the node's netns directory
-// saw the namespaces. The plugin skips its own read-back only then. Safe
+// programs: it repairs, and its last passes read meshed pods' namespaces
+// from the node's netns directory. The plugin skips its own read-back only then. Safe
 // from any goroutine.
 func (a *Auditor) ReadsBack() bool { return a.cfg.Action == Repair && !a.blind.Load() }
 

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"net/netip"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -283,5 +284,33 @@ func TestStaleNetnsViewFailsHealth(t *testing.T) {
 	h.a.pass(ctx, nil)
 	if err := beats.Check(); err != nil {
 		t.Errorf("health with a fresh view again: %v", err)
+	}
+}
+
+// ADD skips its own read-back only while the audit reads back: proven by
+// namespaces it has read, not assumed. A node with no meshed pod yet, or
+// whose netns directory shows none of them (missing, empty, not the
+// runtime's), leaves ADD verifying for itself.
+func TestReadsBackOnlyOnceItHasReadANamespace(t *testing.T) {
+	h := newHarness(t, Repair)
+	if h.a.ReadsBack() {
+		t.Fatal("ReadsBack before any pass")
+	}
+	h.a.pass(context.Background(), nil)
+	if h.a.ReadsBack() {
+		t.Error("ReadsBack after a pass with no meshed pod: it has read nothing")
+	}
+	h.add(meshed("a"), true)
+	h.a.pass(context.Background(), nil)
+	if !h.a.ReadsBack() {
+		t.Error("not ReadsBack after checking a meshed pod's namespace")
+	}
+	// The directory goes away (a wrong mount after a restart): the next
+	// full pass finds none of the pods.
+	h.a.deps.Namespaces = netnsdir.Finder{Dir: filepath.Join(t.TempDir(), "no-such-netns-dir"), Since: time.Now()}
+	h.add(meshed("b"), true)
+	h.a.pass(context.Background(), nil)
+	if h.a.ReadsBack() {
+		t.Error("ReadsBack while a full pass found none of 2 meshed pods' namespaces")
 	}
 }

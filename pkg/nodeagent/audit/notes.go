@@ -16,11 +16,18 @@ const noteNoRecord = "no record"
 
 // noteSettingsChanged reports, once per pod and change, that its traffic
 // settings now differ from what ADD applied: Istio applies them only when
-// a pod starts, and so does the audit.
+// a pod starts, and so does the audit. That includes a sandbox ADD passed
+// through whose pod is meshed now (its annotations edited, or its
+// namespace no longer excluded): it stays unredirected, said out loud.
 func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
 	uid := string(c.pod.UID)
 	var now string
 	switch {
+	case r.Passed:
+		if c.err != nil || !c.decision.Redirect {
+			return
+		}
+		now = "meshed now, but ADD left this sandbox unredirected"
 	case c.err != nil:
 		now = "invalid: " + c.err.Error()
 	case !c.decision.Redirect:
@@ -45,7 +52,6 @@ func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
 // the agent started). Pods started since cannot be found; /healthz then
 // fails, so kubelet restarts the agent with a fresh view.
 func (a *Auditor) noteStale(n int) {
-	a.blind.Store(n > 0)
 	switch {
 	case n == 0:
 		a.view.Beat()

@@ -61,13 +61,11 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 	defer a.updateGauge()
 	if len(cands) == 0 {
 		a.view.Beat() // nothing to find: no view to doubt
-		if !a.stale {
-			a.blind.Store(false)
-		}
 		return 0
 	}
 	found, err := a.deps.Namespaces.Find(ips)
 	if err != nil {
+		a.blind.Store(true)
 		a.deps.Metrics.Errors.Inc()
 		a.deps.Log.Error("audit: finding pods' network namespaces", "error", err.Error())
 		return 0
@@ -94,6 +92,18 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 	}
 	if only == nil {
 		a.deps.Metrics.Unchecked.Set(float64(unchecked))
+	}
+	// The audit reads back only what it has seen itself: a namespace read
+	// and checked. A full pass that found none of the meshed pods'
+	// namespaces (the directory empty, missing, or not the runtime's) is
+	// blind, as is a stale view; one pod not found yet is not.
+	switch {
+	case found.Stale > 0:
+		a.blind.Store(true)
+	case checked > 0:
+		a.blind.Store(false)
+	case only == nil:
+		a.blind.Store(true)
 	}
 	return checked
 }

@@ -188,9 +188,11 @@ func TestAddressClaimedByTwoPodsIsNotChecked(t *testing.T) {
 }
 
 // A sandbox ADD passed through (the pod was not meshed when it started)
-// is held to that: the audit wants nothing of it, even if the pod's
-// annotations say meshed now.
-func TestPassedSandboxIsHeldToNothing(t *testing.T) {
+// is held to that, as Istio applies a pod's settings only at its start:
+// the audit programs nothing in it, even if the pod's annotations say
+// meshed now. But not silently: one Warning Event says the pod runs
+// unredirected until restarted.
+func TestPassedSandboxIsHeldToNothingOutLoud(t *testing.T) {
 	h := newHarness(t, Repair)
 	p := meshed("late")
 	h.add(p, false)
@@ -202,7 +204,10 @@ func TestPassedSandboxIsHeldToNothing(t *testing.T) {
 		h.a.fullPass(context.Background())
 		h.clock.advance(3 * time.Second)
 	}
-	if len(h.net.programmed) != 0 || len(h.drainEvents()) != 0 {
+	if len(h.net.programmed) != 0 {
 		t.Errorf("programmed %d models for a sandbox ADD passed through", len(h.net.programmed))
+	}
+	if evs := h.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], ReasonSettingsChanged) || !strings.Contains(evs[0], "meshed now") {
+		t.Errorf("events %q: want one %s saying the pod is meshed now", evs, ReasonSettingsChanged)
 	}
 }

@@ -24,6 +24,7 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, xtables
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
 		if r.NetnsInode == ns.Inode && r.Passed {
+			a.noteSettingsChanged(c, r)
 			return iptables.Model{}, "", false, nil // ADD left this sandbox alone
 		}
 		if r.NetnsInode == ns.Inode {

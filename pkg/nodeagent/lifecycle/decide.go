@@ -18,7 +18,10 @@
 //  1. its namespace is terminating or gone: uninstall;
 //  2. its ServiceAccount is deleted and the API now refuses the agent:
 //     uninstall, whatever a watch last said of the DaemonSet (a watch that
-//     lapsed when the credentials went says nothing any more);
+//     lapsed when the credentials went says nothing any more), unless the
+//     watch shows a ServiceAccount of that name again within ReplaceWait
+//     (a delete and recreate: the agent's token stays refused until kubelet
+//     renews it, so a refusal alone proves nothing then);
 //  3. its DaemonSet exists, but no longer runs a pod on this node (a
 //     nodeSelector, affinity or tolerations change): uninstall, or the
 //     node keeps a config whose plugin's credentials nobody renews;
@@ -79,6 +82,9 @@ const (
 	keep verdict = iota
 	remove
 	awaitReplacement
+	// awaitServiceAccount: rule 2 holds; remove unless the ServiceAccount
+	// is recreated within ReplaceWait.
+	awaitServiceAccount
 	unknown
 )
 
@@ -105,7 +111,7 @@ func decideRunning(f facts, ns, sa string) (verdict, string, bool) {
 	case f.namespace.leaving():
 		return remove, fmt.Sprintf("namespace %s is being deleted", ns), true
 	case f.serviceAccount.leaving() && f.readOK && f.fresh.refused():
-		return remove, fmt.Sprintf("ServiceAccount %s/%s is deleted and the API now refuses the agent", ns, sa), true
+		return awaitServiceAccount, fmt.Sprintf("ServiceAccount %s/%s is deleted and the API now refuses the agent", ns, sa), true
 	}
 	return keep, "", false
 }

@@ -177,6 +177,9 @@ func (w *Watcher) Check(ctx context.Context) (bool, string, error) {
 		return false, why, nil
 	case remove:
 		return true, why, nil
+	case awaitServiceAccount:
+		removed, why := w.serviceAccountNotBack(ctx, why)
+		return removed, why, nil
 	case unknown:
 		return false, why, fmt.Errorf("cannot tell uninstall from restart: %s", why)
 	}
@@ -194,8 +197,53 @@ func (w *Watcher) Gone() <-chan struct{} { return w.gone }
 // although this agent runs (rules 1 and 2 of the package comment, which no
 // restart or update can explain): the agent then uninstalls at once.
 func (w *Watcher) CheckRunning(ctx context.Context) (bool, string) {
-	_, why, removed := decideRunning(w.refresh(ctx), w.cfg.Namespace, w.cfg.ServiceAccount)
+	v, why, removed := decideRunning(w.refresh(ctx), w.cfg.Namespace, w.cfg.ServiceAccount)
+	if v == awaitServiceAccount {
+		return w.serviceAccountNotBack(ctx, why)
+	}
 	return removed, why
+}
+
+// Reinstalled says whether istio-cni is back around an agent that
+// uninstalled while running: the API accepts the agent again (kubelet
+// renewed its token for a recreated ServiceAccount) and shows its
+// namespace, DaemonSet and ServiceAccount in place, the DaemonSet placing
+// a pod on this node.
+func (w *Watcher) Reinstalled(ctx context.Context) (bool, string) {
+	f := w.refresh(ctx)
+	switch {
+	case f.fresh != answered:
+		return false, fmt.Sprintf("the API %s", f.fresh)
+	case f.namespace.leaving() || !f.daemonSet.present() || !f.serviceAccount.present():
+		return false, "not all of the namespace, DaemonSet and ServiceAccount are in place"
+	case f.placement == notHere:
+		return false, "the DaemonSet does not run on this node: " + f.placementWhy
+	}
+	return true, fmt.Sprintf("DaemonSet %s/%s (uid %s) and ServiceAccount %s are in place and the API accepts this agent",
+		w.cfg.Namespace, w.cfg.DaemonSet, f.daemonSet.uid, w.cfg.ServiceAccount)
+}
+
+// serviceAccountNotBack waits up to ReplaceWait for the watch, authorized
+// before the refusal, to show a ServiceAccount of the agent's name again;
+// removed=true if none came.
+func (w *Watcher) serviceAccountNotBack(ctx context.Context, why string) (removed bool, _ string) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.ReplaceWait)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w.mu.Lock()
+		sa := *w.obj[serviceAccountKind]
+		w.mu.Unlock()
+		if sa.present() {
+			return false, fmt.Sprintf("%s, but it was recreated (uid %s): a delete and recreate; the agent's token is accepted again once kubelet renews it", why, sa.uid)
+		}
+		select {
+		case <-ctx.Done():
+			return true, fmt.Sprintf("%s, and it was not recreated within %s", why, w.cfg.ReplaceWait)
+		case <-tick.C:
+		}
+	}
 }
 
 // refresh reads the three objects in parallel and merges the answers into

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -85,6 +86,7 @@ func TestCheckUninstallsWhenRefusedAfterItsServiceAccountWent(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-a"}}
 	client := fake.NewClientset()
 	w := newTestWatcher(client)
+	w.cfg.ReplaceWait = 200 * time.Millisecond
 	w.saw(daemonSetKind, ds)
 	w.saw(namespaceKind, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}})
 	w.deleted(serviceAccountKind)
@@ -105,6 +107,35 @@ func TestCheckUninstallsWhenRefusedAfterItsServiceAccountWent(t *testing.T) {
 	}
 }
 
+// The ServiceAccount deleted and created again (kubectl replace --force,
+// Argo CD's Replace): the agent's token is refused until kubelet renews it,
+// but the watch, authorized before, shows the new one. Not an uninstall,
+// running or at shutdown: that would leave the node without istio-cni
+// while its DaemonSet stays, and meshed pods would start unredirected.
+func TestServiceAccountRecreatedIsNoUninstall(t *testing.T) {
+	client := fake.NewClientset()
+	w := newTestWatcher(client)
+	w.saw(daemonSetKind, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-a"}})
+	w.saw(namespaceKind, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}})
+	w.deleted(serviceAccountKind)
+	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewUnauthorized("service account uid changed")
+	})
+	recreated := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the watch's event, after the checks began
+		w.saw(serviceAccountKind, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni", UID: "sa-b"}})
+		close(recreated)
+	}()
+	if removed, why := w.CheckRunning(context.Background()); removed || !strings.Contains(why, "recreated (uid sa-b)") {
+		t.Errorf("while running: removed=%v %q, want kept, naming the new ServiceAccount", removed, why)
+	}
+	<-recreated
+	if uninstall, why, err := w.Check(context.Background()); err != nil || uninstall {
+		t.Errorf("at shutdown: uninstall=%v %q %v", uninstall, why, err)
+	}
+}
+
 // A force-deleted agent pod's token is refused too, with everything in
 // place: no uninstall, running or at shutdown.
 func TestRefusedWithEverythingInPlaceKeeps(t *testing.T) {
@@ -120,5 +151,38 @@ func TestRefusedWithEverythingInPlaceKeeps(t *testing.T) {
 	}
 	if removed, why := w.CheckRunning(context.Background()); removed {
 		t.Errorf("removed while running: %q", why)
+	}
+}
+
+// An agent that uninstalled while running asks whether istio-cni is back:
+// only when the API accepts it and shows all three objects, the DaemonSet
+// placing a pod on this node.
+func TestReinstalled(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}})
+	w := newTestWatcher(client)
+	if back, why := w.Reinstalled(ctx); back {
+		t.Errorf("nothing installed: back (%s)", why)
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.AppsV1().DaemonSets("istio-cni").Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node", Namespace: "istio-cni", UID: "ds-b"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if back, _ := w.Reinstalled(ctx); back {
+		t.Error("back without its ServiceAccount")
+	}
+	if _, err := client.CoreV1().ServiceAccounts("istio-cni").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if back, why := w.Reinstalled(ctx); !back || !strings.Contains(why, "uid ds-b") {
+		t.Errorf("all in place: %v %q", back, why)
+	}
+	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewUnauthorized("token of the old ServiceAccount")
+	})
+	if back, why := w.Reinstalled(ctx); back {
+		t.Errorf("the API refuses the agent: back (%s)", why)
 	}
 }

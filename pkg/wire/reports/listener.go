@@ -75,11 +75,11 @@ func bind(path string) (*net.UnixConn, fs.FileInfo, error) {
 		return nil, nil, err
 	}
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("agent events: %w", err)
+		return nil, nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: tmp, Net: "unixgram"})
 	if err != nil {
-		return nil, nil, fmt.Errorf("agent events: %w", err)
+		return nil, nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	file, err := place(tmp, path)
 	if err != nil {
@@ -93,14 +93,14 @@ func bind(path string) (*net.UnixConn, fs.FileInfo, error) {
 // place sets the bound socket file's mode and renames it to path.
 func place(tmp, path string) (fs.FileInfo, error) {
 	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, fmt.Errorf("agent events: %w", err)
+		return nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	file, err := os.Lstat(tmp)
 	if err != nil {
-		return nil, fmt.Errorf("agent events: %w", err)
+		return nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return nil, fmt.Errorf("agent events: %w", err)
+		return nil, fmt.Errorf("plugin reports: %w", err)
 	}
 	return file, nil
 }
@@ -113,9 +113,9 @@ func replaceable(path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("agent events: %w", err)
+		return fmt.Errorf("plugin reports: %w", err)
 	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("agent events: %s exists and is not a socket (%s); not replacing it", path, fi.Mode().Type())
+		return fmt.Errorf("plugin reports: %s exists and is not a socket (%s); not replacing it", path, fi.Mode().Type())
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func (l *Listener) Run(ctx context.Context, handle func(Report)) error {
 		case errors.Is(err, net.ErrClosed):
 			return nil // Close; Run itself closes a socket only after replacing it
 		default:
-			return fmt.Errorf("agent events %s: %w", l.path, err)
+			return fmt.Errorf("plugin reports %s: %w", l.path, err)
 		}
 		if now := time.Now(); !now.Before(next) {
 			l.check()

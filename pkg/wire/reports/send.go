@@ -49,7 +49,7 @@ func Send(path string, ev Report) error {
 // (os.ErrDeadlineExceeded).
 func sendError(path string, err error) error {
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("agent events %s: %w: %w", path, ErrNoAgent, err)
+		return fmt.Errorf("reporting to the agent at %s: %w: %w", path, ErrNoAgent, err)
 	}
-	return fmt.Errorf("agent events %s: %w", path, err)
+	return fmt.Errorf("reporting to the agent at %s: %w", path, err)
 }

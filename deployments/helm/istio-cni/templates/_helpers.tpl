@@ -44,8 +44,9 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- $action = "label" -}}
 {{- end -}}
 {{- end -}}
-{{- with $env.AUDIT_ACTION -}}
-{{- $action = toString . -}}
+{{- $v := include "istio-cni.envValue" (list $env "AUDIT_ACTION") -}}
+{{- if $v -}}
+{{- $action = $v -}}
 {{- if not (has $action (list "repair" "delete" "label" "report" "off")) -}}
 {{- fail (printf "env.AUDIT_ACTION %q: want repair, delete, label, report or off" $action) -}}
 {{- end -}}
@@ -54,8 +55,9 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- if not (has $missed (list "report" "restart" "off")) -}}
 {{- fail (printf "missedInjection.mode %q: want report, restart or off" $missed) -}}
 {{- end -}}
-{{- with $env.MISSED_INJECTION -}}
-{{- $missed = toString . -}}
+{{- $v = include "istio-cni.envValue" (list $env "MISSED_INJECTION") -}}
+{{- if $v -}}
+{{- $missed = $v -}}
 {{- if not (has $missed (list "report" "restart" "off")) -}}
 {{- fail (printf "env.MISSED_INJECTION %q: want report, restart or off" $missed) -}}
 {{- end -}}
@@ -94,6 +96,21 @@ missedRestartsPerMinute: {{ $rate }}
 podWrites: {{ $podWrites }}
 image: {{ $image | quote }}
 openshift: {{ eq .Values.global.platform "openshift" }}
+{{- end -}}
+
+{{/*
+istio-cni.envValue: env's value for a key as the agent reads it, "" when
+unset or empty (the chart's own value stands). YAML 1.1 reads an unquoted
+off (or no) as false: that is "off", never "false", which no setting takes.
+*/}}
+{{- define "istio-cni.envValue" -}}
+{{- $env := index . 0 -}}{{- $k := index . 1 -}}
+{{- if hasKey $env $k -}}
+{{- $v := get $env $k -}}
+{{- if and (kindIs "bool" $v) (not $v) -}}off
+{{- else if not (kindIs "invalid" $v) -}}{{ toString $v }}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels on every object. */}}
