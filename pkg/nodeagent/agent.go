@@ -38,8 +38,9 @@ type Agent struct {
 	// missed-injection detector and the plugin's lookups; nil when both
 	// duties are off.
 	pods *podcache.Pods
-	// namespaces are every namespace's labels, for the detector.
-	namespaces *namespaceLabels
+	// missedFrom are every namespace's labels and the cluster's sidecar
+	// injectors, for the detector.
+	missedFrom *missedSources
 	taint      *taint.Controller
 	events     *Events // nil without API access: Events and their flush
 	notes      podNotes
@@ -116,7 +117,7 @@ func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) e
 	}
 	if cfg.MissedInjection != missed.Off {
 		var err error
-		if a.missed, a.namespaces, err = newMissed(cfg, cs, a.pods, a.events.recorder, reg, a.log.With("component", "missed-injection")); err != nil {
+		if a.missed, a.missedFrom, err = newMissed(cfg, cs, a.pods, a.events.recorder, reg, a.log.With("component", "missed-injection")); err != nil {
 			return err
 		}
 		if err := a.pods.OnChange(func(*corev1.Pod) { a.missed.Wake() }); err != nil {
@@ -173,7 +174,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			if a.missed != nil {
 				duties.Go(func() {
-					if a.namespaces.Start(dutiesCtx) {
+					if a.missedFrom.Start(dutiesCtx) {
 						a.missed.Run(dutiesCtx)
 					}
 				})

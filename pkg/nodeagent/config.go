@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
@@ -53,6 +54,9 @@ type Config struct {
 	// sidecar injection; MissedRestartsPerMinute bounds the restarts.
 	MissedInjection         missed.Mode
 	MissedRestartsPerMinute int
+	// IstioNamespace holds the injectors' ConfigMaps whose webhooks reach
+	// istiod by URL (no Service to name the namespace).
+	IstioNamespace string
 }
 
 // ParseFlags reads the configuration from args and the environment (each
@@ -78,8 +82,9 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
 	f.String(&nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
 	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
-	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart deletes it when a controller owns it; needs optional/audit-pod-writes.yaml)")
-	f.String(&missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods deleted per minute on this node (1 to 60)")
+	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
+	f.String(&missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods evicted per minute across the cluster, all nodes' agents together (1 to 60)")
+	f.String(&c.IstioNamespace, "istio-namespace", "ISTIO_NAMESPACE", "istio-system", "the namespace of Istio's control plane: where a revision's istio-sidecar-injector ConfigMap is read when its webhook names no Service")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -111,6 +116,9 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	}
 	if c.MissedRestartsPerMinute, err = strconv.Atoi(missedRate); err != nil || c.MissedRestartsPerMinute < 1 || c.MissedRestartsPerMinute > 60 {
 		errs = append(errs, fmt.Errorf("--missed-injection-restarts-per-minute %q: want a whole number from 1 to 60", missedRate))
+	}
+	if !kube.ValidNamespace(c.IstioNamespace) {
+		errs = append(errs, fmt.Errorf("--istio-namespace %q: want a namespace name: 1 to 63 lower-case letters, digits and '-'", c.IstioNamespace))
 	}
 	if c.Backend, err = xtables.ParseBackend(backend); err != nil {
 		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))

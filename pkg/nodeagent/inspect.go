@@ -26,6 +26,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
+	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/inspect"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -61,6 +62,8 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		install.KubeconfigName+" in --run-dir")
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", install.DefaultExcludeNamespaces, "the plugin's excluded namespaces, comma-separated")
 	f.String(&agentNS, "agent-namespace", "POD_NAMESPACE", "istio-cni", "the agent's namespace (never judged for missed injection)")
+	var istioNS string
+	f.String(&istioNS, "istio-namespace", "ISTIO_NAMESPACE", "istio-system", "Istio's control plane namespace: its injector's ConfigMap when the webhook names no Service")
 	fs.StringVar(&backendName, "iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
 	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +121,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 			})
 			return obs, err
 		},
+		Injectors: func(ctx context.Context) injection.View { return readInjectors(ctx, cs, istioNS) },
 		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 			n, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

@@ -12,15 +12,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 )
-
-// ownerBackoff: after one of a controller's pods is restarted, its others
-// are only reported this long (the replacement missing its sidecar too
-// means the injector is still away).
-const ownerBackoff = 10 * time.Minute
 
 // namespaceLabels is an informer over every namespace, keeping only their
 // labels: which ones select sidecar injection.
@@ -63,33 +57,36 @@ func (n *namespaceLabels) Get(name string) (map[string]string, bool) {
 }
 
 // newMissed wires the missed-injection detector: the node's pods, every
-// namespace's labels (a change to them wakes it), Events, the gauge and
-// the restart counter, and pod deletion with a UID precondition.
+// namespace's labels and the cluster's injectors (a change to either wakes
+// it), Events, the gauge and the restart counter, and restart mode's
+// shared state in the API.
 func newMissed(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
-	log *slog.Logger) (*missed.Detector, *namespaceLabels, error) {
+	log *slog.Logger) (*missed.Detector, *missedSources, error) {
 	namespaces, err := newNamespaceLabels(cs)
 	if err != nil {
 		return nil, nil, err
 	}
+	injectors := newInjectorReader(cs, cfg.IstioNamespace, log)
 	gauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "istio_cni_missed_injection_pods",
 		Help: "Running pods on this node that Istio's injector should have given a sidecar but did not.",
 	})
 	restarts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "istio_cni_missed_injection_restarts_total",
-		Help: "Pods that missed their sidecar injection deleted so that their controller recreates them, by result.",
+		Help: "Evictions of pods that missed their sidecar injection, so that their controller recreates them, by result: evicted, disruption_budget (refused by a PodDisruptionBudget, retried), budget (the cluster's per-minute budget spent), error.",
 	}, []string{"result"})
 	reg.MustRegister(gauge, restarts)
 	d := missed.New(missed.Config{
-		Mode: cfg.MissedInjection, RestartsPerMinute: cfg.MissedRestartsPerMinute, OwnerBackoff: ownerBackoff,
+		Mode:     cfg.MissedInjection,
 		Excluded: append([]string{cfg.Install.PodNamespace}, cfg.Install.ExcludeNamespaces...),
 	}, missed.Deps{
 		Pods:            pods,
 		NamespaceLabels: namespaces.Get,
-		Delete:          audit.APIActions{Client: cs}.Delete,
+		Injectors:       injectors.View,
+		Restarts:        apiRestarts{cs: cs, namespace: cfg.Install.PodNamespace, perMinute: cfg.MissedRestartsPerMinute, now: time.Now},
 		Events:          rec,
 		Missed:          gauge,
-		Restarts:        func(result string) { restarts.WithLabelValues(result).Inc() },
+		Counted:         func(result string) { restarts.WithLabelValues(result).Inc() },
 		Log:             log,
 	})
 	if _, err := namespaces.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -98,5 +95,19 @@ func newMissed(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec rec
 	}); err != nil {
 		return nil, nil, err
 	}
-	return d, namespaces, nil
+	if err := injectors.OnChange(d.Wake); err != nil {
+		return nil, nil, err
+	}
+	return d, &missedSources{namespaces: namespaces, injectors: injectors}, nil
+}
+
+// missedSources are what the detector reads besides the node's pods.
+type missedSources struct {
+	namespaces *namespaceLabels
+	injectors  *injectorReader
+}
+
+// Start runs both until ctx ends and waits for their first lists.
+func (m *missedSources) Start(ctx context.Context) bool {
+	return m.namespaces.Start(ctx) && m.injectors.Start(ctx)
 }

@@ -209,3 +209,18 @@ func assertDirect(t *testing.T, p cluster.Pod) {
 func meshedPod(t *testing.T, name string) cluster.PodSpec {
 	return cluster.PodSpec{Namespace: "default", Name: name, Target: server(t), Sidecar: true}
 }
+
+// applyManifest applies YAML and deletes it when the test ends.
+func applyManifest(t *testing.T, manifest string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "manifest.yaml")
+	if err := os.WriteFile(f, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, "apply", "-f", f)
+	t.Cleanup(func() {
+		if out, err := env.node.Kubectl(context.Background(), "delete", "-f", f, "--ignore-not-found"); err != nil {
+			t.Errorf("deleting %s: %v\n%s", f, err, out)
+		}
+	})
+}

@@ -16,15 +16,51 @@ import (
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// 12. Pods created while the injector was away (this node has none: every
-// pod in a namespace labelled for injection misses it) are reported: an
-// Event, the gauge, inspect's verdict; a pod opted out is not. With
-// MISSED_INJECTION=restart, a Deployment's pod is deleted once and its
-// ReplicaSet's replacement (missing the sidecar too: the injector is still
-// away) is only reported; a bare pod is only reported.
+// injectorAway is Istio's default-revision injector webhook as the
+// istio-discovery chart writes it, with failurePolicy Ignore and istiod
+// not serving: the API server calls it for every pod in a namespace
+// labelled istio-injection=enabled, fails, and lets the pod through
+// uninjected.
+const injectorAway = `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: istio-sidecar-injector
+  labels:
+    istio.io/rev: default
+webhooks:
+- name: namespace.sidecar-injector.istio.io
+  clientConfig:
+    url: https://127.0.0.1:1/inject
+  rules:
+  - operations: ["CREATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods"]
+  namespaceSelector:
+    matchLabels:
+      istio-injection: enabled
+  objectSelector:
+    matchExpressions:
+    - key: sidecar.istio.io/inject
+      operator: NotIn
+      values: ["false"]
+  failurePolicy: Ignore
+  timeoutSeconds: 2
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+`
+
+// 12. Pods created while the injector was away (its webhook installed,
+// failurePolicy Ignore, istiod not serving) are reported: an Event, the
+// gauge, inspect's verdict; a pod opted out is not. With
+// MISSED_INJECTION=restart, a Deployment's pods are evicted once, in the
+// ReplicaSet's one restart round; its replacements (missing the sidecar
+// too: the injector is still away) are only reported; a bare pod is only
+// reported.
 func TestMissedInjection(t *testing.T) {
 	requireInstalled(t)
 	const ns = "injected-ns"
+	applyManifest(t, injectorAway)
 	kubectl(t, "create", "namespace", ns)
 	t.Cleanup(func() {
 		_, _ = env.node.Kubectl(context.Background(), "delete", "namespace", ns, "--wait=false")
@@ -43,7 +79,7 @@ func TestMissedInjection(t *testing.T) {
 		t.Errorf("the opted-out pod was reported:\n%s", out)
 	}
 	out, code := inspectPod(t, ns+"/missed")
-	if code != 3 || !strings.Contains(out, "injection: missed injection: namespace "+ns+" has istio-injection=enabled") ||
+	if code != 3 || !strings.Contains(out, "injection: missed injection: webhook namespace.sidecar-injector.istio.io (revision default) selects it") ||
 		!strings.Contains(out, "verdict:   NOT IN THE MESH: created without its sidecar") {
 		t.Errorf("inspect %s/missed (exit %d, want 3):\n%s", ns, code, out)
 	}
@@ -68,34 +104,43 @@ func TestMissedInjection(t *testing.T) {
 	startPod(t, cluster.PodSpec{Namespace: ns, Name: "bare", Target: server(t)})
 	createDeployment(t, ns, "web", cluster.PodSpec{Namespace: ns, Name: "web", Target: server(t)})
 	// The first pod runs for a moment only: the restart Event names it.
-	var deleted, replacement string
-	poll.Until(t, 2*time.Minute, "the Deployment's first pod deleted and replaced", func() (bool, string) {
+	var evicted, replacement string
+	poll.Until(t, 2*time.Minute, "the Deployment's first pod evicted and replaced", func() (bool, string) {
 		names := strings.Fields(kubectl(t, "get", "events", "-n", ns, "--field-selector", "reason="+missed.ReasonRestarted,
 			"-o", "jsonpath={.items[*].involvedObject.name}"))
 		pods := podsOf(t, ns, "app=web")
 		if len(names) != 1 || len(pods) != 1 {
 			return false, fmt.Sprintf("restarted %q; pods %q", names, pods)
 		}
-		deleted, replacement = names[0], pods[0]
-		return !strings.HasPrefix(replacement, deleted+" ") && strings.HasSuffix(replacement, " Running"), replacement
+		evicted, replacement = names[0], pods[0]
+		return !strings.HasPrefix(replacement, evicted+" ") && strings.HasSuffix(replacement, " Running"), replacement
 	})
-	// The replacement missed its injection too: reported, never deleted
-	// within the backoff; nor is the bare pod.
-	time.Sleep(5 * time.Second)
+	// The replacement missed its injection too (the injector is still
+	// away): created after its ReplicaSet's round began, it is only
+	// reported, and says so; so is the bare pod.
+	replacementName := strings.Fields(replacement)[0]
+	poll.Until(t, time.Minute, "the replacement declined", func() (bool, string) {
+		out := podEvents(t, ns, replacementName)
+		return strings.Contains(out, missed.ReasonNoRestart) && strings.Contains(out, "restart round began"), out
+	})
 	if pods := podsOf(t, ns, "app=web"); len(pods) != 1 || pods[0] != replacement {
 		t.Errorf("the replacement was touched: %q, was %q", pods, replacement)
 	}
-	if got := metric(t, `istio_cni_missed_injection_restarts_total{result="deleted"}`); got != 1 {
-		t.Errorf("restarts counted %v, want 1", got)
+	if got := metric(t, `istio_cni_missed_injection_restarts_total{result="evicted"}`); got != 1 {
+		t.Errorf("evictions counted %v, want 1", got)
 	}
-	if out := podEvents(t, ns, "bare"); !strings.Contains(out, missed.ReasonMissed) || strings.Contains(out, missed.ReasonRestarted) {
-		t.Errorf("the bare pod: want reported only:\n%s", out)
+	if out := podEvents(t, ns, "bare"); !strings.Contains(out, missed.ReasonMissed) || !strings.Contains(out, "a bare pod") {
+		t.Errorf("the bare pod: want reported, not restarted, saying why:\n%s", out)
 	}
 	if _, found, err := env.node.GetPod(t.Context(), ns, "bare"); err != nil || !found {
 		t.Errorf("the bare pod is gone (%v)", err)
 	}
 	if got := metric(t, "istio_cni_missed_injection_pods"); got != 3 {
 		t.Errorf("istio_cni_missed_injection_pods = %v, want 3 (missed, bare, the replacement)", got)
+	}
+	// The round's Lease is the ReplicaSet's: it goes with it.
+	if out := kubectl(t, "get", "leases", "-n", ns, "-o", "jsonpath={.items[*].metadata.ownerReferences[*].kind}"); strings.TrimSpace(out) != "ReplicaSet" {
+		t.Errorf("the round's Lease owners %q, want the ReplicaSet", out)
 	}
 }
 

@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -73,5 +76,60 @@ func TestPodWritesPolicy(t *testing.T) {
 	got, err := admin.CoreV1().Pods("default").Get(ctx, onA.Name, metav1.GetOptions{})
 	if err != nil || got.Labels[key] != "true" || got.Labels["app"] != "web" || len(got.Annotations) != 0 {
 		t.Errorf("its own node's pod after all that: %v %v, %v", got.Labels, got.Annotations, err)
+	}
+}
+
+// TestRestartsPolicy: with restart mode's RBAC (in the same optional
+// file), an agent's own restart calls work: a revision's round Lease, the
+// cluster's budget and an eviction in a namespace labelled for injection.
+// The policy refuses an eviction elsewhere, a Lease of another name, and
+// an update of any Lease but the budget.
+func TestRestartsPolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	applyDeployments(t, ctx, "../../deployments/optional/audit-pod-writes.yaml")
+	token, _ := agentToken(t, ctx, "rs-node-a")
+	admin := clientFor(t, cluster.AdminToken)
+	for name, labels := range map[string]map[string]string{"rs-mesh": {"istio-injection": "enabled"}, "rs-plain": nil} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	yes := true
+	pod := func(ns string) *corev1.Pod {
+		p, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-1", OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "rs-uid-1", Controller: &yes}}},
+			Spec:       corev1.PodSpec{NodeName: "rs-node-a", Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	inMesh, inPlain := pod("rs-mesh"), pod("rs-plain")
+	r := nodeagent.NewAPIRestarts(clientFor(t, token), "istio-cni", 5)
+	rev, _ := missed.RevisionOf(inMesh)
+	poll.Until(t, 20*time.Second, "an eviction outside the mesh's namespaces refused", func() (bool, string) {
+		err := r.Evict(ctx, inPlain)
+		return err != nil && strings.Contains(err.Error(), "only pods in namespaces labelled for Istio's sidecar injection"), errString(err)
+	})
+	if _, err := r.Round(ctx, inMesh, rev); err != nil {
+		t.Errorf("the revision's round: %v", err)
+	}
+	if ok, err := r.Take(ctx); !ok || err != nil {
+		t.Errorf("the budget: %v %v", ok, err)
+	}
+	if err := r.Evict(ctx, inMesh); err != nil {
+		t.Errorf("evicting in a namespace labelled for injection: %v", err)
+	}
+	agent := clientFor(t, token)
+	_, err := agent.CoordinationV1().Leases("rs-mesh").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "some-app-leader"}}, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), "only its own restart Leases") {
+		t.Errorf("creating another Lease: %v, want refused", err)
+	}
+	leases, err := agent.CoordinationV1().Leases("rs-mesh").List(ctx, metav1.ListOptions{})
+	if err == nil {
+		t.Errorf("listing Leases: %d, want no right to", len(leases.Items))
 	}
 }

@@ -314,3 +314,46 @@ func TestReadsBackOnlyOnceItHasReadANamespace(t *testing.T) {
 		t.Error("ReadsBack while a full pass found none of 2 meshed pods' namespaces")
 	}
 }
+
+// A pod whose istio-validation failed as upstream's does without the rules
+// (exit 126) waits in kubelet's backoff, no container running: it is a
+// candidate between attempts too, and needs no confirmation (the container
+// ran, so ADD is over). One pass repairs it, with an Event naming the
+// validation; a pod whose validation ended otherwise is not a candidate.
+func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
+	h := newHarness(t, Repair)
+	looping := meshed("looping")
+	looping.Status.Phase = corev1.PodPending
+	looping.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+		Name:                 ValidationContainer,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
+		RestartCount:         5,
+	}}
+	other := meshed("other")
+	other.Status.Phase = corev1.PodPending
+	other.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+		Name:  ValidationContainer,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}},
+	}}
+	passed := meshed("passed")
+	passed.Status.Phase = corev1.PodPending
+	passed.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+		Name:                 ValidationContainer,
+		State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
+	}}
+	h.add(looping, false)
+	h.add(other, false)
+	h.add(passed, true)
+	if n := h.a.pass(context.Background(), nil); n != 1 {
+		t.Errorf("checked %d pods, want only the one in validation's backoff", n)
+	}
+	if len(h.net.programmed) != 1 {
+		t.Fatalf("programmed %d times in the first pass, want 1: no confirmation for a failed validation", len(h.net.programmed))
+	}
+	evs := h.drainEvents()
+	if len(evs) != 2 || !strings.Contains(evs[0], ValidationContainer+" failed (exit 126)") || !strings.HasPrefix(evs[1], "Normal "+ReasonRepaired) {
+		t.Errorf("events %q, want the validation's failure then the repair", evs)
+	}
+}

@@ -89,7 +89,7 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	if st.suspect.IsZero() {
 		st.suspect = now
 	}
-	if now.Sub(st.suspect) < a.cfg.Confirm {
+	if now.Sub(st.suspect) < a.cfg.Confirm && !c.validationFailed {
 		a.deps.Log.Debug("audit: pod lacks its redirect; confirming", "pod", podName(c.pod), "diffs", diffs)
 		return true
 	}
@@ -97,6 +97,9 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		st.found = true
 		a.deps.Metrics.Findings.Inc()
 		msg := "running without its traffic redirect: " + summary(diffs)
+		if c.validationFailed {
+			msg = ValidationContainer + " failed (exit 126) because the pod has no traffic redirect: " + summary(diffs)
+		}
 		a.deps.Log.Warn("audit: meshed pod running unredirected", "pod", podName(c.pod), "uid", uid,
 			"netns", found.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))
 		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, ReasonMissing, msg)

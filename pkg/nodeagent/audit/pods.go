@@ -21,6 +21,9 @@ type candidate struct {
 	decision decision.Decision
 	err      error // the pod must be redirected but its settings are invalid
 	records  []applied.Record
+	// validationFailed: its istio-validation init container failed as
+	// upstream's does without the rules (validationFailed).
+	validationFailed bool
 }
 
 // pass checks the pods in only (all pods when nil) and returns how many
@@ -110,7 +113,8 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 
 // decide keeps started, non-terminating pods the plugin must redirect.
 func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
-	if pod.DeletionTimestamp != nil || !started(pod) {
+	failed := validationFailed(pod)
+	if pod.DeletionTimestamp != nil || (!started(pod) && !failed) {
 		return candidate{}, false
 	}
 	if _, decided := decision.Namespace(pod.Namespace, a.cfg.ExcludeNamespaces); decided {
@@ -130,9 +134,9 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	}
 	d, err := decision.Pod(kp)
 	if err != nil {
-		return candidate{pod: pod, err: err, records: recs}, true
+		return candidate{pod: pod, err: err, records: recs, validationFailed: failed}, true
 	}
-	return candidate{pod: pod, decision: d, records: recs}, d.Redirect || redirectedAtAdd(recs)
+	return candidate{pod: pod, decision: d, records: recs, validationFailed: failed}, d.Redirect || redirectedAtAdd(recs)
 }
 
 // redirectedAtAdd: ADD programmed one of the pod's sandboxes.
@@ -157,6 +161,34 @@ func started(pod *corev1.Pod) bool {
 	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
 		if cs.State.Running != nil {
 			return true
+		}
+	}
+	return false
+}
+
+// Istio's injector, with its CNI enabled, puts istio-validation first
+// among a pod's init containers: pilot-agent's `istio-iptables
+// --run-validation` checks that its connections are redirected and exits
+// ValidationExitCode when they are not.
+const (
+	ValidationContainer = "istio-validation"
+	ValidationExitCode  = 126
+)
+
+// validationFailed: the pod's istio-validation init container ended with
+// ValidationExitCode, and the pod has not got past it: it waits in
+// kubelet's backoff (Init:CrashLoopBackOff), when no container of the pod
+// runs, or is being retried. Its ADD is over (the container ran), so the
+// pod needs no confirmation either.
+func validationFailed(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name != ValidationContainer {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.ExitCode == ValidationExitCode && (cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0) {
+				return true
+			}
 		}
 	}
 	return false

@@ -1,16 +1,19 @@
 // Package injection says whether Istio's sidecar injector was meant to give
-// a pod its istio-proxy, from the pod and its namespace's labels alone, and
-// so whether a running pod without one missed its injection. It is pure:
-// the node agent's detector and `install-cni inspect` both use it.
+// a pod its istio-proxy, and so whether a running pod without one missed
+// its injection. It is pure: the node agent's detector and `install-cni
+// inspect` both use it, each with the View of the cluster's injectors it
+// could read.
 //
-// The rules are Istio's sidecar-injector webhook's, in its order: the pod's
-// sidecar.istio.io/inject label, then that annotation, then the namespace's
-// istio-injection label, then the istio.io/rev revision labels
-// (namespace, then pod), then the pod's inject=true label.
+// A pod is injected when the API server calls an injector for it (one of
+// its MutatingWebhookConfiguration's webhooks selects the pod's namespace
+// and the pod, selectors.go) and the injector then decides to
+// (Required, upstream's injectRequired, with its ConfigMap's policy and
+// selectors, required.go).
 package injection
 
 import (
 	"fmt"
+	"strings"
 
 	"istio-cni.local/istio-cni/pkg/kube"
 )
@@ -22,10 +25,14 @@ const (
 	NamespaceLabel   = "istio-injection"
 	RevisionLabel    = "istio.io/rev"
 	ProxyContainer   = "istio-proxy"
+	// namespaceNameLabel is the label the API server puts on every
+	// namespace, which webhooks' namespace selectors may match.
+	namespaceNameLabel = "kubernetes.io/metadata.name"
 )
 
-// IgnoredNamespaces are never injected by Istio, whatever their labels.
-var IgnoredNamespaces = []string{"kube-system", "kube-public"}
+// IgnoredNamespaces are never injected by Istio, whatever their labels
+// (upstream's inject.IgnoredNamespaces).
+var IgnoredNamespaces = []string{"kube-system", "kube-public", "kube-node-lease", "local-path-storage"}
 
 // Verdict is what the injector was meant to do with a pod.
 type Verdict struct {
@@ -54,52 +61,44 @@ func (v Verdict) String() string {
 	return "not selected for injection: " + v.Why
 }
 
-// Of judges pod, whose namespace carries nsLabels. excluded are namespaces
-// istio-cni leaves alone (its own and EXCLUDE_NAMESPACES): never reported.
-func Of(pod *kube.Pod, nsLabels map[string]string, excluded []string) Verdict {
+// Of judges pod, whose namespace carries nsLabels, against the injectors
+// in view. excluded are namespaces istio-cni leaves alone
+// (EXCLUDE_NAMESPACES): never reported.
+func Of(pod *kube.Pod, nsLabels map[string]string, excluded []string, view View) Verdict {
 	v := Verdict{Injected: hasProxy(pod)}
-	v.Expected, v.Why = expected(pod, nsLabels, excluded)
+	v.Expected, v.Why = expected(pod, nsLabels, excluded, view)
 	return v
 }
 
-func expected(pod *kube.Pod, nsLabels map[string]string, excluded []string) (bool, string) {
+func expected(pod *kube.Pod, nsLabels map[string]string, excluded []string, view View) (bool, string) {
 	ns := pod.Metadata.Namespace
-	for _, list := range [][]string{IgnoredNamespaces, excluded} {
-		for _, n := range list {
-			if n == ns {
-				return false, "namespace " + ns + " is never injected or is excluded"
-			}
+	for _, n := range excluded {
+		if n == ns {
+			return false, "namespace " + ns + " is excluded from istio-cni"
 		}
 	}
-	if pod.Spec.HostNetwork {
-		return false, "the pod uses the host network"
+	withName := make(map[string]string, len(nsLabels)+1)
+	for k, v := range nsLabels {
+		withName[k] = v
 	}
-	// The label wins over the annotation; only "true" and "false" mean
-	// anything to the webhooks' selectors and to the injector.
-	podSays, from := pod.Metadata.Annotations[InjectAnnotation], "annotation"
-	if l, ok := pod.Metadata.Labels[InjectLabel]; ok {
-		podSays, from = l, "label"
-	}
-	if podSays == "false" {
-		return false, fmt.Sprintf("the pod's %s %s=false opts it out", from, InjectLabel)
-	}
-	if v, ok := nsLabels[NamespaceLabel]; ok {
-		if v == "enabled" {
-			return true, fmt.Sprintf("namespace %s has %s=enabled", ns, NamespaceLabel)
+	withName[namespaceNameLabel] = ns
+	var notRequired []string
+	for _, inj := range view.Injectors {
+		wh, ok := inj.selects(withName, pod.Metadata.Labels)
+		if !ok {
+			continue
 		}
-		// Every webhook but this one's requires the label to be absent.
-		return false, fmt.Sprintf("namespace %s has %s=%s", ns, NamespaceLabel, v)
+		called := fmt.Sprintf("webhook %s (revision %s) selects it", wh, inj.Revision)
+		required, why := Required(inj.Config, ns, pod.Spec.HostNetwork, pod.Metadata.Labels, pod.Metadata.Annotations)
+		if required {
+			return true, called + " and the injector injects it: " + why
+		}
+		notRequired = append(notRequired, called+" but the injector skips it: "+why)
 	}
-	if rev, ok := nsLabels[RevisionLabel]; ok {
-		return true, fmt.Sprintf("namespace %s has %s=%s", ns, RevisionLabel, rev)
+	if len(notRequired) > 0 {
+		return false, strings.Join(notRequired, "; ")
 	}
-	if rev, ok := pod.Metadata.Labels[RevisionLabel]; ok {
-		return true, fmt.Sprintf("the pod has %s=%s", RevisionLabel, rev)
-	}
-	if from == "label" && podSays == "true" {
-		return true, fmt.Sprintf("the pod's label %s=true", InjectLabel)
-	}
-	return false, fmt.Sprintf("neither namespace %s nor the pod is labelled for injection", ns)
+	return false, fmt.Sprintf("no injector webhook selects namespace %s and the pod (%s)", ns, view.From)
 }
 
 // hasProxy finds istio-proxy among the containers or init containers.

@@ -47,6 +47,9 @@ type Deps struct {
 	// NamespaceLabels reads a namespace's labels: whether Istio's
 	// injector should have given the pod its sidecar. Nil: not judged.
 	NamespaceLabels func(ctx context.Context, name string) (map[string]string, error)
+	// Injectors reads the cluster's sidecar injectors (with
+	// NamespaceLabels).
+	Injectors func(ctx context.Context) injection.View
 	// Records are what ADD applied to each sandbox (applied.Store); nil:
 	// none.
 	Records interface {
@@ -131,11 +134,11 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 	}
 	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
-	if d.NamespaceLabels != nil {
+	if d.NamespaceLabels != nil && d.Injectors != nil {
 		if labels, err := d.NamespaceLabels(ctx, o.Namespace); err != nil {
 			r.InjectionErr = err.Error()
 		} else {
-			v := injection.Of(pod.Pod, labels, append([]string{o.AgentNamespace}, o.ExcludeNamespaces...))
+			v := injection.Of(pod.Pod, labels, append([]string{o.AgentNamespace}, o.ExcludeNamespaces...), d.Injectors(ctx))
 			r.Injection = &v
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
 
@@ -189,7 +190,7 @@ func TestMissedInjection(t *testing.T) {
 		consistent bool
 		want       string
 	}{
-		{map[string]string{"istio-injection": "enabled"}, false, "injection: missed injection: namespace default has istio-injection=enabled, but the pod has no istio-proxy container"},
+		{map[string]string{"istio-injection": "enabled"}, false, "injection: missed injection: webhook namespace.sidecar-injector.istio.io (revision any) selects it and the injector injects it: the injector's policy is enabled, but the pod has no istio-proxy container"},
 		{nil, true, "injection: not selected for injection"},
 	} {
 		d := deps(p, "", nil)
@@ -199,6 +200,7 @@ func TestMissedInjection(t *testing.T) {
 			}
 			return tc.labels, nil
 		}
+		d.Injectors = func(context.Context) injection.View { return injection.ChartView("test") }
 		r, err := Run(context.Background(), opts(configDir(t, true)), d)
 		if err != nil {
 			t.Fatal(err)

@@ -1,11 +1,9 @@
 // Package missed finds the pods on the node that Istio's injector was meant
 // to give a sidecar but did not (the injector was down when they were
-// created, or its webhook ignores failures), and says so: a Warning Event
-// on each such pod once, a gauge, a log line. Optionally it deletes such a
-// pod when a controller owns it, so that the controller recreates it
-// through the injector; never a bare pod, a bounded number per minute, and
-// one pod per controller per backoff, so a still-absent injector does not
-// make it delete the same workload's pods in a loop.
+// created, and its webhook let them through), and says so: a Warning Event
+// on each such pod once, a gauge, a log line. Optionally (restart mode) it
+// evicts such a pod so that its controller recreates it through the
+// injector, within bounds that hold across the cluster (restart.go).
 package missed
 
 import (
@@ -15,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
@@ -29,7 +26,8 @@ type Mode string
 const (
 	// Report logs, counts and records the Event.
 	Report Mode = "report"
-	// Restart reports, and deletes the pod when a controller owns it.
+	// Restart reports, and evicts the pod so that its controller
+	// recreates it (restart.go).
 	Restart Mode = "restart"
 	// Off finds nothing.
 	Off Mode = "off"
@@ -49,25 +47,15 @@ func ParseMode(s string) (Mode, error) {
 
 // Event reasons and messages.
 const (
-	ReasonMissed    = "MissedSidecarInjection"
-	ReasonRestarted = "MissedSidecarInjectionRestart"
-	messageMissed   = "created without its sidecar: the injector did not mutate it; recreate it to join the mesh"
+	ReasonMissed  = "MissedSidecarInjection"
+	messageMissed = "created without its sidecar: the injector did not mutate it; recreate it to join the mesh"
 )
-
-// restartable are the controllers that recreate a deleted pod.
-var restartable = map[string]bool{"ReplicaSet": true, "StatefulSet": true, "DaemonSet": true, "Job": true}
 
 // Config is the detector's configuration.
 type Config struct {
 	Mode Mode
-	// RestartsPerMinute bounds deletions on this node.
-	RestartsPerMinute int
-	// OwnerBackoff is how long after deleting one of a controller's pods
-	// its other pods are only reported: a replacement that missed its
-	// injection too means the injector is still away.
-	OwnerBackoff time.Duration
-	// Excluded are the namespaces istio-cni leaves alone (its own and
-	// EXCLUDE_NAMESPACES).
+	// Excluded are the namespaces istio-cni leaves alone
+	// (EXCLUDE_NAMESPACES).
 	Excluded []string
 	// Interval is the period of the full pass; pod and namespace changes
 	// wake it sooner.
@@ -81,15 +69,19 @@ type Deps struct {
 	// NamespaceLabels returns a namespace's labels, false when it is not
 	// known (yet).
 	NamespaceLabels func(name string) (map[string]string, bool)
-	// Delete deletes a pod with its UID as precondition.
-	Delete func(ctx context.Context, pod *corev1.Pod) error
-	Events record.EventRecorder
-	// Missed is set to the number of pods found; Restarts counts
-	// deletions by result.
-	Missed   interface{ Set(float64) }
-	Restarts func(result string)
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Injectors is the cluster's sidecar injectors as last read (or the
+	// istio-discovery chart's, where they cannot be).
+	Injectors func(ctx context.Context) injection.View
+	// Restarts is the cluster-wide state of restart mode; nil in report
+	// mode.
+	Restarts Restarts
+	Events   record.EventRecorder
+	// Missed is set to the number of pods found; Counted counts restart
+	// attempts by result.
+	Missed  interface{ Set(float64) }
+	Counted func(result string)
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // Detector finds and reports the pods that missed their injection.
@@ -99,13 +91,12 @@ type Detector struct {
 	wake chan struct{}
 	// reported holds the pods already reported, so each gets one Event.
 	reported map[types.UID]bool
-	// deleted holds the pods this agent deleted: never twice, even before
+	// evicted holds the pods this agent evicted: never twice, even before
 	// the cache shows them going.
-	deleted map[types.UID]bool
-	// restartedOwner is when one of a controller's pods was last deleted.
-	restartedOwner map[types.UID]time.Time
-	// restarts are the deletions of the last minute.
-	restarts []time.Time
+	evicted map[types.UID]bool
+	// said holds the pods whose restart was declined, and why, so it is
+	// said once.
+	said map[types.UID]string
 }
 
 // New builds a detector.
@@ -117,7 +108,7 @@ func New(cfg Config, deps Deps) *Detector {
 		cfg.Interval = 30 * time.Second
 	}
 	return &Detector{cfg: cfg, deps: deps, wake: make(chan struct{}, 1),
-		reported: map[types.UID]bool{}, deleted: map[types.UID]bool{}, restartedOwner: map[types.UID]time.Time{}}
+		reported: map[types.UID]bool{}, evicted: map[types.UID]bool{}, said: map[types.UID]string{}}
 }
 
 // Wake asks for a pass soon; it never blocks.
@@ -155,9 +146,10 @@ func (d *Detector) Run(ctx context.Context) {
 func (d *Detector) Pass(ctx context.Context) int {
 	missed := 0
 	present := map[types.UID]bool{}
+	view := d.deps.Injectors(ctx)
 	for _, pod := range d.deps.Pods.List() {
 		present[pod.UID] = true
-		v, ok := d.judge(pod)
+		v, ok := d.judge(pod, view)
 		if !ok || !v.Missed() {
 			continue
 		}
@@ -168,15 +160,20 @@ func (d *Detector) Pass(ctx context.Context) int {
 				"why", v.Why, "mode", string(d.cfg.Mode))
 			d.deps.Events.Event(pod, corev1.EventTypeWarning, ReasonMissed, messageMissed+" ("+v.Why+")")
 		}
-		if d.cfg.Mode == Restart {
+		if d.cfg.Mode == Restart && d.deps.Restarts != nil {
 			d.restart(ctx, pod)
 		}
 	}
-	for _, m := range []map[types.UID]bool{d.reported, d.deleted} {
+	for _, m := range []map[types.UID]bool{d.reported, d.evicted} {
 		for uid := range m {
 			if !present[uid] {
 				delete(m, uid)
 			}
+		}
+	}
+	for uid := range d.said {
+		if !present[uid] {
+			delete(d.said, uid)
 		}
 	}
 	d.deps.Missed.Set(float64(missed))
@@ -184,7 +181,7 @@ func (d *Detector) Pass(ctx context.Context) int {
 }
 
 // judge returns the verdict on a started pod whose namespace is known.
-func (d *Detector) judge(pod *corev1.Pod) (injection.Verdict, bool) {
+func (d *Detector) judge(pod *corev1.Pod, view injection.View) (injection.Verdict, bool) {
 	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
 		return injection.Verdict{}, false
 	}
@@ -196,46 +193,5 @@ func (d *Detector) judge(pod *corev1.Pod) (injection.Verdict, bool) {
 	if err != nil {
 		return injection.Verdict{}, false
 	}
-	return injection.Of(kp, labels, d.cfg.Excluded), true
-}
-
-// restart deletes pod when its controller recreates it, within the
-// bounds.
-func (d *Detector) restart(ctx context.Context, pod *corev1.Pod) {
-	owner := metav1.GetControllerOf(pod)
-	if owner == nil || !restartable[owner.Kind] || d.deleted[pod.UID] {
-		return // reported only: nothing would recreate it; or already done
-	}
-	now := d.deps.Now()
-	for uid, at := range d.restartedOwner {
-		if now.Sub(at) >= d.cfg.OwnerBackoff {
-			delete(d.restartedOwner, uid)
-		}
-	}
-	if _, ok := d.restartedOwner[owner.UID]; ok {
-		return
-	}
-	recent := d.restarts[:0]
-	for _, t := range d.restarts {
-		if now.Sub(t) < time.Minute {
-			recent = append(recent, t)
-		}
-	}
-	d.restarts = recent
-	if len(d.restarts) >= d.cfg.RestartsPerMinute {
-		return // the next pass tries again
-	}
-	d.restarts = append(d.restarts, now)
-	d.restartedOwner[owner.UID] = now
-	log := d.deps.Log.With("pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID), "owner", owner.Kind+"/"+owner.Name)
-	if err := d.deps.Delete(ctx, pod); err != nil {
-		d.deps.Restarts("error")
-		log.Error("deleting a pod that missed its sidecar injection", "error", err.Error())
-		return
-	}
-	d.deleted[pod.UID] = true
-	d.deps.Restarts("deleted")
-	log.Info("deleted a pod that missed its sidecar injection: its controller recreates it through the injector")
-	d.deps.Events.Event(pod, corev1.EventTypeNormal, ReasonRestarted,
-		fmt.Sprintf("deleted so that its %s %s recreates it through the sidecar injector", owner.Kind, owner.Name))
+	return injection.Of(kp, labels, d.cfg.Excluded, view), true
 }

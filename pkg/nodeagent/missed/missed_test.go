@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 )
 
 type podList []*corev1.Pod
@@ -25,31 +27,64 @@ type harness struct {
 	pods     podList
 	events   *record.FakeRecorder
 	gauge    *gauge
-	deleted  []string
-	restarts map[string]int
+	restarts *fakeRestarts
+	counted  map[string]int
 	now      time.Time
 }
 
-func newHarness(mode Mode, perMinute int, pods ...*corev1.Pod) *harness {
-	h := &harness{pods: pods, events: record.NewFakeRecorder(100), gauge: &gauge{}, restarts: map[string]int{},
+// fakeRestarts is the cluster's shared state, as every agent sees it.
+type fakeRestarts struct {
+	rounds    map[string]time.Time // by owner UID and hash
+	budget    int                  // evictions left this minute
+	evicted   []string
+	pdbBlocks map[string]bool // pods a PodDisruptionBudget protects now
+	now       func() time.Time
+}
+
+func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (time.Time, error) {
+	key := rev.UID + "/" + rev.Hash
+	if at, ok := f.rounds[key]; ok {
+		return at, nil
+	}
+	f.rounds[key] = f.now()
+	return f.rounds[key], nil
+}
+
+func (f *fakeRestarts) Take(context.Context) (bool, error) {
+	if f.budget == 0 {
+		return false, nil
+	}
+	f.budget--
+	return true, nil
+}
+
+func (f *fakeRestarts) Evict(_ context.Context, p *corev1.Pod) error {
+	if f.pdbBlocks[p.Name] {
+		return ErrDisruptionBudget
+	}
+	f.evicted = append(f.evicted, p.Name)
+	return nil
+}
+
+func newHarness(mode Mode, budget int, pods ...*corev1.Pod) *harness {
+	h := &harness{pods: pods, events: record.NewFakeRecorder(100), gauge: &gauge{}, counted: map[string]int{},
 		now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
+	h.restarts = &fakeRestarts{rounds: map[string]time.Time{}, budget: budget, pdbBlocks: map[string]bool{}, now: func() time.Time { return h.now }}
 	ns := map[string]map[string]string{
 		"shop":  {"istio-injection": "enabled"},
 		"canar": {"istio.io/rev": "canary"},
 		"plain": {},
 	}
-	h.d = New(Config{Mode: mode, RestartsPerMinute: perMinute, OwnerBackoff: 5 * time.Minute, Excluded: []string{"istio-cni"}}, Deps{
+	h.d = New(Config{Mode: mode, Excluded: []string{"istio-cni"}}, Deps{
 		Pods:            &h.pods,
 		NamespaceLabels: func(name string) (map[string]string, bool) { l, ok := ns[name]; return l, ok },
-		Delete: func(_ context.Context, p *corev1.Pod) error {
-			h.deleted = append(h.deleted, p.Name+"/"+string(p.UID))
-			return nil
-		},
-		Events:   h.events,
-		Missed:   h.gauge,
-		Restarts: func(r string) { h.restarts[r]++ },
-		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Now:      func() time.Time { return h.now },
+		Injectors:       func(context.Context) injection.View { return injection.ChartView("test") },
+		Restarts:        h.restarts,
+		Events:          h.events,
+		Missed:          h.gauge,
+		Counted:         func(r string) { h.counted[r]++ },
+		Log:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:             func() time.Time { return h.now },
 	})
 	return h
 }
@@ -57,7 +92,8 @@ func newHarness(mode Mode, perMinute int, pods ...*corev1.Pod) *harness {
 func (l *podList) List() []*corev1.Pod { return *l }
 
 func pod(ns, name string, opts ...func(*corev1.Pod)) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC))},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	for _, o := range opts {
@@ -109,8 +145,8 @@ func TestReportsEachMissedPodOnce(t *testing.T) {
 			t.Errorf("event %q", e)
 		}
 	}
-	if h.gauge.v != 2 || len(h.deleted) != 0 {
-		t.Errorf("gauge %v, deleted %v; want 2 and none in report mode", h.gauge.v, h.deleted)
+	if h.gauge.v != 2 || len(h.restarts.evicted) != 0 {
+		t.Errorf("gauge %v, evicted %v; want 2 and none in report mode", h.gauge.v, h.restarts.evicted)
 	}
 	// A pod gone and its namesake back: a new pod, a new Event.
 	h.pods = podList{pod("shop", "missed-1")}
@@ -121,38 +157,77 @@ func TestReportsEachMissedPodOnce(t *testing.T) {
 	}
 }
 
-func TestRestartDeletesOnlyControlledPodsWithinBounds(t *testing.T) {
+// Restart mode: only a ReplicaSet's or a StatefulSet's pod is evicted,
+// each pod of a revision's round once, within the cluster's budget; a
+// replacement created after the round began is only reported (the injector
+// missed it too: no loop); a PodDisruptionBudget's refusal is retried.
+func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 	h := newHarness(Restart, 2,
 		pod("shop", "web-1", ownedBy("ReplicaSet", "web")),
+		pod("shop", "web-2", ownedBy("ReplicaSet", "web")),
 		pod("shop", "bare"),
 		pod("shop", "custom", ownedBy("Workflow", "wf")),
-		pod("shop", "db-0", ownedBy("StatefulSet", "db")),
-		pod("shop", "cron-1", ownedBy("Job", "cron")))
+		pod("shop", "logs-x", ownedBy("DaemonSet", "logs")),
+		pod("shop", "cron-1", ownedBy("Job", "cron")),
+		pod("shop", "db-0", ownedBy("StatefulSet", "db")))
+	h.restarts.pdbBlocks["db-0"] = true
 	h.d.Pass(context.Background())
-	// Two a minute: the ReplicaSet's and the StatefulSet's pods first.
-	if want := []string{"web-1/uid-web-1", "db-0/uid-db-0"}; strings.Join(h.deleted, ",") != strings.Join(want, ",") {
-		t.Fatalf("deleted %v, want %v", h.deleted, want)
+	// Two evictions in the cluster's budget: the ReplicaSet's pods.
+	if got := strings.Join(h.restarts.evicted, ","); got != "web-1,web-2" {
+		t.Fatalf("evicted %q, want web-1,web-2 within the budget of 2", got)
 	}
-	// The ReplicaSet's replacement missed its injection too: the injector
-	// is still away, so it is only reported until the backoff ends.
-	h.pods = append(h.pods[1:], pod("shop", "web-2", ownedBy("ReplicaSet", "web")))
+	// The next minute: the StatefulSet's pod, refused by its budget.
 	h.now = h.now.Add(time.Minute)
+	h.restarts.budget = 2
 	h.d.Pass(context.Background())
-	if want := "web-1/uid-web-1,db-0/uid-db-0,cron-1/uid-cron-1"; strings.Join(h.deleted, ",") != want {
-		t.Fatalf("deleted %v, want %v (the Job's pod once the minute passed, the ReplicaSet's replacement not)", h.deleted, want)
+	if h.counted["disruption_budget"] != 1 || len(h.restarts.evicted) != 2 {
+		t.Fatalf("counted %v, evicted %v: want db-0 refused by its PodDisruptionBudget", h.counted, h.restarts.evicted)
 	}
-	h.now = h.now.Add(5 * time.Minute)
-	h.d.Pass(context.Background())
-	if last := h.deleted[len(h.deleted)-1]; last != "web-2/uid-web-2" {
-		t.Errorf("after the backoff: deleted %v, want web-2 last", h.deleted)
+	// The ReplicaSet's replacements missed their injection too: created
+	// after its round began, they are only reported, whatever the time.
+	h.pods = append(podList{}, h.pods[2:]...)
+	for _, name := range []string{"web-3", "web-4"} {
+		h.pods = append(h.pods, pod("shop", name, ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) { p.CreationTimestamp = metav1.NewTime(h.now) }))
 	}
-	for _, d := range h.deleted {
-		if strings.HasPrefix(d, "bare/") || strings.HasPrefix(d, "custom/") {
-			t.Errorf("deleted %s: nothing recreates it", d)
+	delete(h.restarts.pdbBlocks, "db-0")
+	for range 3 {
+		h.now = h.now.Add(time.Hour)
+		h.restarts.budget = 10
+		h.d.Pass(context.Background())
+	}
+	if got := strings.Join(h.restarts.evicted, ","); got != "web-1,web-2,db-0" {
+		t.Errorf("evicted %q, want web-1,web-2,db-0: the replacements only reported, the StatefulSet's pod once its budget allowed", got)
+	}
+	if h.counted["evicted"] != 3 {
+		t.Errorf("counted %v", h.counted)
+	}
+	// Each pod not restarted says why, once.
+	var declined []string
+	for _, e := range h.drain() {
+		if strings.Contains(e, ReasonNoRestart) {
+			declined = append(declined, e)
 		}
 	}
-	if h.restarts["deleted"] != len(h.deleted) {
-		t.Errorf("restarts counted %v, deleted %d", h.restarts, len(h.deleted))
+	for _, want := range []string{"a bare pod", "a DaemonSet's pod", "a Job's pod", "a Workflow, is not one", "created after ReplicaSet shop/web's restart round began"} {
+		n := 0
+		for _, e := range declined {
+			if strings.Contains(e, want) {
+				n++
+			}
+		}
+		if want == "created after ReplicaSet shop/web's restart round began" && n != 2 || want != "created after ReplicaSet shop/web's restart round began" && n != 1 {
+			t.Errorf("%d events saying %q: %q", n, want, declined)
+		}
+	}
+}
+
+// A StatefulSet's revisions are its controller-revision-hash: an update
+// is a new round.
+func TestRevisionOf(t *testing.T) {
+	sts := pod("shop", "db-0", ownedBy("StatefulSet", "db"), func(p *corev1.Pod) { p.Labels = map[string]string{"controller-revision-hash": "db-7c9"} })
+	rev, why := RevisionOf(sts)
+	if why != "" || rev.Hash != "db-7c9" || rev.String() != "StatefulSet shop/db at revision db-7c9" {
+		t.Errorf("RevisionOf = %+v, %q", rev, why)
 	}
 }
 
