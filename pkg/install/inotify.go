@@ -29,12 +29,18 @@ func newWatcher(dirs []string) (*watcher, error) {
 }
 
 // armAll arms every directory not armed yet.
-func (wa *watcher) armAll() {
+// armAll arms every directory not armed; it reports whether one was
+// newly armed (a directory that came back, the reconcile itself may have
+// made it).
+func (wa *watcher) armAll() bool {
+	armed := false
 	for _, d := range wa.dirs {
 		if !wa.isArmed(d) {
 			wa.arm(d)
+			armed = armed || wa.isArmed(d)
 		}
 	}
+	return armed
 }
 
 func (wa *watcher) isArmed(dir string) bool { return slices.Contains(wa.w.WatchList(), dir) }

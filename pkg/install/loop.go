@@ -217,7 +217,11 @@ func (l *loop) now(t trigger) {
 	l.held = nil
 	in := l.in
 	in.reconcile(t)
-	l.wa.armAll()
+	if l.wa.armAll() {
+		// Whatever was written into a directory between the reconcile's
+		// look and its watch went unseen: look again.
+		in.reconcile(trigger{reason: "watch_rearmed", at: in.now()})
+	}
 	if missing := l.wa.missing(); len(missing) != len(in.unwatched) {
 		in.unwatched = missing
 		in.updateReadiness()

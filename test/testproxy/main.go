@@ -4,7 +4,7 @@
 // test can see where a connection landed after iptables REDIRECT. "client"
 // dials and prints whatever the peer sent.
 //
-//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH]
+//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH] [--health-addr ADDR]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
 //	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
 //	testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
@@ -39,7 +39,7 @@ import (
 )
 
 const usage = `usage:
-  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH]
+  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH] [--health-addr ADDR]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
   testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
   testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
@@ -96,8 +96,16 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	readyFile := fs.String("ready-file", "", "file written once both listeners are up")
 	tproxy := fs.Bool("tproxy", false, "inbound listener transparent (IP_TRANSPARENT), for TPROXY mode")
 	ipv4Only := fs.Bool("ipv4-only", false, "listen on 0.0.0.0 only, as Envoy does without ISTIO_DUAL_STACK")
+	health := fs.String("health-addr", "", "address of an HTTP GET /healthz/ready answering 200, where Istio's injected probes ask (Envoy's :15021)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *health != "" {
+		stop, err := serveHealth(ctx, *health)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	in := endpoint{name: "inbound", port: inbound.port, reply: proxyReply("inbound"), ipv4Only: *ipv4Only}
 	if *tproxy {

@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -433,6 +434,28 @@ func TestUDP(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no UDP reply after %s: %s", waitLimit, errOut.String())
+		}
+	}
+}
+
+// TestProxyHealth: with --health-addr, the proxy answers Istio's injected
+// probes (GET /healthz/ready) there, and nothing else.
+func TestProxyHealth(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	startInProcess(t, "proxy", "--outbound-port", "0", "--inbound-port", "0", "--health-addr", addr)
+	for path, want := range map[string]int{"/healthz/ready": http.StatusOK, "/stats": http.StatusNotFound} {
+		resp, err := http.Get("http://" + addr + path) // #nosec G107 -- loopback
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
 }
