@@ -21,7 +21,7 @@ KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet k
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
-.PHONY: all help build image deps kube-binaries helm lint test unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm istio-binaries lint test unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -138,6 +138,18 @@ bench-upstream: $(TOOLS)/upstream-istio-cni
 
 $(TOOLS)/upstream-istio-cni: test/upstream/go.mod test/upstream/go.sum
 	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(CURDIR)/$@ istio.io/istio/cni/cmd/istio-cni
+
+## istio-binaries: istiod (pilot-discovery) and pilot-agent, built from the
+## istio.io/istio module test/upstream pins, with upstream's build tags; the
+## e2e's real control plane (test/cluster/istio.go). The e2e builds them
+## itself while its first tests run.
+istio-binaries: $(TOOLS)/pilot-discovery $(TOOLS)/pilot-agent
+
+$(TOOLS)/pilot-discovery: test/upstream/go.mod test/upstream/go.sum
+	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -tags vtprotobuf,disable_pgv -o $(CURDIR)/$@ istio.io/istio/pilot/cmd/pilot-discovery
+
+$(TOOLS)/pilot-agent: test/upstream/go.mod test/upstream/go.sum
+	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -tags agent,disable_pgv -o $(CURDIR)/$@ istio.io/istio/pilot/cmd/pilot-agent
 
 ## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
 bench-node: deps kube-binaries image

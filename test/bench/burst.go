@@ -72,7 +72,7 @@ func burst(ctx context.Context, node *cluster.Node, o cluster.Overlay, target st
 	mem := procStatus(pid)
 	// A full pass over the full node: one that began after every pod was
 	// ready, so the second to end from now (passes are periodic).
-	pass, err := nextFullPass(ctx, o.MetricsPort)
+	pass, err := nextFullPass(ctx, o.MetricsURL())
 	if err != nil {
 		return err
 	}
@@ -183,10 +183,10 @@ func pluginAdds(ctx context.Context, node *cluster.Node, namespace string) ([]ti
 
 // nextFullPass waits for two audit passes to end and returns the second's
 // duration.
-func nextFullPass(ctx context.Context, port int) (time.Duration, error) {
+func nextFullPass(ctx context.Context, metricsURL string) (time.Duration, error) {
 	var seen []histogram
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		h, err := auditPasses(ctx, port)
+		h, err := auditPasses(ctx, metricsURL)
 		if err != nil {
 			return 0, err
 		}
@@ -201,8 +201,8 @@ func nextFullPass(ctx context.Context, port int) (time.Duration, error) {
 }
 
 // auditPasses reads the agent's audit pass histogram.
-func auditPasses(ctx context.Context, port int) (histogram, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
+func auditPasses(ctx context.Context, metricsURL string) (histogram, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
 	if err != nil {
 		return histogram{}, err
 	}

@@ -71,7 +71,7 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 		"--root-dir=" + n.kubeletRootDir(),
 		"--cert-dir=" + filepath.Join(root, "pki"),
 		"--hostname-override=" + n.Name,
-		"--node-ip=127.0.0.1",
+		"--node-ip=" + n.NodeIP.String(),
 		"--v=2",
 	}
 	n.KubeletPort = ports[0]

@@ -52,6 +52,8 @@ type Node struct {
 	// KubeletPort is kubelet's HTTPS API (/metrics, ...) on 127.0.0.1;
 	// anonymous requests are allowed.
 	KubeletPort int
+	// NodeIP is the node's InternalIP: its pods' gateway on its bridge.
+	NodeIP netip.Addr
 
 	dir        string
 	bridge     string
@@ -117,6 +119,14 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 		}
 	}
 	if err := n.installPrimaryCNI(o); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	// The node's address is its pods' gateway, on the bridge made now
+	// rather than at the first ADD: kubelet refuses a loopback node IP,
+	// and without an address pods cannot read status.hostIP (Istio's
+	// injected proxy does).
+	n.NodeIP = o.Subnet.Masked().Addr().Next()
+	if err := createBridge(o.Bridge, netip.PrefixFrom(n.NodeIP, o.Subnet.Bits())); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if o.Detach {

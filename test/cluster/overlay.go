@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 )
@@ -64,10 +65,10 @@ patches:
       value: {name: KUBERNETES_SERVICE_PORT, value: "%[5]d"}
     - op: add
       path: /spec/template/spec/containers/0/env/-
-      value: {name: HEALTH_ADDR, value: "127.0.0.1:%[6]d"}
+      value: {name: HEALTH_ADDR, value: "%[9]s:%[6]d"}
     - op: add
       path: /spec/template/spec/containers/0/env/-
-      value: {name: METRICS_ADDR, value: "127.0.0.1:%[7]d"}
+      value: {name: METRICS_ADDR, value: "%[9]s:%[7]d"}
     - op: replace
       path: /spec/template/spec/containers/0/ports
       value:
@@ -83,9 +84,21 @@ patches:
 
 // Overlay is where the node's DaemonSet listens and reaches the API.
 type Overlay struct {
-	APIPort     int // the API server (or a proxy in front of it) on 127.0.0.1
-	HealthPort  int
-	MetricsPort int
+	APIPort int // the API server (or a proxy in front of it) on 127.0.0.1
+	// The agent's /healthz and /readyz, and its /metrics, on the node's
+	// IP: kubelet probes a host-network pod there.
+	HealthPort, MetricsPort int
+	Host                    netip.Addr
+}
+
+// HealthURL is the agent's path (/readyz, /healthz) on its health port.
+func (o Overlay) HealthURL(path string) string {
+	return "http://" + netip.AddrPortFrom(o.Host, uint16(o.HealthPort)).String() + path // #nosec G115 -- a port
+}
+
+// MetricsURL is the agent's /metrics.
+func (o Overlay) MetricsURL() string {
+	return "http://" + netip.AddrPortFrom(o.Host, uint16(o.MetricsPort)).String() + "/metrics" // #nosec G115 -- a port
 }
 
 // WriteOverlay writes a kustomization into dir that installs deployments/
@@ -103,7 +116,7 @@ func (n *Node) WriteOverlay(dir string, o Overlay) error {
 	if err != nil {
 		return err
 	}
-	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort, n.NetnsDir)
+	data := fmt.Sprintf(overlay, rel, n.CNIBinDir, n.CNINetDir, n.IstioRunDir, o.APIPort, o.HealthPort, o.MetricsPort, n.NetnsDir, n.NodeIP)
 	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600)
 }
 
@@ -123,7 +136,7 @@ func (n *Node) Install(ctx context.Context, dir string, apiPort int) (Overlay, s
 	if err != nil {
 		return Overlay{}, "", err
 	}
-	o := Overlay{APIPort: apiPort, HealthPort: ports[0], MetricsPort: ports[1]}
+	o := Overlay{APIPort: apiPort, HealthPort: ports[0], MetricsPort: ports[1], Host: n.NodeIP}
 	if err := n.WriteOverlay(dir, o); err != nil {
 		return o, "", err
 	}

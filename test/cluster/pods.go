@@ -83,21 +83,39 @@ func (s PodSpec) JSON() []byte {
 type Pod struct {
 	Metadata struct {
 		Name, Namespace, UID string
+		Labels, Annotations  map[string]string
 		DeletionTimestamp    *time.Time
 	}
 	Spec struct {
-		Containers []struct{ Name, Image string }
+		InitContainers, Containers []struct{ Name, Image string }
 	}
 	Status struct {
 		Phase, PodIP, Reason, Message string
 		Conditions                    []struct{ Type, Status, Reason, Message string }
-		ContainerStatuses             []struct {
-			Name         string
-			Ready        bool
-			RestartCount int
-			State        map[string]json.RawMessage
+		InitContainerStatuses         []ContainerStatus
+		ContainerStatuses             []ContainerStatus
+	}
+}
+
+// ContainerStatus is one container's status.
+type ContainerStatus struct {
+	Name         string
+	Ready        bool
+	RestartCount int
+	State        map[string]json.RawMessage
+	LastState    map[string]json.RawMessage `json:"lastState"`
+}
+
+// ExitCode is the exit code of the container's current run if it ended,
+// else of its last; -1 if it never ended.
+func (c ContainerStatus) ExitCode() int {
+	for _, s := range []map[string]json.RawMessage{c.State, c.LastState} {
+		var t struct{ ExitCode *int }
+		if raw, ok := s["terminated"]; ok && json.Unmarshal(raw, &t) == nil && t.ExitCode != nil {
+			return *t.ExitCode
 		}
 	}
+	return -1
 }
 
 // GetPod reads a pod; found is false on 404.

@@ -87,12 +87,23 @@ func startProc(l *launcher, name, bin string, args []string, logPath string) (*p
 // spawn is startProc; in a detached cluster, a non-zero replaces is the
 // PID whose line in the PID file the new process takes over (see restart).
 func spawn(l *launcher, name, bin string, args []string, logPath string, replaces int) (*proc, error) {
+	return spawnCmd(l, name, exec.Command(bin, args...), logPath, replaces)
+}
+
+// spawnIn is startProc in directory dir, with env added to this
+// process's environment.
+func spawnIn(l *launcher, name, bin string, args []string, logPath, dir string, env []string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	return spawnCmd(l, name, cmd, logPath, 0)
+}
+
+func spawnCmd(l *launcher, name string, cmd *exec.Cmd, logPath string, replaces int) (*proc, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own copy
-	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if l.pidFile != "" {

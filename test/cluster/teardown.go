@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +104,21 @@ func killShims(socket string) error {
 }
 
 // deleteBridge deletes the primary CNI's bridge, if there is one.
+// createBridge makes the node's bridge with the pods' gateway address,
+// as the bridge plugin (isGateway) would at the first ADD; it keeps both.
+func createBridge(bridge string, gateway netip.Prefix) error {
+	for _, args := range [][]string{
+		{"link", "add", bridge, "type", "bridge"},
+		{"addr", "add", gateway.String(), "dev", bridge},
+		{"link", "set", bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil && !bytes.Contains(out, []byte("File exists")) { // #nosec G204 -- our own bridge
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
 func deleteBridge(bridge string) error {
 	if bridge == "" {
 		return nil

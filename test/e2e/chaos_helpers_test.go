@@ -333,7 +333,7 @@ func unhealed(ctx context.Context, o *observer, l *livePods, end time.Time) stri
 func agentReady(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.HealthURL("/readyz"), nil)
 	if err != nil {
 		return false
 	}

@@ -57,7 +57,7 @@ func TestInstalled(t *testing.T) {
 			t.Errorf("GET %s with the plugin's token: %d %v, want %d", path, status, err, want)
 		}
 	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health))
+	resp, err := http.Get(env.agent.HealthURL("/readyz"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -176,6 +176,14 @@ func assertRedirected(t *testing.T, p cluster.Pod) {
 			t.Errorf("%s/%s: rules differ from the model:\n%v\n%s", p.Metadata.Namespace, p.Metadata.Name, d, rules)
 		}
 	}
+	assertThroughProxy(t, p)
+}
+
+// assertThroughProxy: the pod's app's requests reach its proxy with the
+// server's address as the original destination, and none reaches the
+// server directly.
+func assertThroughProxy(t *testing.T, p cluster.Pod) {
+	t.Helper()
 	want := "proxy listener=outbound orig=" + server(t)
 	poll.Until(t, 30*time.Second, "the app's request through the proxy", func() (bool, string) {
 		log := env.node.ContainerLog(p, "app")

@@ -24,12 +24,16 @@ var env struct {
 	node    *cluster.Node
 	proxy   *apiProxy
 	overlay string
-	health  int // the installer's /healthz and /readyz port
-	metrics int // the agent's /metrics port
+	// agent is where the agent serves /readyz and /metrics.
+	agent cluster.Overlay
 	// installCNI is the agent's binary as built for the image, for
 	// inspect run on the node.
 	installCNI string
 	primary    []byte
+	dir        string
+	// istioBuild is `make istio-binaries`, run while the first tests do
+	// (realistio_test.go waits for it).
+	istioBuild *istioBuild
 }
 
 func TestMain(m *testing.M) {
@@ -72,6 +76,10 @@ func run(m *testing.M) (code int, err error) {
 		return nil
 	}, cluster.TestDeadline())
 	defer disarm()
+	env.dir = dir
+	buildCtx, stopBuild := context.WithCancel(context.Background())
+	defer stopBuild()
+	env.istioBuild = startIstioBuild(buildCtx)
 	// Images first: a build failure should not cost a node start.
 	images, err := cluster.BuildImages(ctx, dir)
 	if err != nil {
@@ -112,7 +120,7 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	env.health, env.metrics = overlay.HealthPort, overlay.MetricsPort
+	env.agent = overlay
 	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
 	return m.Run(), nil
 }

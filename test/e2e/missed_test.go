@@ -102,7 +102,7 @@ func TestMissedInjection(t *testing.T) {
 		_, _ = env.node.Kubectl(context.Background(), "delete", "-f", writes, "--ignore-not-found")
 	})
 	startPod(t, cluster.PodSpec{Namespace: ns, Name: "bare", Target: server(t)})
-	createDeployment(t, ns, "web", cluster.PodSpec{Namespace: ns, Name: "web", Target: server(t)})
+	createDeployment(t, ns, "web", 1, cluster.PodSpec{Namespace: ns, Name: "web", Target: server(t)})
 	// The first pod runs for a moment only: the restart Event names it.
 	var evicted, replacement string
 	poll.Until(t, 2*time.Minute, "the Deployment's first pod evicted and replaced", func() (bool, string) {
@@ -188,9 +188,9 @@ func setMissedMode(ctx context.Context, mode string) error {
 	return nil
 }
 
-// createDeployment runs pod s as a one-replica Deployment, deleted when the
-// test ends.
-func createDeployment(t *testing.T, ns, name string, s cluster.PodSpec) {
+// createDeployment runs pod s as a Deployment of replicas, deleted when
+// the test ends.
+func createDeployment(t *testing.T, ns, name string, replicas int, s cluster.PodSpec) {
 	t.Helper()
 	var pod struct {
 		Metadata struct {
@@ -205,7 +205,7 @@ func createDeployment(t *testing.T, ns, name string, s cluster.PodSpec) {
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": name, "namespace": ns},
 		"spec": map[string]any{
-			"replicas": 1,
+			"replicas": replicas,
 			"selector": map[string]any{"matchLabels": pod.Metadata.Labels},
 			"template": map[string]any{"metadata": map[string]any{"labels": pod.Metadata.Labels}, "spec": pod.Spec},
 		},

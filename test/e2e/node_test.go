@@ -189,7 +189,7 @@ func metric(t *testing.T, series string) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", env.metrics), nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.MetricsURL(), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

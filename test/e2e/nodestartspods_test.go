@@ -142,7 +142,10 @@ func agentAway(t *testing.T) {
 func agentBack(t *testing.T) {
 	t.Helper()
 	back := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":null}}}}}`
-	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
+	// Not t.Context(): a cleanup calls this too, after it is cancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := env.node.Kubectl(ctx, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +196,7 @@ func restoreNodeFiles() {
 
 // readyz is the agent's /readyz status, 0 when it does not answer.
 func readyz() int {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", env.health))
+	resp, err := http.Get(env.agent.HealthURL("/readyz"))
 	if err != nil {
 		return 0
 	}

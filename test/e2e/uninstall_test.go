@@ -330,8 +330,8 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	set := []string{
 		"cniBinDir=" + env.node.CNIBinDir, "cniConfDir=" + env.node.CNINetDir, "cniRunDir=" + env.node.IstioRunDir,
 		"cniNetnsDir=" + env.node.NetnsDir,
-		fmt.Sprintf("healthPort=%d", env.health), fmt.Sprintf("metricsPort=%d", env.metrics),
-		fmt.Sprintf("env.HEALTH_ADDR=127.0.0.1:%d", env.health), fmt.Sprintf("env.METRICS_ADDR=127.0.0.1:%d", env.metrics),
+		fmt.Sprintf("healthPort=%d", env.agent.HealthPort), fmt.Sprintf("metricsPort=%d", env.agent.MetricsPort),
+		fmt.Sprintf("env.HEALTH_ADDR=%s:%d", env.agent.Host, env.agent.HealthPort), fmt.Sprintf("env.METRICS_ADDR=%s:%d", env.agent.Host, env.agent.MetricsPort),
 		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),
 		"env.AUDIT_INTERVAL=2s", "env.AUDIT_CONFIRM=1s",
 	}

@@ -1,8 +1,14 @@
 //go:build tools
 
-// Package upstream pins upstream istio-cni's plugin, which `make
-// bench-upstream` builds from its module to measure beside ours. It is
-// never shipped, and never fetched as a binary.
+// Package upstream pins upstream Istio at one istio.io/istio version: its
+// istio-cni plugin, which `make bench-upstream` builds to measure beside
+// ours, and istiod (pilot-discovery) and pilot-agent, which `make
+// istio-binaries` builds for the e2e's real control plane (its injector
+// and istio-validation). Never shipped, never fetched as a binary.
 package upstream
 
-import _ "istio.io/istio/cni/cmd/istio-cni"
+import (
+	_ "istio.io/istio/cni/cmd/istio-cni"
+	_ "istio.io/istio/pilot/cmd/pilot-agent"
+	_ "istio.io/istio/pilot/cmd/pilot-discovery"
+)
