@@ -28,7 +28,6 @@ func newWatcher(dirs []string) (*watcher, error) {
 	return wa, nil
 }
 
-// armAll arms every directory not armed yet.
 // armAll arms every directory not armed; it reports whether one was
 // newly armed (a directory that came back, the reconcile itself may have
 // made it).

@@ -29,6 +29,7 @@ type injectorReader struct {
 	istioNamespace string // where a URL webhook's ConfigMap lives
 	log            *slog.Logger
 	now            func() time.Time
+	listRetry      time.Duration // how often the webhooks are asked for while they cannot be listed
 
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
@@ -62,27 +63,61 @@ func newInjectorReader(cs kubernetes.Interface, istioNamespace string, log *slog
 		}
 		return obj, nil
 	})
-	return &injectorReader{cs: cs, istioNamespace: istioNamespace, log: log, now: time.Now, factory: factory, informer: inf,
+	return &injectorReader{cs: cs, istioNamespace: istioNamespace, log: log, now: time.Now, listRetry: time.Minute, factory: factory, informer: inf,
 		configs: map[string]cachedConfig{}, said: map[string]bool{}}
 }
 
-// Start asks once whether the webhooks can be listed; if so it runs the
-// informer until ctx ends and waits for its first list. It returns false
-// only when ctx ended first.
+// Start asks whether the webhooks can be listed; if so it runs the
+// informer until ctx ends and waits for its first list. If not (the RBAC
+// not there yet, in an upgrade), it judges by the chart's view meanwhile
+// and asks again every r.listRetry. It returns false only when ctx ended
+// first.
 func (r *injectorReader) Start(ctx context.Context) bool {
-	_, err := r.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{Limit: 1})
-	if err != nil {
+	if err := r.canList(ctx); err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
-		r.mu.Lock()
-		r.fallback = "the MutatingWebhookConfigurations cannot be listed (" + err.Error() + ")"
-		r.mu.Unlock()
-		r.log.Warn("missed injection: judging by the istio-discovery chart's webhooks and defaults", "why", r.fallback)
+		r.setFallback("the MutatingWebhookConfigurations cannot be listed (" + err.Error() + ")")
+		r.log.Warn("missed injection: judging by the istio-discovery chart's webhooks and defaults until they can be listed", "why", err.Error())
+		go r.retryList(ctx)
 		return true
 	}
 	r.factory.Start(ctx.Done())
 	return cache.WaitForCacheSync(ctx.Done(), r.informer.HasSynced)
+}
+
+func (r *injectorReader) canList(ctx context.Context) error {
+	_, err := r.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{Limit: 1})
+	return err
+}
+
+// retryList asks again until the webhooks can be listed, then runs the
+// informer and leaves the chart's view once it has synced.
+func (r *injectorReader) retryList(ctx context.Context) {
+	t := time.NewTicker(r.listRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if r.canList(ctx) != nil {
+			continue
+		}
+		r.factory.Start(ctx.Done())
+		if cache.WaitForCacheSync(ctx.Done(), r.informer.HasSynced) {
+			r.setFallback("")
+			r.log.Info("missed injection: the webhook configurations can be listed now; following them")
+		}
+		return
+	}
+}
+
+func (r *injectorReader) setFallback(why string) {
+	r.mu.Lock()
+	r.fallback = why
+	r.mu.Unlock()
 }
 
 // OnChange calls f when a webhook configuration changes.
@@ -191,6 +226,9 @@ func readInjectorConfig(ctx context.Context, cs kubernetes.Interface, ns, name s
 		return assumed("cannot be read (" + err.Error() + ")")
 	}
 	var c injection.Config
+	if cm.Data["config"] == "" {
+		return assumed("has no config")
+	}
 	if err := yaml.Unmarshal([]byte(cm.Data["config"]), &c); err != nil {
 		return assumed("holds no valid config (" + err.Error() + ")")
 	}

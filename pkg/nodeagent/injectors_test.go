@@ -2,8 +2,12 @@ package nodeagent
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +19,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // The injectors as the cluster has them: each MutatingWebhookConfiguration
@@ -70,4 +75,36 @@ func TestReadInjectors(t *testing.T) {
 	if view := readInjectors(context.Background(), cs, "istio-system"); !strings.Contains(view.From, "cannot be listed") || len(view.Injectors) != 1 {
 		t.Errorf("forbidden: %+v", view)
 	}
+}
+
+// Webhooks that cannot be listed at start (the RBAC not there yet, in an
+// upgrade): the chart's view meanwhile, then the cluster's once they can.
+func TestInjectorsFollowedOnceListable(t *testing.T) {
+	cs := fake.NewClientset(&admissionv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-sidecar-injector-canary", Labels: map[string]string{"istio.io/rev": "canary"}},
+		Webhooks: []admissionv1.MutatingWebhook{{Name: "rev.namespace.sidecar-injector.istio.io",
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"istio.io/rev": "canary"}}}},
+	})
+	var allowed atomic.Bool
+	cs.PrependReactor("list", "mutatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if allowed.Load() {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewForbidden(admissionv1.Resource("mutatingwebhookconfigurations"), "", nil)
+	})
+	r := newInjectorReader(cs, "istio-system", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r.listRetry = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !r.Start(ctx) {
+		t.Fatal("Start gave up")
+	}
+	if v := r.View(ctx); !strings.Contains(v.From, "cannot be listed") {
+		t.Fatalf("forbidden: %+v, want the chart's view", v)
+	}
+	allowed.Store(true)
+	poll.UntilTrue(t, 10*time.Second, "the cluster's webhooks followed", func() bool {
+		v := r.View(ctx)
+		return len(v.Injectors) == 1 && v.Injectors[0].Revision == "canary"
+	})
 }

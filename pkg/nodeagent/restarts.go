@@ -110,11 +110,14 @@ func (r apiRestarts) Take(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// recentEvictions keeps the recorded evictions of the last minute.
+// recentEvictions keeps the recorded evictions of the last minute. Each
+// agent writes its node's clock: one over a minute ahead would otherwise
+// hold the whole cluster's budget until its time came, so such entries
+// are dropped (the bound then holds per group of agreeing clocks).
 func recentEvictions(recorded string, now time.Time) []string {
 	var out []string
 	for _, s := range strings.Split(recorded, ",") {
-		if t, err := time.Parse(time.RFC3339Nano, s); err == nil && now.Sub(t) < time.Minute {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil && now.Sub(t) < time.Minute && t.Sub(now) < time.Minute {
 			out = append(out, s)
 		}
 	}

@@ -3,9 +3,12 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +32,7 @@ func TestAPIRestarts(t *testing.T) {
 	a, b := agent(), agent()
 	yes := true
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: "shop", UID: "p1",
-		OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "web-7d9", UID: "rs-1", Controller: &yes}}}}
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9", UID: "rs-1", Controller: &yes}}}}
 	rev, why := missed.RevisionOf(pod)
 	if why != "" {
 		t.Fatal(why)
@@ -61,6 +64,15 @@ func TestAPIRestarts(t *testing.T) {
 	if ok, err := b.Take(ctx); !ok || err != nil {
 		t.Errorf("a minute later: %v %v", ok, err)
 	}
+	// Another agent updated the budget between our read and write: no
+	// eviction taken, a later pass tries again.
+	cs.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), BudgetLease, errors.New("changed"))
+	})
+	now = now.Add(time.Minute)
+	if ok, err := a.Take(ctx); ok || err != nil {
+		t.Errorf("Take on a conflict: %v %v, want false and no error", ok, err)
+	}
 	cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
 		if action.GetSubresource() == "eviction" {
 			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
@@ -69,5 +81,16 @@ func TestAPIRestarts(t *testing.T) {
 	})
 	if err := a.Evict(ctx, pod); !errors.Is(err, missed.ErrDisruptionBudget) {
 		t.Errorf("Evict under a PodDisruptionBudget: %v", err)
+	}
+}
+
+// An agent whose clock runs ahead cannot hold the cluster's budget: its
+// entries over a minute in the future do not count.
+func TestRecentEvictionsDropsTheFuture(t *testing.T) {
+	now := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339Nano) }
+	got := recentEvictions(strings.Join([]string{at(-2 * time.Minute), at(-30 * time.Second), at(20 * time.Second), at(5 * time.Minute), "junk"}, ","), now)
+	if want := []string{at(-30 * time.Second), at(20 * time.Second)}; !slices.Equal(got, want) {
+		t.Errorf("recent = %v, want %v", got, want)
 	}
 }

@@ -190,7 +190,9 @@ func (n *Node) InstallIstio(ctx context.Context) (*Istio, error) {
 		return nil, fmt.Errorf("helm install istiod: %w\n%s", err, out)
 	}
 	if err := i.Start(ctx); err != nil {
-		return nil, err
+		// Not left half-done: the chart's webhooks (failurePolicy Fail)
+		// would refuse pods in injection-enabled namespaces.
+		return nil, errors.Join(err, i.Uninstall(context.WithoutCancel(ctx)))
 	}
 	return i, nil
 }

@@ -57,8 +57,9 @@ type Node struct {
 
 	dir        string
 	bridge     string
-	components []*proc  // started after the API server, stopped before it
-	netnsPaths []string // sandboxes' network namespaces seen at teardown or reboot
+	gateway    netip.Prefix // NodeIP on the bridge
+	components []*proc      // started after the API server, stopped before it
+	netnsPaths []string     // sandboxes' network namespaces seen at teardown or reboot
 	timeout    time.Duration
 	lastReboot time.Duration // see LastRebootDuration
 	abortState
@@ -126,7 +127,8 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 	// and without an address pods cannot read status.hostIP (Istio's
 	// injected proxy does).
 	n.NodeIP = o.Subnet.Masked().Addr().Next()
-	if err := createBridge(o.Bridge, netip.PrefixFrom(n.NodeIP, o.Subnet.Bits())); err != nil {
+	n.gateway = netip.PrefixFrom(n.NodeIP, o.Subnet.Bits())
+	if err := createBridge(o.Bridge, n.gateway); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if o.Detach {

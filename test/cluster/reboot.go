@@ -191,7 +191,7 @@ func (n *Node) wipeVolatile(netns, shimFiles []string) error {
 			errs = append(errs, err)
 		}
 	}
-	// The primary CNI's ADD creates it again.
+	// boot makes it again, with the node's address.
 	errs = append(errs, deleteBridge(n.bridge))
 	errs = append(errs, emptyDir(n.IstioRunDir))
 	for _, f := range shimFiles {
@@ -285,6 +285,10 @@ func (n *Node) boot(ctx context.Context, kubelet, containerd *proc, kubeletGone 
 	// The state directory went with the reboot, and with it the shared
 	// mount of the namespaces' directory in it.
 	if err := shareDir(n.NetnsDir); err != nil {
+		return err
+	}
+	// The node's address, as a real node's comes back with its interface.
+	if err := createBridge(n.bridge, n.gateway); err != nil {
 		return err
 	}
 	c, err := n.launcher.restart(containerd)

@@ -103,7 +103,6 @@ func killShims(socket string) error {
 	return errors.Join(errs...)
 }
 
-// deleteBridge deletes the primary CNI's bridge, if there is one.
 // createBridge makes the node's bridge with the pods' gateway address,
 // as the bridge plugin (isGateway) would at the first ADD; it keeps both.
 func createBridge(bridge string, gateway netip.Prefix) error {
@@ -119,6 +118,7 @@ func createBridge(bridge string, gateway netip.Prefix) error {
 	return nil
 }
 
+// deleteBridge deletes the primary CNI's bridge, if there is one.
 func deleteBridge(bridge string) error {
 	if bridge == "" {
 		return nil

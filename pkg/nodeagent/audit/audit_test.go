@@ -319,7 +319,8 @@ func TestReadsBackOnlyOnceItHasReadANamespace(t *testing.T) {
 // (exit 126) waits in kubelet's backoff, no container running: it is a
 // candidate between attempts too, and needs no confirmation (the container
 // ran, so ADD is over). One pass repairs it, with an Event naming the
-// validation; a pod whose validation ended otherwise is not a candidate.
+// validation; a pod whose validation ended otherwise, or that ended, is
+// not a candidate.
 func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
 	h := newHarness(t, Repair)
 	looping := meshed("looping")
@@ -343,11 +344,19 @@ func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
 		State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
 	}}
+	// restartPolicy Never: the pod failed for good, no attempt comes.
+	ended := meshed("ended")
+	ended.Status.Phase = corev1.PodFailed
+	ended.Status.InitContainerStatuses = looping.Status.InitContainerStatuses
 	h.add(looping, false)
 	h.add(other, false)
 	h.add(passed, true)
+	h.add(ended, false)
 	if n := h.a.pass(context.Background(), nil); n != 1 {
 		t.Errorf("checked %d pods, want only the one in validation's backoff", n)
+	}
+	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 0 {
+		t.Errorf("%v pods unchecked, want none (the ended pod is no candidate)", u)
 	}
 	if len(h.net.programmed) != 1 {
 		t.Fatalf("programmed %d times in the first pass, want 1: no confirmation for a failed validation", len(h.net.programmed))

@@ -181,6 +181,10 @@ const (
 // runs, or is being retried. Its ADD is over (the container ran), so the
 // pod needs no confirmation either.
 func validationFailed(pod *corev1.Pod) bool {
+	// A pod that ended (restartPolicy Never) is never tried again.
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return false
+	}
 	for _, cs := range pod.Status.InitContainerStatuses {
 		if cs.Name != ValidationContainer {
 			continue

@@ -97,6 +97,10 @@ type Detector struct {
 	// said holds the pods whose restart was declined, and why, so it is
 	// said once.
 	said map[types.UID]string
+	// retries holds the pods whose eviction was refused: when to try again.
+	retries map[types.UID]retry
+	// rounds caches when each owner revision's restart round began.
+	rounds map[Revision]time.Time
 }
 
 // New builds a detector.
@@ -108,7 +112,8 @@ func New(cfg Config, deps Deps) *Detector {
 		cfg.Interval = 30 * time.Second
 	}
 	return &Detector{cfg: cfg, deps: deps, wake: make(chan struct{}, 1),
-		reported: map[types.UID]bool{}, evicted: map[types.UID]bool{}, said: map[types.UID]string{}}
+		reported: map[types.UID]bool{}, evicted: map[types.UID]bool{}, said: map[types.UID]string{},
+		retries: map[types.UID]retry{}, rounds: map[Revision]time.Time{}}
 }
 
 // Wake asks for a pass soon; it never blocks.
@@ -146,6 +151,7 @@ func (d *Detector) Run(ctx context.Context) {
 func (d *Detector) Pass(ctx context.Context) int {
 	missed := 0
 	present := map[types.UID]bool{}
+	revs := map[Revision]bool{}
 	view := d.deps.Injectors(ctx)
 	for _, pod := range d.deps.Pods.List() {
 		present[pod.UID] = true
@@ -161,7 +167,11 @@ func (d *Detector) Pass(ctx context.Context) int {
 			d.deps.Events.Event(pod, corev1.EventTypeWarning, ReasonMissed, messageMissed+" ("+v.Why+")")
 		}
 		if d.cfg.Mode == Restart && d.deps.Restarts != nil {
-			d.restart(ctx, pod)
+			labels, _ := d.deps.NamespaceLabels(pod.Namespace)
+			d.restart(ctx, pod, labels)
+			if rev, why := RevisionOf(pod); why == "" {
+				revs[rev] = true
+			}
 		}
 	}
 	for _, m := range []map[types.UID]bool{d.reported, d.evicted} {
@@ -174,6 +184,18 @@ func (d *Detector) Pass(ctx context.Context) int {
 	for uid := range d.said {
 		if !present[uid] {
 			delete(d.said, uid)
+		}
+	}
+	for uid := range d.retries {
+		if !present[uid] {
+			delete(d.retries, uid)
+		}
+	}
+	// A revision no missed pod of this node names any more is forgotten:
+	// the cache stays as small as the node's missed pods.
+	for rev := range d.rounds {
+		if !revs[rev] {
+			delete(d.rounds, rev)
 		}
 	}
 	d.deps.Missed.Set(float64(missed))

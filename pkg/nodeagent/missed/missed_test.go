@@ -39,9 +39,12 @@ type fakeRestarts struct {
 	evicted   []string
 	pdbBlocks map[string]bool // pods a PodDisruptionBudget protects now
 	now       func() time.Time
+	// takes and roundCalls count the calls (API requests, for the real one).
+	takes, roundCalls int
 }
 
 func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (time.Time, error) {
+	f.roundCalls++
 	key := rev.UID + "/" + rev.Hash
 	if at, ok := f.rounds[key]; ok {
 		return at, nil
@@ -51,6 +54,7 @@ func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (ti
 }
 
 func (f *fakeRestarts) Take(context.Context) (bool, error) {
+	f.takes++
 	if f.budget == 0 {
 		return false, nil
 	}
@@ -105,7 +109,11 @@ func pod(ns, name string, opts ...func(*corev1.Pod)) *corev1.Pod {
 func ownedBy(kind, name string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		yes := true
-		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: name, UID: types.UID("uid-" + kind + "-" + name), Controller: &yes}}
+		api := map[string]string{"ReplicaSet": "apps/v1", "StatefulSet": "apps/v1", "DaemonSet": "apps/v1", "Job": "batch/v1"}[kind]
+		if api == "" {
+			api = "example.dev/v1"
+		}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: api, Kind: kind, Name: name, UID: types.UID("uid-" + kind + "-" + name), Controller: &yes}}
 	}
 }
 
@@ -208,7 +216,7 @@ func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 			declined = append(declined, e)
 		}
 	}
-	for _, want := range []string{"a bare pod", "a DaemonSet's pod", "a Job's pod", "a Workflow, is not one", "created after ReplicaSet shop/web's restart round began"} {
+	for _, want := range []string{"a bare pod", "a DaemonSet's pod", "a Job's pod", "a Workflow (example.dev/v1), is not one", "created after ReplicaSet shop/web's restart round began"} {
 		n := 0
 		for _, e := range declined {
 			if strings.Contains(e, want) {
@@ -222,12 +230,68 @@ func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 }
 
 // A StatefulSet's revisions are its controller-revision-hash: an update
-// is a new round.
+// is a new round. A StatefulSet of another API group is not Kubernetes'
+// (its Lease would be collected at once, and the round begin again).
 func TestRevisionOf(t *testing.T) {
 	sts := pod("shop", "db-0", ownedBy("StatefulSet", "db"), func(p *corev1.Pod) { p.Labels = map[string]string{"controller-revision-hash": "db-7c9"} })
 	rev, why := RevisionOf(sts)
 	if why != "" || rev.Hash != "db-7c9" || rev.String() != "StatefulSet shop/db at revision db-7c9" {
 		t.Errorf("RevisionOf = %+v, %q", rev, why)
+	}
+	kruise := pod("shop", "db-0", ownedBy("StatefulSet", "db"), func(p *corev1.Pod) { p.OwnerReferences[0].APIVersion = "apps.kruise.io/v1beta1" })
+	if _, why := RevisionOf(kruise); !strings.Contains(why, "a StatefulSet (apps.kruise.io/v1beta1), is not one istio-cni restarts") {
+		t.Errorf("an OpenKruise StatefulSet's pod: %q", why)
+	}
+}
+
+// A pod a PodDisruptionBudget holds is tried again after a backoff, not
+// on every pass: it cannot drain the cluster's budget.
+func TestRefusedEvictionBacksOff(t *testing.T) {
+	h := newHarness(Restart, 1000, pod("shop", "db-0", ownedBy("StatefulSet", "db")))
+	h.restarts.pdbBlocks["db-0"] = true
+	for range 20 { // ten minutes of passes, 30 s apart
+		h.d.Pass(context.Background())
+		h.now = h.now.Add(30 * time.Second)
+	}
+	// Tried at 0, 1, 3 and 7 minutes.
+	if h.restarts.takes != 4 || h.counted["disruption_budget"] != 4 {
+		t.Errorf("%d tries in ten minutes (counted %v), want 4: after 1, 2 then 4 minutes", h.restarts.takes, h.counted)
+	}
+	delete(h.restarts.pdbBlocks, "db-0")
+	h.now = h.now.Add(maxRetry)
+	h.d.Pass(context.Background())
+	if len(h.restarts.evicted) != 1 {
+		t.Errorf("evicted %v once the budget allows, want db-0", h.restarts.evicted)
+	}
+}
+
+// Where the restart admission policy forbids evictions (a namespace not
+// labelled for injection; the pod's own label selected it), the pod is
+// reported, not tried; and an owner's round is asked of the API once.
+func TestRestartOnlyInNamespacesLabelledForInjection(t *testing.T) {
+	selfSelected := func(p *corev1.Pod) { p.Labels = map[string]string{"sidecar.istio.io/inject": "true"} }
+	h := newHarness(Restart, 10,
+		pod("plain", "api-1", ownedBy("ReplicaSet", "api"), selfSelected),
+		pod("shop", "web-1", ownedBy("ReplicaSet", "web")))
+	h.restarts.pdbBlocks["web-1"] = true
+	for range 3 {
+		h.d.Pass(context.Background())
+		h.now = h.now.Add(10 * time.Minute)
+	}
+	if h.gauge.v != 2 {
+		t.Fatalf("%v pods missed, want both", h.gauge.v)
+	}
+	if h.restarts.takes != 3 || h.restarts.roundCalls != 1 {
+		t.Errorf("%d takes and %d round reads, want 3 for shop's pod alone and one read of its round", h.restarts.takes, h.restarts.roundCalls)
+	}
+	n := 0
+	for _, e := range h.drain() {
+		if strings.Contains(e, ReasonNoRestart) && strings.Contains(e, "its namespace is not labelled for injection") {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Events saying the namespace is not labelled, want 1", n)
 	}
 }
 

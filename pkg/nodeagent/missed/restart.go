@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Restart mode, bounded so that it can neither loop nor stampede:
@@ -25,7 +26,13 @@ import (
 //   - a cluster-wide budget bounds evictions per minute (Restarts.Take),
 //     whatever the number of nodes;
 //   - the Eviction API, so PodDisruptionBudgets hold: an eviction they
-//     refuse is tried again on a later pass.
+//     refuse (or that fails) is tried again after a backoff (1 min,
+//     doubling to 10), each try taking from the budget, so that a pod a
+//     budget holds cannot drain it;
+//   - only in a namespace labelled for injection (istio-injection=enabled,
+//     or istio.io/rev without istio-injection), where the optional
+//     admission policy lets the agent evict: a pod selected by its own
+//     labels elsewhere is only reported.
 
 // Revision names one revision of a pod's controller.
 type Revision struct {
@@ -75,38 +82,73 @@ func RevisionOf(pod *corev1.Pod) (Revision, string) {
 		return Revision{}, "a bare pod: nothing would recreate it"
 	}
 	rev := Revision{Kind: owner.Kind, Name: owner.Name, Namespace: pod.Namespace, UID: string(owner.UID)}
-	switch owner.Kind {
-	case "ReplicaSet":
+	// By group too: a kind of another API group (OpenKruise's StatefulSet)
+	// is not Kubernetes' controller; neither its template nor its
+	// revisions are known here, nor would it own the round's Lease.
+	gv, _ := schema.ParseGroupVersion(owner.APIVersion)
+	switch {
+	case gv.Group == "apps" && owner.Kind == "ReplicaSet":
 		return rev, ""
-	case "StatefulSet":
+	case gv.Group == "apps" && owner.Kind == "StatefulSet":
 		rev.Hash = pod.Labels[revisionHashName]
 		return rev, ""
-	case "DaemonSet":
+	case gv.Group == "apps" && owner.Kind == "DaemonSet":
 		return Revision{}, "a DaemonSet's pod: node infrastructure, not restarted"
-	case "Job":
+	case gv.Group == "batch" && owner.Kind == "Job":
 		return Revision{}, "a Job's pod: its work would be lost"
 	}
-	return Revision{}, "its controller, a " + owner.Kind + ", is not one istio-cni restarts"
+	return Revision{}, fmt.Sprintf("its controller, a %s (%s), is not one istio-cni restarts", owner.Kind, owner.APIVersion)
+}
+
+// LabelledForInjection: the namespace's labels select it for injection
+// as the restart admission policy checks them.
+func LabelledForInjection(nsLabels map[string]string) bool {
+	v, injection := nsLabels["istio-injection"]
+	_, rev := nsLabels["istio.io/rev"]
+	return (injection && v == "enabled") || (rev && !injection)
+}
+
+// Backoff after a refused or failed eviction.
+const (
+	firstRetry = time.Minute
+	maxRetry   = 10 * time.Minute
+)
+
+// retry is when a pod whose eviction was refused may be tried again.
+type retry struct {
+	at    time.Time
+	after time.Duration
 }
 
 // restart evicts pod if the bounds allow it now; otherwise it says why,
 // once.
-func (d *Detector) restart(ctx context.Context, pod *corev1.Pod) {
+func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[string]string) {
 	if d.evicted[pod.UID] {
+		return
+	}
+	if r, ok := d.retries[pod.UID]; ok && d.deps.Now().Before(r.at) {
 		return
 	}
 	log := d.deps.Log.With("pod", pod.Namespace+"/"+pod.Name, "uid", string(pod.UID))
 	rev, why := RevisionOf(pod)
+	if why == "" && !LabelledForInjection(nsLabels) {
+		why = "its namespace is not labelled for injection (istio-injection=enabled, or istio.io/rev): the pod's own labels selected it, and istio-cni evicts only in labelled namespaces"
+	}
 	if why != "" {
 		d.decline(pod, why)
 		return
 	}
 	log = log.With("owner", rev.String())
-	began, err := d.deps.Restarts.Round(ctx, pod, rev)
-	if err != nil {
-		d.deps.Counted("error")
-		log.Error("missed injection: reading the owner's restart round", "error", err.Error())
-		return
+	began, ok := d.rounds[rev]
+	if !ok {
+		var err error
+		if began, err = d.deps.Restarts.Round(ctx, pod, rev); err != nil {
+			d.deps.Counted("error")
+			log.Error("missed injection: reading the owner's restart round", "error", err.Error())
+			return
+		}
+		// A round's start never changes: asked once per revision.
+		d.rounds[rev] = began
 	}
 	if !pod.CreationTimestamp.Time.Before(began) {
 		d.decline(pod, fmt.Sprintf("created after %s's restart round began (%s): the injector missed it too, so it is only reported; roll out %s again once the injector is back",
@@ -126,18 +168,29 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod) {
 	switch err := d.deps.Restarts.Evict(ctx, pod); {
 	case errors.Is(err, ErrDisruptionBudget):
 		d.deps.Counted("disruption_budget")
-		log.Info("missed injection: eviction refused by a PodDisruptionBudget; trying again later")
+		log.Info("missed injection: eviction refused by a PodDisruptionBudget; trying again later", "in", d.backOff(pod).String())
 		return
 	case err != nil:
 		d.deps.Counted("error")
-		log.Error("missed injection: evicting", "error", err.Error())
+		log.Error("missed injection: evicting", "error", err.Error(), "retry_in", d.backOff(pod).String())
 		return
 	}
+	delete(d.retries, pod.UID)
 	d.evicted[pod.UID] = true
 	d.deps.Counted("evicted")
 	log.Info("evicted a pod that missed its sidecar injection: its controller recreates it through the injector")
 	d.deps.Events.Event(pod, corev1.EventTypeNormal, ReasonRestarted,
 		fmt.Sprintf("evicted so that %s recreates it through the sidecar injector", rev))
+}
+
+// backOff sets when the pod is tried again, and returns how long from now.
+func (d *Detector) backOff(pod *corev1.Pod) time.Duration {
+	after := firstRetry
+	if r, ok := d.retries[pod.UID]; ok {
+		after = min(2*r.after, maxRetry)
+	}
+	d.retries[pod.UID] = retry{at: d.deps.Now().Add(after), after: after}
+	return after
 }
 
 // decline says once why a pod that missed its injection is not restarted.
