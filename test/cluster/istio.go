@@ -63,10 +63,9 @@ func IstioBinaries() (discovery, agent string, err error) {
 
 // MakeIstioBinaries runs `make istio-binaries` in the repository: they
 // build from source (minutes when the build cache is cold), so a test
-// binary may start this early and wait for it late. The build runs at the
-// lowest CPU priority, taking what the tests leave idle, after any build
-// `make test` started (it waits for its lock); a cancelled ctx ends it and
-// every compiler it started.
+// binary may start this early and wait for it late. It runs after any
+// build `make test` started (it waits for its lock); a cancelled ctx ends
+// it and every compiler it started.
 func MakeIstioBinaries(ctx context.Context) error {
 	root, err := repoRoot()
 	if err != nil {
@@ -74,7 +73,7 @@ func MakeIstioBinaries(ctx context.Context) error {
 	}
 	// The lock is the Makefile's ISTIO_BUILD_LOCK: `make test` may have
 	// started the same build already (istio-binaries-background).
-	cmd := exec.CommandContext(ctx, "nice", "-n", "19", "flock", filepath.Join("_output", "istio-binaries.lock"),
+	cmd := exec.CommandContext(ctx, "flock", filepath.Join("_output", "istio-binaries.lock"),
 		"make", "--no-print-directory", "istio-binaries")
 	cmd.Dir = root
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -69,7 +69,10 @@ func run(m *testing.M) (code int, err error) {
 	// Armed before anything starts: a node still starting when a signal or
 	// the timeout comes is the next run's sweep's (cluster.SweepStale).
 	var started atomic.Pointer[cluster.Node]
+	buildCtx, stopBuild := context.WithCancel(context.Background())
+	defer stopBuild()
 	disarm := cluster.AbortOnSignal(func() error {
+		stopBuild() // its compilers too: nothing of this run is left
 		if n := started.Load(); n != nil {
 			return n.Abort()
 		}
@@ -77,8 +80,6 @@ func run(m *testing.M) (code int, err error) {
 	}, cluster.TestDeadline())
 	defer disarm()
 	env.dir = dir
-	buildCtx, stopBuild := context.WithCancel(context.Background())
-	defer stopBuild()
 	env.istioBuild = startIstioBuild(buildCtx)
 	// Images first: a build failure should not cost a node start.
 	images, err := cluster.BuildImages(ctx, dir)
