@@ -81,7 +81,7 @@ func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
 	requireInstalled(t)
 	upstreamPrimary := withUpstreamEntry(t, env.primary)
 	// Upstream's entry first: from then on this agent writes nothing.
-	if err := os.WriteFile(env.node.PrimaryConfig, upstreamPrimary, 0o644); err != nil { // #nosec G306 -- a CNI config
+	if err := replaceFile(env.node.PrimaryConfig, upstreamPrimary, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// Should the test stop early, the node gets its own files back (the
@@ -105,7 +105,7 @@ func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for path, data := range map[string][]byte{pluginPath(): binary, kubeconfigPath(): []byte(upstreamKubeconfig)} {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
+		if err := replaceFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +188,7 @@ func withUpstreamEntry(t *testing.T, primary []byte) []byte {
 // restoreNodeFiles undoes the stand-in for upstream: the primary's own
 // config back, the foreign binary and kubeconfig gone.
 func restoreNodeFiles() {
-	_ = os.WriteFile(env.node.PrimaryConfig, env.primary, 0o644) // #nosec G306 -- a CNI config
+	_ = replaceFile(env.node.PrimaryConfig, env.primary, 0o644)
 	for _, p := range []string{pluginPath(), kubeconfigPath()} {
 		_ = os.Remove(p)
 	}
