@@ -195,3 +195,22 @@ func TestFindPrimaryRefusesLinksAndGiants(t *testing.T) {
 		t.Errorf("an unreadable file: %v, want it refused by name with the read error", err)
 	}
 }
+
+// NamedPrimary takes the file named, wherever it sorts; a missing or
+// invalid one is ErrNoPrimary (the installer waits), naming it.
+func TestNamedPrimary(t *testing.T) {
+	dir := dirOf(map[string]string{
+		"05-first.conf":      bridgeConf,
+		"10-calico.conflist": calicoList,
+		"20-broken.conflist": `{"name": "x", "plugins": [`,
+	})
+	p, err := chain.NamedPrimary(dir, "10-calico.conflist")
+	if err != nil || p.Name != "10-calico.conflist" {
+		t.Errorf("named 10-calico.conflist: %v, %v", p, err)
+	}
+	for _, name := range []string{"30-absent.conflist", "20-broken.conflist"} {
+		if _, err := chain.NamedPrimary(dir, name); !errors.Is(err, chain.ErrNoPrimary) || !strings.Contains(err.Error(), name) {
+			t.Errorf("named %s: %v, want ErrNoPrimary naming it", name, err)
+		}
+	}
+}

@@ -46,10 +46,8 @@ func FindPrimary(d Dir, ownedName string, skip ...string) (*Primary, error) {
 			continue
 		}
 		p, c, err := readPrimary(d, f)
-		var pd *pluginDirError
-		var refused *refusedError
 		switch {
-		case errors.As(err, &pd), errors.As(err, &refused):
+		case stopsSearch(err):
 			return nil, err
 		case err != nil:
 			skipped = append(skipped, err.Error())
@@ -65,6 +63,25 @@ func FindPrimary(d Dir, ownedName string, skip ...string) (*Primary, error) {
 	return nil, fmt.Errorf("%w in %s (skipped %s)", ErrNoPrimary, d.Path, strings.Join(skipped, "; "))
 }
 
+// NamedPrimary is the primary an admin named (upstream's cniConfFileName)
+// rather than the first: file name in d, read as FindPrimary reads each
+// file. While it is absent or invalid the error wraps ErrNoPrimary: the
+// installer waits for it, as for a node with no primary yet.
+func NamedPrimary(d Dir, name string) (*Primary, error) {
+	f, ok := d.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("%w in %s: the named primary %s does not exist", ErrNoPrimary, d.Path, name)
+	}
+	p, _, err := readPrimary(d, f)
+	switch {
+	case stopsSearch(err):
+		return nil, err
+	case err != nil:
+		return nil, fmt.Errorf("%w in %s: the named primary: %w", ErrNoPrimary, d.Path, err)
+	}
+	return p, nil
+}
+
 // IsOwned reports whether a file is owned mode's output under a generated
 // name: its name ends in OwnedSuffix and its list has an istio-cni entry.
 // The installer uses it to find owned files left by an earlier primary.
@@ -74,6 +91,14 @@ func IsOwned(name string, data []byte) bool {
 	}
 	c, err := parseList(data)
 	return err == nil && c.hasEntry()
+}
+
+// stopsSearch: a file the runtime would use that cannot be chained after
+// (a plugin directory) or read (refused) is an error, never skipped.
+func stopsSearch(err error) bool {
+	var pd *pluginDirError
+	var refused *refusedError
+	return errors.As(err, &pd) || errors.As(err, &refused)
 }
 
 // refusedError is a file the runtime would use but the installer will not

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,9 +39,13 @@ type Config struct {
 	ServiceAccountDir  string
 	APIHost, APIPort   string
 	OwnedConfigName    string
-	ExcludeNamespaces  []string
-	LogLevel           slog.Level
-	Mode               Mode
+	// PrimaryConfigName names the primary's config to chain after
+	// (upstream's cniConfFileName); empty: the first valid one, as the
+	// runtime picks (chain.FindPrimary).
+	PrimaryConfigName string
+	ExcludeNamespaces []string
+	LogLevel          slog.Level
+	Mode              Mode
 	// IPv6Redirect is the plugin's ipv6_redirect (decision.IPv6Policy).
 	IPv6Redirect decision.IPv6Policy
 	// Chained: istio-cni is chained after the primary CNI (OwnedConfigName
@@ -78,6 +83,11 @@ const DefaultExcludeNamespaces = "kube-system"
 // KubeconfigName is the plugin kubeconfig's file name in RunDir.
 const KubeconfigName = "istio-cni-kubeconfig"
 
+// PluginLogName is the plugin's log file in RunDir (its log_file), kept
+// to 1 MiB and one rotated copy (PluginLogName.1): the node's record of
+// ADDs and DELs while no agent takes the plugin's reports.
+const PluginLogName = "istio-cni.log"
+
 // ReportsSocket is the agent's socket for the plugin's reports, in
 // RunDir (the host directory of the kubeconfig).
 const ReportsSocket = "reports.sock"
@@ -106,6 +116,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
 	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")
+	f.String(&c.PrimaryConfigName, "primary-config-name", "PRIMARY_CONFIG_NAME", "", "the primary CNI's config file to chain after (upstream's cniConfFileName); empty: the first valid one, as the runtime picks")
 	f.String(&chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", DefaultExcludeNamespaces, "comma-separated namespaces the plugin never redirects")
 	f.String(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
@@ -196,6 +207,13 @@ func (c Config) validate() error {
 	}
 	if name != filepath.Base(name) || !strings.HasSuffix(name, ext) || strings.HasPrefix(name, ".") {
 		errs = append(errs, fmt.Errorf("--owned-config-name %q: want a file name ending in %s (--chained=%v)", name, ext, c.Chained))
+	}
+	if p := c.PrimaryConfigName; p != "" && (p != filepath.Base(p) || strings.HasPrefix(p, ".") || p == c.OwnedConfigName ||
+		!slices.ContainsFunc([]string{".conflist", ".conf", ".json"}, func(ext string) bool { return strings.HasSuffix(p, ext) })) {
+		errs = append(errs, fmt.Errorf("--primary-config-name %q: want the file name of the primary's config (.conflist, .conf or .json), not --owned-config-name's", p))
+	}
+	if !c.Chained && c.PrimaryConfigName != "" {
+		errs = append(errs, fmt.Errorf("--primary-config-name %q: a standalone config (--chained=false) chains after no primary: want it empty", c.PrimaryConfigName))
 	}
 	if !c.Chained && c.Mode != Owned {
 		errs = append(errs, fmt.Errorf("--mode %q: a standalone config (--chained=false) is always owned: want owned", c.Mode))

@@ -33,7 +33,7 @@ func (in *Installer) installConflist(cd chain.Dir) outcome {
 // config file.
 func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
 	files := cd.Names()
-	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
+	p, err := in.findPrimary(cd)
 	// The primary we follow is still there but does not parse: it is being
 	// rewritten in place (truncate, write). Keep the copy of its last valid
 	// content rather than drop it or copy another network.
@@ -158,7 +158,7 @@ func (in *Installer) removeStaleOwned(netd *hostfs.Dir, cd chain.Dir) error {
 // .conflist files as lists): the new file is written before the old one is
 // removed, and sorts right after it, so the runtime never finds neither.
 func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
-	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName)
+	p, err := in.findPrimary(cd)
 	if err != nil {
 		return outcome{problem: err}
 	}
@@ -182,6 +182,25 @@ func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
 	why := classifyWrite(changed, data, in.files.lastConflist)
 	in.files.owned, in.files.primary, in.files.lastConflist = name, name, data
 	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd, cd))}
+}
+
+// findPrimary is the primary to chain after: the named one, or the first
+// (skipping our own files). Inplace, a named .conf we converted is found
+// under its .conflist name.
+func (in *Installer) findPrimary(cd chain.Dir) (*chain.Primary, error) {
+	name := in.cfg.PrimaryConfigName
+	switch {
+	case name == "" && in.cfg.Mode == Inplace:
+		return chain.FindPrimary(cd, in.cfg.OwnedConfigName)
+	case name == "":
+		return chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
+	}
+	if in.cfg.Mode == Inplace {
+		if _, ok := cd.Lookup(name); !ok {
+			name, _ = chain.InplaceName(name)
+		}
+	}
+	return chain.NamedPrimary(cd, name)
 }
 
 // ownedNames are the names of conflists we may have written, never taken

@@ -36,6 +36,9 @@ func TestInstallFreshNode(t *testing.T) {
 	if metric(n.in.metrics.Ready) != 1 {
 		t.Error("ready gauge not 1")
 	}
+	if ok := metric(n.in.metrics.Installs.WithLabelValues(InstallSuccess)); ok != 1 {
+		t.Errorf("upstream's istio_cni_installs_total{result=SUCCESS} %v after the install, want 1", ok)
+	}
 }
 
 func TestNoPrimaryYetWaits(t *testing.T) {
@@ -45,6 +48,9 @@ func TestNoPrimaryYetWaits(t *testing.T) {
 		ok, why := n.in.Ready()
 		return !ok && strings.Contains(why, "no"), why
 	})
+	if f := metric(n.in.metrics.Installs.WithLabelValues(InstallConfigFailure)); f < 1 {
+		t.Errorf("upstream's istio_cni_installs_total{result=CREATE_CNI_CONFIG_FAILURE} %v with no primary, want at least 1", f)
+	}
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	n.waitReady()
 }
@@ -156,4 +162,25 @@ func TestPrimaryRemoved(t *testing.T) {
 	})
 	n.write(primary, bridgePrimary, 0o644)
 	n.waitReady()
+}
+
+// A named primary (upstream's cniConfFileName): the owned conflist copies
+// that one, not the first in the directory, and the installer waits while
+// it is missing.
+func TestNamedPrimary(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "05-other.conflist"), strings.Replace(bridgePrimary, `"portmap"`, `"bandwidth"`, 1), 0o644)
+	cfg := n.config()
+	cfg.PrimaryConfigName = "10-bridge.conflist"
+	n.start(cfg)
+	n.eventually("not ready while the named primary is missing", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.Contains(why, "10-bridge.conflist does not exist"), why
+	})
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.waitReady()
+	name, owned := n.owned()
+	if name >= "05-other.conflist" || !strings.Contains(owned, `"portmap"`) || strings.Contains(owned, `"bandwidth"`) {
+		t.Errorf("owned conflist %s, want a copy of 10-bridge.conflist sorting first:\n%s", name, owned)
+	}
 }

@@ -111,6 +111,7 @@ func New(cfg Config, deps Deps) *Installer {
 	}
 	if deps.PluginToken != nil {
 		in.tokens = newPluginTokens(deps.PluginToken, deps.Log, deps.Now)
+		in.tokens.mints = deps.Metrics.TokenMints
 	}
 	if deps.Liveness != nil {
 		in.alive = deps.Liveness.Loop("watch loop", aliveBound)
@@ -178,6 +179,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		PodSocket:         filepath.Join(run, PodsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),
+		LogFile:           filepath.Join(run, PluginLogName),
 	}
 }
 

@@ -21,7 +21,21 @@ type Metrics struct {
 	Ready prometheus.Gauge
 	// RepairSeconds is the time from noticing a change to having repaired.
 	RepairSeconds prometheus.Histogram
+	// Installs is upstream istio-cni's istio_cni_installs_total, kept for
+	// its dashboards and alerts: reconciles that wrote files, by result
+	// (SUCCESS, or the first failing step as upstream names it).
+	Installs *prometheus.CounterVec
+	// TokenMints counts the plugin's token mints by result.
+	TokenMints *prometheus.CounterVec
 }
+
+// Upstream's istio_cni_installs_total results.
+const (
+	InstallSuccess           = "SUCCESS"
+	InstallBinaryFailure     = "COPY_BINARIES_FAILURE"
+	InstallKubeconfigFailure = "CREATE_KUBECONFIG_FAILURE"
+	InstallConfigFailure     = "CREATE_CNI_CONFIG_FAILURE"
+)
 
 // NewMetrics registers the series.
 func NewMetrics() *Metrics {
@@ -52,7 +66,18 @@ func NewMetrics() *Metrics {
 			Help:    "Time from noticing a change to having repaired it.",
 			Buckets: []float64{.001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
 		}),
+		Installs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_installs_total",
+			Help: "Installs (reconciles that wrote files), by result; upstream istio-cni's series.",
+		}, []string{"result"}),
+		TokenMints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_plugin_token_mints_total",
+			Help: "Mints of the plugin's short-lived token, by result (success, failure); failures are retried, and the token lapses after a fifth of its lifetime of them.",
+		}, []string{"result"}),
 	}
-	m.Registry.MustRegister(m.Writes, m.Preemptions, m.Preempted, m.Conflict, m.Ready, m.RepairSeconds)
+	for _, r := range []string{"success", "failure"} {
+		m.TokenMints.WithLabelValues(r)
+	}
+	m.Registry.MustRegister(m.Writes, m.Preemptions, m.Preempted, m.Conflict, m.Ready, m.RepairSeconds, m.Installs, m.TokenMints)
 	return m
 }

@@ -64,6 +64,7 @@ func (in *Installer) reconcile(t trigger) {
 		return
 	}
 	var wrote []string
+	failed := ""
 	var fight *Fight
 	now := in.now() // the pace counts from when repairs happen, not from the events
 	for _, st := range []struct {
@@ -79,6 +80,9 @@ func (in *Installer) reconcile(t trigger) {
 			continue
 		}
 		o := in.run(st.file, st.run)
+		if o.problem != nil && failed == "" {
+			failed = installFailure[st.file]
+		}
 		if o.why != "" {
 			wrote = append(wrote, st.file+":"+o.why)
 		}
@@ -88,6 +92,12 @@ func (in *Installer) reconcile(t trigger) {
 		case writePreempted:
 			fight = in.fights.repaired(now, o.foreign, "sorts before our "+in.files.owned+"; another installer writes it")
 		}
+	}
+	switch {
+	case failed != "":
+		in.metrics.Installs.WithLabelValues(failed).Inc()
+	case len(wrote) > 0:
+		in.metrics.Installs.WithLabelValues(InstallSuccess).Inc()
 	}
 	if len(wrote) > 0 {
 		d := in.now().Sub(t.at)
@@ -101,6 +111,11 @@ func (in *Installer) reconcile(t trigger) {
 		in.startFight(*fight)
 	}
 	in.updateReadiness()
+}
+
+// installFailure names a failing step as upstream's installs_total does.
+var installFailure = map[string]string{
+	fileBinary: InstallBinaryFailure, fileKubeconfig: InstallKubeconfigFailure, fileConflist: InstallConfigFailure,
 }
 
 // OtherInstallerReason starts the not-ready reason while another istio-cni
@@ -364,7 +379,7 @@ func (in *Installer) verifyFirst() error {
 		// The primary is the file itself, our entry inside it.
 		return chain.Verify(data, &chain.Primary{Name: owned, Data: data}, in.entry())
 	}
-	p, err := chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
+	p, err := in.findPrimary(cd)
 	if err != nil {
 		return err
 	}

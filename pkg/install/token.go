@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +99,8 @@ type pluginTokens struct {
 	started   time.Time // when the last mint started
 	minting   bool      // a mint runs; its result arrives on minted
 	lastErr   error     // the last mint's failure, for readiness
+	// mints counts mints by result (success, failure); nil: not counted.
+	mints *prometheus.CounterVec
 }
 
 type mintResult struct {
@@ -132,6 +135,13 @@ func (p *pluginTokens) done(r mintResult) bool {
 	p.minting = false
 	p.busy.Done()
 	now := p.now() // after the call, which may have taken the timeout
+	if p.mints != nil {
+		result := "success"
+		if r.err != nil || !r.expires.After(now) {
+			result = "failure"
+		}
+		p.mints.WithLabelValues(result).Inc()
+	}
 	switch {
 	case r.err != nil:
 		p.refreshAt, p.lastErr = now.Add(p.retry), r.err

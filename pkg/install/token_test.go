@@ -121,6 +121,9 @@ func TestPluginTokenMintFailure(t *testing.T) {
 	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
 		t.Fatalf("kubeconfig:\n%s", kc)
 	}
+	if ok, failed := metric(n.in.metrics.TokenMints.WithLabelValues("success")), metric(n.in.metrics.TokenMints.WithLabelValues("failure")); ok != 1 || failed < 1 {
+		t.Errorf("istio_cni_plugin_token_mints_total: success %v, failure %v; want 1 and at least 1", ok, failed)
+	}
 	// Renewals fail from now on: plugin-1 stays until it expires (1 s),
 	// then the installer is no longer ready.
 	m.set(true, false)

@@ -68,6 +68,17 @@ func (in *Installer) Uninstall() error {
 			}
 		}
 	}
+	if _, err := inDir(in.cfg.RunDir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
+		var errs []error
+		for _, name := range []string{PluginLogName, PluginLogName + ".1"} {
+			if fi, err := d.Lstat(name); err == nil && fi.Mode().IsRegular() {
+				errs = append(errs, d.Remove(name))
+			}
+		}
+		return struct{}{}, errors.Join(errs...)
+	}); err != nil {
+		return fmt.Errorf("uninstalling: %w", err)
+	}
 	in.log.Info("uninstalled")
 	return nil
 }

@@ -159,6 +159,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--node-name=Node_A"}, "--node-name"},
 		{[]string{"--missed-injection=delete"}, "--missed-injection: unknown mode \"delete\": want report, restart or off"},
 		{[]string{"--missed-injection-restarts-per-minute=0"}, "--missed-injection-restarts-per-minute"},
+		{[]string{"--validation-container=Istio_Validation"}, "--validation-container \"Istio_Validation\": want a container name"},
 		{[]string{"--mode=sideways"}, "--mode"}, // the installer's, through the same parse
 		{[]string{"stray"}, "unexpected"},
 	} {

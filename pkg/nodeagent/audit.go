@@ -41,6 +41,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
 		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
+		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
 		Namespaces: netnsdir.Finder{Dir: cfg.Install.NetnsDir, Since: time.Now()},
 		Network: func(b xtables.Backend) audit.Network {

@@ -44,6 +44,8 @@ type Config struct {
 	AuditConfirm  time.Duration
 	// AuditLabelKey=AuditLabelValue is what the label action sets.
 	AuditLabelKey, AuditLabelValue string
+	// ValidationContainer is the injector's validation init container.
+	ValidationContainer string
 	// Backend is the iptables implementation the audit uses where a
 	// sandbox's record does not name ADD's: auto detects the node's from
 	// the host's rules.
@@ -80,6 +82,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
 	f.String(&c.AuditLabelKey, "audit-label-key", "AUDIT_LABEL_KEY", audit.DefaultLabelKey, "the label the label action sets")
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
+	f.String(&c.ValidationContainer, "validation-container", "VALIDATION_CONTAINER", audit.DefaultValidationContainer, "the init container Istio's injector adds to check a pod's redirect; its failure (exit 126) marks a pod started without it")
 	f.String(&nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
 	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
 	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
@@ -136,6 +139,9 @@ func (c Config) validate() error {
 	}
 	if errs2 := validation.IsQualifiedName(c.AuditLabelKey); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--audit-label-key %q: want a label key: %s", c.AuditLabelKey, strings.Join(errs2, "; ")))
+	}
+	if errs2 := validation.IsDNS1123Label(c.ValidationContainer); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--validation-container %q: want a container name: %s", c.ValidationContainer, strings.Join(errs2, "; ")))
 	}
 	if errs2 := validation.IsValidLabelValue(c.AuditLabelValue); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--audit-label-value %q: want a label value: %s", c.AuditLabelValue, strings.Join(errs2, "; ")))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -28,6 +29,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 		return nil, err
 	}
 	log := a.log.With("component", "plugin")
+	verbs := newVerbMetrics(a.metrics.Registry)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -38,6 +40,7 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 			if ev.Families != "" {
 				attrs = append(attrs, "families", ev.Families)
 			}
+			verbs.count(ev)
 			if ev.Error != "" {
 				log.Error("plugin "+ev.Verb+" failed", append(attrs, "error", ev.Error)...)
 			} else {
@@ -58,6 +61,49 @@ func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait 
 		}
 	}()
 	return func() { <-done }, nil
+}
+
+// verbMetrics count the plugin's verbs on the node, from its reports.
+type verbMetrics struct {
+	total    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newVerbMetrics(reg prometheus.Registerer) verbMetrics {
+	m := verbMetrics{
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "istio_cni_plugin_verbs_total",
+			Help: "The plugin's ADDs, DELs and CHECKs on this node, by verb and result (success, failure), as it reports them (best effort: none while no agent listens).",
+		}, []string{"verb", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "istio_cni_plugin_verb_seconds",
+			Help:    "How long the plugin's verbs took on this node, by verb, as it reports them.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"verb"}),
+	}
+	for _, verb := range []string{"ADD", "DEL", "CHECK"} {
+		m.total.WithLabelValues(verb, "success")
+		m.total.WithLabelValues(verb, "failure")
+		m.duration.WithLabelValues(verb)
+	}
+	reg.MustRegister(m.total, m.duration)
+	return m
+}
+
+func (m verbMetrics) count(ev reports.Report) {
+	switch ev.Verb {
+	case "ADD", "DEL", "CHECK":
+	default:
+		return // a label per unknown verb would let a report grow the series
+	}
+	result := "success"
+	if ev.Error != "" {
+		result = "failure"
+	}
+	m.total.WithLabelValues(ev.Verb, result).Inc()
+	if ev.DurationMS > 0 {
+		m.duration.WithLabelValues(ev.Verb).Observe(ev.DurationMS / 1000)
+	}
 }
 
 // ReasonIPv4OnlyProxy is the Event when a pod's IPv6 is captured but its

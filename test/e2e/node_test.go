@@ -182,10 +182,30 @@ func TestStartupTaintRemoved(t *testing.T) {
 	if got := metric(t, "istio_cni_node_tainted"); got != 0 {
 		t.Errorf("istio_cni_node_tainted = %v", got)
 	}
+	// Upstream istio-cni's series, which its dashboards and alerts read,
+	// are exported beside ours under its names and labels.
+	for series, atLeast := range map[string]float64{
+		`istio_cni_installs_total{result="SUCCESS"}`:                           1,
+		"istio_cni_install_ready":                                              1,
+		`istio_cni_repair_pods_repaired_total{result="success",type="repair"}`: 0,
+		`istio_cni_repair_pods_repaired_total{result="fail",type="repair"}`:    0,
+	} {
+		if v, found := metricFound(t, series); !found || v < atLeast {
+			t.Errorf("%s: %v (exported %v), want at least %v", series, v, found, atLeast)
+		}
+	}
 }
 
 // metric reads one series from the agent's /metrics (0 when absent).
 func metric(t *testing.T, series string) float64 {
+	t.Helper()
+	v, _ := metricFound(t, series)
+	return v
+}
+
+// metricFound reads one series from the agent's /metrics, and whether it
+// is there.
+func metricFound(t *testing.T, series string) (float64, bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -203,8 +223,8 @@ func metric(t *testing.T, series string) float64 {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			var f float64
 			_, _ = fmt.Sscan(v, &f)
-			return f
+			return f, true
 		}
 	}
-	return 0
+	return 0, false
 }

@@ -33,7 +33,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 			return
 		}
 		ms := float64(a.deps.Now().Sub(start).Microseconds()) / 1000
-		a.deps.Metrics.Actions.WithLabelValues(string(Repair), "success").Inc()
+		a.deps.Metrics.acted(Repair, true)
 		log.Info("audit: repaired in place", "netns", ns.Path, "ms", ms)
 		a.deps.Events.Eventf(c.pod, corev1.EventTypeNormal, ReasonRepaired,
 			"istio-cni programmed the traffic redirect in the pod's network namespace (%.1f ms)", ms)
@@ -49,7 +49,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 			return
 		}
 		st.acted = true
-		a.deps.Metrics.Actions.WithLabelValues(string(Delete), "success").Inc()
+		a.deps.Metrics.acted(Delete, true)
 		log.Info("audit: pod deleted")
 	case Label:
 		if st.acted || c.pod.Labels[a.cfg.LabelKey] == a.cfg.LabelValue {
@@ -60,7 +60,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 			return
 		}
 		st.acted = true
-		a.deps.Metrics.Actions.WithLabelValues(string(Label), "success").Inc()
+		a.deps.Metrics.acted(Label, true)
 		a.deps.Events.Eventf(c.pod, corev1.EventTypeWarning, ReasonLabelled, "istio-cni labelled the pod %s=%s", a.cfg.LabelKey, a.cfg.LabelValue)
 		log.Info("audit: pod labelled", "label", a.cfg.LabelKey+"="+a.cfg.LabelValue)
 	}
@@ -68,7 +68,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 
 // failed records an action that did not work; the next pass tries again.
 func (a *Auditor) failed(pod *corev1.Pod, log *slog.Logger, err error) {
-	a.deps.Metrics.Actions.WithLabelValues(string(a.cfg.Action), "failure").Inc()
+	a.deps.Metrics.acted(a.cfg.Action, false)
 	log.Error("audit: action failed", "error", err.Error())
 	a.deps.Events.Eventf(pod, corev1.EventTypeWarning, ReasonFailed, "istio-cni could not %s the pod: %v", a.cfg.Action, err)
 }

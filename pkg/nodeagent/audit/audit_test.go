@@ -58,6 +58,9 @@ func TestRepairAfterConfirmation(t *testing.T) {
 		t.Errorf("findings %v, repairs %v: want 1 and 1", testutil.ToFloat64(h.metrics.Findings),
 			testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")))
 	}
+	if up := testutil.ToFloat64(h.metrics.PodsRepaired.WithLabelValues("repair", "success")); up != 1 {
+		t.Errorf("upstream's istio_cni_repair_pods_repaired_total{type=repair,result=success} %v, want 1", up)
+	}
 	if g := testutil.ToFloat64(h.metrics.Unredirected); g != 0 {
 		t.Errorf("unredirected gauge %v after the repair, want 0", g)
 	}
@@ -98,6 +101,9 @@ func TestFailedRepairKeepsPodCounted(t *testing.T) {
 	}
 	if f := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "failure")); f != 1 {
 		t.Errorf("failures %v, want 1", f)
+	}
+	if f := testutil.ToFloat64(h.metrics.PodsRepaired.WithLabelValues("repair", "fail")); f != 1 {
+		t.Errorf("upstream's result=fail %v, want 1", f)
 	}
 	evs := h.drainEvents()
 	if len(evs) != 2 || !strings.Contains(evs[1], ReasonFailed) || !strings.Contains(evs[1], "exit status 4") {
@@ -326,7 +332,7 @@ func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
 	looping := meshed("looping")
 	looping.Status.Phase = corev1.PodPending
 	looping.Status.InitContainerStatuses = []corev1.ContainerStatus{{
-		Name:                 ValidationContainer,
+		Name:                 DefaultValidationContainer,
 		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
 		RestartCount:         5,
@@ -334,13 +340,13 @@ func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
 	other := meshed("other")
 	other.Status.Phase = corev1.PodPending
 	other.Status.InitContainerStatuses = []corev1.ContainerStatus{{
-		Name:  ValidationContainer,
+		Name:  DefaultValidationContainer,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}},
 	}}
 	passed := meshed("passed")
 	passed.Status.Phase = corev1.PodPending
 	passed.Status.InitContainerStatuses = []corev1.ContainerStatus{{
-		Name:                 ValidationContainer,
+		Name:                 DefaultValidationContainer,
 		State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
 	}}
@@ -362,7 +368,34 @@ func TestValidationCrashLoopIsRepairedBetweenAttempts(t *testing.T) {
 		t.Fatalf("programmed %d times in the first pass, want 1: no confirmation for a failed validation", len(h.net.programmed))
 	}
 	evs := h.drainEvents()
-	if len(evs) != 2 || !strings.Contains(evs[0], ValidationContainer+" failed (exit 126)") || !strings.HasPrefix(evs[1], "Normal "+ReasonRepaired) {
+	if len(evs) != 2 || !strings.Contains(evs[0], DefaultValidationContainer+" failed (exit 126)") || !strings.HasPrefix(evs[1], "Normal "+ReasonRepaired) {
 		t.Errorf("events %q, want the validation's failure then the repair", evs)
+	}
+}
+
+// The validation container is the configured one (upstream's
+// repair.initContainerName): a pod whose container of that name failed
+// with exit 126 is repaired between attempts; one whose istio-validation
+// did is not, under that setting.
+func TestValidationContainerIsConfigured(t *testing.T) {
+	h := newHarness(t, Repair)
+	h.a.cfg.ValidationContainer = "check-redirect"
+	looping := func(name, container string) *corev1.Pod {
+		p := meshed(name)
+		p.Status.Phase = corev1.PodPending
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{
+			Name:                 container,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: ValidationExitCode}},
+		}}
+		return p
+	}
+	h.add(looping("configured", "check-redirect"), false)
+	h.add(looping("default-name", DefaultValidationContainer), false)
+	if n := h.a.pass(context.Background(), nil); n != 1 {
+		t.Errorf("checked %d pods, want only the one whose check-redirect failed", n)
+	}
+	if evs := h.drainEvents(); len(evs) == 0 || !strings.Contains(evs[0], "check-redirect failed (exit 126)") {
+		t.Errorf("events %q, want the configured container named", evs)
 	}
 }

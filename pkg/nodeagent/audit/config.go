@@ -76,4 +76,7 @@ type Config struct {
 	// Backend is the node's iptables backend, for sandboxes whose record
 	// does not name the one ADD used.
 	Backend xtables.Backend
+	// ValidationContainer names the injector's validation init container
+	// (empty: DefaultValidationContainer).
+	ValidationContainer string
 }

@@ -98,7 +98,7 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		a.deps.Metrics.Findings.Inc()
 		msg := "running without its traffic redirect: " + summary(diffs)
 		if c.validationFailed {
-			msg = ValidationContainer + " failed (exit 126) because the pod has no traffic redirect: " + summary(diffs)
+			msg = a.validationContainer() + " failed (exit 126) because the pod has no traffic redirect: " + summary(diffs)
 		}
 		a.deps.Log.Warn("audit: meshed pod running unredirected", "pod", podName(c.pod), "uid", uid,
 			"netns", found.Path, "since", st.suspect.Format(time.RFC3339Nano), "diffs", diffs, "action", string(a.cfg.Action))

@@ -18,6 +18,11 @@ type Metrics struct {
 	Actions *prometheus.CounterVec
 	// Errors counts checks that could not read a pod's namespace.
 	Errors prometheus.Counter
+	// PodsRepaired is upstream istio-cni's
+	// istio_cni_repair_pods_repaired_total, kept for its dashboards and
+	// alerts: Actions under upstream's labels (type, result success or
+	// fail).
+	PodsRepaired *prometheus.CounterVec
 	// PassSeconds is the duration of full passes.
 	PassSeconds prometheus.Histogram
 }
@@ -55,6 +60,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
 	}
-	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds)
+	m.PodsRepaired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "istio_cni_repair_pods_repaired_total",
+		Help: "Pods acted on by the audit, by type (repair, delete, label) and result (success, fail); upstream istio-cni's series.",
+	}, []string{"type", "result"})
+	// Exported from the start, at 0, as dashboards expect.
+	for _, a := range []Action{Repair, Delete, Label} {
+		for _, r := range []string{"success", "fail"} {
+			m.PodsRepaired.WithLabelValues(string(a), r)
+		}
+	}
+	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds, m.PodsRepaired)
 	return m
+}
+
+// acted counts an action in both our series and upstream's.
+func (m *Metrics) acted(action Action, ok bool) {
+	result, upstream := "success", "success"
+	if !ok {
+		result, upstream = "failure", "fail"
+	}
+	m.Actions.WithLabelValues(string(action), result).Inc()
+	m.PodsRepaired.WithLabelValues(string(action), upstream).Inc()
 }

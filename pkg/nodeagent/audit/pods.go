@@ -113,7 +113,7 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 
 // decide keeps started, non-terminating pods the plugin must redirect.
 func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
-	failed := validationFailed(pod)
+	failed := validationFailed(pod, a.validationContainer())
 	if pod.DeletionTimestamp != nil || (!started(pod) && !failed) {
 		return candidate{}, false
 	}
@@ -171,22 +171,29 @@ func started(pod *corev1.Pod) bool {
 // --run-validation` checks that its connections are redirected and exits
 // ValidationExitCode when they are not.
 const (
-	ValidationContainer = "istio-validation"
-	ValidationExitCode  = 126
+	DefaultValidationContainer = "istio-validation"
+	ValidationExitCode         = 126
 )
+
+func (a *Auditor) validationContainer() string {
+	if a.cfg.ValidationContainer != "" {
+		return a.cfg.ValidationContainer
+	}
+	return DefaultValidationContainer
+}
 
 // validationFailed: the pod's istio-validation init container ended with
 // ValidationExitCode, and the pod has not got past it: it waits in
 // kubelet's backoff (Init:CrashLoopBackOff), when no container of the pod
 // runs, or is being retried. Its ADD is over (the container ran), so the
 // pod needs no confirmation either.
-func validationFailed(pod *corev1.Pod) bool {
+func validationFailed(pod *corev1.Pod, container string) bool {
 	// A pod that ended (restartPolicy Never) is never tried again.
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return false
 	}
 	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name != ValidationContainer {
+		if cs.Name != container {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {

@@ -1,0 +1,74 @@
+package plugin
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// log_file stays bounded: past the limit it moves to log_file.1 once,
+// even when invocations race, and no invocation's line is lost.
+func TestLogFileRotates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "istio-cni.log")
+	old := strings.Repeat("old line\n", 20)
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const limit, n = 150, 8 // the old file (180 bytes) is past it, 8 new lines are not
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f, err := openLogFile(path, limit)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = fmt.Fprintf(f, "invocation %d\n", i)
+			_ = f.Close()
+		})
+	}
+	close(start)
+	wg.Wait()
+	rotated, err := os.ReadFile(path + ".1")
+	if err != nil || string(rotated) != old {
+		t.Errorf("log_file.1 %q, %v; want the old file, rotated once", rotated, err)
+	}
+	current, _ := os.ReadFile(path)
+	for i := range n {
+		if !strings.Contains(string(current), fmt.Sprintf("invocation %d\n", i)) {
+			t.Errorf("invocation %d's line lost:\n%s", i, current)
+		}
+	}
+	// Under the limit: appended, not rotated.
+	f, err := openLogFile(path, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("more\n")
+	_ = f.Close()
+	if got, _ := os.ReadFile(path + ".1"); string(got) != old {
+		t.Error("rotated again under the limit")
+	}
+}
+
+// A symlink planted at log_file is not followed.
+func TestLogFileRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "istio-cni.log")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openLogFile(link, MaxLogFileSize); err == nil {
+		_ = f.Close()
+		t.Error("opened a symlinked log_file")
+	}
+}
