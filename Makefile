@@ -11,9 +11,10 @@ GOLANGCI_LINT_VERSION := v2.15.0
 HELM_VERSION := v3.22.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
-# time (the bench's peak-RSS probe), and the real node's containerd, runc
-# and reference CNI plugins (bridge, host-local, portmap, loopback).
-APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc containernetworking-plugins
+# time (the bench's peak-RSS probe), the real node's containerd, runc
+# and reference CNI plugins (bridge, host-local, portmap, loopback), and
+# promtool (prometheus) for the chart's alert rules' tests.
+APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc containernetworking-plugins prometheus
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar

@@ -22,21 +22,25 @@ func podSpec(ds map[string]any) map[string]any {
 func TestStartupTaintAlwaysTolerated(t *testing.T) {
 	notReady := "map[effect:NoSchedule key:cni.istio.io/not-ready operator:Exists]"
 	for _, tc := range []struct {
-		set  []string
+		args []string
 		want []string
 	}{
 		{nil, []string{"map[operator:Exists]"}}, // the default tolerates every taint
-		{[]string{"tolerations[0].key=dedicated", "tolerations[0].operator=Exists"}, []string{"map[key:dedicated operator:Exists]", notReady}},
-		{[]string{"tolerations=null"}, []string{notReady}},
-		{[]string{"tolerations[0].key=cni.istio.io/not-ready", "tolerations[0].operator=Exists"}, []string{"map[key:cni.istio.io/not-ready operator:Exists]"}},
+		{[]string{"--set", "tolerations[0].key=dedicated", "--set", "tolerations[0].operator=Exists"}, []string{"map[key:dedicated operator:Exists]", notReady}},
+		{[]string{"--set-json", "tolerations=[]"}, []string{notReady}},
+		{[]string{"--set", "tolerations[0].key=cni.istio.io/not-ready", "--set", "tolerations[0].operator=Exists"}, []string{"map[key:cni.istio.io/not-ready operator:Exists]"}},
 	} {
+		objs, err := render(t, chartDir(t), tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var got []string
-		tolerations, _ := podSpec(daemonSet(helmTemplate(t, tc.set...)))["tolerations"].([]any)
+		tolerations, _ := podSpec(daemonSet(objs))["tolerations"].([]any)
 		for _, tol := range tolerations {
 			got = append(got, fmt.Sprint(tol))
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("--set %v: tolerations %v, want %v", tc.set, got, tc.want)
+			t.Errorf("%v: tolerations %v, want %v", tc.args, got, tc.want)
 		}
 	}
 }

@@ -20,8 +20,17 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"excludeNamespaces[0]=Kube_System", "/excludeNamespaces/0"},
 		{"healthPort=0", "/healthPort"},
 		{"cniConfDir=relative", "/cniConfDir"},
-		{"chained=true,cniConfFileName=istio-cni.conf", "cniConfFileName \"istio-cni.conf\""},
-		{"global.platform=openshift,chained=true", "want a name ending in .conflist"},
+		{"istioOwnedCNIConfigFileName=istio-cni.conf", "/istioOwnedCNIConfigFileName"},
+		{"chained=false,cniConfFileName=istio-cni.conflist", "want a name ending in .conf"},
+		{"logging.level=none", "/logging/level"},
+		{"global.resourceScope=some", "/global/resourceScope"},
+		{"repair.initContainerName=Istio_Validation", "/repair/initContainerName"},
+		{"profile=minimal", "profile \"minimal\": want one of"},
+		{"compatibilityVersion=1.20", "compatibilityVersion \"1.20\": want one of"},
+		{"ambient.enabled=true", "ambient.enabled true: istio-cni puts pods into a sidecar mesh only"},
+		{"cni.ambient.enabled=true", "ambient.enabled true"},
+		{"cni.cniBinDIr=/x", "cniBinDIr"},
+		{"defaults.hub=x", "defaults: set values at the top level"},
 		{"missedInjection.mode=delete", "/missedInjection/mode"},
 		{"missedInjection.restartsPerMinute=0", "/missedInjection/restartsPerMinute"},
 	} {
@@ -71,10 +80,10 @@ func TestExplicitValuesWinOverProfiles(t *testing.T) {
 	if _, ok := objs["ResourceQuota istio-cni/istio-cni-node-critical"]; ok {
 		t.Error("gke with resourceQuotas.enabled=false still renders the quota")
 	}
-	objs = helmTemplate(t, "global.platform=openshift", "chained=true", "cniConfFileName=01-istio-cni.conflist", "provider=default",
-		"seLinuxOptions.level=s0")
+	objs = helmTemplate(t, "global.platform=openshift", "chained=true", "istioOwnedCNIConfigFileName=01-istio-cni.conflist",
+		"cniConfFileName=10-calico.conflist", "provider=default", "seLinuxOptions.level=s0")
 	d := configData(objs)
-	if d["CHAINED_CNI_PLUGIN"] != "true" || d["OWNED_CONFIG_NAME"] != "01-istio-cni.conflist" {
+	if d["CHAINED_CNI_PLUGIN"] != "true" || d["OWNED_CONFIG_NAME"] != "01-istio-cni.conflist" || d["PRIMARY_CONFIG_NAME"] != "10-calico.conflist" {
 		t.Errorf("openshift made chained: %v", d)
 	}
 	if _, ok := objs["NetworkAttachmentDefinition default/istio-cni"]; ok {

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -87,21 +86,37 @@ func MakeIstioBinaries(ctx context.Context) error {
 // IstioChart is the istio-discovery chart of the pinned module, in the
 // module cache.
 func IstioChart() (string, error) {
-	root, err := repoRoot()
+	manifests, err := IstioManifests()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio")
-	cmd.Dir = filepath.Join(root, "test", "upstream")
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("locating the istio.io/istio module: %w", err)
-	}
-	chart := filepath.Join(strings.TrimSpace(string(out)), "manifests", "charts", "istio-control", "istio-discovery")
+	chart := filepath.Join(manifests, "charts", "istio-control", "istio-discovery")
 	if _, err := os.Stat(filepath.Join(chart, "Chart.yaml")); err != nil {
 		return "", fmt.Errorf("the istio-discovery chart: %w", err)
 	}
 	return chart, nil
+}
+
+// IstioManifests is the manifests directory (charts, helm-profiles) of the
+// istio.io/istio module test/upstream pins, in the module cache.
+func IstioManifests() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	// download, not list: on a fresh machine the module may not be in the
+	// cache yet (the chart tests can run before the Istio build fetched it).
+	cmd := exec.Command("go", "mod", "download", "-json", "istio.io/istio")
+	cmd.Dir = filepath.Join(root, "test", "upstream")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("fetching the istio.io/istio module: %w", err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("fetching the istio.io/istio module: %v %s", err, mod.Error)
+	}
+	return filepath.Join(mod.Dir, "manifests"), nil
 }
 
 // ProxyImageArchive builds the injected containers' image into dir: the

@@ -142,7 +142,7 @@ func assertInjected(t *testing.T, p cluster.Pod, firstTry bool) {
 
 func validationStatus(p cluster.Pod) cluster.ContainerStatus {
 	for _, c := range p.Status.InitContainerStatuses {
-		if c.Name == audit.ValidationContainer {
+		if c.Name == audit.DefaultValidationContainer {
 			return c
 		}
 	}

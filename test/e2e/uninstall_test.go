@@ -3,11 +3,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -204,7 +206,12 @@ func watchFiles(t *testing.T) func() []string {
 
 // waitUninstalled waits until nothing of istio-cni is left on the node
 // and no agent pod runs, and checks the primary's config is untouched.
-func waitUninstalled(t *testing.T) {
+func waitUninstalled(t *testing.T) { t.Helper(); waitUninstalledFrom(t, false) }
+
+// waitUninstalledFrom waits until nothing of istio-cni is left on the
+// node. Owned, the primary's file is byte for byte what it was; inplace
+// (our entry was in it), the same JSON.
+func waitUninstalledFrom(t *testing.T, inplace bool) {
 	t.Helper()
 	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
 		var left []string
@@ -223,9 +230,17 @@ func waitUninstalled(t *testing.T) {
 		}
 		return len(left) == 0 && len(installerPods(t)) == 0, fmt.Sprint("left: ", left, "; agent pods: ", len(installerPods(t)))
 	})
-	if b, _ := os.ReadFile(env.node.PrimaryConfig); !bytes.Equal(b, env.primary) {
+	if b, _ := os.ReadFile(env.node.PrimaryConfig); !bytes.Equal(b, env.primary) && !inplace {
 		t.Errorf("primary conflist changed by the uninstall:\n%s\nwant:\n%s", b, env.primary)
+	} else if !sameJSON(b, env.primary) {
+		t.Errorf("primary conflist after taking our entry out of it:\n%s\nwant (as JSON):\n%s", b, env.primary)
 	}
+}
+
+// sameJSON: a and b are the same JSON value, whatever their layout.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // assertNodeStartsPlainPods: a plain pod in default is Ready within 60 s
@@ -305,10 +320,13 @@ func daemonSetDoc(t *testing.T, rendered string) string {
 }
 
 // 17. Istio users install with Helm: `helm install` of
-// deployments/helm/istio-cni (the node's paths and ports set as values, as
-// a platform's would be) makes the node redirect a meshed pod, and `helm
+// deployments/helm/istio-cni with upstream istio-cni's own values file
+// (-f, read from the pinned istio.io/istio module, as a user switching
+// charts brings it; the node's paths and ports set as values, as a
+// platform's would be) makes the node redirect a meshed pod, and `helm
 // uninstall` leaves a node that starts plain pods with nothing of
-// istio-cni left.
+// istio-cni left. Upstream's values ask for its entry inside the
+// primary's own file (istioOwnedCNIConfig: false), and get it.
 func TestHelmInstallAndUninstall(t *testing.T) {
 	reinstallReady(t) // the namespace of the previous install gone
 	helm, err := cluster.Helm()
@@ -335,24 +353,37 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),
 		"env.AUDIT_INTERVAL=2s", "env.AUDIT_CONFIRM=1s",
 	}
+	manifests, err := cluster.IstioManifests()
+	if err != nil {
+		t.Fatal(err)
+	}
 	args := []string{"--kubeconfig", env.node.Kubeconfig, "install", "istio-cni", filepath.Join(base, "helm", "istio-cni"),
-		"--namespace", "istio-cni", "--wait", "--timeout", "3m"}
+		"--namespace", "istio-cni", "--wait", "--timeout", "3m",
+		"-f", filepath.Join(manifests, "charts", "istio-cni", "values.yaml"), "--set", "global.hub=localhost/istio-cni", "--set", "global.tag=0.1.0"}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
-	if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err != nil {
+	out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput()
+	if err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
+	// Upstream's values that cannot apply are named at install.
+	if !strings.Contains(string(out), "ambient.*: istio-cni is sidecar-only") {
+		t.Errorf("helm install's notes name no upstream value left unused:\n%s", out)
+	}
 	requireInstalled(t)
+	if primary, err := os.ReadFile(env.node.PrimaryConfig); exists(ownedPath()) || err != nil || !strings.Contains(string(primary), `"istio-cni"`) {
+		t.Errorf("upstream's istioOwnedCNIConfig false: our own conflist exists %v (%v); want our entry in %s", exists(ownedPath()), err, env.node.PrimaryConfig)
+	}
 	agent, _ := installerPodOrEmpty(t)
 	agentLog := followLog(agent)
 	assertRedirected(t, startPod(t, meshedPod(t, "helm-meshed")))
-	out, err := exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
+	out, err = exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
 		"--namespace", "istio-cni", "--wait").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm uninstall: %v\n%s", err, out)
 	}
-	waitUninstalled(t)
+	waitUninstalledFrom(t, true)
 	t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
 	assertNodeStartsPlainPods(t, "after-helm-uninstall")
 
@@ -380,7 +411,7 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	// to do.
 	kubectl(t, "-n", "istio-cni", "delete", "pod", orphan.Metadata.Name, "--wait=true")
 	t.Logf("the orphaned agent: %s", uninstallReason(orphanLog()))
-	waitUninstalled(t)
+	waitUninstalledFrom(t, true)
 }
 
 // reinstallReady waits until the istio-cni namespace of an earlier install

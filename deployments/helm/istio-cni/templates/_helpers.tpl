@@ -1,31 +1,98 @@
 {{/*
-istio-cni.settings: the values a platform profile may set, resolved once:
-a value set explicitly wins over the profile (files/profile-platform-*),
-which wins over the defaults. Rendered as YAML; templates read it with
-`include "istio-cni.settings" . | fromYaml`.
+istio-cni.values resolves .Values once, in place, as upstream's chart
+layers them (each layer wins over the ones before it):
+  1. the defaults: values.yaml's _internal_defaults_do_not_set, into which
+     Helm merged any upstream values file the user passed;
+  2. the profile (profile or global.profile), then compatibilityVersion's
+     (files/profile-*.yaml, upstream's names);
+  3. the platform's (platform or global.platform;
+     files/profile-platform-*.yaml);
+  4. what the user set at the top level;
+  5. what the user set under cni: (upstream's legacy prefix).
+Unlike upstream, a profile's cni: values do not win over the user's. Every
+template includes istio-cni.settings, which includes this first.
 */}}
-{{- define "istio-cni.settings" -}}
-{{- $p := dict -}}
-{{- with .Values.global.platform -}}
+{{- define "istio-cni.values" -}}
+{{- if not (hasKey .Values "_resolved") -}}
+{{- if .Values.defaults -}}
+{{- fail "defaults: set values at the top level (--set hub=...), not under defaults." -}}
+{{- end -}}
+{{- $user := omit .Values "_internal_defaults_do_not_set" "cni" -}}
+{{- $cni := deepCopy (.Values.cni | default dict) -}}
+{{- $v := deepCopy (index .Values "_internal_defaults_do_not_set") -}}
+{{- $seen := mustMergeOverwrite (deepCopy $v) (deepCopy $user) (deepCopy $cni) -}}
+{{- $layers := list -}}
+{{- with coalesce $seen.profile ($seen.global | default dict).profile -}}
+{{- $f := $.Files.Get (printf "files/profile-%s.yaml" .) -}}
+{{- if not $f -}}
+{{- fail (printf "profile %q: want one of %s (upstream's profiles)" . (include "istio-cni.profileNames" $)) -}}
+{{- end -}}
+{{- $layers = append $layers (fromYaml $f) -}}
+{{- end -}}
+{{- with $seen.compatibilityVersion -}}
+{{- $f := $.Files.Get (printf "files/profile-compatibility-version-%v.yaml" .) -}}
+{{- if not $f -}}
+{{- fail (printf "compatibilityVersion %q: want one of %s" (toString .) (include "istio-cni.compatibilityVersions" $)) -}}
+{{- end -}}
+{{- $layers = append $layers (fromYaml $f) -}}
+{{- end -}}
+{{- with coalesce $seen.platform ($seen.global | default dict).platform -}}
 {{- $f := $.Files.Get (printf "files/profile-platform-%s.yaml" .) -}}
 {{- if not $f -}}
 {{- fail (printf "global.platform %q: want gke, k3s, k3d, microk8s, minikube or openshift" .) -}}
 {{- end -}}
-{{- $p = fromYaml $f -}}
+{{- $layers = append $layers (fromYaml $f) -}}
 {{- end -}}
+{{- range $layers -}}
+{{- $v = mustMergeOverwrite $v (omit . "cni") (deepCopy (.cni | default dict)) -}}
+{{- end -}}
+{{- $v = mustMergeOverwrite $v (deepCopy $user) $cni -}}
+{{- if ($v.ambient | default dict).enabled -}}
+{{- fail "ambient.enabled true: istio-cni puts pods into a sidecar mesh only (want false; ambient mode needs upstream's istio-cni and ztunnel)" -}}
+{{- end -}}
+{{- range $k, $_ := $.Values -}}{{- $_ := unset $.Values $k -}}{{- end -}}
+{{- range $k, $x := $v -}}{{- $_ := set $.Values $k $x -}}{{- end -}}
+{{- $_ := set .Values "_resolved" true -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The profile names files/ holds, for errors. */}}
+{{- define "istio-cni.profileNames" -}}
+{{- $names := list -}}
+{{- range $path, $_ := .Files.Glob "files/profile-*.yaml" -}}
+{{- $n := trimSuffix ".yaml" (trimPrefix "files/profile-" $path) -}}
+{{- if not (or (hasPrefix "platform-" $n) (hasPrefix "compatibility-version-" $n)) -}}
+{{- $names = append $names $n -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " $names -}}
+{{- end -}}
+
+{{- define "istio-cni.compatibilityVersions" -}}
+{{- $names := list -}}
+{{- range $path, $_ := .Files.Glob "files/profile-compatibility-version-*.yaml" -}}
+{{- $names = append $names (trimSuffix ".yaml" (trimPrefix "files/profile-compatibility-version-" $path)) -}}
+{{- end -}}
+{{- join ", " $names -}}
+{{- end -}}
+
+{{/*
+istio-cni.settings: the settings templates derive from the resolved
+values, checked once. Rendered as YAML; templates read it with
+`include "istio-cni.settings" . | fromYaml`.
+*/}}
+{{- define "istio-cni.settings" -}}
+{{- include "istio-cni.values" . -}}
+{{- $platform := coalesce .Values.platform .Values.global.platform -}}
 {{- $chained := true -}}
 {{- if kindIs "bool" .Values.chained -}}
 {{- $chained = .Values.chained -}}
-{{- else if hasKey $p "chained" -}}
-{{- $chained = $p.chained -}}
 {{- end -}}
 {{- $quota := true -}}
 {{- if kindIs "bool" .Values.resourceQuotas.enabled -}}
 {{- $quota = .Values.resourceQuotas.enabled -}}
-{{- else if hasKey $p "resourceQuotas" -}}
-{{- $quota = $p.resourceQuotas.enabled -}}
 {{- end -}}
-{{- $se := mustMergeOverwrite (deepCopy ($p.seLinuxOptions | default dict)) (deepCopy .Values.seLinuxOptions) -}}
+{{- $se := deepCopy (.Values.seLinuxOptions | default dict) -}}
 {{- if and $se (not $se.type) -}}
 {{- $_ := set $se "type" "spc_t" -}}
 {{- end -}}
@@ -71,22 +138,52 @@ which wins over the defaults. Rendered as YAML; templates read it with
 {{- fail (printf "missedInjection.restartsPerMinute %v: want a whole number from 1 to 60" .Values.missedInjection.restartsPerMinute) -}}
 {{- end -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
-{{- $name := coalesce .Values.cniConfFileName $p.cniConfFileName (ternary "02-istio-cni.conflist" "istio-cni.conf" $chained) -}}
-{{- if and $chained (not (hasSuffix ".conflist" $name)) -}}
-{{- fail (printf "cniConfFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
-{{- else if and (not $chained) (not (hasSuffix ".conf" $name)) -}}
+{{- /* Upstream's meanings: chained, cniConfFileName names the primary's
+      config to chain after (empty: the first, as the runtime picks) and
+      istioOwnedCNIConfigFileName our own conflist; standalone,
+      cniConfFileName names the config istio-cni writes. */ -}}
+{{- $name := "" -}}
+{{- $primary := "" -}}
+{{- if $chained -}}
+{{- $name = coalesce .Values.istioOwnedCNIConfigFileName "02-istio-cni.conflist" -}}
+{{- $primary = .Values.cniConfFileName | default "" -}}
+{{- if not (hasSuffix ".conflist" $name) -}}
+{{- fail (printf "istioOwnedCNIConfigFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
+{{- end -}}
+{{- else -}}
+{{- $name = coalesce .Values.cniConfFileName "istio-cni.conf" -}}
+{{- if not (hasSuffix ".conf" $name) -}}
 {{- fail (printf "cniConfFileName %q: standalone (chained: false), istio-cni writes one plugin config: want a name ending in .conf" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- /* Standalone, the config is always istio-cni's own. */ -}}
+{{- $mode := ternary "owned" "inplace" (or (not $chained) (ne .Values.istioOwnedCNIConfig false)) -}}
+{{- $binDir := .Values.cniBinDir -}}
+{{- $gke := false -}}
+{{- if not $binDir -}}
+{{- /* As upstream's chart: a GKE cluster (its version says -gke) keeps
+      CNI binaries in /home/kubernetes/bin; /opt/cni/bin is read-only. */ -}}
+{{- $gke = or (eq $platform "gke") (contains "-gke" .Capabilities.KubeVersion.GitVersion) -}}
+{{- $binDir = ternary "/home/kubernetes/bin" "/opt/cni/bin" $gke -}}
+{{- end -}}
+{{- $level := coalesce .Values.logging.level .Values.global.logging.level "info" -}}
+{{- if not (has $level (list "debug" "info" "warn" "error")) -}}
+{{- fail (printf "logging.level (or global.logging.level) %q: want debug, info, warn or error" $level) -}}
 {{- end -}}
 {{- $image := .Values.image -}}
 {{- if not (contains "/" $image) -}}
 {{- $image = printf "%s/%s:%s" (coalesce .Values.hub .Values.global.hub) .Values.image (toString (coalesce .Values.tag .Values.global.tag)) -}}
 {{- end -}}
-cniBinDir: {{ coalesce .Values.cniBinDir $p.cniBinDir "/opt/cni/bin" | quote }}
-cniConfDir: {{ coalesce .Values.cniConfDir $p.cniConfDir "/etc/cni/net.d" | quote }}
-cniNetnsDir: {{ coalesce .Values.cniNetnsDir $p.cniNetnsDir "/var/run/netns" | quote }}
+cniBinDir: {{ $binDir | quote }}
+gkeDetected: {{ and $gke (ne $platform "gke") }}
+cniConfDir: {{ .Values.cniConfDir | default "/etc/cni/net.d" | quote }}
+cniNetnsDir: {{ .Values.cniNetnsDir | default "/var/run/netns" | quote }}
 chained: {{ $chained }}
 cniConfFileName: {{ $name | quote }}
-provider: {{ coalesce .Values.provider $p.provider "default" | quote }}
+primaryConfFileName: {{ $primary | quote }}
+mode: {{ $mode | quote }}
+logLevel: {{ $level | quote }}
+provider: {{ .Values.provider | default "default" | quote }}
 resourceQuotas: {{ $quota }}
 seLinuxOptions: {{ toJson $se }}
 auditAction: {{ $action | quote }}
@@ -95,7 +192,9 @@ missedInjection: {{ $missed | quote }}
 missedRestartsPerMinute: {{ $rate }}
 podWrites: {{ $podWrites }}
 image: {{ $image | quote }}
-openshift: {{ eq .Values.global.platform "openshift" }}
+openshift: {{ eq $platform "openshift" }}
+clusterScope: {{ has .Values.global.resourceScope (list "all" "cluster") }}
+namespaceScope: {{ has .Values.global.resourceScope (list "all" "namespace") }}
 {{- end -}}
 
 {{/*
@@ -121,4 +220,44 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/*
+istio-cni.notes: one line for each upstream value given that cannot apply
+here, saying why (NOTES.txt prints them at install).
+*/}}
+{{- define "istio-cni.notes" -}}
+{{- include "istio-cni.values" . -}}
+{{- $s := include "istio-cni.settings" . | fromYaml -}}
+{{- with coalesce .Values.variant .Values.global.variant }}
+- variant {{ . }}: istio-cni has one image (static binaries and iptables); the variant is not used.
+{{- end }}
+{{- if not .Values.global.logAsJson }}
+- global.logAsJson false: the agent and the plugin log JSON lines, always.
+{{- end }}
+{{- if .Values.global.networkPolicy.enabled }}
+- global.networkPolicy.enabled: the agent runs on the host network, which NetworkPolicies do not select; none is rendered.
+{{- end }}
+{{- if .Values.global.nativeNftables }}
+- global.nativeNftables: pods' rules are written with iptables; on a node whose iptables is the nft backend they are nftables rules.
+{{- end }}
+{{- if or .Values.repair.hub .Values.repair.tag }}
+- repair.hub, repair.tag: the agent's own image repairs pods; no other image is used.
+{{- end }}
+{{- if gt (len (omit (.Values.ambient | default dict) "enabled")) 0 }}
+- ambient.*: istio-cni is sidecar-only; ambient settings have no effect.
+{{- end }}
+{{- with .Values.compatibilityVersion }}
+- compatibilityVersion {{ . }}: upstream's changes between versions concern ambient mode and istiod; none applies to istio-cni.
+{{- end }}
+{{- $others := list -}}
+{{- range $k := list "pilot" "meshConfig" "ztunnel" "gateways" "istiodRemote" "telemetry" "experimental" "sidecarInjectorWebhook" "base" "istio_cni" "revisionTags" "configMap" "trustedZtunnelNamespace" -}}
+{{- if hasKey $.Values $k }}{{ $others = append $others $k }}{{ end -}}
+{{- end -}}
+{{- with $others }}
+- {{ join ", " . }}: values of Istio's other charts (istiod, ztunnel, gateways); not used by istio-cni.
+{{- end }}
+{{- if $s.gkeDetected }}
+- GKE detected (the server's version says -gke): CNI binaries go to /home/kubernetes/bin; set cniBinDir to choose.
+{{- end }}
 {{- end -}}

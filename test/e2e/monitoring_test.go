@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/test/cluster"
+)
+
+// The chart's alert rules and dashboard read only series the running
+// agent exports: every istio_cni_* name either file uses is in a scrape
+// of the agent on the node, from its start (a rule on a series that
+// appears only after some event would stay silent until then).
+func TestAlertsAndDashboardSeriesExported(t *testing.T) {
+	requireInstalled(t)
+	base, err := cluster.DeploymentsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range []string{"alerts.yaml", "dashboard.json"} {
+		data, err := os.ReadFile(filepath.Join(base, "helm", "istio-cni", "files", f)) // #nosec G304 -- the chart's file
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range regexp.MustCompile(`istio_cni_[a-z_]+`).FindAllString(string(data), -1) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) < 8 {
+		t.Fatalf("only %d series named in the alerts and dashboard: %v", len(names), names)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.MetricsURL(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for line := range strings.Lines(string(body)) {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		exported[strings.FieldsFunc(line, func(r rune) bool { return r == '{' || r == ' ' })[0]] = true
+	}
+	for _, n := range names {
+		if !exported[n] {
+			t.Errorf("%s is named by the alerts or the dashboard but the agent does not export it", n)
+		}
+	}
+}
