@@ -212,6 +212,9 @@ func (c Config) validate() error {
 		!slices.ContainsFunc([]string{".conflist", ".conf", ".json"}, func(ext string) bool { return strings.HasSuffix(p, ext) })) {
 		errs = append(errs, fmt.Errorf("--primary-config-name %q: want the file name of the primary's config (.conflist, .conf or .json), not --owned-config-name's", p))
 	}
+	if c.Mode == Inplace && c.PrimaryConfigName != "" {
+		errs = append(errs, fmt.Errorf("--primary-config-name %q with --mode=inplace: our entry would go into a file the runtime may not read first; want --mode=owned (our copy of it sorts first) or no name", c.PrimaryConfigName))
+	}
 	if !c.Chained && c.PrimaryConfigName != "" {
 		errs = append(errs, fmt.Errorf("--primary-config-name %q: a standalone config (--chained=false) chains after no primary: want it empty", c.PrimaryConfigName))
 	}

@@ -48,6 +48,7 @@ func TestBindFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"--primary-config-name=../10-calico.conflist"}, "--primary-config-name \"../10-calico.conflist\": want the file name"},
 		{[]string{"--primary-config-name=02-istio-cni.conflist"}, "--primary-config-name"},
 		{[]string{"--chained=false", "--primary-config-name=10-calico.conflist"}, "a standalone config (--chained=false) chains after no primary"},
+		{[]string{"--mode=inplace", "--primary-config-name=10-calico.conflist"}, "with --mode=inplace: our entry would go into a file the runtime may not read first"},
 		{[]string{"--exclude-namespaces=Kube_System"}, "--exclude-namespaces"},
 		{[]string{"--log-level=loud"}, "--log-level"},
 		{[]string{"--conflict-repairs=1"}, "--conflict-repairs"},

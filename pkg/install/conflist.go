@@ -37,7 +37,9 @@ func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
 	// The primary we follow is still there but does not parse: it is being
 	// rewritten in place (truncate, write). Keep the copy of its last valid
 	// content rather than drop it or copy another network.
-	if in.files.primary != "" && slices.Contains(files, in.files.primary) && (errors.Is(err, chain.ErrNoPrimary) || (err == nil && p.Name > in.files.primary)) {
+	// (A named primary that came after is no such case: it is the one.)
+	named := err == nil && in.cfg.PrimaryConfigName != "" && (p.Name == in.cfg.PrimaryConfigName || p.Name == swapListExt(in.cfg.PrimaryConfigName))
+	if in.files.primary != "" && slices.Contains(files, in.files.primary) && !named && (errors.Is(err, chain.ErrNoPrimary) || (err == nil && p.Name > in.files.primary)) {
 		return outcome{problem: fmt.Errorf("the primary %s does not parse now (being rewritten?); keeping our chained copy of its last valid content", in.files.primary)}
 	}
 	if errors.Is(err, chain.ErrNoPrimary) {
@@ -184,23 +186,45 @@ func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
 	return outcome{why: why, problem: errors.Join(err, in.removeStaleOwned(netd, cd))}
 }
 
-// findPrimary is the primary to chain after: the named one, or the first
-// (skipping our own files). Inplace, a named .conf we converted is found
-// under its .conflist name.
+// findPrimary is the primary to chain after: the named one (owned mode
+// only: our copy sorts first, so the runtime runs it whichever primary
+// it copies), or the first (skipping our own files). A named primary that
+// is not there, under its name or with .conf and .conflist swapped as
+// upstream's installer tries, is reported and the first is taken: waiting
+// for it would leave the node unchained, its meshed pods unredirected.
 func (in *Installer) findPrimary(cd chain.Dir) (*chain.Primary, error) {
-	name := in.cfg.PrimaryConfigName
-	switch {
-	case name == "" && in.cfg.Mode == Inplace:
+	if in.cfg.Mode == Inplace {
 		return chain.FindPrimary(cd, in.cfg.OwnedConfigName)
-	case name == "":
+	}
+	first := func() (*chain.Primary, error) {
 		return chain.FindPrimary(cd, in.cfg.OwnedConfigName, in.ownedNames()...)
 	}
-	if in.cfg.Mode == Inplace {
-		if _, ok := cd.Lookup(name); !ok {
-			name, _ = chain.InplaceName(name)
+	name := in.cfg.PrimaryConfigName
+	if name == "" {
+		return first()
+	}
+	for _, n := range []string{name, swapListExt(name)} {
+		if _, ok := cd.Lookup(n); ok {
+			return chain.NamedPrimary(cd, n)
 		}
 	}
-	return chain.NamedPrimary(cd, name)
+	p, err := first()
+	if err == nil && in.files.primary != p.Name {
+		in.log.Warn("the named primary is not in the config directory; chaining after the first valid config, as the runtime picks",
+			"primary_config_name", name, "dir", in.cfg.CNINetDir, "chained_after", p.Name)
+	}
+	return p, err
+}
+
+// swapListExt: name.conf for name.conflist and the other way round.
+func swapListExt(name string) string {
+	if stem, ok := strings.CutSuffix(name, ".conflist"); ok {
+		return stem + ".conf"
+	}
+	if stem, ok := strings.CutSuffix(name, ".conf"); ok {
+		return stem + ".conflist"
+	}
+	return name
 }
 
 // ownedNames are the names of conflists we may have written, never taken

@@ -35,7 +35,8 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 // openLogFile opens path to append, first rotating it to path.1 when it
 // has grown past limit. Invocations run concurrently: the rotation holds
 // the file's lock and renames only if path still names the file it
-// measured, so two invocations never rotate twice and drop a log.
+// measured, so two invocations never rotate twice and drop a log; one
+// that finds the lock taken appends without rotating.
 func openLogFile(path string, limit int64) (*os.File, error) {
 	// O_NOFOLLOW: the plugin runs as root; a link planted at log_file
 	// must not make it append to whatever file the link names.
@@ -50,7 +51,9 @@ func openLogFile(path string, limit int64) (*os.File, error) {
 	if err != nil || st.Size() <= limit {
 		return f, nil //nolint:nilerr // a file that cannot be measured is still written
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil { // #nosec G115 -- a descriptor
+	// Non-blocking: an ADD never waits on the lock; whoever holds it is
+	// rotating, and this invocation appends to the file it opened.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil { // #nosec G115 -- a descriptor
 		return f, nil //nolint:nilerr // unrotated is better than unlogged
 	}
 	if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, st) {

@@ -291,11 +291,11 @@ func TestUpstreamValuesHonoured(t *testing.T) {
 	objs := helmTemplate(t, "global.logging.level=debug", "global.imagePullPolicy=Always", "pullPolicy=",
 		"global.imagePullSecrets[0]=pull", "_internal_defaults_do_not_set.resources=null", "global.defaultResources.requests.cpu=50m",
 		"terminationGracePeriodSeconds=5", "useAppArmorAnnotation=true", "revision=canary", "ownerName=mesh",
-		"repair.initContainerName=check-redirect", "istioOwnedCNIConfig=false", "cniConfFileName=10-calico.conflist")
+		"repair.initContainerName=check-redirect", "cniConfFileName=10-calico.conflist")
 	ds := daemonSet(objs)
 	c := container(ds)
 	d := configData(objs)
-	for k, v := range map[string]string{"LOG_LEVEL": "debug", "VALIDATION_CONTAINER": "check-redirect", "MODE": "inplace",
+	for k, v := range map[string]string{"LOG_LEVEL": "debug", "VALIDATION_CONTAINER": "check-redirect", "MODE": "owned",
 		"PRIMARY_CONFIG_NAME": "10-calico.conflist"} {
 		if d[k] != v {
 			t.Errorf("ConfigMap %s = %v, want %s", k, d[k], v)
@@ -315,6 +315,9 @@ func TestUpstreamValuesHonoured(t *testing.T) {
 	}
 	if l := ds["metadata"].(map[string]any)["labels"].(map[string]any); l["istio.io/rev"] != "canary" || l["install.operator.istio.io/owning-resource"] != "mesh" {
 		t.Errorf("DaemonSet labels %v", l)
+	}
+	if mode := configData(helmTemplate(t, "istioOwnedCNIConfig=false"))["MODE"]; mode != "inplace" {
+		t.Errorf("istioOwnedCNIConfig=false: MODE %v, want inplace", mode)
 	}
 	// The legacy cni: prefix wins, as upstream's.
 	if d := configData(helmTemplate(t, "excludeNamespaces={a}", "cni.excludeNamespaces={b}")); d["EXCLUDE_NAMESPACES"] != "b" {

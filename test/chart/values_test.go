@@ -22,6 +22,8 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"cniConfDir=relative", "/cniConfDir"},
 		{"istioOwnedCNIConfigFileName=istio-cni.conf", "/istioOwnedCNIConfigFileName"},
 		{"chained=false,cniConfFileName=istio-cni.conflist", "want a name ending in .conf"},
+		{"cniConfFileName=10-calico.conflist,istioOwnedCNIConfig=false", "with istioOwnedCNIConfig false: istio-cni's entry would go into a file the runtime may not read first"},
+		{"cniConfFileName=02-istio-cni.conflist", "names istio-cni's own conflist"},
 		{"logging.level=none", "/logging/level"},
 		{"global.resourceScope=some", "/global/resourceScope"},
 		{"repair.initContainerName=Istio_Validation", "/repair/initContainerName"},

@@ -17,8 +17,9 @@ import (
 
 // The chart's alert rules and dashboard read only series the running
 // agent exports: every istio_cni_* name either file uses is in a scrape
-// of the agent on the node, from its start (a rule on a series that
-// appears only after some event would stay silent until then).
+// of the installed agent on the node. (That the series a rule needs
+// exist at 0 before any event is checked per metric in the packages'
+// tests, not here: this agent has installed already.)
 func TestAlertsAndDashboardSeriesExported(t *testing.T) {
 	requireInstalled(t)
 	base, err := cluster.DeploymentsDir()

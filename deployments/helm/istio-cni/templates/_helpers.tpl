@@ -158,6 +158,12 @@ values, checked once. Rendered as YAML; templates read it with
 {{- end -}}
 {{- /* Standalone, the config is always istio-cni's own. */ -}}
 {{- $mode := ternary "owned" "inplace" (or (not $chained) (ne .Values.istioOwnedCNIConfig false)) -}}
+{{- if and $primary (eq $mode "inplace") -}}
+{{- fail (printf "cniConfFileName %q with istioOwnedCNIConfig false: istio-cni's entry would go into a file the runtime may not read first; want istioOwnedCNIConfig true (istio-cni's own copy of that file sorts first) or no cniConfFileName" $primary) -}}
+{{- end -}}
+{{- if and $primary (eq $primary $name) -}}
+{{- fail (printf "cniConfFileName %q: names istio-cni's own conflist (istioOwnedCNIConfigFileName); want the primary CNI's config" $primary) -}}
+{{- end -}}
 {{- $binDir := .Values.cniBinDir -}}
 {{- $gke := false -}}
 {{- if not $binDir -}}
