@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"context"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"istio-cni.local/istio-cni/test/cluster"
 )
@@ -41,20 +37,8 @@ func TestAlertsAndDashboardSeriesExported(t *testing.T) {
 	if len(names) < 8 {
 		t.Fatalf("only %d series named in the alerts and dashboard: %v", len(names), names)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.MetricsURL(), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	exported := map[string]bool{}
-	for line := range strings.Lines(string(body)) {
+	for line := range strings.Lines(scrape(t)) {
 		if line == "" || line[0] == '#' {
 			continue
 		}

@@ -203,9 +203,8 @@ func metric(t *testing.T, series string) float64 {
 	return v
 }
 
-// metricFound reads one series from the agent's /metrics, and whether it
-// is there.
-func metricFound(t *testing.T, series string) (float64, bool) {
+// scrape is the agent's /metrics text.
+func scrape(t *testing.T) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -219,7 +218,14 @@ func metricFound(t *testing.T, series string) (float64, bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(body)) {
+	return string(body)
+}
+
+// metricFound reads one series from the agent's /metrics, and whether it
+// is there.
+func metricFound(t *testing.T, series string) (float64, bool) {
+	t.Helper()
+	for line := range strings.Lines(scrape(t)) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
 			var f float64
 			_, _ = fmt.Sscan(v, &f)
