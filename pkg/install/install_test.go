@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestInstallFreshNode(t *testing.T) {
@@ -51,8 +52,33 @@ func TestNoPrimaryYetWaits(t *testing.T) {
 	if f := metric(n.in.metrics.Installs.WithLabelValues(InstallConfigFailure)); f < 1 {
 		t.Errorf("upstream's istio_cni_installs_total{result=CREATE_CNI_CONFIG_FAILURE} %v with no primary, want at least 1", f)
 	}
-	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	if st := metric(n.in.metrics.StartTime); st < float64(time.Now().Add(-time.Minute).Unix()) || st > float64(time.Now().Unix()+1) {
+		t.Errorf("istio_cni_agent_start_time_seconds %v, want the installer's start, now", st)
+	}
+	if s := metric(n.in.metrics.ReadySeconds); s != 0 {
+		t.Errorf("istio_cni_install_ready_seconds %v before the first readiness, want 0", s)
+	}
+	primary := filepath.Join(n.netd, "10-bridge.conflist")
+	n.write(primary, bridgePrimary, 0o644)
 	n.waitReady()
+	first := metric(n.in.metrics.ReadySeconds)
+	if first <= 0 {
+		t.Fatalf("istio_cni_install_ready_seconds %v after the first readiness, want the time it took", first)
+	}
+	// It is the time to the first readiness: losing and regaining it later
+	// does not move it.
+	if err := os.Remove(primary); err != nil {
+		t.Fatal(err)
+	}
+	n.eventually("not ready once the primary is gone", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok, why
+	})
+	n.write(primary, bridgePrimary, 0o644)
+	n.waitReady()
+	if again := metric(n.in.metrics.ReadySeconds); again != first {
+		t.Errorf("istio_cni_install_ready_seconds %v after readiness came back, want the first %v", again, first)
+	}
 }
 
 func TestFollowsPrimaryRewrite(t *testing.T) {

@@ -104,7 +104,7 @@ func New(cfg Config, deps Deps) *Installer {
 		deps.Now = time.Now
 	}
 	in := &Installer{cfg: cfg, log: deps.Log, metrics: deps.Metrics, deps: deps, now: deps.Now,
-		ready:     newReadiness(deps.Log, deps.Metrics),
+		ready:     newReadiness(deps.Log, deps.Metrics, deps.Now),
 		fights:    newFights(cfg.FightRepairs, cfg.FightWindow),
 		refused:   make(chan struct{}, 1),
 		removeNow: make(chan string, 1),

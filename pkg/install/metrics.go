@@ -19,6 +19,12 @@ type Metrics struct {
 	Conflict prometheus.Gauge
 	// Ready mirrors /readyz.
 	Ready prometheus.Gauge
+	// StartTime is when the agent started, in Unix seconds: its changes
+	// count restarts, which a crash loop's scrapes still show.
+	StartTime prometheus.Gauge
+	// ReadySeconds is the time from the installer's start to its first
+	// readiness: how long a node that (re)starts the agent waits for it.
+	ReadySeconds prometheus.Gauge
 	// RepairSeconds is the time from noticing a change to having repaired.
 	RepairSeconds prometheus.Histogram
 	// Installs is upstream istio-cni's istio_cni_installs_total, kept for
@@ -61,6 +67,14 @@ func NewMetrics() *Metrics {
 			Name: "istio_cni_install_ready",
 			Help: "1 while the binary, kubeconfig and a first-sorting chained conflist are in place and watched.",
 		}),
+		StartTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_agent_start_time_seconds",
+			Help: "When the agent started, in seconds since the Unix epoch; its changes count restarts.",
+		}),
+		ReadySeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_install_ready_seconds",
+			Help: "Seconds from the agent's start to its first readiness; 0 until then.",
+		}),
 		RepairSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "istio_cni_install_repair_seconds",
 			Help:    "Time from noticing a change to having repaired it.",
@@ -78,6 +92,6 @@ func NewMetrics() *Metrics {
 	for _, r := range []string{"success", "failure"} {
 		m.TokenMints.WithLabelValues(r)
 	}
-	m.Registry.MustRegister(m.Writes, m.Preemptions, m.Preempted, m.Conflict, m.Ready, m.RepairSeconds, m.Installs, m.TokenMints)
+	m.Registry.MustRegister(m.Writes, m.Preemptions, m.Preempted, m.Conflict, m.Ready, m.StartTime, m.ReadySeconds, m.RepairSeconds, m.Installs, m.TokenMints)
 	return m
 }

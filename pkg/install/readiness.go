@@ -3,6 +3,7 @@ package install
 import (
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // readiness is what /readyz says: the loop sets it, other goroutines (the
@@ -11,15 +12,20 @@ type readiness struct {
 	log     *slog.Logger
 	metrics *Metrics
 	changed chan struct{} // signalled after each change
+	now     func() time.Time
+	start   time.Time // when the installer was built, at the agent's start
 
 	mu       sync.Mutex
+	ever     bool // ready at least once
 	ok       bool
 	why      string
 	conflist string
 }
 
-func newReadiness(log *slog.Logger, m *Metrics) *readiness {
-	return &readiness{log: log, metrics: m, why: "starting", changed: make(chan struct{}, 1)}
+func newReadiness(log *slog.Logger, m *Metrics, now func() time.Time) *readiness {
+	r := &readiness{log: log, metrics: m, why: "starting", changed: make(chan struct{}, 1), now: now, start: now()}
+	m.StartTime.Set(float64(r.start.UnixNano()) / 1e9)
+	return r
 }
 
 func (r *readiness) get() (bool, string) {
@@ -38,8 +44,13 @@ func (r *readiness) conflistName() string {
 func (r *readiness) set(ok bool, why, conflist, primary string) {
 	r.mu.Lock()
 	changed := r.ok != ok || r.why != why
+	first := ok && !r.ever
+	r.ever = r.ever || ok
 	r.ok, r.why, r.conflist = ok, why, conflist
 	r.mu.Unlock()
+	if first {
+		r.metrics.ReadySeconds.Set(r.now().Sub(r.start).Seconds())
+	}
 	if ok {
 		r.metrics.Ready.Set(1)
 	} else {

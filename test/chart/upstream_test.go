@@ -375,9 +375,16 @@ func TestUpstreamValuesNoted(t *testing.T) {
 		"--set", "compatibilityVersion=1.28")
 	for _, want := range []string{"variant distroless: istio-cni has one image", "global.logAsJson false",
 		"global.networkPolicy.enabled: the agent runs on the host network", "global.nativeNftables: pods' rules are written with iptables",
-		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28", "pilot, trustedZtunnelNamespace: values of Istio's other charts"} {
+		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28", "pilot, trustedZtunnelNamespace: values of Istio's other charts",
+		// Upstream's file names upstream's install-cni image, which cannot
+		// run this DaemonSet (it fails at once: the command is /install-cni).
+		"global.hub, global.tag: the image is", "not istio-cni's 0.1.0: upstream's install-cni image does not run here"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("notes lack %q:\n%s", want, got)
 		}
+	}
+	// Pointed at this project's image (a mirror keeps its tag), no note.
+	if got := notes("-f", valuesFile, "--set", "global.hub=registry.example/mirror", "--set", "global.tag=0.1.0"); strings.Contains(got, "global.hub") {
+		t.Errorf("a mirror of istio-cni's own image noted:\n%s", got)
 	}
 }

@@ -35,6 +35,19 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"defaults.hub=x", "defaults: set values at the top level"},
 		{"missedInjection.mode=delete", "/missedInjection/mode"},
 		{"missedInjection.restartsPerMinute=0", "/missedInjection/restartsPerMinute"},
+		// env overrides the config's shape only into what the agent accepts:
+		// a refused combination would stop every agent at start.
+		{"env.MODE=sideways", `env.MODE "sideways": want owned or inplace`},
+		{"env.MODE=inplace,cniConfFileName=10-calico.conflist", "with env.MODE inplace: istio-cni's entry would go into a file the runtime may not read first"},
+		{"istioOwnedCNIConfig=false,env.PRIMARY_CONFIG_NAME=10-calico.conflist", "env.PRIMARY_CONFIG_NAME \"10-calico.conflist\" with istioOwnedCNIConfig false"},
+		{"env.PRIMARY_CONFIG_NAME=02-istio-cni.conflist", "names istio-cni's own conflist"},
+		{"env.PRIMARY_CONFIG_NAME=../calico.conflist", `env.PRIMARY_CONFIG_NAME "../calico.conflist": want the file name of the primary CNI's config`},
+		{"env.CHAINED_CNI_PLUGIN=maybe", `env.CHAINED_CNI_PLUGIN "maybe": want true or false`},
+		{"env.CHAINED_CNI_PLUGIN=false,env.OWNED_CONFIG_NAME=02-istio-cni.conflist", "cniConfFileName (or env.OWNED_CONFIG_NAME) \"02-istio-cni.conflist\": standalone"},
+		{"env.CHAINED_CNI_PLUGIN=false,cniConfFileName=10-calico.conflist", "standalone (chained false), istio-cni writes one plugin config"},
+		{"env.CHAINED_CNI_PLUGIN=false,env.MODE=inplace", "env.MODE inplace: a standalone config (chained false) is always istio-cni's own"},
+		{"env.CHAINED_CNI_PLUGIN=false,env.PRIMARY_CONFIG_NAME=10-calico.conflist", "a standalone config (chained false) chains after no primary"},
+		{"env.OWNED_CONFIG_NAME=istio.conf", `istioOwnedCNIConfigFileName (or env.OWNED_CONFIG_NAME) "istio.conf"`},
 	} {
 		out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {

@@ -27,6 +27,11 @@ const AbortBudget = time.Minute
 // each sandbox takes minutes.
 func (n *Node) Abort() error {
 	n.abortOnce.Do(func() {
+		n.undoMu.Lock()
+		for _, f := range slices.Backward(n.undo) {
+			f()
+		}
+		n.undoMu.Unlock()
 		kill := func(p *proc) {
 			if p != nil && !p.exited() {
 				_ = p.cmd.Process.Kill() // through a pidfd: never a recycled PID
@@ -231,8 +236,20 @@ func TestDeadline() time.Time {
 
 func containerdSocket(dir string) string { return filepath.Join(dir, "containerd", "containerd.sock") }
 
-// abortState is Abort's once.
+// abortState is Abort's once, and what tests asked it to undo first.
 type abortState struct {
 	abortOnce sync.Once
 	abortErr  error
+	undoMu    sync.Mutex
+	undo      []func()
+}
+
+// AtAbort registers f to run, before the rest of an abort, when the run is
+// aborted (a signal, go test's timeout): for what a test made outside the
+// node's directory (a bind mount at a platform's path), which its
+// t.Cleanup would have undone. f must be safe to run after that cleanup.
+func (n *Node) AtAbort(f func()) {
+	n.undoMu.Lock()
+	defer n.undoMu.Unlock()
+	n.undo = append(n.undo, f)
 }

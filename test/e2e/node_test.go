@@ -187,6 +187,7 @@ func TestStartupTaintRemoved(t *testing.T) {
 	for series, atLeast := range map[string]float64{
 		`istio_cni_installs_total{result="SUCCESS"}`:                           1,
 		"istio_cni_install_ready":                                              1,
+		"istio_cni_install_ready_seconds":                                      0.001, // the new agent's start to ready
 		`istio_cni_repair_pods_repaired_total{result="success",type="repair"}`: 0,
 		`istio_cni_repair_pods_repaired_total{result="fail",type="repair"}`:    0,
 	} {

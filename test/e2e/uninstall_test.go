@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -261,10 +260,7 @@ func assertNodeStartsPlainPods(t *testing.T, name string) {
 // reinstall applies the overlay again once the namespace is gone.
 func reinstall(t *testing.T) {
 	t.Helper()
-	poll.Until(t, 2*time.Minute, "namespace istio-cni gone or active", func() (bool, string) {
-		status, body, err := env.node.Do(t.Context(), http.MethodGet, "/api/v1/namespaces/istio-cni", nil)
-		return err == nil && (status == http.StatusNotFound || !bytes.Contains(body, []byte("Terminating"))), fmt.Sprint(status)
-	})
+	namespaceUsable(t)
 	if out, err := env.node.Kubectl(t.Context(), "apply", "-k", env.overlay); err != nil {
 		t.Fatalf("reinstalling: %v\n%s", err, out)
 	}
@@ -329,46 +325,10 @@ func daemonSetDoc(t *testing.T, rendered string) string {
 // primary's own file (istioOwnedCNIConfig: false), and get it.
 func TestHelmInstallAndUninstall(t *testing.T) {
 	reinstallReady(t) // the namespace of the previous install gone
-	helm, err := cluster.Helm()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := cluster.DeploymentsDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As docs/platforms.md says: the namespace first, admitting host
-	// networking and hostPath.
-	for _, args := range [][]string{{"create", "namespace", "istio-cni"},
-		{"label", "namespace", "istio-cni", "pod-security.kubernetes.io/enforce=privileged"}} {
-		if out, err := env.node.Kubectl(t.Context(), args...); err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-	}
-	set := []string{
-		"cniBinDir=" + env.node.CNIBinDir, "cniConfDir=" + env.node.CNINetDir, "cniRunDir=" + env.node.IstioRunDir,
-		"cniNetnsDir=" + env.node.NetnsDir,
-		fmt.Sprintf("healthPort=%d", env.agent.HealthPort), fmt.Sprintf("metricsPort=%d", env.agent.MetricsPort),
-		fmt.Sprintf("env.HEALTH_ADDR=%s:%d", env.agent.Host, env.agent.HealthPort), fmt.Sprintf("env.METRICS_ADDR=%s:%d", env.agent.Host, env.agent.MetricsPort),
-		"env.KUBERNETES_SERVICE_HOST=127.0.0.1", fmt.Sprintf("env.KUBERNETES_SERVICE_PORT=%d", env.proxy.port()),
-		"env.AUDIT_INTERVAL=2s", "env.AUDIT_CONFIRM=1s",
-	}
-	manifests, err := cluster.IstioManifests()
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--kubeconfig", env.node.Kubeconfig, "install", "istio-cni", filepath.Join(base, "helm", "istio-cni"),
-		"--namespace", "istio-cni", "--wait", "--timeout", "3m",
-		"-f", filepath.Join(manifests, "charts", "istio-cni", "values.yaml"), "--set", "global.hub=localhost/istio-cni", "--set", "global.tag=0.1.0"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out)
-	}
+	args := helmInstallArgs(t, nil)
+	out := runHelm(t, args...)
 	// Upstream's values that cannot apply are named at install.
-	if !strings.Contains(string(out), "ambient.*: istio-cni is sidecar-only") {
+	if !strings.Contains(out, "ambient.*: istio-cni is sidecar-only") {
 		t.Errorf("helm install's notes name no upstream value left unused:\n%s", out)
 	}
 	requireInstalled(t)
@@ -378,11 +338,7 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	agent, _ := installerPodOrEmpty(t)
 	agentLog := followLog(agent)
 	assertRedirected(t, startPod(t, meshedPod(t, "helm-meshed")))
-	out, err = exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
-		"--namespace", "istio-cni", "--wait").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm uninstall: %v\n%s", err, out)
-	}
+	runHelm(t, "uninstall", "istio-cni", "--namespace", "istio-cni", "--wait")
 	waitUninstalledFrom(t, true)
 	t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
 	assertNodeStartsPlainPods(t, "after-helm-uninstall")
@@ -390,16 +346,11 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	// `helm uninstall --cascade=orphan`: the DaemonSet and the
 	// ServiceAccounts go, the agent's pod stays and never gets SIGTERM. It
 	// sees istio-cni gone around it and uninstalls while it runs.
-	if out, err := exec.CommandContext(t.Context(), helm, args...).CombinedOutput(); err != nil {
-		t.Fatalf("helm install again: %v\n%s", err, out)
-	}
+	runHelm(t, args...)
 	requireInstalled(t)
 	orphan, _ := installerPodOrEmpty(t)
 	orphanLog := followLog(orphan)
-	if out, err := exec.CommandContext(t.Context(), helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni",
-		"--namespace", "istio-cni", "--cascade=orphan").CombinedOutput(); err != nil {
-		t.Fatalf("helm uninstall --cascade=orphan: %v\n%s", err, out)
-	}
+	runHelm(t, "uninstall", "istio-cni", "--namespace", "istio-cni", "--cascade=orphan")
 	poll.Until(t, 2*time.Minute, "the orphaned agent uninstalling while it runs", func() (bool, string) {
 		return !exists(ownedPath()) && !exists(pluginPath()), "files left"
 	})

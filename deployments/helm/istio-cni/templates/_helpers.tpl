@@ -138,31 +138,70 @@ values, checked once. Rendered as YAML; templates read it with
 {{- fail (printf "missedInjection.restartsPerMinute %v: want a whole number from 1 to 60" .Values.missedInjection.restartsPerMinute) -}}
 {{- end -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
+{{- /* env may also set the config's shape; it is checked here as the
+      agent checks it at start, so a refused shape fails the render
+      instead of stopping every node's agent. */ -}}
+{{- if hasKey $env "CHAINED_CNI_PLUGIN" -}}
+{{- $c := get $env "CHAINED_CNI_PLUGIN" -}}
+{{- if kindIs "bool" $c -}}
+{{- $chained = $c -}}
+{{- else if has (toString $c) (list "true" "false") -}}
+{{- $chained = eq (toString $c) "true" -}}
+{{- else -}}
+{{- fail (printf "env.CHAINED_CNI_PLUGIN %q: want true or false" (toString $c)) -}}
+{{- end -}}
+{{- end -}}
 {{- /* Upstream's meanings: chained, cniConfFileName names the primary's
       config to chain after (empty: the first, as the runtime picks) and
       istioOwnedCNIConfigFileName our own conflist; standalone,
       cniConfFileName names the config istio-cni writes. */ -}}
 {{- $name := "" -}}
 {{- $primary := "" -}}
+{{- $envName := include "istio-cni.envValue" (list $env "OWNED_CONFIG_NAME") -}}
 {{- if $chained -}}
-{{- $name = coalesce .Values.istioOwnedCNIConfigFileName "02-istio-cni.conflist" -}}
+{{- $name = coalesce $envName .Values.istioOwnedCNIConfigFileName "02-istio-cni.conflist" -}}
 {{- $primary = .Values.cniConfFileName | default "" -}}
 {{- if not (hasSuffix ".conflist" $name) -}}
-{{- fail (printf "istioOwnedCNIConfigFileName %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
+{{- fail (printf "istioOwnedCNIConfigFileName (or env.OWNED_CONFIG_NAME) %q: chained, istio-cni writes a plugin list: want a name ending in .conflist" $name) -}}
 {{- end -}}
 {{- else -}}
-{{- $name = coalesce .Values.cniConfFileName "istio-cni.conf" -}}
+{{- $name = coalesce $envName .Values.cniConfFileName "istio-cni.conf" -}}
 {{- if not (hasSuffix ".conf" $name) -}}
-{{- fail (printf "cniConfFileName %q: standalone (chained: false), istio-cni writes one plugin config: want a name ending in .conf" $name) -}}
+{{- fail (printf "cniConfFileName (or env.OWNED_CONFIG_NAME) %q: standalone (chained false), istio-cni writes one plugin config: want a name ending in .conf" $name) -}}
 {{- end -}}
+{{- end -}}
+{{- if or (ne $name (base $name)) (hasPrefix "." $name) -}}
+{{- fail (printf "env.OWNED_CONFIG_NAME %q: want a file name, not a path" $name) -}}
+{{- end -}}
+{{- $primaryFrom := "cniConfFileName" -}}
+{{- if hasKey $env "PRIMARY_CONFIG_NAME" -}}
+{{- $primary = include "istio-cni.envValue" (list $env "PRIMARY_CONFIG_NAME") -}}
+{{- $primaryFrom = "env.PRIMARY_CONFIG_NAME" -}}
+{{- end -}}
+{{- if and $primary (or (ne $primary (base $primary)) (hasPrefix "." $primary) (not (regexMatch "\\.(conflist|conf|json)$" $primary))) -}}
+{{- fail (printf "%s %q: want the file name of the primary CNI's config (.conflist, .conf or .json)" $primaryFrom $primary) -}}
+{{- end -}}
+{{- if and $primary (not $chained) -}}
+{{- fail (printf "%s %q: a standalone config (chained false) chains after no primary: want it empty" $primaryFrom $primary) -}}
 {{- end -}}
 {{- /* Standalone, the config is always istio-cni's own. */ -}}
 {{- $mode := ternary "owned" "inplace" (or (not $chained) (ne .Values.istioOwnedCNIConfig false)) -}}
+{{- $modeFrom := "istioOwnedCNIConfig false" -}}
+{{- with include "istio-cni.envValue" (list $env "MODE") -}}
+{{- if not (has . (list "owned" "inplace")) -}}
+{{- fail (printf "env.MODE %q: want owned or inplace" .) -}}
+{{- end -}}
+{{- if and (not $chained) (eq . "inplace") -}}
+{{- fail "env.MODE inplace: a standalone config (chained false) is always istio-cni's own: want owned" -}}
+{{- end -}}
+{{- $mode = . -}}
+{{- $modeFrom = "env.MODE inplace" -}}
+{{- end -}}
 {{- if and $primary (eq $mode "inplace") -}}
-{{- fail (printf "cniConfFileName %q with istioOwnedCNIConfig false: istio-cni's entry would go into a file the runtime may not read first; want istioOwnedCNIConfig true (istio-cni's own copy of that file sorts first) or no cniConfFileName" $primary) -}}
+{{- fail (printf "%s %q with %s: istio-cni's entry would go into a file the runtime may not read first; want istioOwnedCNIConfig true (istio-cni's own copy of that file sorts first) or no %s" $primaryFrom $primary $modeFrom $primaryFrom) -}}
 {{- end -}}
 {{- if and $primary (eq $primary $name) -}}
-{{- fail (printf "cniConfFileName %q: names istio-cni's own conflist (istioOwnedCNIConfigFileName); want the primary CNI's config" $primary) -}}
+{{- fail (printf "%s %q: names istio-cni's own conflist (istioOwnedCNIConfigFileName); want the primary CNI's config" $primaryFrom $primary) -}}
 {{- end -}}
 {{- $binDir := .Values.cniBinDir -}}
 {{- $gke := false -}}
@@ -246,6 +285,9 @@ here, saying why (NOTES.txt prints them at install).
 {{- end }}
 {{- if .Values.global.nativeNftables }}
 - global.nativeNftables: pods' rules are written with iptables; on a node whose iptables is the nft backend they are nftables rules.
+{{- end }}
+{{- if not (or (hasSuffix (printf ":%s" .Chart.AppVersion) $s.image) (contains "@" $s.image)) }}
+- global.hub, global.tag: the image is {{ $s.image }}, not istio-cni's {{ .Chart.AppVersion }}: upstream's install-cni image does not run here (its pods fail at start: the DaemonSet runs /install-cni, which only istio-cni's image has). Set global.hub and global.tag, or image, to where istio-cni's image is; a mirror of it with another tag needs no change.
 {{- end }}
 {{- if or .Values.repair.hub .Values.repair.tag }}
 - repair.hub, repair.tag: the agent's own image repairs pods; no other image is used.
