@@ -109,6 +109,12 @@ func TestEnvOverridesFromAValuesFile(t *testing.T) {
 		// needs them, never a shape it refuses at start.
 		{"env:\n  CHAINED_CNI_PLUGIN: false\n", map[string]string{"CHAINED_CNI_PLUGIN": "false", "OWNED_CONFIG_NAME": "istio-cni.conf", "MODE": "owned"}, true},
 		{"env:\n  MODE: inplace\n", map[string]string{"MODE": "inplace", "OWNED_CONFIG_NAME": "02-istio-cni.conflist"}, true},
+		// What the agent's parsers take, taken: strconv.ParseBool's forms,
+		// empty for the chart's value, durations within the agent's bounds.
+		{"env:\n  CHAINED_CNI_PLUGIN: \"0\"\n", map[string]string{"CHAINED_CNI_PLUGIN": "false", "OWNED_CONFIG_NAME": "istio-cni.conf"}, true},
+		{"env:\n  CHAINED_CNI_PLUGIN: \"\"\n", map[string]string{"CHAINED_CNI_PLUGIN": "true"}, true},
+		{"env:\n  NODE_TAINT: false\n  PLUGIN_TOKEN_TTL: 1h30m\n  AUDIT_CONFIRM: \"0\"\n  LOG_LEVEL: DEBUG\n  HEALTH_ADDR: \"[::1]:8000\"\n",
+			map[string]string{"NODE_TAINT": "false", "PLUGIN_TOKEN_TTL": "1h30m", "AUDIT_CONFIRM": "0"}, true},
 		{"cniConfFileName: 10-calico.conflist\nenv:\n  PRIMARY_CONFIG_NAME: \"\"\n  OWNED_CONFIG_NAME: 01-istio.conflist\n",
 			map[string]string{"PRIMARY_CONFIG_NAME": "<absent>", "OWNED_CONFIG_NAME": "01-istio.conflist"}, true},
 	} {

@@ -378,13 +378,23 @@ func TestUpstreamValuesNoted(t *testing.T) {
 		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28", "pilot, trustedZtunnelNamespace: values of Istio's other charts",
 		// Upstream's file names upstream's install-cni image, which cannot
 		// run this DaemonSet (it fails at once: the command is /install-cni).
-		"global.hub, global.tag: the image is", "not istio-cni's 0.1.0: upstream's install-cni image does not run here"} {
+		"global.hub, global.tag: the image is", "not tagged istio-cni's 0.1.0. If it is upstream's install-cni image (upstream's values file names it), it does not run here"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("notes lack %q:\n%s", want, got)
 		}
 	}
-	// Pointed at this project's image (a mirror keeps its tag), no note.
-	if got := notes("-f", valuesFile, "--set", "global.hub=registry.example/mirror", "--set", "global.tag=0.1.0"); strings.Contains(got, "global.hub") {
-		t.Errorf("a mirror of istio-cni's own image noted:\n%s", got)
+	// Pointed at this project's image (a mirror keeps its version in its
+	// tag), or at one the tag of which says nothing (untagged, a digest), no
+	// note.
+	for _, set := range [][]string{{"global.hub=registry.example/mirror", "global.tag=0.1.0"}, {"global.tag=v0.1.0"},
+		{"global.tag=0.1.0-distroless"}, {"image=registry.example:5000/istio-cni/install-cni"},
+		{"image=registry.example/istio-cni/install-cni@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}} {
+		args := []string{"-f", valuesFile}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if got := notes(args...); strings.Contains(got, "global.hub") {
+			t.Errorf("%v noted as someone else's image:\n%s", set, got)
+		}
 	}
 }

@@ -20,24 +20,26 @@ const AbortBudget = time.Minute
 
 // Abort tears the node down at once, without the CRI or CNI DEL: for a
 // run that must end now (a signal, `go test`'s timeout near). In order:
-// kubelet, so nothing restarts a container; every container process, by
+// kubelet, so nothing restarts a container; what tests registered with
+// AtAbort, last first; every container process, by
 // the node's shims and cgroups; the other components; then what they
 // left on the host (abortHost). It is safe beside a Stop already under
 // way and takes seconds with a hundred pods, where Stop's CRI removal of
 // each sandbox takes minutes.
 func (n *Node) Abort() error {
 	n.abortOnce.Do(func() {
-		n.undoMu.Lock()
-		for _, f := range slices.Backward(n.undo) {
-			f()
-		}
-		n.undoMu.Unlock()
 		kill := func(p *proc) {
 			if p != nil && !p.exited() {
 				_ = p.cmd.Process.Kill() // through a pidfd: never a recycled PID
 			}
 		}
 		kill(n.component("kubelet"))
+		n.undoMu.Lock()
+		undo := slices.Clone(n.undo)
+		n.undoMu.Unlock()
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
 		n.abortErr = abortNode(n.Dir, n.bridge, func() {
 			for _, p := range slices.Backward(n.components) {
 				kill(p)
@@ -244,10 +246,11 @@ type abortState struct {
 	undo      []func()
 }
 
-// AtAbort registers f to run, before the rest of an abort, when the run is
-// aborted (a signal, go test's timeout): for what a test made outside the
-// node's directory (a bind mount at a platform's path), which its
-// t.Cleanup would have undone. f must be safe to run after that cleanup.
+// AtAbort registers f to run, right after kubelet is stopped, when the run
+// is aborted (a signal, go test's timeout): for what a test made outside
+// the node's directory (a bind mount at a platform's path), which its
+// t.Cleanup would have undone. f must be safe to run after that cleanup,
+// and quick.
 func (n *Node) AtAbort(f func()) {
 	n.undoMu.Lock()
 	defer n.undoMu.Unlock()

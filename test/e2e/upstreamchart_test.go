@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,33 +231,41 @@ func platformDirs(t *testing.T, args []string) hostDirs {
 }
 
 // provide makes the platform's directories exist on this machine for the
-// test's length. bind: the node's own directories are bound there, so
-// the runtime reads what is written there; otherwise (a Multus config
-// the runtime does not read) they are plain directories. Only what the
-// test created is removed, after the unmount, and by rmdir: never
-// through a bind. An aborted run undoes it too (cluster's AtAbort).
-func (d hostDirs) provide(t *testing.T, bind bool) {
+// test's length, each a bind mount: of the node's own directory when the
+// runtime is to read what is written there, else (a Multus config the
+// runtime does not read) of a directory of the test's. A path that already
+// exists here is not covered over: the platform is skipped. The undo
+// detaches only its own bind and removes, with rmdir, only the
+// directories it made; it also runs when the run is aborted (AtAbort).
+func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 	t.Helper()
+	var platformOwn []struct{ path, node string } // the paths that are not the node's
 	for _, m := range []struct{ path, node string }{{d.bin, env.node.CNIBinDir}, {d.conf, env.node.CNINetDir}} {
 		if m.path == m.node {
 			continue
 		}
-		created := mkdirAll(t, m.path)
-		mounted := false
-		if bind {
-			if err := unix.Mount(m.node, m.path, "", unix.MS_BIND, ""); err != nil {
-				t.Fatalf("binding %s at %s: %v", m.node, m.path, err)
-			}
-			mounted = true
+		if _, err := os.Lstat(m.path); err == nil {
+			t.Skipf("%s exists on this machine: binding over it would hide what it holds", m.path)
 		}
+		platformOwn = append(platformOwn, m)
+	}
+	for _, m := range platformOwn {
+		src := m.node
+		if !useNodeDirs {
+			src = t.TempDir()
+		}
+		created := mkdirAll(t, m.path)
+		var mounted atomic.Bool
 		var once sync.Once
 		var errs []error
 		undo := func() {
 			once.Do(func() {
 				// Lazily: the bind is private (this machine's / is), so
 				// the detach reaches nothing but it.
-				if err := unix.Unmount(m.path, unix.MNT_DETACH); mounted && err != nil && !errors.Is(err, unix.EINVAL) {
-					errs = append(errs, fmt.Errorf("unmounting %s: %w", m.path, err))
+				if mounted.Load() {
+					if err := unix.Unmount(m.path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+						errs = append(errs, fmt.Errorf("unmounting %s: %w", m.path, err))
+					}
 				}
 				for _, dir := range slices.Backward(created) {
 					if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -272,6 +281,10 @@ func (d hostDirs) provide(t *testing.T, bind bool) {
 				t.Error(err)
 			}
 		})
+		if err := unix.Mount(src, m.path, "", unix.MS_BIND, ""); err != nil {
+			t.Fatalf("binding %s at %s: %v", src, m.path, err)
+		}
+		mounted.Store(true)
 	}
 }
 

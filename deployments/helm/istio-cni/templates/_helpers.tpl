@@ -100,6 +100,7 @@ values, checked once. Rendered as YAML; templates read it with
       and capabilities follow the final value, so an override can never
       ask for what the chart did not grant. */ -}}
 {{- $env := .Values.env | default dict -}}
+{{- include "istio-cni.checkEnv" $env -}}
 {{- $action := "off" -}}
 {{- if .Values.repair.enabled -}}
 {{- $action = "report" -}}
@@ -141,15 +142,11 @@ values, checked once. Rendered as YAML; templates read it with
 {{- /* env may also set the config's shape; it is checked here as the
       agent checks it at start, so a refused shape fails the render
       instead of stopping every node's agent. */ -}}
-{{- if hasKey $env "CHAINED_CNI_PLUGIN" -}}
 {{- $c := get $env "CHAINED_CNI_PLUGIN" -}}
 {{- if kindIs "bool" $c -}}
 {{- $chained = $c -}}
-{{- else if has (toString $c) (list "true" "false") -}}
-{{- $chained = eq (toString $c) "true" -}}
-{{- else -}}
-{{- fail (printf "env.CHAINED_CNI_PLUGIN %q: want true or false" (toString $c)) -}}
-{{- end -}}
+{{- else if and (not (kindIs "invalid" $c)) (ne (toString $c) "") -}}
+{{- $chained = has (toString $c) (list "1" "t" "T" "TRUE" "true" "True") -}}
 {{- end -}}
 {{- /* Upstream's meanings: chained, cniConfFileName names the primary's
       config to chain after (empty: the first, as the runtime picks) and
@@ -286,8 +283,10 @@ here, saying why (NOTES.txt prints them at install).
 {{- if .Values.global.nativeNftables }}
 - global.nativeNftables: pods' rules are written with iptables; on a node whose iptables is the nft backend they are nftables rules.
 {{- end }}
-{{- if not (or (hasSuffix (printf ":%s" .Chart.AppVersion) $s.image) (contains "@" $s.image)) }}
-- global.hub, global.tag: the image is {{ $s.image }}, not istio-cni's {{ .Chart.AppVersion }}: upstream's install-cni image does not run here (its pods fail at start: the DaemonSet runs /install-cni, which only istio-cni's image has). Set global.hub and global.tag, or image, to where istio-cni's image is; a mirror of it with another tag needs no change.
+{{- $last := last (splitList "/" $s.image) -}}
+{{- $tag := ternary (last (splitList ":" $last)) "" (and (contains ":" $last) (not (contains "@" $last))) -}}
+{{- if and $tag (not (or (hasPrefix .Chart.AppVersion $tag) (hasPrefix (printf "v%s" .Chart.AppVersion) $tag))) }}
+- global.hub, global.tag: the image is {{ $s.image }}, not tagged istio-cni's {{ .Chart.AppVersion }}. If it is upstream's install-cni image (upstream's values file names it), it does not run here: its pods fail at start (the DaemonSet runs /install-cni, which only istio-cni's image has); set global.hub and global.tag, or image, to where istio-cni's image is. If it is istio-cni's image under another tag, nothing needs changing.
 {{- end }}
 {{- if or .Values.repair.hub .Values.repair.tag }}
 - repair.hub, repair.tag: the agent's own image repairs pods; no other image is used.
@@ -308,4 +307,78 @@ here, saying why (NOTES.txt prints them at install).
 {{- if $s.gkeDetected }}
 - GKE detected (the server's version says -gke): CNI binaries go to /home/kubernetes/bin; set cniBinDir to choose.
 {{- end }}
+{{- end -}}
+
+{{/*
+istio-cni.checkEnv: env's settings as the agent parses them at start
+(install-cni --help), so a value it would refuse fails the render, naming
+the key, instead of stopping every node's agent. An empty value leaves the
+setting to the chart. Keys it does not know go through as they are.
+*/}}
+{{- define "istio-cni.checkEnv" -}}
+{{- $env := . -}}
+{{- $checks := dict
+  "LOG_LEVEL" (list "^(?i)(debug|info|warn|error)$" "debug, info, warn or error")
+  "IPV6_REDIRECT" (list "^(always|dual-stack-only)$" "always or dual-stack-only")
+  "IPTABLES_BACKEND" (list "^(auto|legacy|nft)$" "auto, legacy or nft")
+  "AUDIT_ACTION" (list "^(repair|delete|label|report|off)$" "repair, delete, label, report or off")
+  "MISSED_INJECTION" (list "^(report|restart|off)$" "report, restart or off")
+  "MODE" (list "^(owned|inplace)$" "owned or inplace")
+  "CHAINED_CNI_PLUGIN" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
+  "NODE_TAINT" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
+  "CONFLICT_REPAIRS" (list "^0*([2-9]|[1-9][0-9]+)$" "a whole number of at least 2")
+  "MISSED_INJECTION_RESTARTS_PER_MINUTE" (list "^0*([1-9]|[1-5][0-9]|60)$" "a whole number from 1 to 60")
+  "ISTIO_NAMESPACE" (list "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" "a namespace name: 1 to 63 lower-case letters, digits and '-'")
+  "EXCLUDE_NAMESPACES" (list "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(,[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$" "namespace names, comma-separated")
+  "VALIDATION_CONTAINER" (list "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" "a container name: 1 to 63 lower-case letters, digits and '-'")
+  "AUDIT_LABEL_VALUE" (list "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$" "a label value")
+  "HEALTH_ADDR" (list "^(\\[[^]]*\\]|[^:\\[\\]]*):[^:\\[\\]]*$" "host:port or :port")
+  "METRICS_ADDR" (list "^(\\[[^]]*\\]|[^:\\[\\]]*):[^:\\[\\]]*$" "host:port or :port")
+  "PLUGIN_SERVICE_ACCOUNT" (list "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" "a ServiceAccount name")
+-}}
+{{- range $k, $c := $checks -}}
+{{- $v := include "istio-cni.envValue" (list $env $k) -}}
+{{- if and (eq $k "CHAINED_CNI_PLUGIN" "NODE_TAINT") (eq $v "off") }}{{ $v = "false" }}{{ end -}}
+{{- if and $v (not (regexMatch (index $c 0) $v)) -}}
+{{- fail (printf "env.%s %q: want %s" $k $v (index $c 1)) -}}
+{{- end -}}
+{{- end -}}
+{{- /* Durations, with the agent's bounds in seconds (-1: none). */ -}}
+{{- $durations := dict
+  "AUDIT_INTERVAL" (list 1 3600 "a duration from 1s to 1h")
+  "AUDIT_CONFIRM" (list 0 60 "a duration from 0s to 1m")
+  "TAINT_GRACE" (list 1 600 "a duration from 1s to 10m")
+  "PLUGIN_TOKEN_TTL" (list 600 86400 "a duration from 10m to 24h")
+  "CONFLICT_WINDOW" (list 0.000000001 -1 "a duration such as 30s")
+-}}
+{{- range $k, $b := $durations -}}
+{{- $v := include "istio-cni.envValue" (list $env $k) -}}
+{{- if $v -}}
+{{- $sec := include "istio-cni.seconds" $v -}}
+{{- if or (eq $sec "invalid") (lt (float64 $sec) (float64 (index $b 0))) (and (ge (float64 (index $b 1)) 0.0) (gt (float64 $sec) (float64 (index $b 1)))) -}}
+{{- fail (printf "env.%s %q: want %s" $k $v (index $b 2)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $k := list "CNI_BIN_DIR" "CNI_NET_DIR" "RUN_DIR" "NETNS_DIR" "HOST_KUBECONFIG_PATH" "SERVICE_ACCOUNT_DIR" "PLUGIN_SOURCE" -}}
+{{- $v := include "istio-cni.envValue" (list $env $k) -}}
+{{- if and $v (not (isAbs $v)) -}}
+{{- fail (printf "env.%s %q: want an absolute path" $k $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* istio-cni.seconds: a Go duration (time.ParseDuration) in seconds, or "invalid". */}}
+{{- define "istio-cni.seconds" -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- if eq . "0" -}}0
+{{- else if not (regexMatch "^([0-9]*[.]?[0-9]+|[0-9]+[.])(ns|us|µs|ms|s|m|h)(([0-9]*[.]?[0-9]+|[0-9]+[.])(ns|us|µs|ms|s|m|h))*$" .) -}}invalid
+{{- else -}}
+{{- $sum := 0.0 -}}
+{{- range regexFindAll "([0-9]*[.]?[0-9]+|[0-9]+[.])(ns|us|µs|ms|s|m|h)" . -1 -}}
+{{- $n := regexFind "^[0-9.]+" . -}}
+{{- $sum = addf $sum (mulf (float64 $n) (get $units (trimPrefix $n .))) -}}
+{{- end -}}
+{{- $sum -}}
+{{- end -}}
 {{- end -}}
