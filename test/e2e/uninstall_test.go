@@ -325,6 +325,7 @@ func daemonSetDoc(t *testing.T, rendered string) string {
 // primary's own file (istioOwnedCNIConfig: false), and get it.
 func TestHelmInstallAndUninstall(t *testing.T) {
 	reinstallReady(t) // the namespace of the previous install gone
+	helmNamespace(t)
 	args := helmInstallArgs(t, nil)
 	out := runHelm(t, args...)
 	// Upstream's values that cannot apply are named at install.

@@ -67,13 +67,18 @@ func helmInstallArgs(t *testing.T, files []string) []string {
 	} {
 		args = append(args, "--set", s)
 	}
-	// As docs/platforms.md says: the namespace first, admitting host
-	// networking and hostPath (a Helm uninstall leaves it).
+	return args
+}
+
+// helmNamespace makes the release's namespace as docs/platforms.md says:
+// first, admitting host networking and hostPath (a Helm uninstall leaves
+// it).
+func helmNamespace(t *testing.T) {
+	t.Helper()
 	if out, err := env.node.Kubectl(t.Context(), "create", "namespace", "istio-cni"); err != nil && !strings.Contains(out, "AlreadyExists") {
 		t.Fatalf("kubectl create namespace: %v\n%s", err, out)
 	}
 	kubectl(t, "label", "--overwrite", "namespace", "istio-cni", "pod-security.kubernetes.io/enforce=privileged")
-	return args
 }
 
 // runHelm runs the helm binary against the node and returns its output.
@@ -127,6 +132,7 @@ func TestHelmPlatformProfiles(t *testing.T) {
 			// The previous Helm uninstall left the namespace, as Helm does.
 			namespaceUsable(t)
 			profile := filepath.Join(manifests, "helm-profiles", "platform-"+platform+".yaml")
+			helmNamespace(t)
 			args := helmInstallArgs(t, []string{profile})
 			if platform == "gke" {
 				// Upstream's gke profile leaves cniBinDir to detection from

@@ -114,10 +114,7 @@ values, checked once. Rendered as YAML; templates read it with
 {{- end -}}
 {{- $v := include "istio-cni.envValue" (list $env "AUDIT_ACTION") -}}
 {{- if $v -}}
-{{- $action = $v -}}
-{{- if not (has $action (list "repair" "delete" "label" "report" "off")) -}}
-{{- fail (printf "env.AUDIT_ACTION %q: want repair, delete, label, report or off" $action) -}}
-{{- end -}}
+{{- $action = $v -}}{{- /* checked by istio-cni.checkEnv */ -}}
 {{- end -}}
 {{- $missed := toString .Values.missedInjection.mode -}}
 {{- if not (has $missed (list "report" "restart" "off")) -}}
@@ -125,10 +122,7 @@ values, checked once. Rendered as YAML; templates read it with
 {{- end -}}
 {{- $v = include "istio-cni.envValue" (list $env "MISSED_INJECTION") -}}
 {{- if $v -}}
-{{- $missed = $v -}}
-{{- if not (has $missed (list "report" "restart" "off")) -}}
-{{- fail (printf "env.MISSED_INJECTION %q: want report, restart or off" $missed) -}}
-{{- end -}}
+{{- $missed = $v -}}{{- /* checked by istio-cni.checkEnv */ -}}
 {{- end -}}
 {{- $labelKey := toString (coalesce $env.AUDIT_LABEL_KEY .Values.repair.brokenPodLabelKey) -}}
 {{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $labelKey) -}}
@@ -185,9 +179,6 @@ values, checked once. Rendered as YAML; templates read it with
 {{- $mode := ternary "owned" "inplace" (or (not $chained) (ne .Values.istioOwnedCNIConfig false)) -}}
 {{- $modeFrom := "istioOwnedCNIConfig false" -}}
 {{- with include "istio-cni.envValue" (list $env "MODE") -}}
-{{- if not (has . (list "owned" "inplace")) -}}
-{{- fail (printf "env.MODE %q: want owned or inplace" .) -}}
-{{- end -}}
 {{- if and (not $chained) (eq . "inplace") -}}
 {{- fail "env.MODE inplace: a standalone config (chained false) is always istio-cni's own: want owned" -}}
 {{- end -}}
