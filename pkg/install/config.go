@@ -83,10 +83,16 @@ const DefaultExcludeNamespaces = "kube-system"
 // KubeconfigName is the plugin kubeconfig's file name in RunDir.
 const KubeconfigName = "istio-cni-kubeconfig"
 
-// PluginLogName is the plugin's log file in RunDir (its log_file), kept
-// to 1 MiB and one rotated copy (PluginLogName.1): the node's record of
-// ADDs and DELs while no agent takes the plugin's reports.
+// PluginLogName is the plugin's log file (its log_file) in LogDirName,
+// kept to 1 MiB and one rotated copy (PluginLogName.1): the node's record
+// of ADDs and DELs while no agent takes the plugin's reports.
 const PluginLogName = "istio-cni.log"
+
+// LogDirName is the directory, in RunDir, of the plugin's log. The
+// installer makes it and the uninstall removes it; the plugin only ever
+// creates the file, so an invocation that outlives the uninstall (a DEL
+// already exec'd) cannot leave a log behind.
+const LogDirName = "log"
 
 // ReportsSocket is the agent's socket for the plugin's reports, in
 // RunDir (the host directory of the kubeconfig).

@@ -179,7 +179,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		PodSocket:         filepath.Join(run, PodsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),
-		LogFile:           filepath.Join(run, PluginLogName),
+		LogFile:           filepath.Join(run, LogDirName, PluginLogName),
 	}
 }
 

@@ -314,6 +314,11 @@ func (in *Installer) installKubeconfig() outcome {
 		return outcome{problem: err}
 	}
 	changed, err := inDir(in.cfg.RunDir, 0o700, func(d *hostfs.Dir) (bool, error) {
+		// The plugin's log directory, before any conflist names it. Without
+		// it the plugin logs to the runtime only: not a reason to fail.
+		if err := d.Mkdir(LogDirName, 0o700); err != nil {
+			in.log.Warn("the plugin's log directory", "error", err)
+		}
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
 	why := classifyWrite(changed, data, in.files.lastKubeconfig)

@@ -69,7 +69,8 @@ func (in *Installer) Uninstall() error {
 		}
 	}
 	if _, err := inDir(in.cfg.RunDir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
-		var errs []error
+		errs := []error{d.RemoveTree(LogDirName)}
+		// Where releases before LogDirName kept the log.
 		for _, name := range []string{PluginLogName, PluginLogName + ".1"} {
 			if fi, err := d.Lstat(name); err == nil && fi.Mode().IsRegular() {
 				errs = append(errs, d.Remove(name))

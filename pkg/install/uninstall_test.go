@@ -1,9 +1,11 @@
 package install
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -137,3 +139,43 @@ users:
   user:
     token: upstream-token
 `
+
+// A plugin invocation that began before the uninstall (the runtime's cached
+// config, a DEL already exec'd) opens its log_file after the uninstall
+// removed it. It must not leave a file behind: the log lives in a directory
+// only the installer makes, and the plugin creates the file, never the
+// directory.
+func TestLateInvocationLeavesNoLogAfterUninstall(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	hostRun := filepath.Dir(n.config().HostKubeconfigPath)
+	rel, err := filepath.Rel(hostRun, n.in.entry().LogFile)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		t.Fatalf("log_file %s is not in the run directory %s", n.in.entry().LogFile, hostRun)
+	}
+	logFile := filepath.Join(n.kc, rel)
+	// The plugin's own open (pkg/plugin's openLogFile): the file may be
+	// created, its directory not.
+	appendLine := func() error {
+		f, err := os.OpenFile(logFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString("{}\n")
+		return errors.Join(err, f.Close())
+	}
+	if err := appendLine(); err != nil {
+		t.Fatalf("the plugin cannot log while installed: %v", err)
+	}
+	n.uninstall.Store(true)
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = appendLine() // the late invocation
+	left, _ := os.ReadDir(n.kc)
+	for _, e := range left {
+		t.Errorf("left in the run directory after a late invocation: %s", e.Name())
+	}
+}

@@ -162,6 +162,12 @@ func TestCleanupAfterUninstallWithoutAgent(t *testing.T) {
 			"involvedObject.name=stuck,reason=FailedCreatePodSandBox", "-o", "custom-columns=MESSAGE:.message")
 		return strings.Contains(out, "istio-cni"), out
 	})
+	// With no agent, the node's own log says why.
+	nodeLog := filepath.Join(env.node.IstioRunDir, install.LogDirName, install.PluginLogName)
+	poll.Until(t, 30*time.Second, "the failed ADD in the plugin's log on the node", func() (bool, string) {
+		data, err := os.ReadFile(nodeLog) // #nosec G304 -- the test node's file
+		return bytes.Contains(data, []byte(`"pod":"default/stuck"`)), fmt.Sprintf("%s: %v\n%s", nodeLog, err, lastLines(string(data), 3))
+	})
 	job, err := env.node.UninstallJob(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
