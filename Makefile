@@ -8,7 +8,6 @@ TOOLS := $(OUT)/tools
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 KUBE_VERSION := v1.32.4
 GOLANGCI_LINT_VERSION := v2.15.0
-HELM_VERSION := v3.22.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
 # time (the bench's peak-RSS probe), the real node's containerd, runc
@@ -32,7 +31,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries helm istio-binaries istio-binaries-background lint test test-packages unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm istio-binaries istio-binaries-background lint test test-e2e test-packages unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -88,12 +87,15 @@ $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-## helm: the Helm CLI, built from the helm.sh/helm/v3 module (the chart's
-## tests and the e2e's helm install run it; no binary is downloaded).
+## helm: the Helm CLI, built from the helm.sh/helm/v3 module test/helm pins
+## (the chart's tests and the e2e's helm install run it; no binary is
+## downloaded).
 helm: $(TOOLS)/helm
 
-$(TOOLS)/helm:
-	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+$(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
+	cd test/helm && $(GO) build -o $(CURDIR)/$@ \
+		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)" \
+		helm.sh/helm/v3/cmd/helm
 
 ## lint: gofmt, go vet and golangci-lint (.golangci.yml).
 lint: $(TOOLS)/golangci-lint
@@ -104,14 +106,20 @@ lint: $(TOOLS)/golangci-lint
 ## test: everything CI runs: lint, unit, the chart against deployments/,
 ## real-namespace, API and real-node e2e tests.
 test: deps istio-binaries-background kube-binaries image helm
-	$(MAKE) --no-print-directory -j2 lint test-packages
+	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages
 
-# test-packages: every package's tests. make test runs lint beside them: on
-# a fresh machine lint's build and run (minutes of CPU) then fill the
-# e2e's waits on the node instead of delaying its start; either failing
+# test-e2e: the real-node tests in a go test of their own, started first.
+# They are the suite's longest run, mostly waiting on the node; inside
+# `go test ./...` they waited minutes for one of its two slots (test/chart
+# and test/cluster held them). Lint and the other packages' tests (on a
+# fresh machine, minutes of compiling) fill the e2e's waits; any failing
 # fails make test.
+test-e2e:
+	$(GO) test -count=1 -timeout 30m ./test/e2e
+
+# test-packages: every other package's tests.
 test-packages:
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/test/e2e$$')
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image helm

@@ -1,0 +1,88 @@
+package gomodules
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// build is one `go build` (or the main module's `go test`) of the suite.
+type build struct {
+	name, dir string
+	args      []string
+}
+
+var builds = []build{
+	{"main module", ".", []string{"-test", "./..."}},
+	{"istiod", "test/upstream", []string{"-tags", "vtprotobuf,disable_pgv", "istio.io/istio/pilot/cmd/pilot-discovery"}},
+	{"pilot-agent", "test/upstream", []string{"-tags", "agent,disable_pgv", "istio.io/istio/pilot/cmd/pilot-agent"}},
+	{"upstream istio-cni", "test/upstream", []string{"istio.io/istio/cni/cmd/istio-cni"}},
+	{"helm", "test/helm", []string{"helm.sh/helm/v3/cmd/helm"}},
+}
+
+// modules lists the modules (path → version) whose packages b compiles.
+func modules(t *testing.T, root string, b build) map[string]string {
+	t.Helper()
+	args := append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}"}, b.args...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = filepath.Join(root, b.dir)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go %s (in %s): %v\n%s", strings.Join(args, " "), b.dir, err, stderr)
+	}
+	mods := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if path, version, ok := strings.Cut(line, " "); ok {
+			mods[path] = version
+		}
+	}
+	return mods
+}
+
+// TestBuildsShareModuleVersions: every module two builds compile is at
+// one version in both, so its packages are compiled once. A dependency
+// bump in one go.mod fails here until the others follow:
+// `go get MODULE@VERSION` in each directory named.
+func TestBuildsShareModuleVersions(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]map[string][]string{} // module → version → builds
+	for _, b := range builds {
+		for path, version := range modules(t, root, b) {
+			if seen[path] == nil {
+				seen[path] = map[string][]string{}
+			}
+			seen[path][version] = append(seen[path][version], fmt.Sprintf("%s (%s)", b.name, b.dir))
+		}
+	}
+	if len(seen["k8s.io/client-go"]) == 0 {
+		t.Fatal("no build compiles k8s.io/client-go: the lists are wrong")
+	}
+	var paths []string
+	for path := range seen {
+		paths = append(paths, path)
+	}
+	sort.Strings(paths)
+	for _, path := range paths {
+		if len(seen[path]) < 2 {
+			continue
+		}
+		var at []string
+		for version, bs := range seen[path] {
+			at = append(at, version+" in "+strings.Join(bs, ", "))
+		}
+		sort.Strings(at)
+		t.Errorf("%s: %s", path, strings.Join(at, "; "))
+	}
+}
