@@ -119,7 +119,7 @@ test-e2e:
 
 # test-packages: every other package's tests.
 test-packages:
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/test/e2e$$')
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$'); $(GO) test -count=1 -timeout 30m $$pkgs
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image helm

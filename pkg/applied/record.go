@@ -88,8 +88,10 @@ func validID(s string) bool {
 }
 
 // Write stores r atomically (a temp file renamed into place) under the
-// store's directory, which it creates (0700) if missing. It does not
-// follow symlinks inside the directory.
+// store's directory. It never makes that directory: the installer does,
+// and the uninstall removes it, so an ADD that outlives the uninstall
+// cannot leave records behind. It does not follow symlinks inside the
+// directory.
 func (s Store) Write(r Record) error {
 	if !validID(r.PodUID) || !validID(r.Container) {
 		return fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
@@ -98,9 +100,6 @@ func (s Store) Write(r Record) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
-	}
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return fmt.Errorf("records: %w", err)
 	}
 	root, err := os.OpenRoot(s.Dir)
 	if err != nil {

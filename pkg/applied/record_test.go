@@ -18,7 +18,7 @@ func sample(uid, container string) Record {
 }
 
 func TestWriteReadRemovePrune(t *testing.T) {
-	s := Store{Dir: filepath.Join(t.TempDir(), "sandboxes")}
+	s := Store{Dir: t.TempDir()}
 	a, b := sample("uid-a", "c1"), sample("uid-b", "c2")
 	for _, r := range []Record{a, b} {
 		if err := s.Write(r); err != nil {
@@ -95,5 +95,18 @@ func TestSpecDiff(t *testing.T) {
 	now.OutboundExclude = was.OutboundExclude
 	if !SameSpec(was, now) {
 		t.Error("nil and empty lists differ")
+	}
+}
+
+// The store's directory is the installer's to make: Write into a missing
+// one fails and creates nothing (a late ADD after the uninstall).
+func TestWriteNeverMakesTheDirectory(t *testing.T) {
+	parent := t.TempDir()
+	s := Store{Dir: filepath.Join(parent, "sandboxes")}
+	if err := s.Write(sample("uid", "c1")); err == nil {
+		t.Error("Write into a missing directory succeeded")
+	}
+	if left, _ := os.ReadDir(parent); len(left) != 0 {
+		t.Errorf("Write made %v", left)
 	}
 }

@@ -61,3 +61,19 @@ func (d *Dir) RemoveTree(name string) error {
 	}
 	return nil
 }
+
+// RemoveTempTrees removes the directories an interrupted RemoveTree left
+// under their temp names, for the names target accepts.
+func (d *Dir) RemoveTempTrees(target func(name string) bool) error {
+	entries, err := d.Entries()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if name, ok := tempTarget(e.Name()); ok && target(name) && e.IsDir() {
+			errs = append(errs, d.root.RemoveAll(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -78,3 +78,31 @@ func TestRemoveTree(t *testing.T) {
 	}
 	mustContain(t, filepath.Join(target, "f"), "keep")
 }
+
+func TestRemoveTempTreesAfterAnInterruptedRemoveTree(t *testing.T) {
+	d := newDir(t)
+	tmp, err := tempName("log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(tmp, "inner"), "log", "other"} {
+		if err := os.MkdirAll(filepath.Join(d.Path(), dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	otherTmp, _ := tempName("other")
+	if err := os.Mkdir(filepath.Join(d.Path(), otherTmp), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveTempTrees(func(n string) bool { return n == "log" }); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(d.Path())
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if len(left) != 3 || left[0] != otherTmp || left[1] != "log" || left[2] != "other" {
+		t.Errorf("left %v; want %s, log and other", left, otherTmp)
+	}
+}

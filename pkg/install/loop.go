@@ -37,7 +37,7 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 		return t, name == PluginBinary
 	case dir == in.cfg.RunDir:
 		t.reason = reasonKubeconfig
-		return t, name == KubeconfigName
+		return t, name == KubeconfigName || isRunDir(name)
 	// In the config directory the extension decides, as for the runtime:
 	// hidden names count, our temp files (.tmp) do not.
 	case dir != in.cfg.CNINetDir || !chain.IsConfigName(name):

@@ -298,6 +298,13 @@ func (in *Installer) installBinary() outcome {
 }
 
 func (in *Installer) installKubeconfig() outcome {
+	// The run directory's other contents first, whatever the token: after
+	// a reboot emptied /var/run the conflist on disk already names them.
+	// Without them the plugin logs to the runtime only and records
+	// nothing; its verbs still work, so this is not a failed step.
+	if err := in.ensureRunDirs(); err != nil {
+		in.log.Warn("the plugin's directories in the run directory", "error", err)
+	}
 	src, err := kubeconfig.FromServiceAccount(in.cfg.ServiceAccountDir,
 		"KUBERNETES_SERVICE_HOST", in.cfg.APIHost, "KUBERNETES_SERVICE_PORT", in.cfg.APIPort)
 	if err != nil {
@@ -314,11 +321,6 @@ func (in *Installer) installKubeconfig() outcome {
 		return outcome{problem: err}
 	}
 	changed, err := inDir(in.cfg.RunDir, 0o700, func(d *hostfs.Dir) (bool, error) {
-		// The plugin's log directory, before any conflist names it. Without
-		// it the plugin logs to the runtime only: not a reason to fail.
-		if err := d.Mkdir(LogDirName, 0o700); err != nil {
-			in.log.Warn("the plugin's log directory", "error", err)
-		}
 		return d.WriteFile(KubeconfigName, data, 0o600)
 	})
 	why := classifyWrite(changed, data, in.files.lastKubeconfig)

@@ -55,9 +55,9 @@ func (in *Installer) Uninstall() error {
 			return fmt.Errorf("uninstalling: %w", err)
 		}
 	}
-	// What the plugin and the agent leave in the run directory: the
-	// sandboxes' records and the agent's socket.
-	if err := os.RemoveAll(filepath.Join(in.cfg.RunDir, RecordsDirName)); err != nil {
+	// What the plugin and the agent leave in the run directory: the log,
+	// the sandboxes' records and the agent's sockets.
+	if err := in.removeRunDirs(); err != nil {
 		return fmt.Errorf("uninstalling: %w", err)
 	}
 	for _, name := range []string{ReportsSocket, PodsSocket} {
@@ -67,18 +67,6 @@ func (in *Installer) Uninstall() error {
 				return fmt.Errorf("uninstalling: %w", err)
 			}
 		}
-	}
-	if _, err := inDir(in.cfg.RunDir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
-		errs := []error{d.RemoveTree(LogDirName)}
-		// Where releases before LogDirName kept the log.
-		for _, name := range []string{PluginLogName, PluginLogName + ".1"} {
-			if fi, err := d.Lstat(name); err == nil && fi.Mode().IsRegular() {
-				errs = append(errs, d.Remove(name))
-			}
-		}
-		return struct{}{}, errors.Join(errs...)
-	}); err != nil {
-		return fmt.Errorf("uninstalling: %w", err)
 	}
 	in.log.Info("uninstalled")
 	return nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"istio-cni.local/istio-cni/pkg/applied"
 )
 
 func TestRestartLeavesEverything(t *testing.T) {
@@ -141,21 +143,26 @@ users:
 `
 
 // A plugin invocation that began before the uninstall (the runtime's cached
-// config, a DEL already exec'd) opens its log_file after the uninstall
-// removed it. It must not leave a file behind: the log lives in a directory
-// only the installer makes, and the plugin creates the file, never the
-// directory.
-func TestLateInvocationLeavesNoLogAfterUninstall(t *testing.T) {
+// config, a DEL already exec'd, an ADD waiting on the API) writes its log
+// and its record after the uninstall removed them. It must not leave a
+// file behind: both live in directories only the installer makes; the
+// plugin creates files, never directories.
+func TestLateInvocationLeavesNothingAfterUninstall(t *testing.T) {
 	n := newNode(t)
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	n.start(n.config())
 	n.waitReady()
-	hostRun := filepath.Dir(n.config().HostKubeconfigPath)
-	rel, err := filepath.Rel(hostRun, n.in.entry().LogFile)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		t.Fatalf("log_file %s is not in the run directory %s", n.in.entry().LogFile, hostRun)
+	onNode := func(hostPath string) string {
+		hostRun := filepath.Dir(n.config().HostKubeconfigPath)
+		rel, err := filepath.Rel(hostRun, hostPath)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			t.Fatalf("%s is not in the run directory %s", hostPath, hostRun)
+		}
+		return filepath.Join(n.kc, rel)
 	}
-	logFile := filepath.Join(n.kc, rel)
+	entry := n.in.entry()
+	logFile, records := onNode(entry.LogFile), applied.Store{Dir: onNode(entry.RecordsDir)}
+	record := applied.Record{PodUID: "uid", Pod: "default/late", Container: "c1"}
 	// The plugin's own open (pkg/plugin's openLogFile): the file may be
 	// created, its directory not.
 	appendLine := func() error {
@@ -166,14 +173,14 @@ func TestLateInvocationLeavesNoLogAfterUninstall(t *testing.T) {
 		_, err = f.WriteString("{}\n")
 		return errors.Join(err, f.Close())
 	}
-	if err := appendLine(); err != nil {
-		t.Fatalf("the plugin cannot log while installed: %v", err)
+	if err := errors.Join(appendLine(), records.Write(record)); err != nil {
+		t.Fatalf("the plugin cannot log or record while installed: %v", err)
 	}
 	n.uninstall.Store(true)
 	if err := n.stop(); err != nil {
 		t.Fatal(err)
 	}
-	_ = appendLine() // the late invocation
+	_, _ = appendLine(), records.Write(record) // the late invocation
 	left, _ := os.ReadDir(n.kc)
 	for _, e := range left {
 		t.Errorf("left in the run directory after a late invocation: %s", e.Name())

@@ -73,6 +73,19 @@ func TestLogFileRefusesSymlink(t *testing.T) {
 	}
 }
 
+// The log's directory is the installer's: after the uninstall removed it,
+// an invocation logs to stderr only and creates nothing.
+func TestLogFileNeverMakesItsDirectory(t *testing.T) {
+	parent := t.TempDir()
+	if f, err := openLogFile(filepath.Join(parent, "log", "istio-cni.log"), MaxLogFileSize); err == nil {
+		_ = f.Close()
+		t.Error("opened a log_file whose directory is gone")
+	}
+	if left, _ := os.ReadDir(parent); len(left) != 0 {
+		t.Errorf("made %v", left)
+	}
+}
+
 // BenchmarkLogFile: what log_file adds to a verb: one open (and stat),
 // one JSON line appended, one close.
 func BenchmarkLogFile(b *testing.B) {

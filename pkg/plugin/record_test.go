@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ func confWithRecords(dir string) string {
 // removes it.
 func TestRecordLifecycle(t *testing.T) {
 	h := newHarness()
-	dir := filepath.Join(t.TempDir(), "sandboxes")
+	dir := t.TempDir() // the installer makes it
 	h.api.pods["team-a/web-1"] = meshedPod(nil)
 	c := confWithRecords(dir)
 	if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
@@ -67,7 +66,7 @@ func TestRecordWriteFailureKeepsADD(t *testing.T) {
 // its DEL removes that record: none is left behind for the agent to prune.
 func TestDelRemovesAnExcludedNamespacesRecord(t *testing.T) {
 	h := newHarness()
-	dir := filepath.Join(t.TempDir(), "sandboxes")
+	dir := t.TempDir() // the installer makes it
 	a := cmdArgs(confWithRecords(dir), strings.Replace(podArgsUID, "K8S_POD_NAMESPACE=team-a", "K8S_POD_NAMESPACE=kube-system", 1))
 	a.Netns = t.TempDir() // any existing path: the record keys it by inode
 	if err := h.p.Add(a); err != nil {

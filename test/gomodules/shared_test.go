@@ -1,10 +1,12 @@
 package gomodules
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -16,12 +18,38 @@ type build struct {
 	args      []string
 }
 
-var builds = []build{
-	{"main module", ".", []string{"-test", "./..."}},
-	{"istiod", "test/upstream", []string{"-tags", "vtprotobuf,disable_pgv", "istio.io/istio/pilot/cmd/pilot-discovery"}},
-	{"pilot-agent", "test/upstream", []string{"-tags", "agent,disable_pgv", "istio.io/istio/pilot/cmd/pilot-agent"}},
-	{"upstream istio-cni", "test/upstream", []string{"istio.io/istio/cni/cmd/istio-cni"}},
-	{"helm", "test/helm", []string{"helm.sh/helm/v3/cmd/helm"}},
+// builds lists the suite's builds; Istio's build tags are the Makefile's.
+func builds(t *testing.T, root string) []build {
+	t.Helper()
+	makefile, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := func(pkg string) string {
+		m := regexp.MustCompile(`-tags (\S+) .*` + regexp.QuoteMeta(pkg) + `\s*$`).FindSubmatch(findLine(makefile, pkg))
+		if m == nil {
+			t.Fatalf("the Makefile builds %s with no -tags: the list here is out of date", pkg)
+		}
+		return string(m[1])
+	}
+	const discovery, agent = "istio.io/istio/pilot/cmd/pilot-discovery", "istio.io/istio/pilot/cmd/pilot-agent"
+	return []build{
+		{"main module", ".", []string{"-test", "./..."}},
+		{"istiod", "test/upstream", []string{"-tags", tags(discovery), discovery}},
+		{"pilot-agent", "test/upstream", []string{"-tags", tags(agent), agent}},
+		{"upstream istio-cni", "test/upstream", []string{"istio.io/istio/cni/cmd/istio-cni"}},
+		{"helm", "test/helm", []string{"helm.sh/helm/v3/cmd/helm"}},
+	}
+}
+
+// findLine is the Makefile line that builds pkg (ends with it).
+func findLine(makefile []byte, pkg string) []byte {
+	for _, line := range bytes.Split(makefile, []byte("\n")) {
+		if bytes.HasSuffix(bytes.TrimSpace(line), []byte(pkg)) && bytes.Contains(line, []byte(" build ")) {
+			return line
+		}
+	}
+	return nil
 }
 
 // modules lists the modules (path → version) whose packages b compiles.
@@ -58,7 +86,7 @@ func TestBuildsShareModuleVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[string]map[string][]string{} // module → version → builds
-	for _, b := range builds {
+	for _, b := range builds(t, root) {
 		for path, version := range modules(t, root, b) {
 			if seen[path] == nil {
 				seen[path] = map[string][]string{}

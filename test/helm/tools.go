@@ -4,7 +4,7 @@
 // install run, built from its module (`make helm`), never fetched as a
 // binary. Its Kubernetes libraries are held at the versions the main
 // module and test/upstream's Istio build with, so on a fresh machine the
-// three builds compile them once (TestBuildsShareKubernetesLibraries).
+// three builds compile them once (test/gomodules).
 package helm
 
 import (

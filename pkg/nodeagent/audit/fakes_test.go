@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -123,7 +122,7 @@ func newHarness(t *testing.T, action Action) *harness {
 		events:  record.NewFakeRecorder(100),
 		metrics: NewMetrics(prometheus.NewRegistry()),
 		clock:   &clock{t: time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)},
-		records: applied.Store{Dir: filepath.Join(t.TempDir(), "sandboxes")},
+		records: applied.Store{Dir: t.TempDir()},
 	}
 	h.a = New(Config{
 		Node: "node-a", Action: action, Interval: time.Minute, Confirm: 2 * time.Second,
