@@ -110,15 +110,9 @@ func (d *Dir) ReadFile(name string) ([]byte, error) {
 // Remove removes name if present. A symlink is removed itself, never its
 // target; a directory is refused rather than removed.
 func (d *Dir) Remove(name string) error {
-	if err := d.checkName(name); err != nil {
+	fi, err := d.toRemove(name)
+	if fi == nil || err != nil {
 		return err
-	}
-	fi, err := d.root.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing %s: %w", d.join(name), err)
 	}
 	if fi.IsDir() {
 		return fmt.Errorf("removing %s: is a directory, not a file", d.join(name))
@@ -128,6 +122,22 @@ func (d *Dir) Remove(name string) error {
 		return fmt.Errorf("removing %s: %w", d.join(name), err)
 	}
 	return nil
+}
+
+// toRemove checks name and describes what is there (not following a
+// link); nil, nil when nothing is.
+func (d *Dir) toRemove(name string) (fs.FileInfo, error) {
+	if err := d.checkName(name); err != nil {
+		return nil, err
+	}
+	fi, err := d.root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("removing %s: %w", d.join(name), err)
+	}
+	return fi, nil
 }
 
 // openRegular opens name for reading only if name itself is a regular file.

@@ -36,15 +36,9 @@ func (d *Dir) Mkdir(name string, mode fs.FileMode) error {
 // finds nothing there from that instant, and cannot put a file back into
 // a directory that is being emptied. A symlink at name is removed itself.
 func (d *Dir) RemoveTree(name string) error {
-	if err := d.checkName(name); err != nil {
+	fi, err := d.toRemove(name)
+	if fi == nil || err != nil {
 		return err
-	}
-	fi, err := d.root.Lstat(name)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("removing %s: %w", d.join(name), err)
 	}
 	if !fi.IsDir() {
 		return d.Remove(name)
