@@ -85,7 +85,7 @@ $(addprefix $(BIN)/,$(KUBE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 		-o $(CURDIR)/$(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
 
 $(TOOLS)/golangci-lint:
-	GOBIN=$(CURDIR)/$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	GOBIN=$(CURDIR)/$(TOOLS) $(FILL) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 ## helm: the Helm CLI, built from the helm.sh/helm/v3 module test/helm pins
 ## (the chart's tests and the e2e's helm install run it; no binary is
@@ -104,25 +104,29 @@ $(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
 # a fresh machine, BENCHMARKS.md) to report the same findings.
 lint: $(TOOLS)/golangci-lint
 	@unformatted=$$(gofmt -l cmd pkg test); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(TOOLS)/golangci-lint run ./...
+	$(FILL) $(TOOLS)/golangci-lint run ./...
 
 ## test: everything CI runs: lint, unit, the chart against deployments/,
 ## real-namespace, API and real-node e2e tests.
 test: deps istio-binaries-background kube-binaries image helm
-	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages
+	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
 # They are the suite's longest run, mostly waiting on the node; inside
 # `go test ./...` they waited minutes for one of its two slots (test/chart
 # and test/cluster held them). Lint and the other packages' tests (on a
-# fresh machine, minutes of compiling) fill the e2e's waits; any failing
-# fails make test.
+# fresh machine, minutes of compiling) fill the e2e's waits, at a lower
+# priority (FILL): the e2e is a chain of short steps on the node, each
+# stretched when it shares the cores equally with compiles, and on a fresh
+# machine it then ran alone, mostly idle, for minutes after the rest had
+# finished (BENCHMARKS.md). Any failing fails make test.
+FILL ?=
 test-e2e:
 	$(GO) test -count=1 -timeout 30m ./test/e2e
 
 # test-packages: every other package's tests.
 test-packages:
-	pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$'); $(GO) test -count=1 -timeout 30m $$pkgs
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$'); $(FILL) $(GO) test -count=1 -timeout 30m $$pkgs
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image helm
