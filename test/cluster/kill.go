@@ -118,13 +118,13 @@ func killContainers(socket, cgroupRoot string) error {
 				return err
 			}
 		}
-		deadline := time.Now().Add(exitWait)
+		deadline := time.Now().Add(10 * time.Second)
 		for _, p := range procs {
 			for p.alive() && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			if p.alive() {
-				return fmt.Errorf("%s (pid %d) still running %v after SIGKILL", p.args[0], p.pid, exitWait)
+				return fmt.Errorf("%s (pid %d) still running 10s after SIGKILL", p.args[0], p.pid)
 			}
 		}
 	}

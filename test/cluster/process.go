@@ -172,10 +172,11 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 }
 
-// exitWait bounds the wait for a SIGKILLed process to be gone. Exit is
-// usually immediate, but not on a loaded machine for a process in an
+// exitWait bounds stop's wait for a SIGKILLed component to be gone. Exit
+// is usually immediate, but not on a loaded machine for a process in an
 // uninterruptible sleep: a cold run's kubelet outlived a 10-second bound
-// during a reboot, which then gave up with the node half down.
+// during a reboot, which then gave up with the node half down. The abort
+// path (abort.go, kill.go) keeps its 10 s: it must end within AbortBudget.
 const exitWait = time.Minute
 
 // FreePorts returns n distinct ports free on 127.0.0.1, drawn outside the

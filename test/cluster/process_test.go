@@ -20,28 +20,41 @@ import (
 func TestStopWaitsOutASlowExit(t *testing.T) {
 	freezer := "/sys/fs/cgroup/freezer"
 	if _, err := os.Stat(filepath.Join(freezer, "cgroup.procs")); err != nil {
-		t.Skip("no cgroup v1 freezer on this machine")
+		t.Skip("no cgroup v1 freezer (cgroup v2's lets SIGKILL through)")
 	}
+	// A run killed while its child was frozen left it so, its SIGKILL
+	// pending: thaw (the kill lands) and remove what it left.
+	stale, _ := filepath.Glob(filepath.Join(freezer, "istio-cni-test-slow-exit-*"))
+	for _, cg := range stale {
+		_ = os.WriteFile(filepath.Join(cg, "freezer.state"), []byte("THAWED"), 0o644)
+		_ = waitfor.Wait(time.Minute, "a stale frozen cgroup emptied", func() (bool, string) {
+			b, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+			return err != nil || strings.TrimSpace(string(b)) == "", string(b)
+		})
+		_ = os.Remove(cg)
+	}
+	cg := filepath.Join(freezer, fmt.Sprintf("istio-cni-test-slow-exit-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skipf("cannot make a freezer cgroup: %v", err)
+	}
+	state := filepath.Join(cg, "freezer.state")
+	thaw := func() { _ = os.WriteFile(state, []byte("THAWED"), 0o644) }
+
 	dir := t.TempDir()
 	l := newLauncher("")
 	defer l.close()
 	p, err := startProc(l, "slow", "/bin/sleep", []string{"300"}, filepath.Join(dir, "slow.log"))
 	if err != nil {
+		_ = os.Remove(cg)
 		t.Fatal(err)
 	}
-	defer func() { _ = p.cmd.Process.Kill() }()
-
-	cg := filepath.Join(freezer, fmt.Sprintf("istio-cni-test-slow-exit-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(cg, "freezer.state")
-	thaw := func() {
-		_ = os.WriteFile(state, []byte("THAWED"), 0o644)
-	}
+	// One cleanup, in this order on every path: thaw, kill, wait, remove.
 	defer func() {
 		thaw()
-		waitfor.UntilTrue(t, time.Minute, "the slow process gone", p.exited)
+		_ = p.cmd.Process.Kill()
+		if err := waitfor.Wait(time.Minute, "the slow process gone", func() (bool, string) { return p.exited(), "" }); err != nil {
+			t.Error(err)
+		}
 		_ = os.Remove(cg)
 	}()
 	if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(p.pid())), 0o644); err != nil {
