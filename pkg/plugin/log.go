@@ -36,7 +36,8 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 // has grown past limit. Invocations run concurrently: the rotation holds
 // the file's lock and renames only if path still names the file it
 // measured, so two invocations never rotate twice and drop a log; one
-// that finds the lock taken appends without rotating.
+// that finds the lock taken appends without rotating, to the file it
+// opened (by then perhaps path.1).
 func openLogFile(path string, limit int64) (*os.File, error) {
 	// O_NOFOLLOW: the plugin runs as root; a link planted at log_file
 	// must not make it append to whatever file the link names.
