@@ -6,18 +6,21 @@ OUT := _output
 BIN := $(OUT)/bin
 TOOLS := $(OUT)/tools
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-KUBE_VERSION := v1.32.4
 GOLANGCI_LINT_VERSION := v2.15.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
-# time (the bench's peak-RSS probe), the real node's containerd, runc
-# and reference CNI plugins (bridge, host-local, portmap, loopback), and
-# promtool (prometheus) for the chart's alert rules' tests.
-APT_PACKAGES := iptables etcd-server util-linux iproute2 time containerd runc containernetworking-plugins prometheus
+# time (the bench's peak-RSS probe), the real node's runc and reference
+# CNI plugins (bridge, host-local, portmap, loopback), and promtool
+# (prometheus) for the chart's alert rules' tests. The node's containerd
+# is built (kube-binaries): Kubernetes 1.36 needs containerd 2, and
+# Debian's is 1.6.
+APT_PACKAGES := iptables etcd-server util-linux iproute2 time runc containernetworking-plugins prometheus
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+CONTAINERD_BINARIES := containerd containerd-shim-runc-v2 ctr
+NODE_BINARIES := $(KUBE_BINARIES) $(CONTAINERD_BINARIES)
 
 GO_SOURCES := $(shell find cmd pkg -name '*.go' -not -name '*_test.go') go.mod go.sum
 
@@ -31,7 +34,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries helm istio-binaries istio-binaries-background lint test test-e2e test-packages unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm istio-binaries lint test test-e2e test-packages unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -76,13 +79,19 @@ deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-## kube-binaries: the test node's Kubernetes, built from k8s.io/kubernetes (test/kube).
-kube-binaries: $(addprefix $(BIN)/,$(KUBE_BINARIES))
+## kube-binaries: the test node's Kubernetes and containerd (with its runc
+## shim and ctr), built from k8s.io/kubernetes and containerd's module
+## (test/kube).
+kube-binaries: $(addprefix $(BIN)/,$(NODE_BINARIES))
 
-$(addprefix $(BIN)/,$(KUBE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
+# One go build for all eight: the packages they share compile once. Their
+# versions are stamped from test/kube/go.mod (Istio's injector reads the
+# node's Kubernetes version).
+$(addprefix $(BIN)/,$(NODE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 	cd test/kube && CGO_ENABLED=0 $(GO) build -trimpath \
-		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)" \
-		-o $(CURDIR)/$(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES))
+		-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$$($(GO) list -m -f '{{.Version}}' k8s.io/kubernetes) -X github.com/containerd/containerd/v2/version.Version=$$($(GO) list -m -f '{{.Version}}' github.com/containerd/containerd/v2)" \
+		-o $(CURDIR)/$(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES)) \
+		$(addprefix github.com/containerd/containerd/v2/cmd/,$(CONTAINERD_BINARIES))
 
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(FILL) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -109,7 +118,11 @@ lint: $(TOOLS)/golangci-lint
 
 ## test: everything CI runs: lint, unit, the chart against deployments/,
 ## real-namespace, API and real-node e2e tests.
-test: deps istio-binaries-background kube-binaries image helm
+# The builds run one after another, the node's first: Istio, Helm and
+# the tests share its modules' packages (test/gomodules), and two go
+# builds at once each compile the packages neither has finished yet.
+# A build beside the tests starved them (BENCHMARKS.md, cold29).
+test: deps kube-binaries istio-binaries image helm
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
@@ -175,19 +188,9 @@ $(TOOLS)/upstream-istio-cni: test/upstream/go.mod test/upstream/go.sum
 
 ## istio-binaries: istiod (pilot-discovery) and pilot-agent, built from the
 ## istio.io/istio module test/upstream pins, with upstream's build tags; the
-## e2e's real control plane (test/cluster/istio.go). The e2e builds them
-## itself, in the background while its first tests run.
+## e2e's real control plane (test/cluster/istio.go). `make test` builds
+## them first; a bare `go test ./test/e2e` builds them itself.
 istio-binaries: $(TOOLS)/pilot-discovery $(TOOLS)/pilot-agent
-
-# istio-binaries-background starts istio-binaries and returns: on a fresh
-# machine the build (about 12 minutes of both cores) runs beside the rest
-# of `make test` and is done before the e2e needs it. At a low priority it
-# starved until the tests, and the e2e waited. The e2e waits for it: both
-# hold ISTIO_BUILD_LOCK while they build.
-ISTIO_BUILD_LOCK := $(OUT)/istio-binaries.lock
-istio-binaries-background:
-	@mkdir -p $(OUT)
-	@nohup flock $(ISTIO_BUILD_LOCK) $(MAKE) --no-print-directory istio-binaries > $(OUT)/istio-binaries.log 2>&1 &
 
 $(TOOLS)/pilot-discovery: test/upstream/go.mod test/upstream/go.sum
 	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -tags vtprotobuf,disable_pgv -o $(CURDIR)/$@ istio.io/istio/pilot/cmd/pilot-discovery

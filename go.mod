@@ -13,12 +13,12 @@ require (
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	golang.org/x/sys v0.48.0
-	google.golang.org/grpc v1.82.1
-	k8s.io/api v0.36.2
-	k8s.io/apimachinery v0.36.2
-	k8s.io/client-go v0.36.2
-	k8s.io/component-helpers v0.36.2
-	k8s.io/cri-api v0.36.2
+	google.golang.org/grpc v1.83.2
+	k8s.io/api v0.36.3
+	k8s.io/apimachinery v0.36.3
+	k8s.io/client-go v0.36.3
+	k8s.io/component-helpers v0.36.3
+	k8s.io/cri-api v0.36.3
 	sigs.k8s.io/yaml v1.6.0
 )
 

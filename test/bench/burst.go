@@ -112,8 +112,10 @@ func burst(ctx context.Context, node *cluster.Node, o cluster.Overlay, target st
 }
 
 // containerd logs each CRI RunPodSandbox request and its reply (or
-// failure) with the pod's metadata.
-var runPodSandboxLine = regexp.MustCompile(`^time="([^"]+)".*msg="RunPodSandbox for &PodSandboxMetadata\{Name:([^,]+),Uid:[^,]*,Namespace:([^,]+),[^}]*\}( returns sandbox id| failed)?`)
+// failure) with the pod's metadata, in protobuf's text form (containerd
+// 2), which separates fields by one space or, in some builds, two
+// (protobuf-go picks per binary), and leaves out a zero attempt.
+var runPodSandboxLine = regexp.MustCompile(`^time="([^"]+)".*msg="RunPodSandbox for name:\\"([^\\"]+)\\"\s+uid:\\"[^\\"]*\\"\s+namespace:\\"([^\\"]+)\\"(?:\s+attempt:\d+)?\s*(returns sandbox id|failed)?`)
 
 // runPodSandboxTimes reads, per pod of namespace, the time from the
 // request to the successful reply, and counts the failed calls.
@@ -140,7 +142,7 @@ func runPodSandboxTimes(logPath, namespace string) (map[string]time.Duration, in
 		switch m[4] {
 		case "":
 			began[m[2]] = at
-		case " failed":
+		case "failed":
 			failed++
 		default:
 			took[m[2]] = at.Sub(began[m[2]])

@@ -161,7 +161,7 @@ type histogram struct {
 // sandboxSeconds reads kubelet's histogram of its RunPodSandbox CRI calls
 // (sandbox, pause container and the whole CNI ADD chain) from its
 // /metrics. kubelet_run_podsandbox_duration_seconds would be the obvious
-// one, but in 1.32 it times almost nothing (microseconds per sandbox).
+// one, but in 1.32 it timed almost nothing (microseconds per sandbox).
 func sandboxSeconds(ctx context.Context, node *cluster.Node) (histogram, error) {
 	// The kubelet's serving certificate is self-signed; this is loopback.
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback test node

@@ -114,9 +114,9 @@ func abortNode(dir, bridge string, stopRest func()) error {
 			_ = r.kill()
 		}
 	}
-	// Before the shims die: their bundles name the files they keep
+	// Before the shims die: their bundles name the sockets they keep
 	// outside the node's directory.
-	files := shimFiles(dir)
+	socks := shimSockets(dir)
 	errs := []error{killContainers(socket, cgroupRoot)}
 	if stopRest != nil {
 		stopRest()
@@ -126,8 +126,10 @@ func abortNode(dir, bridge string, stopRest func()) error {
 	}
 	// containerd may have started a shim before it died.
 	errs = append(errs, killContainers(socket, cgroupRoot))
-	for _, f := range files {
-		errs = append(errs, os.RemoveAll(f))
+	// Bundles do not go with the shims: listed again for any shim
+	// containerd started after the first list.
+	for _, s := range union(socks, shimSockets(dir)) {
+		errs = append(errs, removeIfExists(s))
 	}
 	errs = append(errs, cleanHost(dir, bridge))
 	return errors.Join(errs...)

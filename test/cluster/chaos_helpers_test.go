@@ -137,13 +137,13 @@ func dirEntries(dir string) []string {
 	return names
 }
 
-// shimSockets lists the live sockets of the node's shims. containerd 1.6
-// puts them in /run/containerd/s, outside the node's directory, named by
+// shimSockets lists the live sockets of the node's shims. containerd puts
+// them in /run/containerd/s, outside the node's directory, named by
 // sha256("<containerd socket>/<namespace>/<container ID>") of the container
 // each shim was started for (a pod's sandbox).
 func shimSockets(ctx context.Context, t *testing.T, n *cluster.Node) []string {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "ctr", "--address", n.ContainerdSocket, "--namespace", "k8s.io", "containers", "ls", "-q").Output()
+	out, err := exec.CommandContext(ctx, n.Ctr, "--address", n.ContainerdSocket, "--namespace", "k8s.io", "containers", "ls", "-q").Output()
 	if err != nil {
 		t.Fatalf("ctr containers ls: %v", err)
 	}

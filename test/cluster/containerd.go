@@ -13,44 +13,63 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// containerdConfig is containerd 1.6's config (version 2), with every path
-// under the node's directory. restrict_oom_score_adj: runc cannot set a
-// negative oom_score_adj without CAP_SYS_RESOURCE, which this machine
-// lacks; without it every sandbox fails.
-const containerdConfig = `version = 2
+// containerdConfig is containerd 2.3's config (version 4: the servers'
+// addresses in their plugins' sections; no metrics), with every path
+// under the node's directory: runc's state too (the runc options' Root),
+// so a reboot or teardown removes it with the node's state. Only the
+// shims' sockets stay in /run/containerd/s (shimSockets): its socket_dir
+// takes at most 42 characters, too few for a node's directory in general.
+// restrict_oom_score_adj: runc cannot set a negative oom_score_adj
+// without CAP_SYS_RESOURCE, which this machine lacks; without it every
+// sandbox fails. runtime_path: the shim from the same build as
+// containerd. stats_collect_period: containerd 2.3 asks every shim for
+// its containers' cgroup metrics each second by default; on this 2-core
+// cgroup v1 machine, with 100 pods, that took most of a core (the shims
+// 67%, containerd 31%) and stretched every test on the node. 10 s is
+// kubelet's own cAdvisor housekeeping interval. NRI is off: nothing here
+// uses it.
+const containerdConfig = `version = 4
 root = %q
 state = %q
 
-[grpc]
+[plugins."io.containerd.server.v1.grpc"]
   address = %q
 
-[ttrpc]
+[plugins."io.containerd.server.v1.ttrpc"]
   address = %q
 
-[debug]
+[plugins."io.containerd.server.v1.debug"]
   address = %q
 
-[metrics]
-  address = ""
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %q
 
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
+[plugins."io.containerd.cri.v1.runtime"]
   netns_mounts_under_state_dir = true
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
   enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  stats_collect_period = "10s"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      runtime_path = %q
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
+        Root = %q
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%q]
     conf_dir = %q
     max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
 `
 
 func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) error {
@@ -61,7 +80,7 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 	cfg := filepath.Join(base, "config.toml")
 	data := fmt.Sprintf(containerdConfig, filepath.Join(base, "root"), filepath.Join(base, "state"),
 		n.ContainerdSocket, n.ContainerdSocket+".ttrpc", filepath.Join(base, "debug.sock"),
-		SandboxImage, n.CNIBinDir, n.CNINetDir)
+		SandboxImage, b.shim, runcRoot(n.dir), n.CNIBinDir, n.CNINetDir)
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		return err
 	}
@@ -99,14 +118,16 @@ func (n *Node) waitContainerd(ctx context.Context, p *proc) error {
 	})
 }
 
-// ctr runs containerd's CLI against this node's containerd, in the CRI's
-// namespace.
+// runcRoot is runc's state directory for the node in dir: below
+// containerd's state, as /run/containerd/runc is on a real node.
+func runcRoot(dir string) string {
+	return filepath.Join(filepath.Dir(containerdSocket(dir)), "state", "runc")
+}
+
+// ctr runs containerd's CLI (the node's build of it) against this node's
+// containerd, in the CRI's namespace.
 func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
-	ctr, err := exec.LookPath("ctr")
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, ctr, append([]string{"--address", n.ContainerdSocket, "--namespace", "k8s.io"}, args...)...) // #nosec G204 -- test harness
+	cmd := exec.CommandContext(ctx, n.Ctr, append([]string{"--address", n.ContainerdSocket, "--namespace", "k8s.io"}, args...)...) // #nosec G204 -- test harness
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }

@@ -62,16 +62,16 @@ func IstioBinaries() (discovery, agent string, err error) {
 
 // MakeIstioBinaries runs `make istio-binaries` in the repository: they
 // build from source (minutes when the build cache is cold), so a test
-// binary may start this early and wait for it late. It runs after any
-// build `make test` started (it waits for its lock); a cancelled ctx ends
-// it and every compiler it started.
+// binary may start this early and wait for it late. `make test` has built
+// them already, and then this is a no-op; a cancelled ctx ends it and
+// every compiler it started.
 func MakeIstioBinaries(ctx context.Context) error {
 	root, err := repoRoot()
 	if err != nil {
 		return err
 	}
-	// The lock is the Makefile's ISTIO_BUILD_LOCK: `make test` may have
-	// started the same build already (istio-binaries-background).
+	// The lock keeps two test binaries (two `go test` runs) from writing
+	// the same outputs at once.
 	cmd := exec.CommandContext(ctx, "flock", filepath.Join("_output", "istio-binaries.lock"),
 		"make", "--no-print-directory", "istio-binaries")
 	cmd.Dir = root

@@ -43,6 +43,8 @@ type Node struct {
 	Kubeconfig string
 	// ContainerdSocket is containerd's (and the CRI's) gRPC socket.
 	ContainerdSocket string
+	// Ctr is the node's containerd CLI (its build, `make kube-binaries`).
+	Ctr string
 	// PodLogDir is kubelet's pod log directory (podLogsDir).
 	PodLogDir string
 	// NetnsDir is where the runtime binds the pods' network namespaces
@@ -102,6 +104,7 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 		IstioRunDir:      filepath.Join(o.Dir, "host", "var", "run", "istio-cni"),
 		Kubeconfig:       filepath.Join(o.Dir, "admin.kubeconfig"),
 		ContainerdSocket: containerdSocket(o.Dir),
+		Ctr:              bins.ctr,
 		PodLogDir:        filepath.Join(o.Dir, "kubelet", "pod-logs"),
 		NetnsDir:         netnsDir(o.Dir),
 		dir:              o.Dir,

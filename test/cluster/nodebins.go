@@ -7,37 +7,46 @@ import (
 	"path/filepath"
 )
 
-// nodeBins are the node's programs: the Kubernetes ones built into
-// _output/bin by `make kube-binaries`, the rest from Debian's packages.
+// nodeBins are the node's programs: Kubernetes' and containerd's (with
+// its runc shim and ctr) built into _output/bin by `make kube-binaries`,
+// runc from Debian's package.
 type nodeBins struct {
 	controllerManager, scheduler, kubelet string
-	containerd, ctr                       string
+	containerd, shim, ctr                 string
 }
 
 func nodeBinaries() (nodeBins, error) {
 	var b nodeBins
-	root, err := repoRoot()
-	if err != nil {
-		return b, err
-	}
 	for _, k := range []struct {
 		dst  *string
 		name string
-	}{{&b.controllerManager, "kube-controller-manager"}, {&b.scheduler, "kube-scheduler"}, {&b.kubelet, "kubelet"}} {
-		*k.dst = filepath.Join(root, "_output", "bin", k.name)
-		if err := checkExecutable(*k.dst); err != nil {
-			return b, fmt.Errorf("%s: %w; run `make kube-binaries`", k.name, err)
+	}{
+		{&b.controllerManager, "kube-controller-manager"}, {&b.scheduler, "kube-scheduler"}, {&b.kubelet, "kubelet"},
+		{&b.containerd, "containerd"}, {&b.shim, "containerd-shim-runc-v2"}, {&b.ctr, "ctr"},
+	} {
+		path, err := builtBinary(k.name)
+		if err != nil {
+			return b, err
 		}
+		*k.dst = path
 	}
-	for _, d := range []struct {
-		dst       *string
-		name, pkg string
-	}{{&b.containerd, "containerd", "containerd"}, {&b.ctr, "ctr", "containerd"}, {new(string), "runc", "runc"}} {
-		if *d.dst, err = exec.LookPath(d.name); err != nil {
-			return b, fmt.Errorf("%s: %w; install it with `apt-get install -y %s` (make deps)", d.name, err, d.pkg)
-		}
+	if _, err := exec.LookPath("runc"); err != nil {
+		return b, fmt.Errorf("runc: %w; install it with `apt-get install -y runc` (make deps)", err)
 	}
 	return b, nil
+}
+
+// builtBinary is the path of a node program `make kube-binaries` builds.
+func builtBinary(name string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "_output", "bin", name)
+	if err := checkExecutable(path); err != nil {
+		return "", fmt.Errorf("%s: %w; run `make kube-binaries`", name, err)
+	}
+	return path, nil
 }
 
 // referencePluginDir holds the CNI reference plugins: Debian's
@@ -58,17 +67,7 @@ func referencePluginDir() (string, error) {
 // Kubectl returns the kubectl the tests and the demo run: the one `make
 // kube-binaries` builds (the cluster's own version), not whatever is on
 // $PATH.
-func Kubectl() (string, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(root, "_output", "bin", "kubectl")
-	if err := checkExecutable(path); err != nil {
-		return "", fmt.Errorf("kubectl: %w; run `make kube-binaries`", err)
-	}
-	return path, nil
-}
+func Kubectl() (string, error) { return builtBinary("kubectl") }
 
 // Helm is the helm CLI `make helm` builds from the helm.sh/helm/v3 module.
 func Helm() (string, error) {

@@ -87,7 +87,9 @@ type Pod struct {
 		DeletionTimestamp    *time.Time
 	}
 	Spec struct {
-		InitContainers, Containers []struct{ Name, Image string }
+		// RestartPolicy "Always" on an init container makes it a
+		// native sidecar.
+		InitContainers, Containers []struct{ Name, Image, RestartPolicy string }
 	}
 	Status struct {
 		Phase, PodIP, Reason, Message string

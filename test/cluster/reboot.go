@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -71,8 +72,7 @@ func (n *Node) Reboot(ctx context.Context, opts RebootOptions) error {
 		netns = union(netns, more)
 	}
 	n.netnsPaths = append(n.netnsPaths, netns...) // for Stop, should Reboot fail
-	shimFiles := shimFiles(n.dir)
-	if err := n.powerOff(containerd, netns, shimFiles); err != nil {
+	if err := n.powerOff(containerd, netns, shimSockets(n.dir)); err != nil {
 		return fmt.Errorf("cluster: reboot: %w", err)
 	}
 	if opts.WhileDown != nil {
@@ -158,7 +158,9 @@ func union(a, b []string) []string {
 
 // powerOff, once kubelet has stopped (or it would restart the containers),
 // ends the containers and containerd, and loses what a reboot loses.
-func (n *Node) powerOff(containerd *proc, netns, shimFiles []string) error {
+// socks are the shims' sockets listed while containerd ran; the list is
+// taken again once it is dead, for shims it started meanwhile.
+func (n *Node) powerOff(containerd *proc, netns, socks []string) error {
 	if err := killContainers(n.ContainerdSocket, cgroupRootName(n.bridge)); err != nil {
 		return err
 	}
@@ -170,7 +172,7 @@ func (n *Node) powerOff(containerd *proc, netns, shimFiles []string) error {
 	if err := killContainers(n.ContainerdSocket, cgroupRootName(n.bridge)); err != nil {
 		return err
 	}
-	return n.wipeVolatile(netns, shimFiles)
+	return n.wipeVolatile(netns, union(socks, shimSockets(n.dir)))
 }
 
 // wipeVolatile removes what a reboot removes, the node's kernel objects and
@@ -179,7 +181,7 @@ func (n *Node) powerOff(containerd *proc, netns, shimFiles []string) error {
 // nodes share, and the pods' (now empty) cgroups below the node's cgroup
 // root, which kubelet takes over again on start (runc makes new ones for
 // the new containers); Stop removes them.
-func (n *Node) wipeVolatile(netns, shimFiles []string) error {
+func (n *Node) wipeVolatile(netns, socks []string) error {
 	var errs []error
 	for _, p := range netns {
 		// Nothing runs in the namespace any more: unmounting the
@@ -194,8 +196,8 @@ func (n *Node) wipeVolatile(netns, shimFiles []string) error {
 	// boot makes it again, with the node's address.
 	errs = append(errs, deleteBridge(n.bridge))
 	errs = append(errs, emptyDir(n.IstioRunDir))
-	for _, f := range shimFiles {
-		errs = append(errs, os.RemoveAll(f))
+	for _, s := range socks {
+		errs = append(errs, removeIfExists(s))
 	}
 	errs = append(errs, n.wipeContainerdState())
 	errs = append(errs, unmountKubeletRoot(n.kubeletRootDir()))
@@ -230,26 +232,41 @@ func emptyDir(dir string) error {
 	return errors.Join(errs...)
 }
 
-// shimFiles lists what the shims of the node in dir keep in
-// /run/containerd, outside the node's directory: their sockets
-// (/run/containerd/s, fixed in containerd 1.6) and runc's state for each
-// container (runc's default root, /run/containerd/runc). The task bundles
-// in containerd's state name them, so no other node's are touched.
-func shimFiles(dir string) []string {
+// shimSockets lists the sockets of the node in dir's shims: the one thing
+// they keep outside the node's directory, in /run/containerd/s
+// (containerd's socket_dir takes at most 42 characters; runc's state is
+// under the node's, runcRoot). Each task
+// bundle in containerd's state names its shim's address in bootstrap.json
+// (containerd 2; `address` before), so no other node's are touched.
+func shimSockets(dir string) []string {
 	state := filepath.Join(filepath.Dir(containerdSocket(dir)), "state")
 	bundles, _ := filepath.Glob(filepath.Join(state, "io.containerd.runtime.v2.task", "*", "*"))
-	var files []string
+	var socks []string
 	for _, b := range bundles {
-		if addr, err := os.ReadFile(filepath.Join(b, "address")); err == nil { // #nosec G304 -- containerd's bundle
-			sock := strings.TrimPrefix(strings.TrimSpace(string(addr)), "unix://")
-			if strings.HasPrefix(sock, "/run/containerd/s/") && !slices.Contains(files, sock) {
-				files = append(files, sock)
-			}
+		sock, ok := shimAddress(b)
+		if ok && strings.HasPrefix(sock, "/run/containerd/s/") && !slices.Contains(socks, sock) {
+			socks = append(socks, sock)
 		}
-		ns, id := filepath.Base(filepath.Dir(b)), filepath.Base(b)
-		files = append(files, filepath.Join("/run/containerd/runc", ns, id))
 	}
-	return files
+	return socks
+}
+
+// shimAddress is the socket path of bundle's shim.
+func shimAddress(bundle string) (string, bool) {
+	var addr string
+	if data, err := os.ReadFile(filepath.Join(bundle, "bootstrap.json")); err == nil { // #nosec G304 -- containerd's bundle
+		var boot struct {
+			Address string `json:"address"`
+		}
+		if json.Unmarshal(data, &boot) != nil {
+			return "", false
+		}
+		addr = boot.Address
+	} else if data, err := os.ReadFile(filepath.Join(bundle, "address")); err == nil { // #nosec G304 -- containerd's bundle
+		addr = string(data)
+	}
+	addr = strings.TrimPrefix(strings.TrimSpace(addr), "unix://")
+	return addr, addr != ""
 }
 
 // wipeContainerdState removes containerd's state dir (task bundles with

@@ -123,12 +123,15 @@ func assertInjected(t *testing.T, p cluster.Pod, firstTry bool) {
 	if len(inits) == 0 || inits[0].Name != "istio-validation" || inits[0].Image != cluster.ProxyImage {
 		t.Fatalf("%s: want istio-validation (%s) as first init container, have %+v", name, cluster.ProxyImage, inits)
 	}
+	// On Kubernetes ≥1.33 the injector makes istio-proxy a native
+	// sidecar (its ENABLE_NATIVE_SIDECARS "auto"): an init container
+	// that keeps running, after istio-validation.
 	proxy := false
-	for _, c := range ctrs {
-		proxy = proxy || (c.Name == "istio-proxy" && c.Image == cluster.ProxyImage)
+	for _, c := range inits[1:] {
+		proxy = proxy || (c.Name == "istio-proxy" && c.Image == cluster.ProxyImage && c.RestartPolicy == "Always")
 	}
 	if !proxy {
-		t.Errorf("%s: no istio-proxy container (%s): %+v", name, cluster.ProxyImage, ctrs)
+		t.Errorf("%s: no istio-proxy native sidecar (%s, restartPolicy Always) after istio-validation: inits %+v, containers %+v", name, cluster.ProxyImage, inits, ctrs)
 	}
 	if p.Metadata.Annotations["sidecar.istio.io/status"] == "" {
 		t.Errorf("%s: no sidecar.istio.io/status annotation", name)

@@ -39,7 +39,26 @@ func builds(t *testing.T, root string) []build {
 		{"pilot-agent", "test/upstream", []string{"-tags", tags(agent), agent}},
 		{"upstream istio-cni", "test/upstream", []string{"istio.io/istio/cni/cmd/istio-cni"}},
 		{"helm", "test/helm", []string{"helm.sh/helm/v3/cmd/helm"}},
+		{"test node", "test/kube", nodeCommands(t, root)},
 	}
+}
+
+// nodeCommands are the test node's commands, as test/kube/tools.go pins
+// them (the Makefile builds those).
+func nodeCommands(t *testing.T, root string) []string {
+	t.Helper()
+	tools, err := os.ReadFile(filepath.Join(root, "test", "kube", "tools.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*_ "(\S+)"$`).FindAllSubmatch(tools, -1) {
+		pkgs = append(pkgs, string(m[1]))
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("test/kube/tools.go imports no command")
+	}
+	return pkgs
 }
 
 // findLine is the Makefile line that builds pkg (ends with it).
@@ -52,10 +71,12 @@ func findLine(makefile []byte, pkg string) []byte {
 	return nil
 }
 
-// modules lists the modules (path → version) whose packages b compiles.
+// modules lists the modules (path → version) whose packages b compiles;
+// a replaced module's version is its replacement's (test/kube replaces
+// the Kubernetes staging modules with their releases).
 func modules(t *testing.T, root string, b build) map[string]string {
 	t.Helper()
-	args := append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}"}, b.args...)
+	args := append([]string{"list", "-deps", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}{{end}}"}, b.args...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Join(root, b.dir)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
