@@ -136,12 +136,15 @@ func abortNode(dir, bridge string, stopRest func()) error {
 }
 
 // cleanHost removes what a node leaves on the host once none of its
-// processes runs: every mount under its directory (rootfs, shm, kubelet's
+// processes runs: its shims' sockets, every mount under its directory (rootfs, shm, kubelet's
 // volumes, the pods' network namespaces with it, which frees their veths),
 // its bridge, its cgroup root, and kubelet's host chains when no other
 // kubelet runs.
 func cleanHost(dir, bridge string) error {
 	var errs []error
+	// Shims whose sandboxes the CRI could not remove were SIGKILLed:
+	// nothing removed their sockets.
+	errs = append(errs, removeShimSockets(dir))
 	errs = append(errs, unmountUnder(dir))
 	// The namespaces' mount points, now plain files.
 	errs = append(errs, emptyDir(netnsDir(dir)))

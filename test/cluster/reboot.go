@@ -251,6 +251,16 @@ func shimSockets(dir string) []string {
 	return socks
 }
 
+// removeShimSockets removes the sockets of the node in dir's shims, once
+// none runs.
+func removeShimSockets(dir string) error {
+	var errs []error
+	for _, s := range shimSockets(dir) {
+		errs = append(errs, removeIfExists(s))
+	}
+	return errors.Join(errs...)
+}
+
 // shimAddress is the socket path of bundle's shim.
 func shimAddress(bundle string) (string, bool) {
 	var addr string
