@@ -11,10 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // RebootOptions shapes Node.Reboot.
@@ -52,9 +48,9 @@ func (n *Node) Reboot(ctx context.Context, opts RebootOptions) error {
 	if kubelet == nil || containerd == nil || kubelet.exited() || containerd.exited() {
 		return errors.New("cluster: reboot: kubelet and containerd must be running")
 	}
-	// Only containerd knows where the namespaces are mounted: ask before
-	// touching anything, so that a failure leaves the node as it was.
-	netns, err := n.podNetNSPaths(ctx)
+	// List the namespaces before touching anything, so that a failure
+	// leaves the node as it was.
+	netns, err := n.podNetNSPaths()
 	if err != nil {
 		return fmt.Errorf("cluster: reboot: listing pod network namespaces: %w", err)
 	}
@@ -68,7 +64,7 @@ func (n *Node) Reboot(ctx context.Context, opts RebootOptions) error {
 	// Ask again for any sandbox kubelet made meanwhile; nothing makes one
 	// now. So for the shims' files outside the node's directory: once a
 	// shim dies, containerd may delete its bundle, which names them.
-	if more, err := n.podNetNSPaths(ctx); err == nil {
+	if more, err := n.podNetNSPaths(); err == nil {
 		netns = union(netns, more)
 	}
 	n.netnsPaths = append(n.netnsPaths, netns...) // for Stop, should Reboot fail
@@ -118,30 +114,21 @@ func (n *Node) replaceComponent(old, p *proc) {
 	}
 }
 
-// podNetNSPaths lists the network namespaces of every pod sandbox,
-// ready or not; hostNetwork sandboxes have none.
-func (n *Node) podNetNSPaths(ctx context.Context) ([]string, error) {
-	rt, closeConn, err := n.cri()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = closeConn() }()
-	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
+// podNetNSPaths lists the network namespaces of every pod sandbox, ready
+// or not: containerd binds each under the node's NetnsDir
+// (netns_mounts_under_state_dir); hostNetwork sandboxes have none. The
+// directory, not the CRI: containerd 2 answers PodSandboxStatus for a
+// sandbox whose shim is still starting with DeadlineExceeded (cold30's
+// TestChaos failed on it), and a sandbox being made now has its
+// namespace bound here already.
+func (n *Node) podNetNSPaths() ([]string, error) {
+	entries, err := os.ReadDir(n.NetnsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	var paths []string
-	for _, sb := range list.Items {
-		path, err := n.sandboxNetNS(ctx, rt, sb.Id)
-		switch {
-		case errors.Is(err, errNoNetNS), status.Code(err) == codes.NotFound:
-			// Host network, or removed since the list (kubelet is still
-			// running): nothing of it to clean.
-		case err != nil:
-			return nil, fmt.Errorf("sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err)
-		default:
-			paths = append(paths, path)
-		}
+	for _, e := range entries {
+		paths = append(paths, filepath.Join(n.NetnsDir, e.Name()))
 	}
 	return paths, nil
 }
