@@ -19,6 +19,7 @@ var pluginPackages = []string{
 	"pkg/applied",
 	"pkg/decision",
 	"pkg/iptables",
+	"pkg/iptables/nfnl",
 	"pkg/iptables/xtables",
 	"pkg/kube",
 	"pkg/plugin",

@@ -106,6 +106,10 @@ const PodsSocket = "pods.sock"
 // records what it applied to each sandbox (pkg/applied).
 const RecordsDirName = "sandboxes"
 
+// CacheDirName is the directory, in RunDir, where the plugin keeps what it
+// learned of the node (pluginconf.Entry.CacheDir).
+const CacheDirName = "cache"
+
 // PluginBinary is the plugin's file name in PluginSource and CNIBinDir.
 const PluginBinary = "istio-cni"
 

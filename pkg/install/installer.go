@@ -178,6 +178,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		ReportsSocket:     filepath.Join(run, ReportsSocket),
 		PodSocket:         filepath.Join(run, PodsSocket),
 		RecordsDir:        filepath.Join(run, RecordsDirName),
+		CacheDir:          filepath.Join(run, CacheDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),
 		LogFile:           filepath.Join(run, LogDirName, PluginLogName),
 	}

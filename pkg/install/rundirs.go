@@ -8,12 +8,12 @@ import (
 )
 
 // runDirs are the directories in RunDir that the plugin writes into but
-// never makes: its log and its sandbox records. The installer makes them
+// never makes: its log, its sandbox records and its cache. The installer makes them
 // before any conflist names them, and again when one goes; the uninstall
 // removes them whole. A plugin invocation that outlives the uninstall (a
 // DEL already exec'd, an ADD waiting on the API) then finds nowhere to
 // write, and leaves nothing behind.
-var runDirs = []string{LogDirName, RecordsDirName}
+var runDirs = []string{LogDirName, RecordsDirName, CacheDirName}
 
 func isRunDir(name string) bool { return slices.Contains(runDirs, name) }
 

@@ -27,6 +27,8 @@ type Config struct {
 	// audit runs and the report wakes it for this pod; ADD then trusts a
 	// successful restore and leaves the read-back to it.
 	agentChecks bool
+	// writer, set by ADD, writes the rules over netlink where it can.
+	writer *netlinkWriter
 }
 
 const errPrefix = "istio-cni config"

@@ -74,7 +74,11 @@ func New() *Plugin {
 			return lookups.Get(socket, namespace, name, AgentBudget)
 		},
 		NewPodNetwork: func(c *Config) PodNetwork {
-			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}}
+			prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}
+			if c.writer != nil {
+				prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
+			}
+			return &podnet.Network{Programmer: prog}
 		},
 		Stdout: os.Stdout,
 		Stderr: os.Stderr,

@@ -21,6 +21,9 @@ type outcome struct {
 	// apiTime and netnsTime split the duration: the pod lookup (client set-up
 	// included) and the work in the pod's namespace.
 	apiTime, netnsTime time.Duration
+	// rulesBy is what wrote the rules into the pod's namespace
+	// ("netlink", "iptables-restore").
+	rulesBy string
 	// warnings are problems that did not change the verb's result.
 	warnings []string
 	// note is something the agent tells people of the pod
@@ -72,6 +75,9 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	}
 	if out.netnsTime > 0 {
 		attrs = append(attrs, "netns_ms", millis(out.netnsTime))
+	}
+	if out.rulesBy != "" {
+		attrs = append(attrs, "rules_by", out.rulesBy)
 	}
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)

@@ -59,6 +59,10 @@ type Entry struct {
 	// (pkg/applied), so the node audit restores exactly those. "" records
 	// nothing.
 	RecordsDir string `json:"records_dir,omitempty"`
+	// CacheDir is where the plugin remembers what it learned of the node
+	// (its iptables release, which decides whether ADD may write the
+	// rules over netlink). "" remembers nothing and never uses netlink.
+	CacheDir string `json:"cache_dir,omitempty"`
 }
 
 // PodAnnotationsCapability is the runtime capability that hands the plugin
@@ -129,6 +133,7 @@ func (e *Entry) Normalize() (Values, error) {
 		{"reports_socket", e.ReportsSocket, "the agent's socket path on the host, or empty"},
 		{"pod_socket", e.PodSocket, "the agent's pod lookup socket path on the host, or empty"},
 		{"records_dir", e.RecordsDir, "a directory on the host, or empty"},
+		{"cache_dir", e.CacheDir, "a directory on the host, or empty"},
 	} {
 		if p.path != "" && !filepath.IsAbs(p.path) {
 			return s, invalid(p.field, "%q is not an absolute path: want %s", p.path, p.what)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -19,6 +20,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
@@ -406,6 +408,42 @@ func TestEverySpecReadsBack(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The netlink writer, as the plugin wires it, programs every spec: without
+// TrustRestore Apply reads each family back and finds the model, and a
+// second Program into the same namespace (a repeated ADD) falls back to
+// iptables-restore and still holds exactly the model.
+func TestEverySpecOverNetlink(t *testing.T) {
+	requireRoot(t)
+	if v, err := xtables.NFTVersion("iptables-nft-restore"); err != nil || !nfnl.WritesLayoutOf(v) {
+		t.Skipf("iptables-nft %q (%v) writes another layout than %s", v, err, nfnl.Layout)
+	}
+	for name, spec := range iptablestest.Specs() {
+		t.Run(name, func(t *testing.T) {
+			n, ctx := newNS(t), context.Background()
+			var wrote, fellBack atomic.Int32 // the families run at once
+			net := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT,
+				Netlink:         func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) },
+				NetlinkFallback: func(error) { fellBack.Add(1) }}}
+			m := iptables.Build(spec, true, true)
+			if err := net.Program(ctx, n.Path(), m); err != nil {
+				t.Fatal(err)
+			}
+			if wrote.Load() != 2 || fellBack.Load() != 0 {
+				t.Fatalf("%d netlink writes, %d fallbacks; want one write per family", wrote.Load(), fellBack.Load())
+			}
+			if err := net.Program(ctx, n.Path(), m); err != nil {
+				t.Fatal(err)
+			}
+			if fellBack.Load() != 2 {
+				t.Errorf("a repeated Program fell back %d times, want once per family", fellBack.Load())
+			}
+			if d, err := net.Check(ctx, n.Path(), m); err != nil || len(d) > 0 {
+				t.Errorf("after a repeated Program: %v %v", d, err)
+			}
+		})
+	}
 }
 
 // ipIn runs iproute2's ip in the namespace and returns its output.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -40,6 +41,8 @@ type sample struct {
 	from string
 	// miss is why the agent did not answer, when it was asked.
 	miss string
+	// rulesBy is what wrote the rules ("netlink", "iptables-restore").
+	rulesBy string
 }
 
 // The primary CNI's results for an IPv4 and a dual-stack pod.
@@ -59,11 +62,22 @@ func (b *bench) reporting(stdin []byte) []byte {
 	return []byte(strings.Replace(string(stdin), `"log_level":"info",`, fmt.Sprintf(`"log_level":"info","reports_socket":%q,`, b.agentSocket), 1))
 }
 
+// sandboxes numbers the bench's sandboxes.
+var sandboxes atomic.Int64
+
 // execPlugin runs the plugin once as a runtime would and times it. With
 // rss it runs under GNU time, which fork()s: the rusage of a child that Go
 // started (vfork, shared memory) would count the bench's own memory.
 func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (sample, error) {
 	cmd := podsim.PluginCommand(b.plugin, command, netns, "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME="+pod+";K8S_POD_UID="+b.uids[pod], stdin)
+	// Each sample is a new sandbox, as a runtime's would be: a container
+	// ID ADD has recorded before is a repeated ADD, which reads its rules
+	// back.
+	for i, kv := range cmd.Env {
+		if strings.HasPrefix(kv, "CNI_CONTAINERID=") {
+			cmd.Env[i] = fmt.Sprintf("CNI_CONTAINERID=bench-%d", sandboxes.Add(1))
+		}
+	}
 	var rssFile string
 	if rss {
 		f, err := os.CreateTemp("", "rss-")
@@ -100,11 +114,12 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 		Netns float64 `json:"netns_ms"`
 		From  string  `json:"pod_from"`
 		Miss  string  `json:"agent_miss"`
+		By    string  `json:"rules_by"`
 	}
 	if json.Unmarshal(errb.Bytes(), &line) == nil {
 		s.api = time.Duration(line.API * float64(time.Millisecond))
 		s.netns = time.Duration(line.Netns * float64(time.Millisecond))
-		s.from, s.miss = line.From, line.Miss
+		s.from, s.miss, s.rulesBy = line.From, line.Miss, line.By
 	}
 	return s, nil
 }

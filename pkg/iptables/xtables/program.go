@@ -26,11 +26,17 @@ type Programmer struct {
 	TrustRestore bool
 	Runner       Runner
 	Backend      Backend
+	// Netlink, if set, writes a ruleset into a namespace holding none of
+	// its chains in one nf_tables transaction, in place of Apply's first
+	// iptables-restore (see nfnl.Write). Whatever it refuses or fails,
+	// iptables-restore then writes; NetlinkFallback hears why.
+	Netlink         func(*iptables.Ruleset) error
+	NetlinkFallback func(error)
 }
 
 // Apply makes the namespace hold one family's rules and verifies them by
 // reading them back. The first attempt assumes a fresh namespace (one
-// restore, one save); if the read-back differs (a repeated ADD, leftovers) it
+// restore, or one netlink transaction, then one save); if the read-back differs (a repeated ADD, leftovers) it
 // reconciles from what it read. The error says what still differs; removing
 // what was programmed is the caller's choice (see Cleanup).
 //
@@ -44,7 +50,10 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		if err != nil {
 			return err
 		}
-		restoreErr := p.restore(ctx, rs.Family, text)
+		var restoreErr error
+		if attempt > 0 || !p.writeFresh(rs) {
+			restoreErr = p.restore(ctx, rs.Family, text)
+		}
 		if restoreErr == nil && p.TrustRestore && attempt == 0 {
 			return nil
 		}
@@ -62,6 +71,20 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		}
 	}
 	return lastErr
+}
+
+// writeFresh tries the netlink writer and says whether it wrote the
+// ruleset. A namespace it finds not fresh, like any other failure, is left
+// as it was, for iptables-restore and the read-back to deal with.
+func (p *Programmer) writeFresh(rs *iptables.Ruleset) bool {
+	if p.Netlink == nil {
+		return false
+	}
+	err := p.Netlink(rs)
+	if err != nil && p.NetlinkFallback != nil {
+		p.NetlinkFallback(err)
+	}
+	return err == nil
 }
 
 // Check compares the namespace with the model and lists the differences.

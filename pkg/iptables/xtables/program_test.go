@@ -144,3 +144,45 @@ func TestParseBackend(t *testing.T) {
 		t.Errorf("ParseBackend(ebpf) = %v, want the allowed values", err)
 	}
 }
+
+// The netlink writer replaces the first restore only: with TrustRestore its
+// success is the answer, without it the rules are read back; when it
+// fails, iptables-restore writes and the failure is reported.
+func TestApplyNetlinkFirst(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	wrote := 0
+	ok := func(*iptables.Ruleset) error { wrote++; return nil }
+
+	f := &fakeRunner{}
+	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: ok}
+	if err := p.Apply(context.Background(), &rs); err != nil || wrote != 1 || len(f.calls) != 0 {
+		t.Errorf("trusted: err %v, %d netlink writes, ran %q; want one write and nothing run", err, wrote, f.calls)
+	}
+
+	f = &fakeRunner{saves: []string{saveOf(&rs)}}
+	p = &Programmer{Runner: f, Backend: NFT, Netlink: ok}
+	if err := p.Apply(context.Background(), &rs); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+		t.Errorf("untrusted: err %v, ran %q; want only the read-back", err, f.calls)
+	}
+
+	var heard []error
+	refused := errors.New("nf_tables refused it")
+	f = &fakeRunner{}
+	p = &Programmer{Runner: f, Backend: NFT, TrustRestore: true,
+		Netlink:         func(*iptables.Ruleset) error { return refused },
+		NetlinkFallback: func(err error) { heard = append(heard, err) }}
+	if err := p.Apply(context.Background(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" || len(heard) != 1 || !errors.Is(heard[0], refused) {
+		t.Errorf("refused: ran %q, heard %v; want iptables-restore and the refusal reported", f.calls, heard)
+	}
+
+	// A read-back that differs reconciles with iptables-restore, not netlink.
+	wrote = 0
+	f = &fakeRunner{saves: []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND"), saveOf(&rs)}}
+	p = &Programmer{Runner: f, Backend: NFT, Netlink: ok}
+	if err := p.Apply(context.Background(), &rs); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+		t.Errorf("reconcile: err %v, %d writes, ran %q; want save, restore, save", err, wrote, f.calls)
+	}
+}

@@ -1,0 +1,180 @@
+package nfnl
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// baseChain is how iptables-nft declares a built-in chain of a table.
+type baseChain struct {
+	hook     uint32
+	priority int32
+	typ      string
+}
+
+// baseChains are the built-in chains the rule model uses, with the hook,
+// priority and type iptables-nft gives them (iptables/nft.c).
+var baseChains = map[string]map[string]baseChain{
+	iptables.TableNat: {
+		iptables.Prerouting: {unix.NF_INET_PRE_ROUTING, -100, "nat"},
+		iptables.Output:     {unix.NF_INET_LOCAL_OUT, -100, "nat"},
+	},
+	iptables.TableMangle: {
+		iptables.Prerouting: {unix.NF_INET_PRE_ROUTING, -150, "filter"},
+		iptables.Output:     {unix.NF_INET_LOCAL_OUT, -150, "route"},
+	},
+	iptables.TableRaw: {
+		iptables.Prerouting: {unix.NF_INET_PRE_ROUTING, -300, "filter"},
+		iptables.Output:     {unix.NF_INET_LOCAL_OUT, -300, "filter"},
+	},
+}
+
+// encode turns a ruleset into the messages of one transaction, in the
+// order iptables-nft-restore sends them for Plan's fresh-namespace input:
+// per table (sorted, as Plan sorts them) the table, its chains in
+// declaration order, then the rules in order, each built-in chain created
+// just before its first rule. Our chains are created exclusively: a
+// namespace that already holds one is not fresh, and the whole
+// transaction fails rather than merge into it. ops names each message for
+// errors.
+func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
+	family := uint8(unix.NFPROTO_IPV4)
+	if rs.Family == iptables.IPv6 {
+		family = unix.NFPROTO_IPV6
+	}
+	add := func(typ, flags uint16, op string, fill func(*attrs)) {
+		var a attrs
+		fill(&a)
+		msgs = append(msgs, msg{typ: typ, flags: flags, family: family, attrs: a.b})
+		ops = append(ops, fmt.Sprintf("%s %s", rs.Family, op))
+	}
+	for _, table := range tablesOf(rs) {
+		bases, ok := baseChains[table]
+		if !ok {
+			return nil, nil, fmt.Errorf("table %s: %w", table, ErrUnsupported)
+		}
+		add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "table "+table, func(a *attrs) {
+			a.str(unix.NFTA_TABLE_NAME, table)
+		})
+		for _, c := range rs.Chains {
+			if c.Table != table {
+				continue
+			}
+			if _, builtin := bases[c.Name]; builtin {
+				return nil, nil, fmt.Errorf("declared chain %s is built in: %w", c.Name, ErrUnsupported)
+			}
+			add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE|unix.NLM_F_EXCL, "chain "+table+" "+c.Name, func(a *attrs) {
+				a.str(unix.NFTA_CHAIN_TABLE, table)
+				a.str(unix.NFTA_CHAIN_NAME, c.Name)
+			})
+		}
+		made := map[string]bool{}
+		for i, ir := range rs.Rules {
+			if ir.Table != table {
+				continue
+			}
+			if b, builtin := bases[ir.Chain]; builtin && !made[ir.Chain] {
+				made[ir.Chain] = true
+				add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain "+table+" "+ir.Chain, func(a *attrs) {
+					a.str(unix.NFTA_CHAIN_TABLE, table)
+					a.str(unix.NFTA_CHAIN_NAME, ir.Chain)
+					a.nest(unix.NFTA_CHAIN_HOOK, func(h *attrs) {
+						h.u32(unix.NFTA_HOOK_HOOKNUM, b.hook)
+						h.u32(unix.NFTA_HOOK_PRIORITY, uint32(b.priority)) // #nosec G115 -- the kernel reads it back as the signed priority
+					})
+					a.u32(unix.NFTA_CHAIN_POLICY, nfAccept)
+					a.str(unix.NFTA_CHAIN_TYPE, b.typ)
+				})
+			}
+			r, err := encodeRule(rs.Family, ir)
+			if err != nil {
+				return nil, nil, fmt.Errorf("rule %d (-A %s %s): %w", i+1, ir.Chain, ir.Args(), err)
+			}
+			add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, fmt.Sprintf("rule -t %s -A %s %s", table, ir.Chain, ir.Args()), func(a *attrs) {
+				a.str(unix.NFTA_RULE_TABLE, table)
+				a.str(unix.NFTA_RULE_CHAIN, ir.Chain)
+				a.nest(unix.NFTA_RULE_EXPRESSIONS, func(l *attrs) {
+					for _, e := range r.exprs {
+						l.bytes(unix.NFTA_LIST_ELEM|nlaFNested, e)
+					}
+				})
+				if r.proto != 0 {
+					// The protocol -p set, for the x_tables
+					// extensions that check it (TPROXY, multiport).
+					a.nest(unix.NFTA_RULE_COMPAT, func(c *attrs) {
+						c.u32(unix.NFTA_RULE_COMPAT_PROTO, uint32(r.proto))
+						c.u32(unix.NFTA_RULE_COMPAT_FLAGS, 0)
+					})
+				}
+			})
+		}
+	}
+	return msgs, ops, nil
+}
+
+// tablesOf lists the ruleset's tables sorted, as Plan orders them.
+func tablesOf(rs *iptables.Ruleset) []string {
+	var out []string
+	for _, t := range []string{iptables.TableMangle, iptables.TableNat, iptables.TableRaw} {
+		for _, c := range rs.Chains {
+			if c.Table == t {
+				out = append(out, t)
+				goto next
+			}
+		}
+		for _, r := range rs.Rules {
+			if r.Table == t {
+				out = append(out, t)
+				goto next
+			}
+		}
+	next:
+	}
+	for _, c := range rs.Chains {
+		if _, ok := baseChains[c.Table]; !ok {
+			return append(out, c.Table) // encode refuses it
+		}
+	}
+	for _, r := range rs.Rules {
+		if _, ok := baseChains[r.Table]; !ok {
+			return append(out, r.Table)
+		}
+	}
+	return out
+}
+
+// Write adds a family's ruleset to the calling thread's network namespace
+// in one nf_tables transaction, laid out as iptables-nft 1.8.9 writes it,
+// so the node's iptables-save prints it as iptables-restore's. It is for
+// a namespace that holds none of the ruleset's own chains: otherwise, as
+// when the kernel refuses anything, nothing is written and the error says
+// why. An error wrapping ErrUnsupported means nothing was sent.
+func Write(rs *iptables.Ruleset) error {
+	msgs, ops, err := encode(rs)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return c.transact(msgs, ops)
+}
+
+// Layout is the iptables-nft release whose encoding Write reproduces.
+// Releases encode some matches differently (1.8.8 and 1.8.10 changed
+// ports, protocols and address order), and an iptables-save of one
+// release can silently misprint another's encoding, so Write is for nodes
+// whose iptables is this release.
+const Layout = "1.8.9"
+
+// WritesLayoutOf reports whether Write's rules are exactly what the given
+// iptables-nft version (as "1.8.9") writes itself.
+func WritesLayoutOf(version string) bool { return version == Layout }

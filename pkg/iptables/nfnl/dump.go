@@ -1,0 +1,141 @@
+package nfnl
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dump prints every table, chain and rule of one family in the calling
+// thread's network namespace as the kernel returns them, one line each,
+// with every attribute but the ones that name an object's identity or
+// usage (handles, positions, use counts, counter values). Two namespaces
+// whose dumps are equal hold the same rules down to each expression's
+// encoding, which iptables-save cannot tell: it prints some different
+// encodings alike.
+func Dump(family uint8) (string, error) {
+	c, err := dial()
+	if err != nil {
+		return "", err
+	}
+	defer c.close()
+	var sb strings.Builder
+	for _, what := range []struct {
+		typ  uint16
+		name string
+		skip map[uint16]bool
+	}{
+		{unix.NFT_MSG_GETTABLE, "table", map[uint16]bool{unix.NFTA_TABLE_USE: true, nftaTableHandle: true}},
+		{unix.NFT_MSG_GETCHAIN, "chain", map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true, unix.NFTA_CHAIN_COUNTERS: true}},
+		{unix.NFT_MSG_GETRULE, "rule", map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}},
+	} {
+		msgs, err := c.dump(what.typ, family)
+		if err != nil {
+			return "", fmt.Errorf("dumping %ss: %w", what.name, err)
+		}
+		for _, m := range msgs {
+			sb.WriteString(what.name)
+			for _, a := range parseAttrs(m) {
+				if what.skip[a.typ] {
+					continue
+				}
+				sb.WriteString(" ")
+				if what.typ == unix.NFT_MSG_GETRULE && a.typ == unix.NFTA_RULE_EXPRESSIONS {
+					sb.WriteString(exprsString(a.value))
+					continue
+				}
+				fmt.Fprintf(&sb, "%d=%s", a.typ, valueString(a.value))
+			}
+			sb.WriteString("\n")
+		}
+	}
+	return sb.String(), nil
+}
+
+// exprsString prints a rule's expressions: name{attributes}, with counter
+// values left out.
+func exprsString(b []byte) string {
+	var parts []string
+	for _, elem := range parseAttrs(b) {
+		var name string
+		var data []byte
+		for _, a := range parseAttrs(elem.value) {
+			switch a.typ {
+			case unix.NFTA_EXPR_NAME:
+				name = string(trimNul(a.value))
+			case unix.NFTA_EXPR_DATA:
+				data = a.value
+			}
+		}
+		if name == "counter" {
+			parts = append(parts, "counter")
+			continue
+		}
+		parts = append(parts, name+"{"+nestedString(data)+"}")
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func nestedString(b []byte) string {
+	var parts []string
+	for _, a := range parseAttrs(b) {
+		parts = append(parts, fmt.Sprintf("%d=%s", a.typ, valueString(a.value)))
+	}
+	return strings.Join(parts, ",")
+}
+
+// valueString prints a string attribute as text and anything else as hex.
+func valueString(v []byte) string {
+	t := trimNul(v)
+	printable := len(t) > 0 && len(t) == len(v)-1
+	for _, c := range t {
+		if c < 0x20 || c > 0x7e {
+			printable = false
+		}
+	}
+	if printable {
+		return fmt.Sprintf("%q", t)
+	}
+	return hex.EncodeToString(v)
+}
+
+// dump runs one NLM_F_DUMP request and returns each reply's attributes.
+func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
+	req := frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, 1, family, 0, nil)
+	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
+	}
+	var out [][]byte
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)
+		}
+		nms, err := syscallParse(buf[:n])
+		if err != nil {
+			return nil, err
+		}
+		for _, nm := range nms {
+			switch nm.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if errno := errnoOf(nm); errno != 0 {
+					return nil, errno
+				}
+				return out, nil
+			}
+			if len(nm.Data) >= nfgenLen {
+				out = append(out, append([]byte(nil), nm.Data[nfgenLen:]...))
+			}
+		}
+	}
+}

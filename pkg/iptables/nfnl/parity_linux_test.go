@@ -1,0 +1,247 @@
+package nfnl_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+)
+
+// These tests write every golden spec both ways, with iptables-nft-restore
+// and over netlink, into fresh network namespaces, and compare what the
+// node's iptables-save prints and what the kernel holds, expression by
+// expression.
+
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	return n
+}
+
+func familyOf(f iptables.Family) uint8 {
+	if f == iptables.IPv6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
+}
+
+// requireLayout skips unless the node's iptables-nft writes the layout
+// this package writes.
+func requireLayout(t *testing.T) {
+	t.Helper()
+	v, err := xtables.NFTVersion(xtables.NFT.CommandsFor(iptables.IPv4).Restore)
+	if err != nil {
+		t.Skipf("no iptables-nft: %v", err)
+	}
+	if !nfnl.WritesLayoutOf(v) {
+		t.Skipf("iptables-nft %s writes another layout than %s", v, nfnl.Layout)
+	}
+}
+
+// state is one family as iptables-save prints it (without its comment
+// lines) and as the kernel dumps it.
+type state struct{ save, kernel string }
+
+func read(t *testing.T, n ns.NetNS, f iptables.Family) state {
+	t.Helper()
+	var s state
+	if err := n.Do(func(ns.NetNS) error {
+		out, err := xtables.ExecRunner{}.Run(t.Context(), nil, xtables.NFT.CommandsFor(f).Save)
+		if err != nil {
+			return err
+		}
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if !strings.HasPrefix(l, "#") {
+				lines = append(lines, l)
+			}
+		}
+		s.save = strings.Join(lines, "\n")
+		s.kernel, err = nfnl.Dump(familyOf(f))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
+	t.Helper()
+	text, err := iptables.Plan(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Do(func(ns.NetNS) error {
+		_, err := xtables.ExecRunner{}.Run(t.Context(), text, xtables.NFT.CommandsFor(rs.Family).Restore, "--noflush")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func write(n ns.NetNS, rs *iptables.Ruleset) error {
+	return n.Do(func(ns.NetNS) error { return nfnl.Write(rs) })
+}
+
+// paritySpecs are the golden specs plus prefixes of every shape: whole
+// bytes, not whole bytes, host routes.
+func paritySpecs() map[string]iptables.Spec {
+	specs := iptablestest.Specs()
+	s := iptables.DefaultSpec()
+	s.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("100.64.0.0/10"),
+		netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("2001:db8::/33"),
+		netip.MustParsePrefix("2001:db8:1::5/128"),
+	}}
+	s.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd10::/64")}
+	specs["prefix-shapes"] = s
+	return specs
+}
+
+func TestWriteMatchesRestore(t *testing.T) {
+	requireLayout(t)
+	for name, spec := range paritySpecs() {
+		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
+			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
+				byRestore, byNetlink := newNS(t), newNS(t)
+				restore(t, byRestore, rs)
+				if err := write(byNetlink, rs); err != nil {
+					t.Fatal(err)
+				}
+				want, got := read(t, byRestore, rs.Family), read(t, byNetlink, rs.Family)
+				if got.save != want.save {
+					t.Errorf("iptables-save differs\n--- netlink\n%s\n--- restore\n%s", got.save, want.save)
+				}
+				if got.kernel != want.kernel {
+					t.Errorf("kernel dump differs\n%s", lineDiff(got.kernel, want.kernel))
+				}
+			})
+		}
+	}
+}
+
+func lineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	var b bytes.Buffer
+	for i := 0; i < max(len(g), len(w)); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			b.WriteString("netlink: " + gl + "\nrestore: " + wl + "\n")
+		}
+	}
+	return b.String()
+}
+
+// A namespace that already holds one of our chains is not fresh: the
+// transaction fails as a whole and leaves the namespace as it was.
+func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
+	requireLayout(t)
+	n := newNS(t)
+	first := iptables.BuildFamily(iptablestest.Specs()["tproxy"], iptables.IPv4)
+	if err := write(n, &first); err != nil {
+		t.Fatal(err)
+	}
+	before := read(t, n, iptables.IPv4)
+	again := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	err := write(n, &again)
+	var kerr *nfnl.KernelError
+	if !errors.As(err, &kerr) || !errors.Is(err, unix.EEXIST) {
+		t.Fatalf("second write: got %v, want the kernel's EEXIST", err)
+	}
+	if after := read(t, n, iptables.IPv4); after != before {
+		t.Errorf("a refused transaction changed the namespace\n%s", lineDiff(after.kernel, before.kernel))
+	}
+}
+
+// The REDIRECT the netlink path writes redirects: a connection from a
+// process that is not the proxy, to an address out of an interface, lands
+// on the proxy's outbound port.
+func TestWrittenRedirectRedirects(t *testing.T) {
+	requireLayout(t)
+	n := newNS(t)
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if err := write(n, &rs); err != nil {
+		t.Fatal(err)
+	}
+	err := n.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(lo); err != nil {
+			return err
+		}
+		eth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "peer0"}
+		if err := netlink.LinkAdd(eth); err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(192, 0, 2, 1), Mask: net.CIDRMask(24, 32)}}); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(eth); err != nil {
+			return err
+		}
+		if peer, err := netlink.LinkByName("peer0"); err != nil || netlink.LinkSetUp(peer) != nil {
+			return fmt.Errorf("bringing up the veth's peer: %w", err)
+		}
+		proxy, err := net.Listen("tcp4", "127.0.0.1:15001")
+		if err != nil {
+			return err
+		}
+		defer proxy.Close()
+		accepted := make(chan error, 1)
+		go func() {
+			c, err := proxy.Accept()
+			if err == nil {
+				c.Close()
+			}
+			accepted <- err
+		}()
+		c, err := net.DialTimeout("tcp4", "192.0.2.10:8080", 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("dialing 192.0.2.10:8080 (nothing listens there; only the redirect answers): %w", err)
+		}
+		c.Close()
+		return <-accepted
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnsupportedSendsNothing(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	rs.Rules = append(rs.Rules, iptables.Rule{Table: "filter", Chain: iptables.Output, Target: iptables.Return{}})
+	if err := nfnl.Write(&rs); !errors.Is(err, nfnl.ErrUnsupported) {
+		t.Fatalf("got %v, want ErrUnsupported", err)
+	}
+}

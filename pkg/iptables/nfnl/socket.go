@@ -1,0 +1,178 @@
+package nfnl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// msg is one nfnetlink message before framing.
+type msg struct {
+	typ    uint16 // NFT_MSG_*
+	flags  uint16 // beyond NLM_F_REQUEST
+	family uint8
+	attrs  []byte
+}
+
+const (
+	nlmsgHdrLen = unix.SizeofNlMsghdr
+	nfgenLen    = 4
+)
+
+// frame appends one netlink message: header, nfgenmsg, attributes.
+func frame(b []byte, typ, flags uint16, seq uint32, family uint8, resID uint16, payload []byte) []byte {
+	n := nlmsgHdrLen + nfgenLen + len(payload)
+	b = binary.NativeEndian.AppendUint32(b, uint32(n)) // #nosec G115 -- a message is at most a few kilobytes
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = binary.NativeEndian.AppendUint16(b, flags)
+	b = binary.NativeEndian.AppendUint32(b, seq)
+	b = binary.NativeEndian.AppendUint32(b, 0)
+	b = append(b, family, unix.NFNETLINK_V0)
+	b = binary.BigEndian.AppendUint16(b, resID)
+	return append(b, payload...)
+}
+
+// conn is a blocking NETLINK_NETFILTER socket. It belongs to the network
+// namespace of the thread that opened it, for its whole life.
+type conn struct{ fd int }
+
+func dial() (*conn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+	if err != nil {
+		return nil, os.NewSyscallError("socket(NETLINK_NETFILTER)", err)
+	}
+	// Acks carry only the failing message's header, and errors say why.
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		_ = unix.Close(fd)
+		return nil, os.NewSyscallError("bind(NETLINK_NETFILTER)", err)
+	}
+	return &conn{fd: fd}, nil
+}
+
+func (c *conn) close() { _ = unix.Close(c.fd) }
+
+// KernelError is the kernel's refusal of one message of a batch; the
+// batch as a whole was then not committed.
+type KernelError struct {
+	Op  string // what the message did, for the reader
+	Err unix.Errno
+	Ext string // the kernel's extended ack message, if any
+}
+
+func (e *KernelError) Error() string {
+	s := fmt.Sprintf("nf_tables refused %s: %v", e.Op, e.Err)
+	if e.Ext != "" {
+		s += " (" + e.Ext + ")"
+	}
+	return s
+}
+
+func (e *KernelError) Unwrap() error { return e.Err }
+
+// transact sends msgs as one nf_tables transaction and waits for every
+// message's ack: all of them apply, or none.
+func (c *conn) transact(msgs []msg, ops []string) error {
+	const seq0 = 1
+	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
+	for i, m := range msgs {
+		b = frame(b, unix.NFNL_SUBSYS_NFTABLES<<8|m.typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|m.flags,
+			uint32(seq0+1+i), m.family, 0, m.attrs)
+	}
+	b = frame(b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, uint32(seq0+1+len(msgs)), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil) // #nosec G115 -- a few hundred messages
+	if err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
+	}
+	pending := len(msgs)
+	var errs []error
+	buf := make([]byte, 1<<16)
+	for pending > 0 {
+		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)
+		}
+		nms, err := syscallParse(buf[:n])
+		if err != nil {
+			return err
+		}
+		for _, nm := range nms {
+			if nm.Header.Type != unix.NLMSG_ERROR || len(nm.Data) < 4 {
+				continue
+			}
+			i := int(nm.Header.Seq) - seq0 - 1
+			if i < 0 || i >= len(msgs) {
+				continue
+			}
+			pending--
+			if errno := errnoOf(nm); errno != 0 {
+				errs = append(errs, &KernelError{Op: ops[i], Err: errno, Ext: extAck(nm)})
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func syscallParse(b []byte) ([]netlinkMessage, error) {
+	var out []netlinkMessage
+	for len(b) >= nlmsgHdrLen {
+		var h unix.NlMsghdr
+		h.Len = binary.NativeEndian.Uint32(b[0:])
+		h.Type = binary.NativeEndian.Uint16(b[4:])
+		h.Flags = binary.NativeEndian.Uint16(b[6:])
+		h.Seq = binary.NativeEndian.Uint32(b[8:])
+		if int(h.Len) < nlmsgHdrLen || int(h.Len) > len(b) {
+			return nil, fmt.Errorf("nfnetlink: malformed reply (length %d of %d)", h.Len, len(b))
+		}
+		out = append(out, netlinkMessage{Header: h, Data: b[nlmsgHdrLen:h.Len]})
+		b = b[min(align4(int(h.Len)), len(b)):]
+	}
+	return out, nil
+}
+
+type netlinkMessage struct {
+	Header unix.NlMsghdr
+	Data   []byte
+}
+
+// errnoOf reads an NLMSG_ERROR's error: 0 for an ack, else the negated
+// errno.
+func errnoOf(nm netlinkMessage) unix.Errno {
+	code := int64(int32(binary.NativeEndian.Uint32(nm.Data))) // #nosec G115 -- the kernel's int, sign and all
+	if code >= 0 {
+		return 0
+	}
+	return unix.Errno(-code)
+}
+
+// extAck returns the kernel's NLMSGERR_ATTR_MSG of an error message sent
+// with NLM_F_ACK_TLVS.
+func extAck(nm netlinkMessage) string {
+	if nm.Header.Flags&unix.NLM_F_ACK_TLVS == 0 {
+		return ""
+	}
+	// errno, then the request's header (capped), then the TLVs.
+	off := 4 + nlmsgHdrLen
+	if off > len(nm.Data) {
+		return ""
+	}
+	for _, a := range parseAttrs(nm.Data[off:]) {
+		if a.typ == unix.NLMSGERR_ATTR_MSG {
+			return string(trimNul(a.value))
+		}
+	}
+	return ""
+}
+
+func trimNul(b []byte) []byte {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,140 @@
+package nfnl
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// The info blobs of the x_tables extensions, laid out as the kernel's
+// uapi structs (linux/netfilter/xt_*.h) with XT_ALIGN padding to 8 bytes.
+// Host-endian fields are host-endian here too; ports and addresses are
+// network order.
+
+var ne = binary.NativeEndian
+
+// ownerInfo is struct xt_owner_match_info (revision 1).
+func ownerInfo(m iptables.Owner) []byte {
+	const matchUID, matchGID = 1, 2
+	b := make([]byte, 24)
+	flag := byte(matchUID)
+	if m.Kind == iptables.GID {
+		flag = matchGID
+		ne.PutUint32(b[8:], m.ID)
+		ne.PutUint32(b[12:], m.ID)
+	} else {
+		ne.PutUint32(b[0:], m.ID)
+		ne.PutUint32(b[4:], m.ID)
+	}
+	b[16] = flag
+	if m.Not {
+		b[17] = flag
+	}
+	return b
+}
+
+// commentInfo is struct xt_comment_info: 256 bytes of NUL-terminated text.
+func commentInfo(s string) []byte {
+	b := make([]byte, 256)
+	copy(b[:255], s)
+	return b
+}
+
+// multiportInfo is struct xt_multiport_v1 for "! --dports".
+func multiportInfo(m iptables.NotDPorts) ([]byte, error) {
+	const maxPorts, destination = 15, 1
+	if len(m.Ports) == 0 || len(m.Ports) > maxPorts {
+		return nil, fmt.Errorf("multiport with %d ports: %w", len(m.Ports), ErrUnsupported)
+	}
+	b := make([]byte, 48)
+	b[0] = destination
+	b[1] = byte(len(m.Ports)) // #nosec G115 -- at most maxPorts
+	for i, p := range m.Ports {
+		ne.PutUint16(b[2+2*i:], p)
+	}
+	b[47] = 1 // invert
+	return b, nil
+}
+
+// connmarkInfo is struct xt_connmark_mtinfo1.
+func connmarkInfo(mark uint32) []byte {
+	b := make([]byte, 16)
+	ne.PutUint32(b[0:], mark)
+	ne.PutUint32(b[4:], 0xffffffff)
+	return b
+}
+
+// Conntrack states (XT_CONNTRACK_STATE_BIT).
+const (
+	ctStateInvalid     = 1 << 0
+	ctStateEstablished = 1 << 1
+	ctStateRelated     = 1 << 2
+)
+
+// conntrackStateInfo is struct xt_conntrack_mtinfo3 matching --ctstate.
+func conntrackStateInfo(states uint16) []byte {
+	const matchState = 1
+	b := make([]byte, 168)
+	ne.PutUint16(b[146:], matchState) // match_flags
+	ne.PutUint16(b[150:], states)     // state_mask
+	return b
+}
+
+// redirectInfo is REDIRECT's range to one port: struct
+// nf_nat_ipv4_multi_range_compat for IPv4, struct nf_nat_range for IPv6.
+func redirectInfo(fam iptables.Family, port uint16) []byte {
+	const protoSpecified = 2
+	if fam == iptables.IPv6 {
+		b := make([]byte, 40)
+		ne.PutUint32(b[0:], protoSpecified)
+		binary.BigEndian.PutUint16(b[36:], port)
+		binary.BigEndian.PutUint16(b[38:], port)
+		return b
+	}
+	b := make([]byte, 24)
+	ne.PutUint32(b[0:], 1) // rangesize
+	ne.PutUint32(b[4:], protoSpecified)
+	binary.BigEndian.PutUint16(b[16:], port)
+	binary.BigEndian.PutUint16(b[18:], port)
+	return b
+}
+
+// markTargetInfo is struct xt_mark_tginfo2 (--set-xmark value/0xffffffff).
+func markTargetInfo(mark uint32) []byte {
+	b := make([]byte, 8)
+	ne.PutUint32(b[0:], mark)
+	ne.PutUint32(b[4:], 0xffffffff)
+	return b
+}
+
+const (
+	connmarkSave    = 1
+	connmarkRestore = 2
+)
+
+// connmarkTargetInfo is struct xt_connmark_tginfo2 with full masks.
+func connmarkTargetInfo(mode byte) []byte {
+	b := make([]byte, 16)
+	ne.PutUint32(b[4:], 0xffffffff) // ctmask
+	ne.PutUint32(b[8:], 0xffffffff) // nfmask
+	b[14] = mode
+	return b
+}
+
+// tproxyInfo is struct xt_tproxy_target_info_v1 with the unspecified
+// local address.
+func tproxyInfo(t iptables.TProxy) []byte {
+	b := make([]byte, 32)
+	ne.PutUint32(b[0:], 0xffffffff) // mark_mask
+	ne.PutUint32(b[4:], t.Mark)
+	binary.BigEndian.PutUint16(b[24:], t.Port)
+	return b
+}
+
+// ctInfo is struct xt_ct_target_info_v1 with only a zone.
+func ctInfo(zone uint16) []byte {
+	b := make([]byte, 72)
+	ne.PutUint16(b[2:], zone)
+	return b
+}

@@ -1,0 +1,66 @@
+package xtables
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeIptables puts a program printing version into a PATH directory of
+// its own, and counts its runs in a file next to it.
+func fakeIptables(t *testing.T, version string) (dir, runs string) {
+	t.Helper()
+	dir = t.TempDir()
+	runs = filepath.Join(dir, "runs")
+	script := "#!/bin/sh\necho x >> " + runs + "\necho \"iptables-restore " + version + "\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "iptables-restore"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	return dir, runs
+}
+
+func countRuns(t *testing.T, runs string) int {
+	b, _ := os.ReadFile(runs)
+	return strings.Count(string(b), "x")
+}
+
+func TestCachedNFTVersion(t *testing.T) {
+	dir, runs := fakeIptables(t, "v1.8.9 (nf_tables)")
+	cache := filepath.Join(t.TempDir(), "iptables.version")
+	for i := 0; i < 3; i++ {
+		v, err := CachedNFTVersion(cache, "iptables-restore")
+		if err != nil || v != "1.8.9" {
+			t.Fatalf("call %d: %q, %v", i, v, err)
+		}
+	}
+	if n := countRuns(t, runs); n != 1 {
+		t.Errorf("ran iptables-restore --version %d times, want once", n)
+	}
+	// The node's iptables is replaced: the cache is stale.
+	prog := filepath.Join(dir, "iptables-restore")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\necho x >> "+runs+"\necho 'iptables-restore v1.8.10 (nf_tables)'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(prog, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := CachedNFTVersion(cache, "iptables-restore"); err != nil || v != "1.8.10" {
+		t.Errorf("after an upgrade: %q, %v; want 1.8.10", v, err)
+	}
+}
+
+func TestNFTVersionRefusesLegacyAndNoise(t *testing.T) {
+	for out, want := range map[string]string{
+		"v1.8.9 (legacy)": "not nf_tables",
+		"v1.6.1":          "not \"<name> v<version>",
+	} {
+		fakeIptables(t, out)
+		if _, err := NFTVersion("iptables-restore"); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error saying %q", out, err, want)
+		}
+	}
+}
