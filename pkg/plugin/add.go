@@ -52,7 +52,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// programmed: a repeated ADD (a runtime's retry, Multus chaining
 	// istio-cni twice) reads back, which also removes duplicate jumps.
 	conf.agentChecks = out.agentReadsBack && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
-	conf.writer = &netlinkWriter{conf: conf}
+	conf.writer = newNetlinkWriter(conf)
 	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
 	out.netnsTime = p.deps.Now().Sub(start)
 	out.warnings = append(out.warnings, conf.writer.warnings...)

@@ -13,53 +13,67 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
-// versionCache is the file, in cache_dir, that remembers the node's
-// iptables release.
-const versionCache = "iptables-nft.version"
-
 // errNetlinkOff declines the netlink writer: iptables-restore writes.
 var errNetlinkOff = errors.New("netlink writer off")
 
 // netlinkWriter writes an ADD's rules over netlink (pkg/iptables/nfnl)
-// when the node's iptables is nf_tables at the release nfnl reproduces,
-// so that the node's iptables-save, and the agent's, print them as
-// iptables-restore's. It decides once per invocation and counts what each
-// family's rules were written by, for the verb's log line.
+// for each family whose iptables is nf_tables at the release nfnl
+// reproduces, so that the node's iptables-save, and the agent's, print
+// them as iptables-restore's. It decides once per family and invocation,
+// and counts what wrote each family's rules, for the verb's log line.
 type netlinkWriter struct {
-	conf *Config
-	once sync.Once
-	off  error
+	cacheDir string
+	backend  xtables.Backend
 
 	mu       sync.Mutex
+	off      map[iptables.Family]error // decided families
 	netlink  int
 	restore  int
 	warnings []string
 }
 
-func (w *netlinkWriter) usable() error {
-	if w.conf.CacheDir == "" {
+func newNetlinkWriter(conf *Config) *netlinkWriter {
+	return &netlinkWriter{cacheDir: conf.CacheDir, backend: conf.parsed.Backend, off: map[iptables.Family]error{}}
+}
+
+// usable says why a family's rules cannot go over netlink, or nil. The
+// two families are separate alternatives on Debian and Ubuntu, so each
+// resolves on its own.
+func (w *netlinkWriter) usable(f iptables.Family) error {
+	if w.cacheDir == "" {
 		return fmt.Errorf("%w: no cache_dir", errNetlinkOff)
 	}
-	b, err := w.conf.parsed.Backend.Resolve()
-	if err != nil || b != xtables.NFT {
-		return fmt.Errorf("%w: iptables backend %s (%w)", errNetlinkOff, b, err)
+	b, err := w.backend.ResolveFamily(f)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNetlinkOff, err)
 	}
-	name := w.conf.parsed.Backend.CommandsFor(iptables.IPv4).Restore
-	v, err := xtables.CachedNFTVersion(filepath.Join(w.conf.CacheDir, versionCache), name)
+	if b != xtables.NFT {
+		return fmt.Errorf("%w: %s backend %s", errNetlinkOff, f, b)
+	}
+	name := w.backend.CommandsFor(f).Restore
+	v, err := xtables.CachedNFTVersion(filepath.Join(w.cacheDir, name+".version"), name)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNetlinkOff, err)
 	}
 	if !nfnl.WritesLayoutOf(v) {
-		return fmt.Errorf("%w: iptables %s writes another layout than %s", errNetlinkOff, v, nfnl.Layout)
+		return fmt.Errorf("%w: %s is iptables %s, whose layout is not %s's", errNetlinkOff, name, v, nfnl.Layout)
 	}
 	return nil
 }
 
-// write is xtables.Programmer.Netlink.
+// write is xtables.Programmer.Netlink; the families call it at once.
 func (w *netlinkWriter) write(rs *iptables.Ruleset) error {
-	w.once.Do(func() { w.off = w.usable() })
-	if w.off != nil {
-		return w.off
+	w.mu.Lock()
+	off, decided := w.off[rs.Family]
+	w.mu.Unlock()
+	if !decided {
+		off = w.usable(rs.Family)
+		w.mu.Lock()
+		w.off[rs.Family] = off
+		w.mu.Unlock()
+	}
+	if off != nil {
+		return off
 	}
 	err := nfnl.Write(rs)
 	if err == nil {
@@ -83,7 +97,9 @@ func (w *netlinkWriter) fallback(err error) {
 	w.warnings = append(w.warnings, "rules written by iptables-restore after netlink failed: "+err.Error())
 }
 
-// by says what wrote the rules: "netlink", "iptables-restore" or both.
+// by says what first wrote the rules: "netlink", "iptables-restore" or,
+// for a dual-stack pod, both. A reconcile after a read-back always uses
+// iptables-restore.
 func (w *netlinkWriter) by() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()

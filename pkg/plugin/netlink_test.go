@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
@@ -30,24 +31,25 @@ func TestNetlinkWriterDecides(t *testing.T) {
 		c.CacheDir, c.parsed.Backend = cacheDir, b
 		return c
 	}
+	v4 := iptables.IPv4
 	fakeRestore(t, nfnl.Layout)
 	cache := t.TempDir()
-	if err := (&netlinkWriter{conf: conf(cache, xtables.NFT)}).usable(); err != nil {
+	if err := newNetlinkWriter(conf(cache, xtables.NFT)).usable(v4); err != nil {
 		t.Errorf("iptables-nft %s: %v, want netlink", nfnl.Layout, err)
 	}
-	if _, err := os.Stat(filepath.Join(cache, versionCache)); err != nil {
+	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
 		t.Errorf("the version was not cached: %v", err)
 	}
 	for name, c := range map[string]*Config{
 		"no cache_dir": conf("", xtables.NFT),
 		"legacy":       conf(cache, xtables.Legacy),
 	} {
-		if err := (&netlinkWriter{conf: c}).usable(); !errors.Is(err, errNetlinkOff) {
+		if err := newNetlinkWriter(c).usable(v4); !errors.Is(err, errNetlinkOff) {
 			t.Errorf("%s: %v, want netlink off", name, err)
 		}
 	}
 	fakeRestore(t, "1.8.10")
-	if err := (&netlinkWriter{conf: conf(t.TempDir(), xtables.NFT)}).usable(); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
+	if err := newNetlinkWriter(conf(t.TempDir(), xtables.NFT)).usable(v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
 		t.Errorf("iptables 1.8.10: %v, want netlink off naming the release", err)
 	}
 }
@@ -64,5 +66,30 @@ func TestNetlinkFallbackWarnings(t *testing.T) {
 	w.fallback(&nfnl.KernelError{Op: "ipv4 rule", Err: unix.EINVAL})
 	if len(w.warnings) != 1 || !strings.Contains(w.warnings[0], "invalid argument") {
 		t.Errorf("warnings %q, want the refusal", w.warnings)
+	}
+}
+
+// With backend auto, each family follows its own alternative: ip6tables
+// on legacy keeps IPv6 off netlink while IPv4 uses it.
+func TestNetlinkWriterDecidesPerFamily(t *testing.T) {
+	dir := t.TempDir()
+	nft := "#!/bin/sh\necho 'iptables-restore v" + nfnl.Layout + " (nf_tables)'\n"
+	for name, target := range map[string]string{"iptables-restore": "xtables-nft-multi", "ip6tables-restore": "xtables-legacy-multi"} {
+		if err := os.WriteFile(filepath.Join(dir, target), []byte(nft), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	c := &Config{}
+	c.CacheDir, c.parsed.Backend = t.TempDir(), xtables.Auto
+	w := newNetlinkWriter(c)
+	if err := w.usable(iptables.IPv4); err != nil {
+		t.Errorf("ipv4 on nft: %v, want netlink", err)
+	}
+	if err := w.usable(iptables.IPv6); !errors.Is(err, errNetlinkOff) {
+		t.Errorf("ipv6 on legacy: %v, want netlink off", err)
 	}
 }

@@ -2,6 +2,8 @@ package nfnl
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -77,6 +79,8 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 				continue
 			}
 			if b, builtin := bases[ir.Chain]; builtin && !made[ir.Chain] {
+				// No policy: a new chain's is accept, and an existing
+				// one keeps its own, as with iptables-restore.
 				made[ir.Chain] = true
 				add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain "+table+" "+ir.Chain, func(a *attrs) {
 					a.str(unix.NFTA_CHAIN_TABLE, table)
@@ -85,7 +89,6 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 						h.u32(unix.NFTA_HOOK_HOOKNUM, b.hook)
 						h.u32(unix.NFTA_HOOK_PRIORITY, uint32(b.priority)) // #nosec G115 -- the kernel reads it back as the signed priority
 					})
-					a.u32(unix.NFTA_CHAIN_POLICY, nfAccept)
 					a.str(unix.NFTA_CHAIN_TYPE, b.typ)
 				})
 			}
@@ -117,33 +120,14 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 
 // tablesOf lists the ruleset's tables sorted, as Plan orders them.
 func tablesOf(rs *iptables.Ruleset) []string {
-	var out []string
-	for _, t := range []string{iptables.TableMangle, iptables.TableNat, iptables.TableRaw} {
-		for _, c := range rs.Chains {
-			if c.Table == t {
-				out = append(out, t)
-				goto next
-			}
-		}
-		for _, r := range rs.Rules {
-			if r.Table == t {
-				out = append(out, t)
-				goto next
-			}
-		}
-	next:
-	}
+	set := map[string]bool{}
 	for _, c := range rs.Chains {
-		if _, ok := baseChains[c.Table]; !ok {
-			return append(out, c.Table) // encode refuses it
-		}
+		set[c.Table] = true
 	}
 	for _, r := range rs.Rules {
-		if _, ok := baseChains[r.Table]; !ok {
-			return append(out, r.Table)
-		}
+		set[r.Table] = true
 	}
-	return out
+	return slices.Sorted(maps.Keys(set))
 }
 
 // Write adds a family's ruleset to the calling thread's network namespace
@@ -151,7 +135,9 @@ func tablesOf(rs *iptables.Ruleset) []string {
 // so the node's iptables-save prints it as iptables-restore's. It is for
 // a namespace that holds none of the ruleset's own chains: otherwise, as
 // when the kernel refuses anything, nothing is written and the error says
-// why. An error wrapping ErrUnsupported means nothing was sent.
+// why. An error wrapping ErrUnsupported means nothing was sent; one
+// wrapping ErrUnknownOutcome that the replies were lost, so the namespace
+// must be read to know.
 func Write(rs *iptables.Ruleset) error {
 	msgs, ops, err := encode(rs)
 	if err != nil {

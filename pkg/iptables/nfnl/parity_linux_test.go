@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,13 @@ func paritySpecs() map[string]iptables.Spec {
 	}}
 	s.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd10::/64")}
 	specs["prefix-shapes"] = s
+	// More messages than a default socket buffer holds acks for.
+	many := iptables.DefaultSpec()
+	many.InboundPorts = iptables.Ports{}
+	for p := uint16(1000); p < 1400; p++ {
+		many.InboundPorts.List = append(many.InboundPorts.List, p)
+	}
+	specs["many-ports"] = many
 	return specs
 }
 
@@ -243,5 +251,65 @@ func TestUnsupportedSendsNothing(t *testing.T) {
 	rs.Rules = append(rs.Rules, iptables.Rule{Table: "filter", Chain: iptables.Output, Target: iptables.Return{}})
 	if err := nfnl.Write(&rs); !errors.Is(err, nfnl.ErrUnsupported) {
 		t.Fatalf("got %v, want ErrUnsupported", err)
+	}
+}
+
+// A built-in chain that exists keeps its policy, as with iptables-restore.
+func TestWriteKeepsABuiltinChainsPolicy(t *testing.T) {
+	requireLayout(t)
+	n := newNS(t)
+	if err := n.Do(func(ns.NetNS) error {
+		_, err := xtables.ExecRunner{}.Run(t.Context(), nil, "iptables-nft", "-t", "mangle", "-P", "PREROUTING", "DROP")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rs := iptables.BuildFamily(iptablestest.Specs()["drop-invalid"], iptables.IPv4)
+	if err := write(n, &rs); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, n, iptables.IPv4); !strings.Contains(got.save, ":PREROUTING DROP") {
+		t.Errorf("the mangle PREROUTING policy changed:\n%s", got.save)
+	}
+}
+
+// An error the kernel addresses to the batch as a whole (here: no
+// CAP_NET_ADMIN) fails Write at once; it neither hangs nor succeeds.
+func TestWriteWithoutCapabilityFails(t *testing.T) {
+	requireLayout(t)
+	n := newNS(t)
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	done := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with this goroutine, and its
+		// reduced capabilities with it.
+		runtime.LockOSThread()
+		if err := n.Set(); err != nil {
+			done <- err
+			return
+		}
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		data[0].Effective &^= 1 << unix.CAP_NET_ADMIN
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		done <- nfnl.Write(&rs)
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, unix.EPERM) {
+			t.Errorf("got %v, want the kernel's EPERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Write hung on a refused transaction")
+	}
+	if got := read(t, n, iptables.IPv4); strings.Contains(got.kernel, "ISTIO") {
+		t.Errorf("a refused transaction wrote rules:\n%s", got.kernel)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,7 +13,7 @@ import (
 // msg is one nfnetlink message before framing.
 type msg struct {
 	typ    uint16 // NFT_MSG_*
-	flags  uint16 // beyond NLM_F_REQUEST
+	flags  uint16 // beyond NLM_F_REQUEST and NLM_F_ACK
 	family uint8
 	attrs  []byte
 }
@@ -35,8 +36,8 @@ func frame(b []byte, typ, flags uint16, seq uint32, family uint8, resID uint16, 
 	return append(b, payload...)
 }
 
-// conn is a blocking NETLINK_NETFILTER socket. It belongs to the network
-// namespace of the thread that opened it, for its whole life.
+// conn is a NETLINK_NETFILTER socket. It belongs to the network namespace
+// of the thread that opened it, for its whole life.
 type conn struct{ fd int }
 
 func dial() (*conn, error) {
@@ -56,8 +57,8 @@ func dial() (*conn, error) {
 
 func (c *conn) close() { _ = unix.Close(c.fd) }
 
-// KernelError is the kernel's refusal of one message of a batch; the
-// batch as a whole was then not committed.
+// KernelError is the kernel's refusal of one message of a transaction,
+// or of the transaction as a whole; nothing of it was committed.
 type KernelError struct {
 	Op  string // what the message did, for the reader
 	Err unix.Errno
@@ -74,77 +75,87 @@ func (e *KernelError) Error() string {
 
 func (e *KernelError) Unwrap() error { return e.Err }
 
-// transact sends msgs as one nf_tables transaction and waits for every
-// message's ack: all of them apply, or none.
+// ErrUnknownOutcome means the replies to a transaction were lost (the
+// socket's buffer overflowed, or they were not all there), so whether it
+// was committed is unknown: the caller must read the namespace back.
+var ErrUnknownOutcome = errors.New("nf_tables transaction: outcome unknown")
+
+// transact sends msgs as one nf_tables transaction: all of them apply, or
+// none. nfnetlink processes a batch inside the sending call, so when
+// sendto returns every reply is queued: an ack for each message (each
+// asks for one), and any error, including those the kernel addresses to
+// the batch as a whole (a failed commit, a missing capability, memory).
+// They are read without blocking; success is an ack of every message and
+// no error.
 func (c *conn) transact(msgs []msg, ops []string) error {
 	const seq0 = 1
 	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
 	for i, m := range msgs {
 		b = frame(b, unix.NFNL_SUBSYS_NFTABLES<<8|m.typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|m.flags,
-			uint32(seq0+1+i), m.family, 0, m.attrs)
+			uint32(seq0+1+i), m.family, 0, m.attrs) // #nosec G115 -- a few hundred messages
 	}
 	b = frame(b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, uint32(seq0+1+len(msgs)), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil) // #nosec G115 -- a few hundred messages
+	// Room for every ack: each is a buffer of its own in the socket's
+	// queue, about 1 KiB, and the default holds some 200.
+	_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, (len(msgs)+64)*2048)
 	if err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
 	}
+	acked := make([]bool, len(msgs))
 	pending := len(msgs)
 	var errs []error
 	buf := make([]byte, 1<<16)
-	for pending > 0 {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+	for {
+		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		if err != nil {
-			return os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)
+		if errors.Is(err, unix.EAGAIN) {
+			break
 		}
-		nms, err := syscallParse(buf[:n])
+		if err != nil { // ENOBUFS: replies were dropped
+			return errors.Join(append(errs, fmt.Errorf("%w: %w", ErrUnknownOutcome, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)))...)
+		}
+		nms, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: a malformed reply: %w", ErrUnknownOutcome, err)
 		}
 		for _, nm := range nms {
 			if nm.Header.Type != unix.NLMSG_ERROR || len(nm.Data) < 4 {
 				continue
 			}
+			errno := errnoOf(nm.Data)
 			i := int(nm.Header.Seq) - seq0 - 1
 			if i < 0 || i >= len(msgs) {
+				// The batch as a whole: nothing was committed.
+				if errno == 0 {
+					errno = unix.EPROTO
+				}
+				errs = append(errs, &KernelError{Op: "the transaction", Err: errno, Ext: extAck(nm)})
 				continue
 			}
-			pending--
-			if errno := errnoOf(nm); errno != 0 {
+			if !acked[i] {
+				acked[i] = true
+				pending--
+			}
+			if errno != 0 {
 				errs = append(errs, &KernelError{Op: ops[i], Err: errno, Ext: extAck(nm)})
 			}
 		}
 	}
-	return errors.Join(errs...)
-}
-
-func syscallParse(b []byte) ([]netlinkMessage, error) {
-	var out []netlinkMessage
-	for len(b) >= nlmsgHdrLen {
-		var h unix.NlMsghdr
-		h.Len = binary.NativeEndian.Uint32(b[0:])
-		h.Type = binary.NativeEndian.Uint16(b[4:])
-		h.Flags = binary.NativeEndian.Uint16(b[6:])
-		h.Seq = binary.NativeEndian.Uint32(b[8:])
-		if int(h.Len) < nlmsgHdrLen || int(h.Len) > len(b) {
-			return nil, fmt.Errorf("nfnetlink: malformed reply (length %d of %d)", h.Len, len(b))
-		}
-		out = append(out, netlinkMessage{Header: h, Data: b[nlmsgHdrLen:h.Len]})
-		b = b[min(align4(int(h.Len)), len(b)):]
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
-	return out, nil
-}
-
-type netlinkMessage struct {
-	Header unix.NlMsghdr
-	Data   []byte
+	if pending > 0 {
+		return fmt.Errorf("%w: %d of %d messages unacknowledged", ErrUnknownOutcome, pending, len(msgs))
+	}
+	return nil
 }
 
 // errnoOf reads an NLMSG_ERROR's error: 0 for an ack, else the negated
 // errno.
-func errnoOf(nm netlinkMessage) unix.Errno {
-	code := int64(int32(binary.NativeEndian.Uint32(nm.Data))) // #nosec G115 -- the kernel's int, sign and all
+func errnoOf(data []byte) unix.Errno {
+	code := int64(int32(binary.NativeEndian.Uint32(data))) // #nosec G115 -- the kernel's int, sign and all
 	if code >= 0 {
 		return 0
 	}
@@ -153,7 +164,7 @@ func errnoOf(nm netlinkMessage) unix.Errno {
 
 // extAck returns the kernel's NLMSGERR_ATTR_MSG of an error message sent
 // with NLM_F_ACK_TLVS.
-func extAck(nm netlinkMessage) string {
+func extAck(nm syscall.NetlinkMessage) string {
 	if nm.Header.Flags&unix.NLM_F_ACK_TLVS == 0 {
 		return ""
 	}

@@ -87,11 +87,15 @@ func LookPath(name string) (string, error) {
 // iptables-nft-restore or iptables-legacy-restore name. A plain binary
 // without either name is legacy (iptables before 1.8). Pinned backends are
 // themselves. It runs no process.
-func (b Backend) Resolve() (Backend, error) {
+func (b Backend) Resolve() (Backend, error) { return b.ResolveFamily(iptables.IPv4) }
+
+// ResolveFamily is Resolve for one family's programs: on Debian and Ubuntu
+// iptables and ip6tables are separate alternatives, which can differ.
+func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if b != Auto {
 		return b, nil
 	}
-	path, err := LookPath("iptables-restore")
+	path, err := LookPath(b.CommandsFor(f).Restore)
 	if err != nil {
 		return "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
 // LockWaitSeconds bounds the wait for the xtables lock that iptables-legacy
@@ -28,8 +29,9 @@ type Programmer struct {
 	Backend      Backend
 	// Netlink, if set, writes a ruleset into a namespace holding none of
 	// its chains in one nf_tables transaction, in place of Apply's first
-	// iptables-restore (see nfnl.Write). Whatever it refuses or fails,
-	// iptables-restore then writes; NetlinkFallback hears why.
+	// iptables-restore (nfnl.Write). When it fails, iptables-restore
+	// writes instead; when its outcome is unknown, Apply reads back and
+	// reconciles. NetlinkFallback hears why.
 	Netlink         func(*iptables.Ruleset) error
 	NetlinkFallback func(error)
 }
@@ -51,8 +53,16 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 			return err
 		}
 		var restoreErr error
-		if attempt > 0 || !p.writeFresh(rs) {
+		if attempt > 0 {
 			restoreErr = p.restore(ctx, rs.Family, text)
+		} else if wrote, err := p.writeFresh(rs); !wrote {
+			// Whether a lost transaction was committed is unknown:
+			// read back and reconcile, never restore a fresh
+			// namespace's rules on top.
+			restoreErr = err
+			if !errors.Is(err, nfnl.ErrUnknownOutcome) {
+				restoreErr = p.restore(ctx, rs.Family, text)
+			}
 		}
 		if restoreErr == nil && p.TrustRestore && attempt == 0 {
 			return nil
@@ -62,10 +72,12 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
+		case len(diff) == 0 && errors.Is(restoreErr, nfnl.ErrUnknownOutcome):
+			return nil // the lost transaction was committed
 		case restoreErr != nil:
 			lastErr = restoreErr
 		case len(diff) > 0:
-			lastErr = fmt.Errorf("%s rules differ after iptables-restore: %s", rs.Family, strings.Join(diff, "; "))
+			lastErr = fmt.Errorf("%s rules differ after writing them: %s", rs.Family, strings.Join(diff, "; "))
 		default:
 			return nil
 		}
@@ -74,17 +86,18 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 }
 
 // writeFresh tries the netlink writer and says whether it wrote the
-// ruleset. A namespace it finds not fresh, like any other failure, is left
-// as it was, for iptables-restore and the read-back to deal with.
-func (p *Programmer) writeFresh(rs *iptables.Ruleset) bool {
+// ruleset, and if not why. Its failures leave the namespace as it was,
+// but for nfnl.ErrUnknownOutcome; either way the caller goes on with
+// iptables-restore and the read-back.
+func (p *Programmer) writeFresh(rs *iptables.Ruleset) (bool, error) {
 	if p.Netlink == nil {
-		return false
+		return false, nil
 	}
 	err := p.Netlink(rs)
 	if err != nil && p.NetlinkFallback != nil {
 		p.NetlinkFallback(err)
 	}
-	return err == nil
+	return err == nil, err
 }
 
 // Check compares the namespace with the model and lists the differences.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
 // fakeRunner records what would run and answers iptables-save from a
@@ -184,5 +185,27 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	p = &Programmer{Runner: f, Backend: NFT, Netlink: ok}
 	if err := p.Apply(context.Background(), &rs); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("reconcile: err %v, %d writes, ran %q; want save, restore, save", err, wrote, f.calls)
+	}
+}
+
+// A transaction whose replies were lost may have been committed: Apply
+// reads back and reconciles from what is there, even with TrustRestore,
+// and never restores a fresh namespace's rules on top.
+func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	lost := func(*iptables.Ruleset) error {
+		return fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome)
+	}
+	// It was committed: the read-back finds the model.
+	f := &fakeRunner{saves: []string{saveOf(&rs)}}
+	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: lost}
+	if err := p.Apply(context.Background(), &rs); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+		t.Errorf("committed: err %v, ran %q; want only the read-back", err, f.calls)
+	}
+	// It was not: the read-back finds nothing, and a reconcile writes.
+	f = &fakeRunner{saves: []string{"*nat\nCOMMIT\n", saveOf(&rs)}}
+	p = &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: lost}
+	if err := p.Apply(context.Background(), &rs); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+		t.Errorf("not committed: err %v, ran %q; want save, restore, save", err, f.calls)
 	}
 }

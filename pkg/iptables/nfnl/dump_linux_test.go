@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,7 +120,7 @@ func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
 		if err != nil {
 			return nil, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)
 		}
-		nms, err := syscallParse(buf[:n])
+		nms, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
 			return nil, err
 		}
@@ -128,7 +129,7 @@ func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
 			case unix.NLMSG_DONE:
 				return out, nil
 			case unix.NLMSG_ERROR:
-				if errno := errnoOf(nm); errno != 0 {
+				if errno := errnoOf(nm.Data); errno != 0 {
 					return nil, errno
 				}
 				return out, nil
