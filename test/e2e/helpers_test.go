@@ -14,6 +14,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -191,7 +193,44 @@ func assertRedirected(t *testing.T, p cluster.Pod) {
 			t.Errorf("%s/%s: rules differ from the model:\n%v\n%s", p.Metadata.Namespace, p.Metadata.Name, d, rules)
 		}
 	}
+	assertWrittenBy(t, p)
 	assertThroughProxy(t, p)
+}
+
+// assertWrittenBy: the plugin's last ADD of the pod wrote its rules the way
+// this node calls for: over netlink where its iptables-nft is the release
+// the plugin reproduces (this machine's Debian 1.8.9), else with
+// iptables-restore. The rules above were read with iptables-save either way.
+func assertWrittenBy(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	want := "iptables-restore"
+	if v, err := xtables.NFTVersion("iptables-restore"); err == nil && nfnl.WritesLayoutOf(v) {
+		want = "netlink"
+	}
+	var last string
+	logDir := filepath.Join(env.node.IstioRunDir, install.LogDirName)
+	for _, name := range []string{install.PluginLogName + ".1", install.PluginLogName} {
+		b, err := os.ReadFile(filepath.Join(logDir, name))
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			var l struct {
+				Verb, Pod, Error string
+				RulesBy          string `json:"rules_by"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Verb == "ADD" && l.Error == "" && l.Pod == p.Metadata.Namespace+"/"+p.Metadata.Name {
+				last = l.RulesBy
+			}
+		}
+	}
+	switch last {
+	case want:
+	case "":
+		t.Logf("%s/%s: no ADD of it in the plugin's log (rotated away?)", p.Metadata.Namespace, p.Metadata.Name)
+	default:
+		t.Errorf("%s/%s: the plugin's last ADD wrote its rules by %q, want %q on this node", p.Metadata.Namespace, p.Metadata.Name, last, want)
+	}
 }
 
 // assertThroughProxy: the pod's app's requests reach its proxy with the
