@@ -181,8 +181,7 @@ func runningSandbox(ctx context.Context, api *cluster.APIServer, pod string) (ns
 		}
 	}
 	if err != nil {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
+		removeNS(n)
 		return nil, err
 	}
 	return n, nil
@@ -205,7 +204,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	if err != nil {
 		return err
 	}
-	defer func() { _ = seen.Close(); _ = testutils.UnmountNS(seen) }()
+	defer removeNS(seen)
 	nd, err := startInstalled(ctx, api, filepath.Join(dir, "node"), installer, b.plugin)
 	if err != nil {
 		return err

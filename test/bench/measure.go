@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -130,8 +131,18 @@ func withNetns(f func(netns ns.NetNS) (sample, error)) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
-	defer func() { _ = n.Close(); _ = testutils.UnmountNS(n) }()
+	defer removeNS(n)
 	return f(n)
+}
+
+// removeNS closes and removes a namespace testutils.NewNS made. The
+// unmount is lazy: the node agent's audit may have the file open, reading
+// the namespace, and a plain unmount would then fail and leave it behind.
+func removeNS(n ns.NetNS) {
+	path := n.Path()
+	_ = n.Close()
+	_ = unix.Unmount(path, unix.MNT_DETACH)
+	_ = os.Remove(path)
 }
 
 // floorOnce is the floor: one iptables-restore of the same rules, started

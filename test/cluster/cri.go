@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -77,7 +78,9 @@ func (n *Node) sandboxNetNS(ctx context.Context, rt runtimeapi.RuntimeServiceCli
 var errNoNetNS = errors.New("the sandbox has no network namespace path")
 
 // removeSandboxes stops every pod sandbox (containers killed, CNI DEL run,
-// network namespace released) and removes it, as kubelet would.
+// network namespace released) and removes it, as kubelet would: a few at
+// once, as kubelet's pod workers do, so that a full node's 110 sandboxes
+// fit the caller's budget on a loaded machine.
 func (n *Node) removeSandboxes(ctx context.Context) error {
 	rt, closeConn, err := n.cri()
 	if err != nil {
@@ -88,20 +91,44 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, sb := range list.Items {
-		// Should the CRI fail to release it, the netns mount is removed
-		// by hand (cleanHost).
-		if path, err := n.sandboxNetNS(ctx, rt, sb.Id); err == nil {
-			n.netnsPaths = append(n.netnsPaths, path)
-		}
-		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("stopping sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err))
-			continue
-		}
-		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
-			errs = append(errs, fmt.Errorf("removing sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err))
-		}
+	const workers = 4
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	next := make(chan *runtimeapi.PodSandbox)
+	for range workers {
+		wg.Go(func() {
+			for sb := range next {
+				err := n.removeSandbox(ctx, rt, sb)
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
+	for _, sb := range list.Items {
+		next <- sb
+	}
+	close(next)
+	wg.Wait()
 	return errors.Join(errs...)
+}
+
+func (n *Node) removeSandbox(ctx context.Context, rt runtimeapi.RuntimeServiceClient, sb *runtimeapi.PodSandbox) error {
+	// Should the CRI fail to release it, the netns mount is removed by
+	// hand (cleanHost).
+	if path, err := n.sandboxNetNS(ctx, rt, sb.Id); err == nil {
+		n.netnsMu.Lock()
+		n.netnsPaths = append(n.netnsPaths, path)
+		n.netnsMu.Unlock()
+	}
+	if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		return fmt.Errorf("stopping sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err)
+	}
+	if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.Id}); err != nil {
+		return fmt.Errorf("removing sandbox of %s/%s: %w", sb.Metadata.Namespace, sb.Metadata.Name, err)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -62,6 +63,7 @@ type Node struct {
 	gateway    netip.Prefix // NodeIP on the bridge
 	components []*proc      // started after the API server, stopped before it
 	netnsPaths []string     // sandboxes' network namespaces seen at teardown or reboot
+	netnsMu    sync.Mutex   // netnsPaths, which teardown appends to from several goroutines
 	timeout    time.Duration
 	lastReboot time.Duration // see LastRebootDuration
 	abortState
