@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -87,10 +88,17 @@ func (n *Node) removeSandboxes(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = closeConn() }()
-	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	listCtx, cancelList := context.WithTimeout(ctx, 30*time.Second)
+	list, err := rt.ListPodSandbox(listCtx, &runtimeapi.ListPodSandboxRequest{})
+	cancelList()
 	if err != nil {
 		return err
 	}
+	// The budget grows with the sandboxes: after a full node's burst on
+	// 2 cores, containerd 2 stopped 108 of them, four at a time, in more
+	// than 90 s.
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second+time.Duration(len(list.Items))*4*time.Second)
+	defer cancel()
 	const workers = 4
 	var (
 		mu   sync.Mutex

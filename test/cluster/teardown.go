@@ -51,9 +51,7 @@ func (n *Node) cleanPods() error {
 	if _, err := os.Stat(n.ContainerdSocket); err != nil {
 		return nil // containerd never started
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	if err := n.removeSandboxes(ctx); err != nil {
+	if err := n.removeSandboxes(context.Background()); err != nil {
 		return fmt.Errorf("removing pod sandboxes: %w", err)
 	}
 	return nil
