@@ -37,9 +37,11 @@ func (n *Node) Abort() error {
 		n.undoMu.Lock()
 		undo := slices.Clone(n.undo)
 		n.undoMu.Unlock()
+		done := slowStep("the tests' AtAbort functions")
 		for _, f := range slices.Backward(undo) {
 			f()
 		}
+		done()
 		n.abortErr = abortNode(n.Dir, n.bridge, func() {
 			for _, p := range slices.Backward(n.components) {
 				kill(p)
@@ -53,7 +55,9 @@ func (n *Node) Abort() error {
 		})
 		unregister(n.bridge)
 		if n.abortErr == nil {
+			done := slowStep("pruning the node's directory")
 			n.abortErr = PruneToLogs(n.dir)
+			done()
 		}
 	})
 	return n.abortErr
@@ -117,22 +121,42 @@ func abortNode(dir, bridge string, stopRest func()) error {
 	// Before the shims die: their bundles name the sockets they keep
 	// outside the node's directory.
 	socks := shimSockets(dir)
+	done := slowStep("killing the containers")
 	errs := []error{killContainers(socket, cgroupRoot)}
+	done()
+	done = slowStep("stopping the node's processes")
 	if stopRest != nil {
 		stopRest()
 	}
 	for _, r := range slices.Backward(recorded) {
 		errs = append(errs, r.kill())
 	}
+	done()
 	// containerd may have started a shim before it died.
+	done = slowStep("killing the containers a second time")
 	errs = append(errs, killContainers(socket, cgroupRoot))
+	done()
 	// Bundles do not go with the shims: listed again for any shim
 	// containerd started after the first list.
 	for _, s := range union(socks, shimSockets(dir)) {
 		errs = append(errs, removeIfExists(s))
 	}
+	done = slowStep("cleaning the host")
 	errs = append(errs, cleanHost(dir, bridge))
+	done()
 	return errors.Join(errs...)
+}
+
+// slowStep times one step of the fast teardown; the returned function
+// says on stderr if it took long, so a teardown over its budget shows
+// where the time went.
+func slowStep(what string) (done func()) {
+	start := time.Now()
+	return func() {
+		if took := time.Since(start); took > 2*time.Second {
+			fmt.Fprintf(os.Stderr, "cluster: abort: %s took %v\n", what, took.Round(time.Millisecond))
+		}
+	}
 }
 
 // cleanHost removes what a node leaves on the host once none of its

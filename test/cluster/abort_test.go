@@ -70,7 +70,8 @@ func TestAbortOnSignal(t *testing.T) {
 		}
 	case <-time.After(cluster.AbortBudget):
 		_ = child.Process.Kill()
-		t.Fatalf("the aborted run still runs %v after SIGTERM", cluster.AbortBudget)
+		b, _ := os.ReadFile(facts.log)
+		t.Fatalf("the aborted run still runs %v after SIGTERM; its output ends:\n%s", cluster.AbortBudget, lastLines(string(b), 30))
 	}
 	t.Logf("SIGTERM to exit, node torn down: %v", time.Since(start).Round(time.Millisecond))
 	requireNothingOf(t, dir, bridge, facts)
@@ -80,6 +81,7 @@ func TestAbortOnSignal(t *testing.T) {
 type childFacts struct {
 	Socket, NetnsDir string
 	Veths            []string // the pods' host-side links
+	log              string   // the child's output, for a failure's message
 }
 
 const childEnv = "CLUSTER_TEST_CHILD"
@@ -123,6 +125,7 @@ func startChildNode(t *testing.T, mode, dir, bridge, subnet string, pods int) (*
 		b, err := os.ReadFile(ready) // #nosec G304 -- our temp file
 		return err == nil && json.Unmarshal(b, &facts) == nil, "not ready"
 	})
+	facts.log = log.Name()
 	if err != nil {
 		b, _ := os.ReadFile(log.Name())
 		t.Fatalf("%v\n%s", err, b)
@@ -269,4 +272,9 @@ func cgroupProcs(bridge string) []int {
 		out = append(out, pid)
 	}
 	return out
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

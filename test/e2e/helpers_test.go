@@ -286,3 +286,58 @@ func applyManifest(t *testing.T, manifest string) {
 		}
 	})
 }
+
+// agentPodStates says what became of each agent pod: for a failure's
+// message.
+func agentPodStates(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range installerPods(t) {
+		fmt.Fprintf(&b, "%s phase=%s", p.Metadata.Name, p.Status.Phase)
+		if d := p.Metadata.DeletionTimestamp; d != nil {
+			fmt.Fprintf(&b, " deleting since %v", time.Since(*d).Round(time.Second))
+		}
+		b.WriteString("; ")
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
+}
+
+// ensureInstalled reinstalls istio-cni if a failed test left it deleted.
+// It runs in a Cleanup, after t.Context() is cancelled.
+func ensureInstalled(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if status, _, err := env.node.Do(ctx, http.MethodGet, "/apis/apps/v1/namespaces/istio-cni/daemonsets/istio-cni-node", nil); err == nil && status == http.StatusOK {
+		return
+	}
+	if err := poll.Wait(2*time.Minute, "namespace istio-cni gone or active", func() (bool, string) {
+		status, body, err := env.node.Do(ctx, http.MethodGet, "/api/v1/namespaces/istio-cni", nil)
+		return err == nil && (status == http.StatusNotFound || !strings.Contains(string(body), "Terminating")), fmt.Sprint(status, err)
+	}); err != nil {
+		t.Errorf("reinstalling after the failure: %v", err)
+		return
+	}
+	if out, err := env.node.Kubectl(ctx, "apply", "-k", env.overlay); err != nil {
+		t.Errorf("reinstalling after the failure: %v\n%s", err, out)
+	}
+}
+
+// logLinesMentioning is the last n lines of a node component's log that
+// mention s: for a failure's message.
+func logLinesMentioning(component, s string, n int) string {
+	b, err := os.ReadFile(filepath.Join(env.node.Dir, component+".log"))
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -96,6 +96,8 @@ var perturbations = []perturbation{
 		if err := c.settled(ctx); err != nil {
 			return err
 		}
+		agent, _ := installerPodOrEmpty(t)
+		agentLog := followLog(agent)
 		if out, err := env.node.Kubectl(ctx, "delete", "-k", env.overlay, "--wait=true"); err != nil {
 			return fmt.Errorf("kubectl delete -k: %w\n%s", err, out)
 		}
@@ -105,8 +107,10 @@ var perturbations = []perturbation{
 		if err := poll.Wait(5*time.Minute, "uninstalled", func() (bool, string) {
 			return !exists(ownedPath()) && !exists(pluginPath()), "files left"
 		}); err != nil {
-			return err
+			return fmt.Errorf("%w\nagent pods now: %s\nagent %s's log:\n%s\nkubelet of it:\n%s", err, agentPodStates(t),
+				agent.Metadata.Name, lastLines(agentLog(), 15), logLinesMentioning("kubelet", agent.Metadata.Name, 15))
 		}
+		t.Logf("the agent's shutdown: %s", uninstallReason(agentLog()))
 		if out, err := env.node.Kubectl(ctx, "apply", "-k", env.overlay); err != nil {
 			return fmt.Errorf("kubectl apply -k: %w\n%s", err, out)
 		}
@@ -172,6 +176,9 @@ type chaosFigures struct {
 // be seen running without its rules; every perturbation must heal.
 func TestChaos(t *testing.T) {
 	requireInstalled(t)
+	// A perturbation that fails midway (uninstall-reinstall) must not
+	// leave the tests after this one without istio-cni.
+	t.Cleanup(func() { ensureInstalled(t) })
 	start := time.Now()
 	ctx := t.Context()
 	obs := &observer{seen: map[string]*sandboxState{}}
