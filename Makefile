@@ -42,11 +42,15 @@ all: build
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni).
-build: $(BIN)/istio-cni $(BIN)/install-cni
+## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni, and
+## its API lookup helper istio-cni-apilookup beside it).
+build: $(BIN)/istio-cni $(BIN)/istio-cni-apilookup $(BIN)/install-cni
 
 $(BIN)/istio-cni: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin
+
+$(BIN)/istio-cni-apilookup: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin/apilookup
 
 $(BIN)/install-cni: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/install-cni
@@ -65,9 +69,10 @@ IPTABLES_IMAGE_FILES = -libraries \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
 	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
 
-$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
+$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
 	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
 		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755 \
+		-file /istio-cni-apilookup=$(BIN)/istio-cni-apilookup:0755 \
 		$(IPTABLES_IMAGE_FILES)
 
 ## deps: install the system packages (needs root; a no-op when present).
@@ -167,7 +172,7 @@ goldens:
 ## from a pod's namespace, the reports socket's datagrams, the kubeconfig.
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
-	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode kube:FuzzParseKubeconfig
+	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode kube/apiclient:FuzzParseKubeconfig
 fuzz:
 	@for f in $(FUZZERS); do \
 		echo "== pkg/$${f%%:*} $${f##*:}"; \

@@ -22,6 +22,7 @@ var pluginPackages = []string{
 	"pkg/iptables/nfnl",
 	"pkg/iptables/xtables",
 	"pkg/kube",
+	"pkg/kube/apilookup",
 	"pkg/plugin",
 	"pkg/pluginconf",
 	"pkg/podnet",
@@ -29,10 +30,13 @@ var pluginPackages = []string{
 	"pkg/wire/reports",
 }
 
-// forbidden are modules the plugin must never link: a Kubernetes client
-// and the API types cost megabytes and milliseconds at every pod start,
-// and the plugin needs one pod GET (pkg/kube) and nothing else.
-var forbidden = []string{"k8s.io/client-go", "k8s.io/api/", "k8s.io/apimachinery"}
+// forbidden are packages the plugin must never link: a Kubernetes client
+// and the API types cost megabytes and milliseconds at every pod start;
+// HTTP, TLS and YAML are the API lookup helper's (pkg/kube/apiclient,
+// run through pkg/kube/apilookup), which only a pod the node agent cannot
+// answer for pays.
+var forbidden = []string{"k8s.io/client-go", "k8s.io/api/", "k8s.io/apimachinery",
+	"net/http", "crypto/tls", "sigs.k8s.io/yaml", "go.yaml.in/", "gopkg.in/yaml"}
 
 // The plugin's dependency closure holds no agent package and no Kubernetes
 // client: a careless import fails here, naming who imports it.
@@ -62,7 +66,7 @@ func TestPluginLinksNoAgentCode(t *testing.T) {
 			// Name only where the plugin's own closure enters it.
 			entries := slices.DeleteFunc(slices.Clone(importers[dep]), isForbidden)
 			if len(entries) > 0 {
-				t.Errorf("the plugin links %s (imported by %v): no Kubernetes client or API types in the per-pod plugin; pkg/kube reads the pod", dep, entries)
+				t.Errorf("the plugin links %s (imported by %v): no Kubernetes client, API types, HTTP, TLS or YAML in the per-pod plugin; the helper istio-cni-apilookup reads the API", dep, entries)
 			}
 		}
 	}

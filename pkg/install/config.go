@@ -17,6 +17,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apilookup"
 )
 
 // Mode is how the conflist is installed.
@@ -113,6 +114,14 @@ const CacheDirName = "cache"
 // PluginBinary is the plugin's file name in PluginSource and CNIBinDir.
 const PluginBinary = "istio-cni"
 
+// LookupBinary is the plugin's API lookup helper (pkg/kube/apilookup),
+// installed beside it.
+const LookupBinary = apilookup.Binary
+
+// PluginBinaries are what the installer copies into CNIBinDir, in order:
+// the helper first, so that a plugin never runs without it.
+var PluginBinaries = []string{LookupBinary, PluginBinary}
+
 // BindFlags declares the installer's flags on fs, each defaulting to the
 // environment variable named in its usage. selfDir holds the installer's own
 // binary, the default plugin source. Call the returned function after
@@ -122,7 +131,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	var exclude, level, mode, chained, ipv6, repairs, window, ttl string
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	paths := BindPaths(f, HostRoot)
-	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binary "+PluginBinary+" in the image")
+	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binaries "+PluginBinary+" and "+LookupBinary+" in the image")
 	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
 	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")

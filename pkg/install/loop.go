@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -34,7 +35,7 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 		return t, name == serviceAccountData
 	case dir == in.cfg.CNIBinDir:
 		t.reason = reasonBinary
-		return t, name == PluginBinary
+		return t, slices.Contains(PluginBinaries, name)
 	case dir == in.cfg.RunDir:
 		t.reason = reasonKubeconfig
 		return t, name == KubeconfigName || isRunDir(name)
@@ -169,7 +170,7 @@ func (in *Installer) removeTemps() error {
 		mode   os.FileMode
 		target func(string) bool
 	}{
-		{in.cfg.CNIBinDir, 0o755, func(n string) bool { return n == PluginBinary }},
+		{in.cfg.CNIBinDir, 0o755, func(n string) bool { return slices.Contains(PluginBinaries, n) }},
 		{in.cfg.CNINetDir, 0o755, chain.IsConfigName},
 		{in.cfg.RunDir, 0o700, func(n string) bool { return n == KubeconfigName }},
 	} {

@@ -281,7 +281,15 @@ func classifyWrite(changed bool, data, last []byte) string {
 
 func (in *Installer) installBinary() outcome {
 	changed, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (bool, error) {
-		return d.CopyFile(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary), 0o755)
+		changed := false
+		for _, name := range PluginBinaries {
+			c, err := d.CopyFile(name, filepath.Join(in.cfg.PluginSource, name), 0o755)
+			if err != nil {
+				return changed, err
+			}
+			changed = changed || c
+		}
+		return changed, nil
 	})
 	// The image's binary never changes: after the first copy, any copy
 	// repairs someone else's change.

@@ -43,7 +43,8 @@ func (in *Installer) Uninstall() error {
 		ours      func(*hostfs.Dir) bool
 	}{
 		{in.cfg.RunDir, KubeconfigName, ownedKubeconfig},
-		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary},
+		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary(PluginBinary)},
+		{in.cfg.CNIBinDir, LookupBinary, in.ownedBinary(LookupBinary)},
 	} {
 		if _, err := inDir(f.dir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
 			if !f.ours(d) {
@@ -79,16 +80,21 @@ func ownedKubeconfig(d *hostfs.Dir) bool {
 	return err == nil && kubeconfig.Ours(data)
 }
 
-// ownedBinary: the plugin binary is the image's own copy, or any build of
-// this module (its Go build info names the main module), never upstream
-// Istio's istio-cni, which is installed under the same name.
-func (in *Installer) ownedBinary(d *hostfs.Dir) bool {
+// ownedBinary: the plugin binary (or its helper) is the image's own copy,
+// or any build of this module (its Go build info names the main module),
+// never upstream Istio's istio-cni, which is installed under the same
+// name.
+func (in *Installer) ownedBinary(name string) func(*hostfs.Dir) bool {
+	return func(d *hostfs.Dir) bool { return in.ownsBinary(d, name) }
+}
+
+func (in *Installer) ownsBinary(d *hostfs.Dir, name string) bool {
 	if in.cfg.PluginSource != "" {
-		if same, err := d.SameAs(PluginBinary, filepath.Join(in.cfg.PluginSource, PluginBinary)); err == nil && same {
+		if same, err := d.SameAs(name, filepath.Join(in.cfg.PluginSource, name)); err == nil && same {
 			return true
 		}
 	}
-	f, err := d.Open(PluginBinary)
+	f, err := d.Open(name)
 	if err != nil {
 		return false
 	}

@@ -1,7 +1,8 @@
-// Package kube reads pods from the Kubernetes API. It decodes only the fields
-// the redirect decision needs, into small local types: the plugin is exec'd
-// for every pod sandbox, and the full API types would cost every pod their
-// start-up time.
+// Package kube holds what the plugin knows of a pod, in small local types:
+// only the fields the redirect decision reads, and why a lookup failed.
+// The plugin is exec'd for every pod sandbox, and the full API types would
+// cost every pod their start-up time. apiclient reads a pod from the API;
+// apilookup runs that read in a helper binary.
 package kube
 
 import "encoding/json"

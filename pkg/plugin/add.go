@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -142,8 +143,12 @@ func (p *Plugin) getPod(conf *Config, ref podRef, out *outcome) (*kube.Pod, erro
 		return nil, podError(fmt.Errorf("reading pod %s: %w", ref, err))
 	}
 	pod, err := getter.GetPod(context.Background(), ref.namespace, ref.name, ref.uid)
-	if err != nil {
+	var apiErr *kube.APIError
+	switch {
+	case errors.As(err, &apiErr):
 		return nil, podError(err)
+	case err != nil: // the kubeconfig, or the helper
+		return nil, podError(fmt.Errorf("reading pod %s: %w", ref, err))
 	}
 	return pod, nil
 }

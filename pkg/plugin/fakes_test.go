@@ -32,6 +32,8 @@ func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, erro
 	return nil, &kube.APIError{Kind: kube.NotFound, Pod: ns + "/" + name, Err: errors.New("404")}
 }
 
+func (f *fakeAPI) Check(context.Context) error { return nil }
+
 // fakeNet records what would be programmed in which namespace.
 type fakeNet struct {
 	programmed map[string]iptables.Model

@@ -5,8 +5,10 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -14,6 +16,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apilookup"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
@@ -21,6 +24,8 @@ import (
 // PodGetter reads one pod from the API.
 type PodGetter interface {
 	GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error)
+	// Check says whether a pod could be read: the kubeconfig loads.
+	Check(ctx context.Context) error
 }
 
 // PodNetwork is the OS step: a pod's network namespace.
@@ -68,7 +73,13 @@ type Plugin struct {
 func New() *Plugin {
 	return NewWithDeps(Deps{
 		NewPodGetter: func(c *Config) (PodGetter, error) {
-			return kube.NewClient(c.Kubeconfig, c.parsed.Timeouts)
+			// The helper beside this binary reads the API, so that the
+			// plugin links no HTTP, TLS or YAML code (pkg/kube/apilookup).
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("locating %s: %w", apilookup.Binary, err)
+			}
+			return apilookup.Helper{Path: filepath.Join(filepath.Dir(exe), apilookup.Binary), Kubeconfig: c.Kubeconfig, Timeouts: c.parsed.Timeouts}, nil
 		},
 		AskAgent: func(socket, namespace, name string) (lookups.Answer, error) {
 			return lookups.Get(socket, namespace, name, AgentBudget)

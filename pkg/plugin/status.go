@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -11,7 +12,8 @@ import (
 )
 
 // Status reports whether ADD can work on this node (CNI 1.1.0): the
-// kubeconfig the installer writes loads and the IPv4 iptables programs
+// kubeconfig the installer writes loads (through the API lookup helper,
+// which must be in place) and the IPv4 iptables programs
 // exist (IPv6 ones are needed only by dual-stack pods, whose ADD says so).
 // Otherwise it answers 50 (plugin not available) so the runtime stops
 // creating pods here instead of failing each one.
@@ -20,7 +22,11 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.deps.NewPodGetter(conf); err != nil {
+	getter, err := p.deps.NewPodGetter(conf)
+	if err == nil {
+		err = getter.Check(context.Background())
+	}
+	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig: %v", err), "")
 	}
 	cmds := conf.parsed.Backend.CommandsFor(iptables.IPv4)

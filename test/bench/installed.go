@@ -62,8 +62,11 @@ func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer,
 			return nil, err
 		}
 	}
-	if err := copyFile(plugin, filepath.Join(nd.src, install.PluginBinary)); err != nil {
-		return nil, err
+	// The helper comes from beside the plugin, as make build puts it.
+	for from, to := range map[string]string{plugin: install.PluginBinary, filepath.Join(filepath.Dir(plugin), install.LookupBinary): install.LookupBinary} {
+		if err := copyFile(from, filepath.Join(nd.src, to)); err != nil {
+			return nil, err
+		}
 	}
 	primary := `{"cniVersion":"1.0.0","name":"k8s-pod-network","plugins":[{"type":"bridge","bridge":"cni0","ipam":{"type":"host-local","subnet":"198.51.100.0/24"}}]}`
 	if err := os.WriteFile(filepath.Join(nd.netd, "10-bridge.conflist"), []byte(primary), 0o644); err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/test/cluster"
 )
 
@@ -74,12 +75,14 @@ func newFakeNode(root string) (*fakeNode, error) {
 			return nil, err
 		}
 	}
-	out, err := exec.Command("go", "build", "-o", nd.src, "./cmd/install-cni", "./cmd/plugin").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", nd.src, "./cmd/install-cni", "./cmd/plugin", "./cmd/plugin/apilookup").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("building: %w\n%s", err, out)
 	}
-	if err := os.Rename(filepath.Join(nd.src, "plugin"), filepath.Join(nd.src, "istio-cni")); err != nil {
-		return nil, err
+	for from, to := range map[string]string{"plugin": install.PluginBinary, "apilookup": install.LookupBinary} {
+		if err := os.Rename(filepath.Join(nd.src, from), filepath.Join(nd.src, to)); err != nil {
+			return nil, err
+		}
 	}
 	if err := nd.rotateToken(); err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ import (
 // conflist are on the node's host paths; /readyz answers OK.
 func TestInstalled(t *testing.T) {
 	requireInstalled(t)
-	for _, p := range []string{pluginPath(), kubeconfigPath(), ownedPath()} {
+	for _, p := range []string{pluginPath(), helperPath(), kubeconfigPath(), ownedPath()} {
 		if !exists(p) {
 			t.Errorf("%s missing", p)
 		}

@@ -25,6 +25,7 @@ const podTimeout = 2 * time.Minute
 
 // The node's files the installer owns.
 func pluginPath() string     { return filepath.Join(env.node.CNIBinDir, install.PluginBinary) }
+func helperPath() string     { return filepath.Join(env.node.CNIBinDir, install.LookupBinary) }
 func kubeconfigPath() string { return filepath.Join(env.node.IstioRunDir, install.KubeconfigName) }
 func ownedPath() string      { return filepath.Join(env.node.CNINetDir, "02-istio-cni.conflist") }
 

@@ -220,8 +220,10 @@ func waitUninstalledFrom(t *testing.T, inplace bool) {
 	t.Helper()
 	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
 		var left []string
-		if exists(pluginPath()) {
-			left = append(left, pluginPath())
+		for _, p := range []string{pluginPath(), helperPath()} {
+			if exists(p) {
+				left = append(left, p)
+			}
 		}
 		cd, _ := install.ReadConfDir(env.node.CNINetDir)
 		for _, f := range cd.Files {

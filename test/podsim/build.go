@@ -10,11 +10,12 @@ import (
 // Binaries are the programs a simulated node runs, built from this module
 // and from the containernetworking/plugins module it requires.
 var Binaries = map[string]string{
-	"istio-cni":   "istio-cni.local/istio-cni/cmd/plugin",
-	"install-cni": "istio-cni.local/istio-cni/cmd/install-cni",
-	"testproxy":   "istio-cni.local/istio-cni/test/testproxy",
-	"bridge":      "github.com/containernetworking/plugins/plugins/main/bridge",
-	"host-local":  "github.com/containernetworking/plugins/plugins/ipam/host-local",
+	"istio-cni":           "istio-cni.local/istio-cni/cmd/plugin",
+	"istio-cni-apilookup": "istio-cni.local/istio-cni/cmd/plugin/apilookup",
+	"install-cni":         "istio-cni.local/istio-cni/cmd/install-cni",
+	"testproxy":           "istio-cni.local/istio-cni/test/testproxy",
+	"bridge":              "github.com/containernetworking/plugins/plugins/main/bridge",
+	"host-local":          "github.com/containernetworking/plugins/plugins/ipam/host-local",
 }
 
 // Build builds Binaries into dir, static, as nodes get them.

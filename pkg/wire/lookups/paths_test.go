@@ -16,7 +16,7 @@ import (
 )
 
 // The same pods through both paths the plugin reads a pod by: the API's
-// JSON decoded as pkg/kube does it, and the agent's informer copy
+// JSON decoded as pkg/kube/apiclient does it and passed on by the helper, and the agent's informer copy
 // (apipod.ToKube) sent over a real socket. The pods and the decisions must
 // be identical, whatever the pod carries that the decision reads.
 func TestBothPathsDecideAlike(t *testing.T) {
@@ -60,7 +60,14 @@ func TestBothPathsDecideAlike(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fromAPI kube.Pod
+		var decoded, fromAPI kube.Pod
+		if err := json.Unmarshal(data, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		// ... and through the helper's JSON reply (pkg/kube/apilookup).
+		if data, err = json.Marshal(&decoded); err != nil {
+			t.Fatal(err)
+		}
 		if err := json.Unmarshal(data, &fromAPI); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package kube
+package apiclient
 
 import (
 	"context"
@@ -14,13 +14,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/kube"
 )
 
 const testToken = "plugin-token"
 
 // serve starts a TLS API stand-in and a client configured for it through a
 // kubeconfig file, as the plugin gets one.
-func serve(t *testing.T, tm Timeouts, h http.HandlerFunc) (*Client, *atomic.Int32) {
+func serve(t *testing.T, tm kube.Timeouts, h http.HandlerFunc) (*Client, *atomic.Int32) {
 	t.Helper()
 	var calls atomic.Int32
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +54,7 @@ current-context: x
 	return c, &calls
 }
 
-var fast = Timeouts{Attempt: 200 * time.Millisecond, Total: time.Second}
+var fast = kube.Timeouts{Attempt: 200 * time.Millisecond, Total: time.Second}
 
 func TestGetPod(t *testing.T) {
 	c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
@@ -77,12 +79,12 @@ func TestGetPodErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		status    int
-		kind      ErrorKind
+		kind      kube.ErrorKind
 		wantCalls int32
 	}{
-		{"not found, confirmed by a quorum read", http.StatusNotFound, NotFound, 2},
-		{"forbidden", http.StatusForbidden, Denied, 1},
-		{"bad request", http.StatusBadRequest, BadResponse, 1},
+		{"not found, confirmed by a quorum read", http.StatusNotFound, kube.NotFound, 2},
+		{"forbidden", http.StatusForbidden, kube.Denied, 1},
+		{"bad request", http.StatusBadRequest, kube.BadResponse, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, calls := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {
@@ -90,7 +92,7 @@ func TestGetPodErrors(t *testing.T) {
 				fmt.Fprint(w, `{"kind":"Status","message":"the server says no"}`)
 			})
 			_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
-			var apiErr *APIError
+			var apiErr *kube.APIError
 			if !errors.As(err, &apiErr) || apiErr.Kind != tc.kind || apiErr.Pod != "ns/p" {
 				t.Fatalf("err = %#v, want kind %d for ns/p", err, tc.kind)
 			}
@@ -133,10 +135,10 @@ func TestGetPodStaleNamesake(t *testing.T) {
 			fmt.Fprintf(w, `{"metadata":{"name":"p","namespace":"ns","uid":%q},"spec":{"containers":[]}}`, uid)
 		})
 		pod, err := c.GetPod(context.Background(), "ns", "p", "uid-new")
-		var apiErr *APIError
+		var apiErr *kube.APIError
 		switch {
-		case tc.wantErr && (!errors.As(err, &apiErr) || apiErr.Kind != NotFound || !strings.Contains(err.Error(), "uid-new")):
-			t.Errorf("etcd has only the old pod: err = %v, want NotFound naming the uid", err)
+		case tc.wantErr && (!errors.As(err, &apiErr) || apiErr.Kind != kube.NotFound || !strings.Contains(err.Error(), "uid-new")):
+			t.Errorf("etcd has only the old pod: err = %v, want kube.NotFound naming the uid", err)
 		case !tc.wantErr && (err != nil || pod.Metadata.UID != "uid-new"):
 			t.Errorf("etcd has the new pod: got %v, %v", pod, err)
 		case quorum.Load() != 1:
@@ -178,13 +180,13 @@ func TestGetPodRetriesUntilAnswer(t *testing.T) {
 
 func TestGetPodGivesUpWithinBudget(t *testing.T) {
 	// Every attempt hangs until its own timeout; the total budget ends it.
-	c, calls := serve(t, Timeouts{Attempt: 100 * time.Millisecond, Total: 450 * time.Millisecond},
+	c, calls := serve(t, kube.Timeouts{Attempt: 100 * time.Millisecond, Total: 450 * time.Millisecond},
 		func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	c.sleep = sleepCtx
 	_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
-	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable {
-		t.Fatalf("err = %v, want Unavailable", err)
+	var apiErr *kube.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != kube.Unavailable {
+		t.Fatalf("err = %v, want kube.Unavailable", err)
 	}
 	if calls.Load() < 2 || apiErr.Attempts != int(calls.Load()) {
 		t.Errorf("%d calls, %d attempts reported: each attempt must time out on its own and be retried", calls.Load(), apiErr.Attempts)
@@ -195,9 +197,9 @@ func TestGetPodUnreachable(t *testing.T) {
 	c, _ := serve(t, fast, func(w http.ResponseWriter, r *http.Request) {})
 	c.host = "https://127.0.0.1:1" // nothing listens on port 1
 	_, err := c.GetPod(context.Background(), "ns", "p", "uid-1")
-	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable || apiErr.Attempts < 2 {
-		t.Fatalf("err = %v, want Unavailable after retries", err)
+	var apiErr *kube.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != kube.Unavailable || apiErr.Attempts < 2 {
+		t.Fatalf("err = %v, want kube.Unavailable after retries", err)
 	}
 }
 
@@ -209,7 +211,7 @@ func TestNewClientBadKubeconfig(t *testing.T) {
 
 // TestGetPodBackoff: waits double from 100ms and stop growing at 2s.
 func TestGetPodBackoff(t *testing.T) {
-	c, _ := serve(t, Timeouts{Attempt: time.Second, Total: time.Minute}, func(w http.ResponseWriter, r *http.Request) {
+	c, _ := serve(t, kube.Timeouts{Attempt: time.Second, Total: time.Minute}, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "overloaded", http.StatusTooManyRequests)
 	})
 	var waits []time.Duration
@@ -220,9 +222,9 @@ func TestGetPodBackoff(t *testing.T) {
 		return nil
 	}
 	_, err := c.GetPod(context.Background(), "ns", "p", "")
-	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Kind != Unavailable || !strings.Contains(err.Error(), "overloaded") {
-		t.Fatalf("err = %v, want Unavailable with the last API error", err)
+	var apiErr *kube.APIError
+	if !errors.As(err, &apiErr) || apiErr.Kind != kube.Unavailable || !strings.Contains(err.Error(), "overloaded") {
+		t.Fatalf("err = %v, want kube.Unavailable with the last API error", err)
 	}
 	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
 	for i := range want {

@@ -1,4 +1,8 @@
-package kube
+// Package apiclient reads one pod from the Kubernetes API with the
+// plugin's kubeconfig. Only the API lookup helper (cmd/plugin/apilookup)
+// links it: its HTTP, TLS and YAML packages would cost every plugin exec
+// their init, though the node agent answers nearly every lookup.
+package apiclient
 
 import (
 	"context"
@@ -10,65 +14,22 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/kube"
 )
-
-// ErrorKind classifies why a pod could not be read.
-type ErrorKind uint8
-
-const (
-	// Unavailable: the API did not answer, or answered with an error worth
-	// retrying (timeouts, 429, 5xx), until the time budget ran out.
-	Unavailable ErrorKind = iota
-	// NotFound: the API has no such pod.
-	NotFound
-	// Denied: 401 or 403; the plugin's credentials are wrong or lack rights.
-	Denied
-	// BadResponse: a 200 whose body is not a pod, or another 4xx.
-	BadResponse
-)
-
-// APIError is a failed pod lookup. It names the pod and the last error.
-type APIError struct {
-	Kind     ErrorKind
-	Pod      string
-	Attempts int
-	Err      error
-}
-
-func (e *APIError) Error() string {
-	switch e.Kind {
-	case NotFound:
-		return fmt.Sprintf("pod %s not found in the API: %v", e.Pod, e.Err)
-	case Denied:
-		return fmt.Sprintf("reading pod %s: the API denied the plugin's credentials: %v", e.Pod, e.Err)
-	case BadResponse:
-		return fmt.Sprintf("reading pod %s: %v", e.Pod, e.Err)
-	}
-	return fmt.Sprintf("reading pod %s: API unavailable after %d attempts: %v", e.Pod, e.Attempts, e.Err)
-}
-
-func (e *APIError) Unwrap() error { return e.Err }
-
-// Timeouts bound a lookup: each attempt has its own timeout and the retries
-// share a total budget that must stay far below the kubelet's two-minute
-// runtime request timeout.
-type Timeouts struct {
-	Attempt time.Duration
-	Total   time.Duration
-}
 
 // Client reads pods with one GET each, retrying with backoff.
 type Client struct {
 	http     *http.Client
 	host     string
-	timeouts Timeouts
+	timeouts kube.Timeouts
 	// sleep waits between attempts; tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // NewClient builds a client from a kubeconfig file (its current context:
 // server, CA, token or client certificate; loadKubeconfig).
-func NewClient(kubeconfig string, t Timeouts) (*Client, error) {
+func NewClient(kubeconfig string, t kube.Timeouts) (*Client, error) {
 	cfg, err := loadKubeconfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
@@ -83,7 +44,7 @@ const (
 )
 
 // GetPod reads one pod. uid, when the runtime passed it (K8S_POD_UID), is
-// the pod the sandbox belongs to. Errors are *APIError.
+// the pod the sandbox belongs to. Errors are *kube.APIError.
 //
 // With a uid the first read is served from the API server's watch cache
 // (resourceVersion=0): no etcd round trip for every pod start. The cache may
@@ -93,7 +54,7 @@ const (
 // counts. What the decision reads of the right pod (its containers, the
 // injector's annotations) is set when the pod is created, before the kubelet
 // asks for a sandbox. Without a uid every read is a quorum read.
-func (c *Client) GetPod(ctx context.Context, namespace, name, uid string) (*Pod, error) {
+func (c *Client) GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error) {
 	id := namespace + "/" + name
 	ctx, cancel := context.WithTimeout(ctx, c.timeouts.Total)
 	defer cancel()
@@ -107,12 +68,12 @@ func (c *Client) GetPod(ctx context.Context, namespace, name, uid string) (*Pod,
 		}
 		pod, retry, err := c.getOnce(ctx, q)
 		if err == nil && uid != "" && pod.Metadata.UID != uid {
-			err = &APIError{Kind: NotFound, Err: fmt.Errorf("the API has uid %s, the sandbox is for uid %s", pod.Metadata.UID, uid)}
+			err = &kube.APIError{Kind: kube.NotFound, Err: fmt.Errorf("the API has uid %s, the sandbox is for uid %s", pod.Metadata.UID, uid)}
 		}
 		if err == nil {
 			return pod, nil
 		}
-		if cached && err.Kind == NotFound {
+		if cached && err.Kind == kube.NotFound {
 			cached = false
 			continue
 		}
@@ -121,45 +82,45 @@ func (c *Client) GetPod(ctx context.Context, namespace, name, uid string) (*Pod,
 			return nil, err
 		}
 		if ctx.Err() != nil || c.sleep(ctx, wait) != nil {
-			return nil, &APIError{Kind: Unavailable, Pod: id, Attempts: attempt, Err: err.Err}
+			return nil, &kube.APIError{Kind: kube.Unavailable, Pod: id, Attempts: attempt, Err: err.Err}
 		}
 		wait = min(2*wait, backoffMax)
 	}
 }
 
 // getOnce makes one attempt; retry says whether another may succeed.
-func (c *Client) getOnce(ctx context.Context, u string) (*Pod, bool, *APIError) {
+func (c *Client) getOnce(ctx context.Context, u string) (*kube.Pod, bool, *kube.APIError) {
 	actx, cancel := context.WithTimeout(ctx, c.timeouts.Attempt)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, false, &APIError{Kind: BadResponse, Err: err}
+		return nil, false, &kube.APIError{Kind: kube.BadResponse, Err: err}
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, true, &APIError{Kind: Unavailable, Err: err}
+		return nil, true, &kube.APIError{Kind: kube.Unavailable, Err: err}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		return nil, true, &APIError{Kind: Unavailable, Err: fmt.Errorf("reading response: %w", err)}
+		return nil, true, &kube.APIError{Kind: kube.Unavailable, Err: fmt.Errorf("reading response: %w", err)}
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusOK:
-		var pod Pod
+		var pod kube.Pod
 		if err := json.Unmarshal(body, &pod); err != nil {
-			return nil, false, &APIError{Kind: BadResponse, Err: fmt.Errorf("decoding pod: %w", err)}
+			return nil, false, &kube.APIError{Kind: kube.BadResponse, Err: fmt.Errorf("decoding pod: %w", err)}
 		}
 		return &pod, false, nil
 	case code == http.StatusNotFound:
-		return nil, false, &APIError{Kind: NotFound, Err: statusError(resp, body)}
+		return nil, false, &kube.APIError{Kind: kube.NotFound, Err: statusError(resp, body)}
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return nil, false, &APIError{Kind: Denied, Err: statusError(resp, body)}
+		return nil, false, &kube.APIError{Kind: kube.Denied, Err: statusError(resp, body)}
 	case code == http.StatusTooManyRequests || code >= 500:
-		return nil, true, &APIError{Kind: Unavailable, Err: statusError(resp, body)}
+		return nil, true, &kube.APIError{Kind: kube.Unavailable, Err: statusError(resp, body)}
 	default:
-		return nil, false, &APIError{Kind: BadResponse, Err: statusError(resp, body)}
+		return nil, false, &kube.APIError{Kind: kube.BadResponse, Err: statusError(resp, body)}
 	}
 }
 

@@ -1,0 +1,18 @@
+// Command istio-cni-apilookup reads one pod from the Kubernetes API for
+// the istio-cni plugin, which runs it only when the node agent does not
+// answer (pkg/kube/apilookup). It is installed beside the plugin.
+package main
+
+import (
+	"os"
+
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/kube/apiclient"
+	"istio-cni.local/istio-cni/pkg/kube/apilookup"
+)
+
+func main() {
+	os.Exit(apilookup.Serve(os.Args[1:], os.Stdout, os.Stderr, func(kubeconfig string, t kube.Timeouts) (apilookup.PodReader, error) {
+		return apiclient.NewClient(kubeconfig, t)
+	}))
+}

@@ -1,0 +1,140 @@
+package apilookup
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/kube"
+)
+
+// helperEnv makes this test binary the helper: Serve with fakeReader.
+const helperEnv = "APILOOKUP_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(Serve(os.Args[1:], os.Stdout, os.Stderr, openFake))
+	}
+	os.Exit(m.Run())
+}
+
+// openFake answers by pod name: "web" is found, "gone" is a 404, "slow"
+// is an API that never answered, "odd" an error that is no APIError; a
+// kubeconfig named "broken" does not load.
+func openFake(kubeconfig string, _ kube.Timeouts) (PodReader, error) {
+	if kubeconfig == "broken" {
+		return nil, errors.New("loading kubeconfig broken: no current context")
+	}
+	return fakeReader{}, nil
+}
+
+type fakeReader struct{}
+
+func (fakeReader) GetPod(_ context.Context, ns, name, uid string) (*kube.Pod, error) {
+	id := ns + "/" + name
+	switch name {
+	case "web":
+		p := &kube.Pod{Metadata: kube.ObjectMeta{Namespace: ns, Name: name, UID: uid, Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}}}
+		p.Spec.Containers = []kube.Container{{Name: "app"}, {Name: "istio-proxy"}}
+		return p, nil
+	case "gone":
+		return nil, &kube.APIError{Kind: kube.NotFound, Pod: id, Err: errors.New("404 Not Found: pods \"gone\" not found")}
+	case "slow":
+		return nil, &kube.APIError{Kind: kube.Unavailable, Pod: id, Attempts: 4, Err: errors.New("context deadline exceeded")}
+	}
+	return nil, errors.New("something else")
+}
+
+// helper is a Helper running this test binary as the helper.
+func helper(t *testing.T, kubeconfig string) Helper {
+	t.Helper()
+	t.Setenv(helperEnv, "1")
+	return Helper{Path: os.Args[0], Kubeconfig: kubeconfig, Timeouts: kube.Timeouts{Attempt: time.Second, Total: 3 * time.Second}}
+}
+
+// The pod and every kind of failure cross the exec unchanged: the plugin
+// decides and maps error codes exactly as if it had read the API itself.
+func TestLookupThroughTheHelper(t *testing.T) {
+	h := helper(t, "/etc/kubeconfig")
+	pod, err := h.GetPod(t.Context(), "default", "web", "uid-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Metadata.UID != "uid-1" || len(pod.Spec.Containers) != 2 || pod.Spec.Containers[1].Name != "istio-proxy" || pod.Metadata.Annotations["sidecar.istio.io/status"] == "" {
+		t.Errorf("pod %+v", pod)
+	}
+	for name, want := range map[string]kube.APIError{
+		"gone": {Kind: kube.NotFound, Pod: "default/gone"},
+		"slow": {Kind: kube.Unavailable, Pod: "default/slow", Attempts: 4},
+		"odd":  {Kind: kube.BadResponse, Pod: "default/odd"},
+	} {
+		_, err := h.GetPod(t.Context(), "default", name, "")
+		var got *kube.APIError
+		if !errors.As(err, &got) || got.Kind != want.Kind || got.Pod != want.Pod || got.Attempts != want.Attempts {
+			t.Errorf("%s: %#v, want %+v", name, err, want)
+		}
+	}
+	if err := h.Check(t.Context()); err != nil {
+		t.Errorf("check: %v", err)
+	}
+}
+
+func TestKubeconfigThatDoesNotLoad(t *testing.T) {
+	h := helper(t, "broken")
+	_, err := h.GetPod(t.Context(), "default", "web", "")
+	var cfgErr *ConfigError
+	if !errors.As(err, &cfgErr) || !strings.Contains(err.Error(), "no current context") {
+		t.Errorf("lookup: %v", err)
+	}
+	if err := h.Check(t.Context()); !errors.As(err, &cfgErr) {
+		t.Errorf("check: %v", err)
+	}
+}
+
+// A helper that is missing, or answers with anything but a reply, is an
+// error that names it: never a pod.
+func TestHelperMissingOrBroken(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte("#!/bin/sh\necho not json; echo oops >&2; exit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, Binary): "no such file",
+		garbage:                    "oops",
+	} {
+		h := Helper{Path: path, Kubeconfig: "k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: time.Second}}
+		pod, err := h.GetPod(t.Context(), "default", "web", "")
+		var helperErr *HelperError
+		if pod != nil || !errors.As(err, &helperErr) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, %v; want a HelperError naming it and %q", path, pod, err, want)
+		}
+	}
+}
+
+func TestArgsRoundTrip(t *testing.T) {
+	for _, r := range []Request{
+		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Namespace: "default", Name: "web", UID: "u"},
+		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Namespace: "-dash", Name: "web"},
+		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Check: true},
+	} {
+		got, err := ParseArgs(r.Args(), &strings.Builder{})
+		if err != nil || got != r {
+			t.Errorf("%+v: %+v, %v", r, got, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"-attempt-timeout=1s", "-total-timeout=1s", "--", "ns", "name", ""},
+		{"-kubeconfig=k", "--", "ns", "name", ""},
+		{"-kubeconfig=k", "-attempt-timeout=1s", "-total-timeout=1s", "ns"},
+		{"-kubeconfig=k", "-attempt-timeout=1s", "-total-timeout=1s", "-check", "ns"},
+	} {
+		if _, err := ParseArgs(args, &strings.Builder{}); err == nil {
+			t.Errorf("%q: parsed", args)
+		}
+	}
+}
