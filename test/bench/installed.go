@@ -291,6 +291,18 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	}
 	fmt.Printf("\nADD p50 / floor p50: %.2f× (target 1.0×). ADD p99 / floor p99, %d at once: %.2f× (target 1.5×).\n",
 		ratio(p("add1", 0.5), p("floor1", 0.5)), conc, ratio(p("addN", 0.99), p("floorN", 0.99)))
+	// The plugin's own peak: the agent answers, so the API lookup helper
+	// never runs (GNU time's %M would count it, a child, otherwise).
+	s, err := collect(min(b.n, 50), 1, run.addWith(backend, "node-bench", stdin, false, true))
+	if err != nil {
+		return fmt.Errorf("peak RSS: %w\n%s", err, nd.logs.String())
+	}
+	for _, one := range s {
+		if one.from != "agent" {
+			return fmt.Errorf("peak RSS: the lookup was answered by %q, not the agent (%s)", one.from, one.miss)
+		}
+	}
+	fmt.Printf("Plugin peak RSS over %d as-installed ADDs (GNU time, %%M; the agent answers, the API lookup helper never runs): %.1f MB (target 8 MB).\n", len(s), peakMB(s))
 	m := procStatus(nd.agent.Process.Pid)
 	fmt.Printf("The agent's RSS after the runs: %.1f MB (peak %.1f MB; now %.1f MB anonymous, %.1f MB of its binary and files).\n",
 		float64(m["VmRSS:"])/1024, float64(m["VmHWM:"])/1024, float64(m["RssAnon:"])/1024, float64(m["RssFile:"])/1024)

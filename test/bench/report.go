@@ -40,7 +40,7 @@ func (b *bench) peakRSS() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("\nPlugin peak RSS over %d dual-stack ADDs (GNU time, %%M): %.1f MB\n", len(s), peakMB(s))
+	fmt.Printf("\nPeak RSS over %d dual-stack ADDs through the API (GNU time, %%M: the plugin or its API lookup helper, whichever is larger): %.1f MB\n", len(s), peakMB(s))
 	return nil
 }
 

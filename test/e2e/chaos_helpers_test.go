@@ -57,8 +57,13 @@ func (l *livePods) set(pods []livePod) {
 }
 
 // stream creates a meshed pod every 1.5 s and deletes each after about 10
-// s, at most 6 alive at once, until ctx ends; then it deletes what is left
-// and returns how many meshed pods it created. While hold is set it creates
+// s, until ctx ends; then it deletes what is left and returns how many
+// meshed pods it created. At most 6 are in flight: alive, or deleted but
+// still terminating (the API keeps a pod until the kubelet has stopped its
+// sandbox). Counting only the alive ones let a loaded node's teardowns
+// pile up behind a constant creation rate, and the pile slowed every
+// sandbox on the node, the agent's own included: a slow node must slow
+// the stream, not the other way round. While hold is set it creates
 // plain pods instead (they must start, and are not observed), under the
 // same bounds: an uninstall can hold it for minutes. API errors (an
 // outage) are skipped.
@@ -70,6 +75,18 @@ func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) i
 	}
 	n, plainN := 0, 0
 	var plains []livePod
+	var terminating []string
+	deleted := func(name string) bool {
+		if !del(name) {
+			return false
+		}
+		terminating = append(terminating, name)
+		return true
+	}
+	gone := func(name string) bool {
+		status, _, err := env.node.Do(ctx, http.MethodGet, "/api/v1/namespaces/default/pods/"+name, nil)
+		return err == nil && status == http.StatusNotFound
+	}
 	tick := time.NewTicker(1500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -87,14 +104,15 @@ func stream(ctx context.Context, t *testing.T, l *livePods, hold *atomic.Bool) i
 			return n
 		case <-tick.C:
 		}
-		for len(pods) > 0 && time.Since(pods[0].at) > 10*time.Second && del(pods[0].name) {
+		for len(pods) > 0 && time.Since(pods[0].at) > 10*time.Second && deleted(pods[0].name) {
 			pods = pods[1:]
 		}
-		for len(plains) > 0 && time.Since(plains[0].at) > 10*time.Second && del(plains[0].name) {
+		for len(plains) > 0 && time.Since(plains[0].at) > 10*time.Second && deleted(plains[0].name) {
 			plains = plains[1:]
 		}
 		l.set(pods)
-		if len(pods)+len(plains) >= 6 {
+		terminating = slices.DeleteFunc(terminating, gone)
+		if len(pods)+len(plains)+len(terminating) >= 6 {
 			continue
 		}
 		if hold.Load() {
