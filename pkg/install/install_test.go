@@ -214,3 +214,29 @@ func TestNamedPrimary(t *testing.T) {
 		return name < "05-other.conflist" && strings.Contains(owned, `"portmap"`) && !strings.Contains(owned, `"bandwidth"`), name + ": " + owned
 	})
 }
+
+// An image without the API lookup helper (a custom image, a wrong
+// PLUGIN_SOURCE) must not get the conflist written: a config chaining a
+// plugin the node lacks fails every pod start there. The failure names
+// the setting; once the binaries are in place, the conflist follows.
+func TestNoConflistWithoutTheBinaries(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	helper := n.read(filepath.Join(n.src, LookupBinary))
+	if err := os.Remove(filepath.Join(n.src, LookupBinary)); err != nil {
+		t.Fatal(err)
+	}
+	n.start(n.config())
+	n.eventually("not ready, naming PLUGIN_SOURCE", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.Contains(why, "PLUGIN_SOURCE "+n.src) && strings.Contains(why, "not chaining istio-cni"), why
+	})
+	if _, err := os.Stat(filepath.Join(n.netd, "02-istio-cni.conflist")); !os.IsNotExist(err) {
+		t.Fatalf("the conflist was written without the binaries: %v", err)
+	}
+	// The helper arrives (here by hand): the binary's trigger brings the
+	// conflist, which failed before, along.
+	n.write(filepath.Join(n.src, LookupBinary), helper, 0o755)
+	n.write(filepath.Join(n.bin, LookupBinary), "stale", 0o755)
+	n.waitReady()
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
@@ -74,9 +75,16 @@ func (in *Installer) reconcile(t trigger) {
 		if readErr != nil {
 			return outcome{problem: readErr}
 		}
+		// A config that chains a plugin the node does not have fails
+		// every pod start there, plain ones included.
+		if err := in.binariesInPlace(); err != nil {
+			return outcome{problem: err}
+		}
 		return in.installConflist(cd)
 	}}} {
-		if !t.concerns(st.file) {
+		// A step that failed last time runs again on any trigger: the
+		// conflist waits for the binaries, whatever event brings them.
+		if !t.concerns(st.file) && in.files.problems[st.file] == nil {
 			continue
 		}
 		o := in.run(st.file, st.run)
@@ -285,7 +293,7 @@ func (in *Installer) installBinary() outcome {
 		for _, name := range PluginBinaries {
 			c, err := d.CopyFile(name, filepath.Join(in.cfg.PluginSource, name), 0o755)
 			if err != nil {
-				return changed, err
+				return changed, fmt.Errorf("%w (--plugin-source/PLUGIN_SOURCE %s must hold %s)", err, in.cfg.PluginSource, strings.Join(PluginBinaries, " and "))
 			}
 			changed = changed || c
 		}
@@ -303,6 +311,24 @@ func (in *Installer) installBinary() outcome {
 	}
 	in.files.binaryInstalled = in.files.binaryInstalled || err == nil
 	return outcome{why: why, problem: err}
+}
+
+// binariesInPlace says whether CNIBinDir holds every plugin binary, as
+// regular files: the conflist is written only then.
+func (in *Installer) binariesInPlace() error {
+	_, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (struct{}, error) {
+		for _, name := range PluginBinaries {
+			fi, err := d.Lstat(name)
+			if err == nil && !fi.Mode().IsRegular() {
+				err = fmt.Errorf("a %v, not a regular file", fi.Mode().Type())
+			}
+			if err != nil {
+				return struct{}{}, fmt.Errorf("not chaining istio-cni: %s in %s: %w", name, in.cfg.CNIBinDir, err)
+			}
+		}
+		return struct{}{}, nil
+	})
+	return err
 }
 
 func (in *Installer) installKubeconfig() outcome {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/install/envflag"
@@ -16,8 +17,8 @@ const uninstallUsage = `usage: install-cni uninstall [flags]
 
 Removes istio-cni from a node whose agent is not running (the node was
 down or the agent crash-looping when istio-cni was deleted): first every
-CNI config that chains istio-cni, then the plugin, its kubeconfig, the
-sandboxes' records and the agent's socket. The primary CNI's own config is
+CNI config that chains istio-cni, then the plugin and its API lookup
+helper, its kubeconfig, the sandboxes' records and the agent's socket. The primary CNI's own config is
 kept (only our entry is removed from it), and so is what upstream Istio's
 installer wrote at the same paths (its entry, binary and kubeconfig). Run it on the node, as root:
 
@@ -42,7 +43,7 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	paths := install.BindPaths(f, install.HostRoot)
 	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", install.DefaultOwnedName, "the owned conflist's configured name")
-	f.String(&cfg.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the image's plugin binary "+install.PluginBinary)
+	f.String(&cfg.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the image's plugin binaries "+strings.Join(install.PluginBinaries, " and "))
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -16,9 +16,10 @@ import (
 
 // fakeAPI answers pod lookups from a map, or with err.
 type fakeAPI struct {
-	pods  map[string]*kube.Pod
-	err   error
-	calls int
+	pods     map[string]*kube.Pod
+	err      error
+	checkErr error // from Check: the kubeconfig or the helper
+	calls    int
 }
 
 func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, error) {
@@ -32,7 +33,7 @@ func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, erro
 	return nil, &kube.APIError{Kind: kube.NotFound, Pod: ns + "/" + name, Err: errors.New("404")}
 }
 
-func (f *fakeAPI) Check(context.Context) error { return nil }
+func (f *fakeAPI) Check(context.Context) error { return f.checkErr }
 
 // fakeNet records what would be programmed in which namespace.
 type fakeNet struct {

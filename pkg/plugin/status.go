@@ -27,7 +27,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 		err = getter.Check(context.Background())
 	}
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("kubeconfig: %v", err), "")
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("the API lookup cannot work: %v", err), "")
 	}
 	cmds := conf.parsed.Backend.CommandsFor(iptables.IPv4)
 	for _, name := range []string{cmds.Restore, cmds.Save} {

@@ -224,6 +224,9 @@ func TestStatus(t *testing.T) {
 	if err := h.p.Status(cmdArgs(c, "")); err != nil {
 		t.Fatalf("STATUS with a kubeconfig: %v", err)
 	}
+	h.api.checkErr = errors.New("the API lookup helper /opt/cni/bin/istio-cni-apilookup: no such file or directory")
+	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
+	h.api.checkErr = nil
 	h.getterErr = errors.New("loading kubeconfig: no such file")
 	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
 	if err := h.p.GC(cmdArgs(c, "")); err != nil {

@@ -95,20 +95,30 @@ func TestKubeconfigThatDoesNotLoad(t *testing.T) {
 	}
 }
 
-// A helper that is missing, or answers with anything but a reply, is an
-// error that names it: never a pod.
+// A helper that is missing, fails, or answers with anything but this
+// very pod is an error that names it: never a pod, whose decision would
+// then be this sandbox's.
 func TestHelperMissingOrBroken(t *testing.T) {
 	dir := t.TempDir()
-	garbage := filepath.Join(dir, "garbage")
-	if err := os.WriteFile(garbage, []byte("#!/bin/sh\necho not json; echo oops >&2; exit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
+	script := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
+	web := `{"pod":{"metadata":{"name":"web","namespace":"default","uid":"u1"},"spec":{"containers":[{"name":"app"}]}}}`
 	for path, want := range map[string]string{
-		filepath.Join(dir, Binary): "no such file",
-		garbage:                    "oops",
+		filepath.Join(dir, Binary):                                                                 "no such file",
+		script("garbage", "echo not json; echo oops >&2; exit 1"):                                  "oops",
+		script("failed", "echo '"+web+"'; exit 1"):                                                 "exit status 1",
+		script("other", `echo '{"pod":{"metadata":{"name":"other","namespace":"x","uid":"u9"}}}'`): "the reply holds x/other",
+		script("empty-pod", `echo '{"pod":{}}'`):                                                   "the reply holds /",
+		script("other-uid", "echo '"+strings.Replace(web, "u1", "u2", 1)+"'"):                      `uid "u2"`,
+		script("nothing", "echo '{}'"):                                                             "neither a pod nor an error",
 	} {
 		h := Helper{Path: path, Kubeconfig: "k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: time.Second}}
-		pod, err := h.GetPod(t.Context(), "default", "web", "")
+		pod, err := h.GetPod(t.Context(), "default", "web", "u1")
 		var helperErr *HelperError
 		if pod != nil || !errors.As(err, &helperErr) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, %v; want a HelperError naming it and %q", path, pod, err, want)

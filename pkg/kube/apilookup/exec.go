@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"syscall"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/kube"
 )
@@ -26,8 +28,13 @@ func (h Helper) GetPod(ctx context.Context, namespace, name, uid string) (*kube.
 	if err != nil {
 		return nil, err
 	}
-	if rep.Pod == nil {
+	// Never another pod: its decision would be this sandbox's.
+	switch m := rep.Pod; {
+	case m == nil:
 		return nil, &HelperError{Path: h.Path, Err: errors.New("the reply holds neither a pod nor an error")}
+	case m.Metadata.Namespace != namespace || m.Metadata.Name != name || (uid != "" && m.Metadata.UID != uid):
+		return nil, &HelperError{Path: h.Path, Err: fmt.Errorf("asked for %s/%s uid %q, the reply holds %s/%s uid %q",
+			namespace, name, uid, m.Metadata.Namespace, m.Metadata.Name, m.Metadata.UID)}
 	}
 	return rep.Pod, nil
 }
@@ -39,18 +46,26 @@ func (h Helper) Check(ctx context.Context) error {
 }
 
 func (h Helper) run(ctx context.Context, r Request) (*reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.Timeouts.Total+helperTimeout)
+	budget := helperTimeout // -check reads only the kubeconfig
+	if !r.Check {
+		budget += r.Timeouts.Total
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.Path, r.Args()...) // #nosec G204 -- our helper, beside the plugin
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
+	// A plugin the runtime kills takes its helper along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.WaitDelay = time.Second
+	// Only an exit 0 vouches for the reply: a helper that failed midway
+	// may have printed anything.
+	if err := cmd.Run(); err != nil {
+		return nil, &HelperError{Path: h.Path, Err: err, Stderr: head(stderr.String(), 500)}
+	}
 	var rep reply
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		if runErr == nil {
-			runErr = fmt.Errorf("reading its reply: %w", err)
-		}
-		return nil, &HelperError{Path: h.Path, Err: runErr, Stderr: head(stderr.String(), 500)}
+		return nil, &HelperError{Path: h.Path, Err: fmt.Errorf("reading its reply: %w", err), Stderr: head(stderr.String(), 500)}
 	}
 	if e := rep.Error; e != nil {
 		if e.Kind == configKind {
