@@ -188,8 +188,10 @@ func TestGetPodGivesUpWithinBudget(t *testing.T) {
 	if !errors.As(err, &apiErr) || apiErr.Kind != kube.Unavailable {
 		t.Fatalf("err = %v, want kube.Unavailable", err)
 	}
-	if calls.Load() < 2 || apiErr.Attempts != int(calls.Load()) {
-		t.Errorf("%d calls, %d attempts reported: each attempt must time out on its own and be retried", calls.Load(), apiErr.Attempts)
+	// Under load an attempt can time out before its request reaches the
+	// server (the TLS handshake alone), so the server may count fewer.
+	if n := int(calls.Load()); apiErr.Attempts < 2 || n < 1 || n > apiErr.Attempts {
+		t.Errorf("%d calls, %d attempts reported: each attempt must time out on its own and be retried", n, apiErr.Attempts)
 	}
 }
 
