@@ -34,9 +34,10 @@ var pluginPackages = []string{
 // and the API types cost megabytes and milliseconds at every pod start;
 // HTTP, TLS and YAML are the API lookup helper's (pkg/kube/apiclient,
 // run through pkg/kube/apilookup), which only a pod the node agent cannot
-// answer for pays.
+// answer for pays. No flag package either: the helper's request goes on
+// its stdin as JSON.
 var forbidden = []string{"k8s.io/client-go", "k8s.io/api/", "k8s.io/apimachinery",
-	"net/http", "crypto/tls", "sigs.k8s.io/yaml", "go.yaml.in/", "gopkg.in/yaml"}
+	"net/http", "crypto/tls", "sigs.k8s.io/yaml", "go.yaml.in/", "gopkg.in/yaml", "flag"}
 
 // The plugin's dependency closure holds no agent package and no Kubernetes
 // client: a careless import fails here, naming who imports it.

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -12,7 +13,11 @@ import (
 )
 
 func main() {
-	os.Exit(apilookup.Serve(os.Args[1:], os.Stdout, os.Stderr, func(kubeconfig string, t kube.Timeouts) (apilookup.PodReader, error) {
+	if len(os.Args) > 1 {
+		fmt.Fprintf(os.Stderr, "%s takes no arguments: the istio-cni plugin sends its request as JSON on stdin\n", apilookup.Binary)
+		os.Exit(2)
+	}
+	os.Exit(apilookup.Serve(os.Stdin, os.Stdout, os.Stderr, func(kubeconfig string, t kube.Timeouts) (apilookup.PodReader, error) {
 		return apiclient.NewClient(kubeconfig, t)
 	}))
 }

@@ -4,15 +4,13 @@
 // out of the plugin, the HTTP, TLS and YAML packages that read needs cost
 // no pod start their package init and memory (docs/perf-notes.md).
 //
-// The plugin runs the helper with the request as flags and reads one JSON
-// reply on its stdout: the pod, or why it could not be read.
+// The plugin writes the request as JSON on the helper's stdin and reads one
+// JSON reply on its stdout: the pod, or why it could not be read.
 package apilookup
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -22,51 +20,33 @@ import (
 // Binary is the helper's file name, in the plugin's directory.
 const Binary = "istio-cni-apilookup"
 
-// Request is one lookup.
+// Request is one lookup, sent as JSON on the helper's stdin: the plugin
+// then parses no command line (the flag package's init would be every pod
+// start's).
 type Request struct {
-	Kubeconfig string
-	Timeouts   kube.Timeouts
+	Kubeconfig string        `json:"kubeconfig"`
+	Timeouts   kube.Timeouts `json:"timeouts"`
 	// Check only loads the kubeconfig (the plugin's STATUS); no pod is
 	// read.
-	Check                bool
-	Namespace, Name, UID string
+	Check     bool   `json:"check,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
 }
 
-// Args renders r as the helper's command line.
-func (r Request) Args() []string {
-	args := []string{"-kubeconfig=" + r.Kubeconfig, "-attempt-timeout=" + r.Timeouts.Attempt.String(), "-total-timeout=" + r.Timeouts.Total.String()}
-	if r.Check {
-		return append(args, "-check")
-	}
-	return append(args, "--", r.Namespace, r.Name, r.UID)
-}
-
-// ParseArgs reads a command line Args wrote.
-func ParseArgs(args []string, stderr io.Writer) (Request, error) {
-	fs := flag.NewFlagSet(Binary, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var r Request
-	fs.StringVar(&r.Kubeconfig, "kubeconfig", "", "the plugin's kubeconfig file")
-	fs.DurationVar(&r.Timeouts.Attempt, "attempt-timeout", 0, "bound of one API request")
-	fs.DurationVar(&r.Timeouts.Total, "total-timeout", 0, "bound of the lookup, retries included")
-	fs.BoolVar(&r.Check, "check", false, "only load the kubeconfig")
-	if err := fs.Parse(args); err != nil {
-		return r, err
-	}
+// validate names the field a request lacks.
+func (r Request) validate() error {
 	switch {
 	case r.Kubeconfig == "":
-		return r, errors.New("-kubeconfig: required")
+		return errors.New("kubeconfig: required")
 	case r.Timeouts.Attempt <= 0 || r.Timeouts.Total <= 0:
-		return r, errors.New("-attempt-timeout and -total-timeout: required, above 0")
-	case r.Check && fs.NArg() != 0:
-		return r, fmt.Errorf("-check takes no arguments, got %q", fs.Args())
-	case !r.Check && (fs.NArg() != 3 || fs.Arg(0) == "" || fs.Arg(1) == ""):
-		return r, fmt.Errorf("want NAMESPACE NAME UID (UID may be empty), got %q", fs.Args())
+		return errors.New("timeouts.Attempt and timeouts.Total: required, above 0")
+	case r.Check && (r.Namespace != "" || r.Name != "" || r.UID != ""):
+		return errors.New("check: takes no namespace, name or uid")
+	case !r.Check && (r.Namespace == "" || r.Name == ""):
+		return errors.New("namespace and name: required unless check is set")
 	}
-	if !r.Check {
-		r.Namespace, r.Name, r.UID = fs.Arg(0), fs.Arg(1), fs.Arg(2)
-	}
-	return r, nil
+	return nil
 }
 
 // reply is the helper's one line of output.

@@ -17,7 +17,7 @@ const helperEnv = "APILOOKUP_TEST_HELPER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
-		os.Exit(Serve(os.Args[1:], os.Stdout, os.Stderr, openFake))
+		os.Exit(Serve(os.Stdin, os.Stdout, os.Stderr, openFake))
 	}
 	os.Exit(m.Run())
 }
@@ -126,25 +126,20 @@ func TestHelperMissingOrBroken(t *testing.T) {
 	}
 }
 
-func TestArgsRoundTrip(t *testing.T) {
-	for _, r := range []Request{
-		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Namespace: "default", Name: "web", UID: "u"},
-		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Namespace: "-dash", Name: "web"},
-		{Kubeconfig: "/k", Timeouts: kube.Timeouts{Attempt: time.Second, Total: 5 * time.Second}, Check: true},
+// A request the helper cannot use is exit 2 and a message naming the
+// field, never a reply.
+func TestBadRequests(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"timeouts":{"Attempt":1000000000,"Total":1000000000},"namespace":"ns","name":"p"}`:                 "kubeconfig: required",
+		`{"kubeconfig":"k","namespace":"ns","name":"p"}`:                                                     "timeouts.Attempt and timeouts.Total",
+		`{"kubeconfig":"k","timeouts":{"Attempt":1000000000,"Total":1000000000},"name":"p"}`:                 "namespace and name: required",
+		`{"kubeconfig":"k","timeouts":{"Attempt":1000000000,"Total":1000000000},"check":true,"name":"p"}`:    "check: takes no",
+		`{"kubeconfig":"k","timeouts":{"Attempt":1000000000,"Total":1000000000},"namespace":"ns","nam":"p"}`: "unknown field",
+		`not json`: "invalid character",
 	} {
-		got, err := ParseArgs(r.Args(), &strings.Builder{})
-		if err != nil || got != r {
-			t.Errorf("%+v: %+v, %v", r, got, err)
-		}
-	}
-	for _, args := range [][]string{
-		{"-attempt-timeout=1s", "-total-timeout=1s", "--", "ns", "name", ""},
-		{"-kubeconfig=k", "--", "ns", "name", ""},
-		{"-kubeconfig=k", "-attempt-timeout=1s", "-total-timeout=1s", "ns"},
-		{"-kubeconfig=k", "-attempt-timeout=1s", "-total-timeout=1s", "-check", "ns"},
-	} {
-		if _, err := ParseArgs(args, &strings.Builder{}); err == nil {
-			t.Errorf("%q: parsed", args)
+		var stdout, stderr strings.Builder
+		if code := Serve(strings.NewReader(in), &stdout, &stderr, openFake); code != 2 || stdout.Len() != 0 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 2, nothing, %q", in, code, stdout.String(), stderr.String(), want)
 		}
 	}
 }

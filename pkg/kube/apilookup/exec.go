@@ -46,15 +46,19 @@ func (h Helper) Check(ctx context.Context) error {
 }
 
 func (h Helper) run(ctx context.Context, r Request) (*reply, error) {
-	budget := helperTimeout // -check reads only the kubeconfig
+	budget := helperTimeout // a check reads only the kubeconfig
 	if !r.Check {
 		budget += r.Timeouts.Total
 	}
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
+	req, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, h.Path, r.Args()...) // #nosec G204 -- our helper, beside the plugin
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd := exec.CommandContext(ctx, h.Path) // #nosec G204 -- our helper, beside the plugin
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(req), &stdout, &stderr
 	// A plugin the runtime kills takes its helper along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second

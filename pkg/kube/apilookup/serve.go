@@ -15,14 +15,20 @@ type PodReader interface {
 	GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error)
 }
 
-// Serve is the helper's main: it parses args, opens a reader with the
-// kubeconfig and reads the pod, and writes one reply to stdout. It
-// returns the exit status: 0 once a reply is written, 2 for a command line
-// it cannot parse.
-func Serve(args []string, stdout, stderr io.Writer, open func(kubeconfig string, t kube.Timeouts) (PodReader, error)) int {
-	r, err := ParseArgs(args, stderr)
+// Serve is the helper's main: it reads the request from stdin, opens a
+// reader with the kubeconfig and reads the pod, and writes one reply to
+// stdout. It returns the exit status: 0 once a reply is written, 2 for a
+// request it cannot use.
+func Serve(stdin io.Reader, stdout, stderr io.Writer, open func(kubeconfig string, t kube.Timeouts) (PodReader, error)) int {
+	var r Request
+	dec := json.NewDecoder(io.LimitReader(stdin, 1<<16))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&r)
+	if err == nil {
+		err = r.validate()
+	}
 	if err != nil {
-		_, _ = fmt.Fprintf(stderr, "%s: %v\n", Binary, err)
+		_, _ = fmt.Fprintf(stderr, "%s: the request on stdin (JSON, from the istio-cni plugin): %v\n", Binary, err)
 		return 2
 	}
 	rep := lookup(r, open)
