@@ -30,6 +30,7 @@ type node struct {
 	reinstalled            atomic.Bool // what Deps.Reinstalled says
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
+	nodeUID                func(context.Context) (string, error)
 	notify                 Notifier
 	beats                  *health.Beats
 	tweak                  func(*Installer)
@@ -82,6 +83,7 @@ func (n *node) start(cfg Config) {
 			return n.reinstalled.Load(), "the test says so"
 		},
 		PluginToken: n.mint,
+		NodeUID:     n.nodeUID,
 		Notify:      n.notify,
 		Liveness:    n.beats,
 	})

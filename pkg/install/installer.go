@@ -36,6 +36,10 @@ type Deps struct {
 	// PluginToken mints the plugin's tokens; nil: the plugin's kubeconfig
 	// carries the installer's own service-account token.
 	PluginToken TokenMinter
+	// NodeUID reads the UID of the node the plugin's tokens are bound
+	// to; nil: never checked. A node deleted and registered again (a new
+	// UID) has revoked them: the next check mints a new one.
+	NodeUID func(ctx context.Context) (string, error)
 	// Notify hears of a writer that keeps undoing our files, and of
 	// another installer managing the node (Events on the Node); the log
 	// and the metrics hear of it anyway.
@@ -58,8 +62,12 @@ type Installer struct {
 	fights  *fights       // another writer undoing us, and the repairs' pace
 	tokens  *pluginTokens // the plugin's minted token; nil: the installer's own
 	refused chan struct{} // the plugin's token was refused (PluginTokenRefused)
-	files   fileState     // what the loop wrote and found
-	alive   *health.Beat  // the watch loop's progress
+	// nodeSeen takes the node's UID as a check read it, every nodeEvery
+	// (see NodeUID).
+	nodeSeen  chan string
+	nodeEvery time.Duration
+	files     fileState    // what the loop wrote and found
+	alive     *health.Beat // the watch loop's progress
 	// removeNow carries UninstallNow's reason to the loop.
 	removeNow chan string
 	// refusedHold: the API refused the agent's credentials at start;
@@ -107,6 +115,8 @@ func New(cfg Config, deps Deps) *Installer {
 		ready:     newReadiness(deps.Log, deps.Metrics, deps.Now),
 		fights:    newFights(cfg.FightRepairs, cfg.FightWindow),
 		refused:   make(chan struct{}, 1),
+		nodeSeen:  make(chan string, 1),
+		nodeEvery: nodeCheckEvery,
 		removeNow: make(chan string, 1),
 	}
 	if deps.PluginToken != nil {

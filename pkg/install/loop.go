@@ -96,6 +96,12 @@ func (in *Installer) Run(ctx context.Context) error {
 	l := loop{in: in, wa: wa, pacer: stoppedTimer(), calm: stoppedTimer()}
 	tick := time.NewTicker(aliveTick)
 	defer tick.Stop()
+	var nodeTick <-chan time.Time
+	if in.tokens != nil && in.deps.NodeUID != nil {
+		t := time.NewTicker(in.nodeEvery)
+		defer t.Stop()
+		nodeTick = t.C
+	}
 	for {
 		in.alive.Beat()
 		l.armCalm()
@@ -144,6 +150,13 @@ func (in *Installer) Run(ctx context.Context) error {
 		case <-in.refused:
 			if in.tokens != nil && in.tokens.refused() {
 				in.log.Info("the API server refused the plugin's token: minting a new one")
+				in.tokens.start(ctx)
+			}
+		case <-nodeTick:
+			in.checkNode(ctx)
+		case uid := <-in.nodeSeen:
+			if in.tokens.nodeChanged(uid) && in.tokens.refused() {
+				in.log.Info("the node was registered again (a new UID), which revoked the plugin's token: minting a new one", "node_uid", uid)
 				in.tokens.start(ctx)
 			}
 		case r := <-minted:

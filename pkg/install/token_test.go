@@ -232,3 +232,73 @@ func TestPluginTokenRefusedMintsAtOnce(t *testing.T) {
 		t.Errorf("%d mints for one burst of refusals after the first, want 2 in all", calls)
 	}
 }
+
+// boundToken is a token shaped as the API server mints one bound to a
+// Node: a JWT whose claims name the node's UID.
+func boundToken(serial int, nodeUID string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	claims := fmt.Sprintf(`{"kubernetes.io":{"node":{"name":"node-a","uid":%q},"serviceaccount":{"name":"istio-cni-plugin"}},"serial":%d}`, nodeUID, serial)
+	return enc([]byte(`{"alg":"ES256"}`)) + "." + enc([]byte(claims)) + "." + enc([]byte("sig"))
+}
+
+// A Node deleted and registered again (a new UID) revokes the plugin's
+// tokens bound to it: the agent sees the new UID at its next check and
+// mints at once, not at 80% of the token's life; checks that find the
+// same UID mint nothing.
+func TestPluginTokenReplacedWhenItsNodeReregisters(t *testing.T) {
+	n := newNode(t)
+	var mu sync.Mutex
+	uid, mints := "uid-1", 0
+	n.mint = func(context.Context) (string, time.Time, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		mints++
+		return boundToken(mints, uid), time.Now().Add(time.Hour), nil
+	}
+	n.nodeUID = func(context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return uid, nil
+	}
+	n.tweak = func(in *Installer) {
+		in.tokens.retry, in.tokens.timeout, in.tokens.refusedGap = 50*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
+		in.nodeEvery = 50 * time.Millisecond
+	}
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.start(n.config())
+	n.waitReady()
+	first := n.kubeconfig()
+	if !strings.Contains(first, boundToken(1, "uid-1")) {
+		t.Fatalf("kubeconfig:\n%s", first)
+	}
+	time.Sleep(400 * time.Millisecond) // several checks of the same node
+	mu.Lock()
+	if mints != 1 {
+		t.Errorf("%d mints while the node kept its UID, want 1", mints)
+	}
+	uid = "uid-2"
+	mu.Unlock()
+	n.eventually("a token bound to the node's new UID", func() (bool, string) {
+		kc := n.kubeconfig()
+		return strings.Contains(kc, boundToken(2, "uid-2")), kc
+	})
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if mints != 2 {
+		t.Errorf("%d mints in all, want 2: one more for the new UID", mints)
+	}
+}
+
+func TestBoundNodeUID(t *testing.T) {
+	for token, want := range map[string]string{
+		boundToken(1, "0f0e"): "0f0e",
+		"plugin-1":            "",
+		"a.b.c":               "",
+		"a." + base64.RawURLEncoding.EncodeToString([]byte(`{"kubernetes.io":{"pod":{"uid":"x"}}}`)) + ".c": "",
+	} {
+		if got := boundNodeUID(token); got != want {
+			t.Errorf("boundNodeUID(%q) = %q, want %q", token, got, want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -76,6 +77,15 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
 			cfg.Install.PluginTokenTTL, cfg.NodeName); err != nil {
 			return nil, err
+		}
+		// From the watch cache (ResourceVersion 0): a UID, not the
+		// node's latest status, is what is asked.
+		deps.NodeUID = func(ctx context.Context) (string, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				return "", err
+			}
+			return string(n.UID), nil
 		}
 	}
 	a.installer = install.New(cfg.Install, deps)

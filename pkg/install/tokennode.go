@@ -1,0 +1,73 @@
+package install
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// The plugin's tokens are bound to the node's Node object, by its UID: a
+// Node deleted and registered again (a node re-provisioned under its name,
+// or `kubectl delete node` while its kubelet lives) has a new UID, and the
+// API server refuses every token bound to the old one. The plugin reports a
+// refusal only once a lookup of its own failed, the agent answering all
+// others; so the agent checks the UID itself, and mints at once when it
+// changed, rather than leave a revoked credential on the node until the
+// next renewal (hours), for the day its agent is down.
+
+// nodeCheckEvery is how often the agent reads its Node's UID: one GET
+// served from the API server's watch cache, 1,000 nodes making about 17
+// a second.
+const nodeCheckEvery = time.Minute
+
+// boundNodeUID is the UID of the Node the token is bound to, from its
+// claims (kubernetes.io.node.uid); "" if it is not a JWT naming one. The
+// token is our own, just minted by the API server: it is read, not
+// verified.
+func boundNodeUID(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		K8s struct {
+			Node struct {
+				UID string `json:"uid"`
+			} `json:"node"`
+		} `json:"kubernetes.io"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return ""
+	}
+	return claims.K8s.Node.UID
+}
+
+// checkNode reads the node's UID in the background and hands it to the
+// loop (nodeSeen); a failed read is dropped: the next check tries again.
+func (in *Installer) checkNode(ctx context.Context) {
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, defaultMintTimeout)
+		defer cancel()
+		uid, err := in.deps.NodeUID(ctx)
+		if err != nil || uid == "" {
+			return
+		}
+		select {
+		case in.nodeSeen <- uid:
+		default:
+		}
+	}()
+}
+
+// nodeChanged reports whether the node now has another UID than the one
+// the plugin's current token is bound to.
+func (p *pluginTokens) nodeChanged(uid string) bool {
+	bound := boundNodeUID(p.token)
+	return bound != "" && bound != uid
+}
