@@ -34,7 +34,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries helm istio-binaries lint test test-e2e test-packages unit goldens fuzz e2e chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm istio-binaries lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -143,13 +143,23 @@ FILL ?=
 test-e2e:
 	$(GO) test -count=1 -timeout 30m ./test/e2e
 
-# test-packages: every other package's tests.
+# test-packages: every other package's tests, then the multi-node e2e:
+# after test/cluster's own nodes are down, so that at most two clusters
+# share the cores (the single-node e2e's and one of these).
 test-packages:
-	pkgs=$$($(GO) list ./... | grep -v '/test/e2e$$'); $(GO) test -count=1 -timeout 30m $$pkgs
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); $(GO) test -count=1 -timeout 30m $$pkgs
+	$(GO) test -count=1 -timeout 20m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image helm
 	$(GO) test -count=1 -timeout 20m -v ./test/e2e
+
+## e2e-multinode: only the multi-node tests (test/e2e/multinode): a fleet
+## of NODES nodes (3 by default) on this machine, each a containerd and a
+## kubelet in namespaces of its own, one control plane (docs/testing.md).
+NODES ?= 3
+e2e-multinode: deps kube-binaries image
+	NODES=$(NODES) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
 ## 50 perturbations while meshed pods come and go; figures in

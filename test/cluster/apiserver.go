@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,6 +35,10 @@ type Options struct {
 	// StopGrace is how long Stop waits after SIGTERM before SIGKILL;
 	// default 10s.
 	StopGrace time.Duration
+	// Host is the address the server binds and advertises, and its
+	// serving certificate names; default 127.0.0.1. A fleet's nodes,
+	// each in its own network namespace, reach it on their shared link.
+	Host netip.Addr
 	// Node: controllers and a kubelet will run against this server, so
 	// pods get service accounts (ServiceAccount admission stays on).
 	Node bool
@@ -44,7 +49,7 @@ type Options struct {
 
 // APIServer is a running etcd + kube-apiserver pair.
 type APIServer struct {
-	URL    string // https://127.0.0.1:<port>
+	URL    string // https://<Options.Host>:<port>
 	CAFile string // PEM of the CA that signed the serving cert
 	Dir    string
 
@@ -88,7 +93,10 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	certs, err := writeCerts(o.Dir)
+	if !o.Host.IsValid() {
+		o.Host = netip.MustParseAddr("127.0.0.1")
+	}
+	certs, err := writeCerts(o.Dir, o.Host)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -101,7 +109,7 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	a := &APIServer{
-		URL:      "https://127.0.0.1:" + strconv.Itoa(ports[0]),
+		URL:      "https://" + netip.AddrPortFrom(o.Host, uint16(ports[0])).String(), // #nosec G115 -- a port
 		CAFile:   certs.caCert,
 		Dir:      o.Dir,
 		caPEM:    certs.caPEM,
@@ -127,7 +135,7 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	args := apiserverArgs(o.Dir, ports[0], etcdURL, certs, tokenFile)
+	args := apiserverArgs(o.Dir, o.Host, ports[0], etcdURL, certs, tokenFile)
 	if !o.Node {
 		// Pods are created without a service account (no controller
 		// manager makes the default one), so skip its admission plugin.
@@ -149,10 +157,10 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	return a, nil
 }
 
-func apiserverArgs(dir string, port int, etcdURL string, c certFiles, tokenFile string) []string {
+func apiserverArgs(dir string, host netip.Addr, port int, etcdURL string, c certFiles, tokenFile string) []string {
 	return []string{
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + host.String(),
+		"--advertise-address=" + host.String(),
 		"--secure-port=" + strconv.Itoa(port),
 		"--etcd-servers=" + etcdURL,
 		"--cert-dir=" + dir,

@@ -84,8 +84,12 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		return err
 	}
-	if err := shareDir(n.NetnsDir); err != nil {
-		return err
+	// A fleet node's netns directory is shared inside its own mount
+	// namespace (createNodeNS).
+	if n.ns == nil {
+		if err := shareDir(n.NetnsDir); err != nil {
+			return err
+		}
 	}
 	p, err := startProc(n.launcher, "containerd", b.containerd, []string{"--config", cfg, "--log-level", "info"},
 		filepath.Join(dir, "containerd.log"))

@@ -55,15 +55,25 @@ type Node struct {
 	// KubeletPort is kubelet's HTTPS API (/metrics, ...) on 127.0.0.1;
 	// anonymous requests are allowed.
 	KubeletPort int
-	// NodeIP is the node's InternalIP: its pods' gateway on its bridge.
+	// NodeIP is the node's InternalIP: its pods' gateway on its bridge on
+	// a single node, its eth0 on a fleet's.
 	NodeIP netip.Addr
+	// Subnet is the node's pod range.
+	Subnet netip.Prefix
 
-	dir        string
-	bridge     string
-	gateway    netip.Prefix // NodeIP on the bridge
-	components []*proc      // started after the API server, stopped before it
-	netnsPaths []string     // sandboxes' network namespaces seen at teardown or reboot
-	netnsMu    sync.Mutex   // netnsPaths, which teardown appends to from several goroutines
+	dir     string
+	bridge  string
+	gateway netip.Prefix // the pods' gateway on the bridge (NodeIP on a single node)
+	// launcher starts the node's processes: the API server's on a single
+	// node, one entering the node's namespaces (ns) on a fleet's.
+	launcher *launcher
+	ns       *nodeNS
+	// joined: a fleet node, which shares its API server and controllers
+	// with the fleet and never stops them.
+	joined     bool
+	components []*proc    // started after the API server, stopped before it
+	netnsPaths []string   // sandboxes' network namespaces seen at teardown or reboot
+	netnsMu    sync.Mutex // netnsPaths, which teardown appends to from several goroutines
 	timeout    time.Duration
 	lastReboot time.Duration // see LastRebootDuration
 	abortState
@@ -109,6 +119,7 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 		Ctr:              bins.ctr,
 		PodLogDir:        filepath.Join(o.Dir, "kubelet", "pod-logs"),
 		NetnsDir:         netnsDir(o.Dir),
+		Subnet:           o.Subnet,
 		dir:              o.Dir,
 		bridge:           o.Bridge,
 		timeout:          o.StartTimeout,
@@ -149,6 +160,7 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 		n.APIServer = nil
 		return nil, err
 	}
+	n.launcher = n.APIServer.launcher
 	if err := n.APIServer.Kubeconfig(n.Kubeconfig, AdminToken); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
@@ -287,7 +299,11 @@ func (n *Node) readyAfter(ctx context.Context, t time.Time) error {
 // Logs returns the tails of every component's log.
 func (n *Node) Logs(lines int) string {
 	var out string
-	for _, p := range append([]*proc{n.apiProc(), n.etcd}, n.components...) {
+	procs := n.components
+	if !n.joined && n.APIServer != nil {
+		procs = append([]*proc{n.apiProc(), n.etcd}, procs...)
+	}
+	for _, p := range procs {
 		if p != nil {
 			out += fmt.Sprintf("--- tail of %s ---\n%s\n", p.log, logTail(p.log, lines))
 		}

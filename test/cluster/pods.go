@@ -35,6 +35,9 @@ type PodSpec struct {
 	// OptedOut labels the pod sidecar.istio.io/inject=false: with Sidecar,
 	// a pod with the same containers that istio-cni leaves alone.
 	OptedOut bool
+	// NodeName binds the pod to a node (a fleet's); empty lets the
+	// scheduler choose.
+	NodeName string
 }
 
 // JSON renders the pod.
@@ -55,6 +58,9 @@ func (s PodSpec) JSON() []byte {
 	}
 	meta := map[string]any{"name": s.Name, "namespace": s.Namespace, "labels": labels}
 	spec := map[string]any{"terminationGracePeriodSeconds": 1, "enableServiceLinks": false}
+	if s.NodeName != "" {
+		spec["nodeName"] = s.NodeName
+	}
 	var containers, inits []any
 	if s.Server {
 		containers = append(containers, ctr("server", appUID, "server", "--port", fmt.Sprint(ServerPort), "--name", s.Name))
@@ -90,6 +96,7 @@ type Pod struct {
 		// RestartPolicy "Always" on an init container makes it a
 		// native sidecar.
 		InitContainers, Containers []struct{ Name, Image, RestartPolicy string }
+		NodeName                   string
 	}
 	Status struct {
 		Phase, PodIP, Reason, Message string

@@ -30,6 +30,9 @@ type launcher struct {
 	reqs    chan *exec.Cmd
 	errs    chan error
 	pidFile string // "" unless detached
+	// enter, when set, runs every child through it: nsenter into a fleet
+	// node's namespaces (see nodeNS.enter).
+	enter []string
 
 	// mu orders starts against close (a restart may race Stop) and
 	// serializes writes to pidFile.
@@ -48,6 +51,16 @@ func newLauncher(pidFile string) *launcher {
 		}
 	}()
 	return l
+}
+
+// command is exec.Command(bin, args...), entered into the launcher's
+// namespaces if it has any. nsenter execs bin, so the PID is bin's.
+func (l *launcher) command(bin string, args []string) *exec.Cmd {
+	if len(l.enter) == 0 {
+		return exec.Command(bin, args...)
+	}
+	full := append(append(append([]string{}, l.enter[1:]...), bin), args...)
+	return exec.Command(l.enter[0], full...) // #nosec G204 -- the harness's own nsenter line
 }
 
 func (l *launcher) start(cmd *exec.Cmd) error {
@@ -73,6 +86,9 @@ func (l *launcher) close() {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
+	// bin and args are what was started, before any nsenter (restart).
+	bin  string
+	args []string
 	log  string
 	done chan struct{} // closed once the process has been reaped
 	err  error         // Wait's result; valid after done
@@ -87,15 +103,23 @@ func startProc(l *launcher, name, bin string, args []string, logPath string) (*p
 // spawn is startProc; in a detached cluster, a non-zero replaces is the
 // PID whose line in the PID file the new process takes over (see restart).
 func spawn(l *launcher, name, bin string, args []string, logPath string, replaces int) (*proc, error) {
-	return spawnCmd(l, name, exec.Command(bin, args...), logPath, replaces)
+	p, err := spawnCmd(l, name, l.command(bin, args), logPath, replaces)
+	if err == nil {
+		p.bin, p.args = bin, args
+	}
+	return p, err
 }
 
 // spawnIn is startProc in directory dir, with env added to this
 // process's environment.
 func spawnIn(l *launcher, name, bin string, args []string, logPath, dir string, env []string) (*proc, error) {
-	cmd := exec.Command(bin, args...)
+	cmd := l.command(bin, args)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
-	return spawnCmd(l, name, cmd, logPath, 0)
+	p, err := spawnCmd(l, name, cmd, logPath, 0)
+	if err == nil {
+		p.bin, p.args = bin, args
+	}
+	return p, err
 }
 
 func spawnCmd(l *launcher, name string, cmd *exec.Cmd, logPath string, replaces int) (*proc, error) {

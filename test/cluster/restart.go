@@ -17,7 +17,7 @@ func (l *launcher) restart(p *proc) (*proc, error) {
 	if !p.exited() {
 		return nil, fmt.Errorf("restarting %s: pid %d is still running", p.name, p.pid())
 	}
-	return spawn(l, p.name, p.cmd.Path, p.cmd.Args[1:], p.log, p.pid())
+	return spawn(l, p.name, p.bin, p.args, p.log, p.pid())
 }
 
 // record writes a started process to the PID file. A restarted process

@@ -39,8 +39,11 @@ func (n *Node) Stop() error {
 	for _, p := range slices.Backward(n.components) {
 		stop(p.name)
 	}
-	if n.APIServer != nil {
+	if n.APIServer != nil && !n.joined {
 		errs = append(errs, n.APIServer.Stop())
+	}
+	if n.joined && n.launcher != nil {
+		n.launcher.close()
 	}
 	errs = append(errs, n.cleanHost())
 	return errors.Join(errs...)

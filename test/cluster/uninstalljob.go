@@ -9,8 +9,8 @@ import (
 
 // UninstallJob writes deployments/optional/uninstall-node-job.yaml into
 // dir as a user adapts it: the node's name substituted (the documented
-// sed), and its hostPaths pointed at this node's directories. It returns
-// the file's path.
+// sed), and, on a single node, its hostPaths pointed at this node's
+// directories. It returns the file's path.
 func (n *Node) UninstallJob(dir string) (string, error) {
 	base, err := DeploymentsDir()
 	if err != nil {
@@ -21,10 +21,14 @@ func (n *Node) UninstallJob(dir string) (string, error) {
 		return "", err
 	}
 	s := strings.ReplaceAll(string(b), "NODE_NAME", n.Name)
-	for from, to := range map[string]string{
+	paths := map[string]string{
 		"path: /opt/cni/bin\n": "path: " + n.CNIBinDir + "\n", "path: /etc/cni/net.d\n": "path: " + n.CNINetDir + "\n",
 		"path: /var/run/istio-cni\n": "path: " + n.IstioRunDir + "\n",
-	} {
+	}
+	if n.ns != nil {
+		paths = nil // a fleet node has the standard host paths (nodeNS)
+	}
+	for from, to := range paths {
 		if !strings.Contains(s, from) {
 			return "", fmt.Errorf("uninstall-node-job.yaml has no %q", strings.TrimSpace(from))
 		}

@@ -1,0 +1,165 @@
+package multinode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
+)
+
+// ownedPath is a node's conflist istio-cni writes.
+func ownedPath(n *cluster.Node) string { return filepath.Join(n.CNINetDir, "02-istio-cni.conflist") }
+
+// TestRollingUpgradeAcrossNodes: a new image rolled out with the
+// DaemonSet's maxUnavailable: 1 replaces the agents one node at a time,
+// while meshed pods keep starting on every node, each at its first
+// attempt and redirected; no node's files go missing meanwhile.
+func TestRollingUpgradeAcrossNodes(t *testing.T) {
+	before := requireAgentsReady(t, env.fleet.Nodes)
+	const next = "localhost/istio-cni/install-cni:0.1.0-next"
+	for _, n := range env.fleet.Nodes {
+		if err := n.TagImage(t.Context(), "localhost/istio-cni/install-cni:0.1.0", next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopWatch := watchFiles(env.fleet.Nodes)
+	maxDown := 0
+	meshedDuring(t, "upgrade", func() {
+		kubectl(t, "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+next)
+		poll.Until(t, 5*time.Minute, "every node's agent replaced, running the new image", func() (bool, string) {
+			pods, err := agentPods(t.Context())
+			if err != nil {
+				return false, err.Error()
+			}
+			down, done := 0, 0
+			for _, n := range env.fleet.Nodes {
+				p, ok := pods[n.Name]
+				switch {
+				case !ok || !allReady(p):
+					down++
+				case p.Metadata.UID != before[n.Name].Metadata.UID && p.Spec.Containers[0].Image == next:
+					done++
+				}
+			}
+			maxDown = max(maxDown, down)
+			return done == len(env.fleet.Nodes), fmt.Sprintf("%d of %d nodes upgraded, %d without a Ready agent", done, len(env.fleet.Nodes), down)
+		})
+	})
+	if gaps := stopWatch(); len(gaps) > 0 {
+		t.Errorf("files went missing during the upgrade: %v", gaps)
+	}
+	if maxDown > 1 {
+		t.Errorf("%d nodes were without a Ready agent at once; maxUnavailable is 1", maxDown)
+	}
+}
+
+// TestNodeSelectorExcludesOneNode: the DaemonSet's nodeSelector changed to
+// leave out one node: that node's agent is deleted for good and it
+// uninstalls; the other nodes keep their files throughout (their agents
+// are replaced one by one, the template changed); plain pods start on
+// every node, and meshed ones where istio-cni still runs. Then the
+// selector is restored.
+func TestNodeSelectorExcludesOneNode(t *testing.T) {
+	requireAgentsReady(t, env.fleet.Nodes)
+	out, kept := env.fleet.Nodes[len(env.fleet.Nodes)-1], env.fleet.Nodes[:len(env.fleet.Nodes)-1]
+	for _, n := range kept {
+		kubectl(t, "label", "node", n.Name, "e2e.istio-cni/agent=yes", "--overwrite")
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		restore := `{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":null}}}}}`
+		_, _ = env.fleet.Kubectl(ctx, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", restore)
+		for _, n := range kept {
+			_, _ = env.fleet.Kubectl(ctx, "label", "node", n.Name, "e2e.istio-cni/agent-")
+		}
+	})
+	stopWatch := watchFiles(kept)
+	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
+		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":"yes"}}}}}`)
+	requireAgentsReady(t, kept)
+	poll.Until(t, 2*time.Minute, "node "+out.Name+" uninstalled", func() (bool, string) {
+		left := leftOn(out)
+		return len(left) == 0, fmt.Sprint("left: ", left)
+	})
+	if gaps := stopWatch(); len(gaps) > 0 {
+		t.Errorf("files went missing on the kept nodes: %v", gaps)
+	}
+	for _, n := range kept {
+		if _, err := os.Stat(ownedPath(n)); err != nil {
+			t.Errorf("node %s: %v", n.Name, err)
+		}
+	}
+	target := serverAddr(t)
+	for i, n := range env.fleet.Nodes {
+		startPod(t, n, cluster.PodSpec{Namespace: "default", Name: fmt.Sprintf("plain-selector-%d", i), Target: target, NodeName: n.Name})
+	}
+	for i, n := range kept {
+		name := fmt.Sprintf("meshed-selector-%d", i)
+		startPod(t, n, cluster.PodSpec{Namespace: "default", Name: name, Target: target, Sidecar: true, NodeName: n.Name})
+		if err := rulesMatchModel(t.Context(), n, name); err != nil {
+			t.Error(err)
+		}
+	}
+	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
+		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":null}}}}}`)
+	requireAgentsReady(t, env.fleet.Nodes)
+}
+
+// leftOn lists what istio-cni has on node n: its binaries, any config
+// chaining it and anything in its run directory.
+func leftOn(n *cluster.Node) []string {
+	var left []string
+	for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.CNIBinDir, install.LookupBinary), ownedPath(n)} {
+		if _, err := os.Stat(p); err == nil {
+			left = append(left, p)
+		}
+	}
+	run, _ := os.ReadDir(n.IstioRunDir)
+	for _, e := range run {
+		left = append(left, filepath.Join(n.IstioRunDir, e.Name()))
+	}
+	cd, _ := install.ReadConfDir(n.CNINetDir)
+	for _, f := range cd.Files {
+		if chain.HasEntry(f.Data) {
+			left = append(left, filepath.Join(n.CNINetDir, f.Name))
+		}
+	}
+	return left
+}
+
+// watchFiles polls each node's plugin, its kubeconfig and the owned
+// conflist every 5 ms until the returned function is called, which says
+// which went missing, where and when.
+func watchFiles(nodes []*cluster.Node) func() []string {
+	var mu sync.Mutex
+	var gaps []string
+	start := time.Now()
+	stop := poll.Every(5*time.Millisecond, func() {
+		for _, n := range nodes {
+			for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.IstioRunDir, install.KubeconfigName), ownedPath(n)} {
+				if _, err := os.Stat(p); err != nil {
+					mu.Lock()
+					if len(gaps) < 20 {
+						gaps = append(gaps, fmt.Sprintf("%s on %s at %v", filepath.Base(p), n.Name, time.Since(start).Round(time.Millisecond)))
+					}
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	return func() []string {
+		stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return gaps
+	}
+}
