@@ -317,6 +317,21 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		}
 	}
 	fmt.Printf("Plugin peak RSS over %d as-installed ADDs (GNU time, %%M; the agent answers, the API lookup helper never runs): %.1f MB (target 8 MB).\n", len(s), peakMB(s))
+	// Where this VM spends an exec's time: each first touch of a page
+	// costs tens of microseconds here, so page faults predict the ratio
+	// better than any in-process timer.
+	floors, err := collect(min(b.n, 50), 1, func() (sample, error) { return floorRun(backend, text, true) })
+	if err != nil {
+		return fmt.Errorf("floor page faults: %w", err)
+	}
+	versions, err := collect(min(b.n, 50), 1, func() (sample, error) {
+		return run.execPlugin("VERSION", "node-bench", "", []byte(`{"cniVersion":"1.0.0"}`), true)
+	})
+	if err != nil {
+		return fmt.Errorf("VERSION page faults: %w", err)
+	}
+	fmt.Printf("Minor page faults per process (GNU time, %%R, p50): ADD %d, its VERSION %d, the bare iptables-restore %d.\n",
+		medianFaults(s), medianFaults(versions), medianFaults(floors))
 	m := procStatus(nd.agent.Process.Pid)
 	fmt.Printf("The agent's RSS after the runs: %.1f MB (peak %.1f MB; now %.1f MB anonymous, %.1f MB of its binary and files).\n",
 		float64(m["VmRSS:"])/1024, float64(m["VmHWM:"])/1024, float64(m["RssAnon:"])/1024, float64(m["RssFile:"])/1024)

@@ -31,13 +31,16 @@ type bench struct {
 	n           int
 }
 
-// sample is one timed run, and the peak RSS of the process in KiB when
-// measured (see peakRSS).
+// sample is one timed run, and the peak RSS of the process in KiB and its
+// minor page faults when measured (see peakRSS).
 type sample struct {
 	d      time.Duration
 	maxRSS int64
-	// api and netns are the plugin's own split of an ADD (its log line).
-	api, netns time.Duration
+	faults int64
+	// total, api and netns are the plugin's own account of an ADD (its log
+	// line): from its verb's start to its log line, and the lookup and
+	// namespace work within. d - total is the exec and the runtime's start.
+	total, api, netns time.Duration
 	// from is who answered the pod lookup: "agent" or "api".
 	from string
 	// miss is why the agent did not answer, when it was asked.
@@ -89,7 +92,7 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 		_ = f.Close()
 		defer os.Remove(rssFile)
 		// Same environment and stdin, under GNU time.
-		cmd.Args = append([]string{"/usr/bin/time", "-f", "%M", "-o", rssFile}, cmd.Args...)
+		cmd.Args = append(timeArgs(rssFile), cmd.Args...)
 		cmd.Path = "/usr/bin/time"
 	}
 	var out, errb bytes.Buffer
@@ -106,11 +109,12 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 		if err != nil {
 			return sample{}, err
 		}
-		if _, err := fmt.Sscan(string(kib), &s.maxRSS); err != nil {
-			return sample{}, fmt.Errorf("GNU time output %q: %w", kib, err)
+		if err := s.readTime(kib); err != nil {
+			return sample{}, err
 		}
 	}
 	var line struct {
+		Total float64 `json:"duration_ms"`
 		API   float64 `json:"api_ms"`
 		Netns float64 `json:"netns_ms"`
 		From  string  `json:"pod_from"`
@@ -118,6 +122,7 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 		By    string  `json:"rules_by"`
 	}
 	if json.Unmarshal(errb.Bytes(), &line) == nil {
+		s.total = time.Duration(line.Total * float64(time.Millisecond))
 		s.api = time.Duration(line.API * float64(time.Millisecond))
 		s.netns = time.Duration(line.Netns * float64(time.Millisecond))
 		s.from, s.miss, s.rulesBy = line.From, line.Miss, line.By
@@ -148,6 +153,11 @@ func removeNS(n ns.NetNS) {
 // floorOnce is the floor: one iptables-restore of the same rules, started
 // from a thread inside a fresh namespace.
 func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
+	return floorRun(backend, text, false)
+}
+
+// floorRun is floorOnce, under GNU time with rss (for its page faults).
+func floorRun(backend xtables.Backend, text []byte, rss bool) (sample, error) {
 	restore, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Restore)
 	if err != nil {
 		return sample{}, err
@@ -156,6 +166,17 @@ func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
 		var s sample
 		err := n.Do(func(ns.NetNS) error {
 			cmd := exec.Command(restore, "--noflush", "--wait=10")
+			var timeFile string
+			if rss {
+				f, err := os.CreateTemp("", "rss-")
+				if err != nil {
+					return err
+				}
+				timeFile = f.Name()
+				_ = f.Close()
+				defer os.Remove(timeFile)
+				cmd = exec.Command("/usr/bin/time", append(timeArgs(timeFile), restore, "--noflush", "--wait=10")...)
+			}
 			cmd.Stdin = bytes.NewReader(text)
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
@@ -163,10 +184,31 @@ func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
 			if err != nil {
 				return fmt.Errorf("%s: %w: %s", restore, err, out)
 			}
+			if rss {
+				data, err := os.ReadFile(timeFile) // #nosec G304 -- the bench's own temp file
+				if err != nil {
+					return err
+				}
+				return s.readTime(data)
+			}
 			return nil
 		})
 		return s, err
 	})
+}
+
+// timeArgs runs a command under GNU time, writing its peak RSS (KiB) and
+// minor page faults to file.
+func timeArgs(file string) []string {
+	return []string{"/usr/bin/time", "-f", "%M %R", "-o", file}
+}
+
+// readTime reads what timeArgs wrote.
+func (s *sample) readTime(data []byte) error {
+	if _, err := fmt.Sscan(string(data), &s.maxRSS, &s.faults); err != nil {
+		return fmt.Errorf("GNU time output %q: %w", data, err)
+	}
+	return nil
 }
 
 // collect runs one() n times, conc at once.

@@ -95,8 +95,19 @@ func row(label string, s []sample) {
 	pct := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
 	fmt.Printf("| %s | %s | %s | %s |\n", label, ms(pct(0.50)), ms(pct(0.99)), ms(ds[len(ds)-1]))
 	if api, netns := median(s, func(x sample) time.Duration { return x.api }), median(s, func(x sample) time.Duration { return x.netns }); api > 0 {
-		fmt.Printf("| &nbsp;&nbsp;of which pod lookup / rules in the netns (plugin's log, p50) | %s / %s | | |\n", ms(api), ms(netns))
+		total := median(s, func(x sample) time.Duration { return x.total })
+		fmt.Printf("| &nbsp;&nbsp;of which the verb / its pod lookup / its rules in the netns (plugin's log, p50) | %s / %s / %s | | |\n", ms(total), ms(api), ms(netns))
 	}
+}
+
+// medianFaults is the median of samples' page faults (taken with rss).
+func medianFaults(s []sample) int64 {
+	fs := make([]int64, len(s))
+	for i, x := range s {
+		fs[i] = x.faults
+	}
+	slices.Sort(fs)
+	return fs[len(fs)/2]
 }
 
 func median(s []sample, f func(sample) time.Duration) time.Duration {
