@@ -30,7 +30,7 @@ type node struct {
 	reinstalled            atomic.Bool // what Deps.Reinstalled says
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
-	nodeUID                func(context.Context) (string, error)
+	nodeUID                func(context.Context, bool) (string, error)
 	notify                 Notifier
 	beats                  *health.Beats
 	tweak                  func(*Installer)

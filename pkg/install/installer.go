@@ -37,9 +37,10 @@ type Deps struct {
 	// carries the installer's own service-account token.
 	PluginToken TokenMinter
 	// NodeUID reads the UID of the node the plugin's tokens are bound
-	// to; nil: never checked. A node deleted and registered again (a new
-	// UID) has revoked them: the next check mints a new one.
-	NodeUID func(ctx context.Context) (string, error)
+	// to, from the API server's cache or, fresh, from its storage; nil:
+	// never checked. A node deleted and registered again (a new UID) has
+	// revoked them: the next check mints a new one.
+	NodeUID func(ctx context.Context, fresh bool) (string, error)
 	// Notify hears of a writer that keeps undoing our files, and of
 	// another installer managing the node (Events on the Node); the log
 	// and the metrics hear of it anyway.

@@ -153,7 +153,11 @@ func (in *Installer) Run(ctx context.Context) error {
 				in.tokens.start(ctx)
 			}
 		case <-nodeTick:
-			in.checkNode(ctx)
+			// A token that names no node cannot be checked: the API
+			// server binds it otherwise, and renewal replaces it.
+			if bound := in.tokens.boundNode(); bound != "" {
+				in.checkNode(ctx, bound)
+			}
 		case uid := <-in.nodeSeen:
 			if in.tokens.nodeChanged(uid) && in.tokens.refused() {
 				in.log.Info("the node was registered again (a new UID), which revoked the plugin's token: minting a new one", "node_uid", uid)

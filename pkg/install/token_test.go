@@ -243,22 +243,27 @@ func boundToken(serial int, nodeUID string) string {
 
 // A Node deleted and registered again (a new UID) revokes the plugin's
 // tokens bound to it: the agent sees the new UID at its next check and
-// mints at once, not at 80% of the token's life; checks that find the
-// same UID mint nothing.
+// mints at once, not at 80% of the token's life. Checks that find the same
+// UID mint nothing, nor does a cache stuck on the old UID: what differs in
+// the cache is read again from storage.
 func TestPluginTokenReplacedWhenItsNodeReregisters(t *testing.T) {
 	n := newNode(t)
 	var mu sync.Mutex
-	uid, mints := "uid-1", 0
+	cached, stored, mints, checks := "uid-1", "uid-1", 0, 0
 	n.mint = func(context.Context) (string, time.Time, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		mints++
-		return boundToken(mints, uid), time.Now().Add(time.Hour), nil
+		return boundToken(mints, stored), time.Now().Add(time.Hour), nil
 	}
-	n.nodeUID = func(context.Context) (string, error) {
+	n.nodeUID = func(_ context.Context, fresh bool) (string, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		return uid, nil
+		checks++
+		if fresh {
+			return stored, nil
+		}
+		return cached, nil
 	}
 	n.tweak = func(in *Installer) {
 		in.tokens.retry, in.tokens.timeout, in.tokens.refusedGap = 50*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
@@ -267,26 +272,39 @@ func TestPluginTokenReplacedWhenItsNodeReregisters(t *testing.T) {
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	n.start(n.config())
 	n.waitReady()
-	first := n.kubeconfig()
-	if !strings.Contains(first, boundToken(1, "uid-1")) {
-		t.Fatalf("kubeconfig:\n%s", first)
+	if kc := n.kubeconfig(); !strings.Contains(kc, boundToken(1, "uid-1")) {
+		t.Fatalf("kubeconfig:\n%s", kc)
 	}
-	time.Sleep(400 * time.Millisecond) // several checks of the same node
+	checked := func(want int) {
+		t.Helper()
+		mu.Lock()
+		from := checks
+		mu.Unlock()
+		n.eventually("more checks of the node", func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return checks >= from+want, fmt.Sprint(checks-from, " checks")
+		})
+	}
+	checked(3)
 	mu.Lock()
 	if mints != 1 {
 		t.Errorf("%d mints while the node kept its UID, want 1", mints)
 	}
-	uid = "uid-2"
+	cached, stored = "uid-2", "uid-2"
 	mu.Unlock()
 	n.eventually("a token bound to the node's new UID", func() (bool, string) {
 		kc := n.kubeconfig()
 		return strings.Contains(kc, boundToken(2, "uid-2")), kc
 	})
-	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	cached = "uid-1" // a cache behind the times
+	mu.Unlock()
+	checked(6) // three checks, each read twice
 	mu.Lock()
 	defer mu.Unlock()
 	if mints != 2 {
-		t.Errorf("%d mints in all, want 2: one more for the new UID", mints)
+		t.Errorf("%d mints in all, want 2: one more for the new UID, none for a stale cache", mints)
 	}
 }
 

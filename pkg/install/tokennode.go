@@ -49,12 +49,18 @@ func boundNodeUID(token string) string {
 }
 
 // checkNode reads the node's UID in the background and hands it to the
-// loop (nodeSeen); a failed read is dropped: the next check tries again.
-func (in *Installer) checkNode(ctx context.Context) {
+// loop (nodeSeen). The read is from the API server's cache; one that
+// differs from bound, the UID the current token names, is read again from
+// storage, so that a cache behind the times cannot have the agent mint
+// each minute. A failed read is dropped: the next check tries again.
+func (in *Installer) checkNode(ctx context.Context, bound string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, defaultMintTimeout)
 		defer cancel()
-		uid, err := in.deps.NodeUID(ctx)
+		uid, err := in.deps.NodeUID(ctx, false)
+		if err == nil && uid != bound {
+			uid, err = in.deps.NodeUID(ctx, true)
+		}
 		if err != nil || uid == "" {
 			return
 		}
@@ -65,9 +71,13 @@ func (in *Installer) checkNode(ctx context.Context) {
 	}()
 }
 
+// boundNode is the UID of the node the current token is bound to; "" if
+// there is no token, or it names no node.
+func (p *pluginTokens) boundNode() string { return boundNodeUID(p.token) }
+
 // nodeChanged reports whether the node now has another UID than the one
 // the plugin's current token is bound to.
 func (p *pluginTokens) nodeChanged(uid string) bool {
-	bound := boundNodeUID(p.token)
+	bound := p.boundNode()
 	return bound != "" && bound != uid
 }

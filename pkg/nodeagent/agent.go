@@ -78,10 +78,14 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 			cfg.Install.PluginTokenTTL, cfg.NodeName); err != nil {
 			return nil, err
 		}
-		// From the watch cache (ResourceVersion 0): a UID, not the
-		// node's latest status, is what is asked.
-		deps.NodeUID = func(ctx context.Context) (string, error) {
-			n, err := cs.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{ResourceVersion: "0"})
+		// From the watch cache (ResourceVersion 0) unless fresh: a
+		// UID, not the node's latest status, is what is asked.
+		deps.NodeUID = func(ctx context.Context, fresh bool) (string, error) {
+			rv := "0"
+			if fresh {
+				rv = ""
+			}
+			n, err := cs.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{ResourceVersion: rv})
 			if err != nil {
 				return "", err
 			}
