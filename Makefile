@@ -148,7 +148,7 @@ test-e2e:
 # share the cores (the single-node e2e's and one of these).
 test-packages:
 	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); $(GO) test -count=1 -timeout 30m $$pkgs
-	$(GO) test -count=1 -timeout 20m ./test/e2e/multinode
+	$(FILL) $(GO) test -count=1 -timeout 20m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries image helm
@@ -157,9 +157,8 @@ e2e: deps kube-binaries image helm
 ## e2e-multinode: only the multi-node tests (test/e2e/multinode): a fleet
 ## of NODES nodes (3 by default) on this machine, each a containerd and a
 ## kubelet in namespaces of its own, one control plane (docs/testing.md).
-NODES ?= 3
 e2e-multinode: deps kube-binaries image
-	NODES=$(NODES) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
+	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
 ## 50 perturbations while meshed pods come and go; figures in
@@ -213,14 +212,18 @@ $(TOOLS)/pilot-discovery: test/upstream/go.mod test/upstream/go.sum
 $(TOOLS)/pilot-agent: test/upstream/go.mod test/upstream/go.sum
 	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -tags agent,disable_pgv -o $(CURDIR)/$@ istio.io/istio/pilot/cmd/pilot-agent
 
-## bench-node: pod starts on a real node, meshed against plain (BENCHMARKS.md).
+## bench-node: pod starts on a real node, meshed against plain; then what
+## the agents cost the control plane and their nodes on fleets of 1 to
+## NODES nodes (3 by default) (BENCHMARKS.md).
 bench-node: deps kube-binaries image
 	$(GO) run ./test/bench -node -pods 50 -burst 108
+	$(GO) run ./test/bench -fleet $(or $(NODES),3)
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).
+## NODES=3: the same on a fleet of 3 nodes, in the foreground until Ctrl-C.
 demo: deps kube-binaries image
-	$(GO) run ./test/demo
+	$(GO) run ./test/demo -nodes $(or $(NODES),1)
 
 ## demo-down: stop the demo node (every process it started, by PID).
 demo-down:

@@ -42,11 +42,12 @@ func (n *Node) Abort() error {
 			f()
 		}
 		done()
-		n.abortErr = abortNode(n.Dir, n.bridge, func() {
+		n.abortErr = abortNode(n.dir, n.bridge, func() {
 			for _, p := range slices.Backward(n.components) {
 				kill(p)
 			}
-			if n.APIServer != nil {
+			// A fleet's node shares the API server: Fleet.Abort ends it.
+			if n.APIServer != nil && !n.joined {
 				n.mu.Lock()
 				kill(n.apiserv)
 				n.mu.Unlock()

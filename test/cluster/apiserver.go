@@ -39,6 +39,10 @@ type Options struct {
 	// serving certificate names; default 127.0.0.1. A fleet's nodes,
 	// each in its own network namespace, reach it on their shared link.
 	Host netip.Addr
+	// AuditUsers, when set, has the API server write an audit log
+	// (AuditLogPath) of these users' requests, metadata only: what a
+	// component costs the control plane, counted per request.
+	AuditUsers []string
 	// Node: controllers and a kubelet will run against this server, so
 	// pods get service accounts (ServiceAccount admission stays on).
 	Node bool
@@ -136,6 +140,13 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	args := apiserverArgs(o.Dir, o.Host, ports[0], etcdURL, certs, tokenFile)
+	if len(o.AuditUsers) > 0 {
+		policy, err := writeAuditPolicy(o.Dir, o.AuditUsers)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		args = append(args, "--audit-policy-file="+policy, "--audit-log-path="+AuditLogPath(o.Dir), "--audit-log-format=json")
+	}
 	if !o.Node {
 		// Pods are created without a service account (no controller
 		// manager makes the default one), so skip its admission plugin.

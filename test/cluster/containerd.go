@@ -86,7 +86,7 @@ func (n *Node) startContainerd(ctx context.Context, b nodeBins, dir string) erro
 	}
 	// A fleet node's netns directory is shared inside its own mount
 	// namespace (createNodeNS).
-	if n.ns == nil {
+	if !n.joined {
 		if err := shareDir(n.NetnsDir); err != nil {
 			return err
 		}

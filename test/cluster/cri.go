@@ -47,7 +47,7 @@ func (n *Node) PodNetNS(ctx context.Context, namespace, name string) (string, er
 	if err != nil {
 		return "", fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 	}
-	return n.HostPath(path), nil
+	return n.HostPath(path)
 }
 
 // sandboxNetNS reads a sandbox's network namespace path from its verbose

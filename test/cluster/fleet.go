@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,13 @@ type FleetOptions struct {
 	// StartTimeout bounds the start of the control plane and of each
 	// node; default 5m.
 	StartTimeout time.Duration
+	// AuditUsers: the API server logs these users' requests (see
+	// Options.AuditUsers and ReadAuditLog).
+	AuditUsers []string
+	// Started, if set, is called with the fleet as soon as there is one
+	// to abort (Fleet.Abort), before any node starts: a signal during a
+	// start of minutes must find it.
+	Started func(*Fleet)
 }
 
 // Fleet is a multi-node cluster on this machine, as kind makes one with
@@ -37,10 +45,18 @@ type Fleet struct {
 	*APIServer
 	// Kubeconfig is an admin kubeconfig for kubectl.
 	Kubeconfig string
-	Nodes      []*Node
-	control    *Node // the controllers; no kubelet
-	stopOnce   sync.Once
-	stopErr    error
+	// Nodes are the nodes, once StartFleet returned.
+	Nodes   []*Node
+	control *Node // the controllers; no kubelet
+	// mu guards starting, the nodes begun so far (Nodes while StartFleet
+	// runs), which Abort reads from another goroutine.
+	mu       sync.Mutex
+	starting []*Node
+	// hostDirs are the mount points StartFleet made on this machine, to
+	// remove at the end.
+	hostDirs []string
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // The fleet's link: a bridge in this machine's network namespace holding
@@ -86,7 +102,13 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	}
 	// The link is registered as a node's bridge is: a live fleet holds it
 	// (one fleet at a time on a machine), a killed one's is torn down.
-	if err := register(o.Dir, fleetBridge, false); err != nil {
+	// Its entry's directory holds nothing else: the nodes' own entries
+	// tear the nodes down, whatever order the sweep takes them in.
+	linkDir := filepath.Join(o.Dir, "link")
+	if err := os.MkdirAll(linkDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := register(linkDir, fleetBridge, false); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if err := deleteBridge(fleetBridge); err != nil {
@@ -99,21 +121,32 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 			err = errors.Join(err, f.Stop())
 		}
 	}()
+	if o.Started != nil {
+		o.Started(f)
+	}
+	if f.hostDirs, err = makeMountPoints(nodeMountPoints); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	if err := createBridge(fleetBridge, netip.PrefixFrom(fleetHost, fleetLink.Bits())); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
-	f.APIServer, err = StartAPIServer(cctx, Options{Dir: o.Dir, Node: true, Host: fleetHost, StartTimeout: o.StartTimeout})
+	api, err := StartAPIServer(cctx, Options{Dir: o.Dir, Node: true, Host: fleetHost, StartTimeout: o.StartTimeout, AuditUsers: o.AuditUsers})
 	if err != nil {
-		f.APIServer = nil
 		return nil, err
 	}
+	f.mu.Lock()
+	f.APIServer = api
+	f.mu.Unlock()
 	if err := f.APIServer.Kubeconfig(f.Kubeconfig, AdminToken); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	f.control = &Node{APIServer: f.APIServer, Kubeconfig: f.Kubeconfig, dir: o.Dir, launcher: f.launcher, timeout: o.StartTimeout}
-	for _, start := range []func(context.Context, nodeBins, string) error{f.control.startControllerManager, f.control.startScheduler} {
+	control := &Node{APIServer: api, Kubeconfig: f.Kubeconfig, dir: o.Dir, launcher: api.launcher, timeout: o.StartTimeout}
+	f.mu.Lock()
+	f.control = control
+	f.mu.Unlock()
+	for _, start := range []func(context.Context, nodeBins, string) error{control.startControllerManager, control.startScheduler} {
 		if err := start(cctx, bins, o.Dir); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
@@ -121,14 +154,11 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	// One at a time: each start is a burst of CPU, and a node that
 	// failed names itself.
 	for i := 1; i <= o.Nodes; i++ {
-		n, err := f.startNode(ctx, bins, o, i)
-		if n != nil {
-			f.Nodes = append(f.Nodes, n)
-		}
-		if err != nil {
+		if err := f.startNode(ctx, bins, o, i); err != nil {
 			return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 		}
 	}
+	f.Nodes = f.nodes()
 	// Every node routes the others' pod ranges through their eth0; this
 	// machine routes them all (the API server's webhooks, the tests).
 	for _, n := range f.Nodes {
@@ -146,17 +176,32 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	return f, nil
 }
 
+// nodes are the nodes begun so far.
+func (f *Fleet) nodes() []*Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.starting)
+}
+
+// podBridge is the primary CNI's bridge in every node's own network
+// namespace.
+const podBridge = "cni0"
+
 // startNode starts fleet node i: its namespaces and link, the primary CNI,
-// containerd and kubelet, and waits until the node is Ready.
-func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int) (_ *Node, err error) {
+// containerd and kubelet, and waits until the node is Ready. The node is
+// the fleet's (Stop, Abort) from its first step.
+func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int) error {
 	dir := filepath.Join(o.Dir, "nodes", fmt.Sprint(i))
-	bridge := fmt.Sprintf("icnifn%d", i)
-	opts := NodeOptions{Dir: dir, Bridge: bridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout}
+	// The node's name on this machine: its end of the link, its
+	// registry entry, its cgroup root. Deleting it (cleanHost, also a
+	// killed run's sweep) unlinks the node at once.
+	hostLink := fmt.Sprintf("icnifv%d", i)
+	opts := NodeOptions{Dir: dir, Bridge: podBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+		return err
 	}
-	if err := register(dir, bridge, false); err != nil {
-		return nil, err
+	if err := register(dir, hostLink, false); err != nil {
+		return err
 	}
 	n := &Node{
 		APIServer:        f.APIServer,
@@ -172,40 +217,39 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 		NodeIP:           fleetNodeIP(i),
 		Subnet:           fleetSubnet(i),
 		dir:              dir,
-		bridge:           bridge,
+		bridge:           hostLink,
 		gateway:          netip.PrefixFrom(fleetSubnet(i).Addr().Next(), 24),
 		timeout:          o.StartTimeout,
 		joined:           true,
 	}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, n.Stop())
-		}
-	}()
+	f.mu.Lock()
+	f.starting = append(f.starting, n)
+	f.mu.Unlock()
 	n.PrimaryConfig = filepath.Join(n.CNINetDir, "10-bridge.conflist")
 	for _, d := range []string{n.CNIBinDir, n.CNINetDir, n.IstioRunDir, n.PodLogDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return n, err
+			return err
 		}
 	}
 	if err := n.installPrimaryCNI(opts); err != nil {
-		return n, err
+		return err
 	}
 	if err := os.MkdirAll(n.NetnsDir, 0o755); err != nil {
-		return n, err
+		return err
 	}
-	ns, err := createNodeNS(dir, n.Name, []hostBind{
+	binds := []hostBind{
 		{src: n.CNIBinDir, dst: "/opt/cni/bin"},
 		{src: n.CNINetDir, dst: "/etc/cni/net.d"},
 		{src: n.IstioRunDir, dst: "/run/istio-cni"},
 		{src: n.NetnsDir, dst: "/run/netns", shared: true},
-	})
+	}
+	ns, err := createNodeNS(dir, n.Name, binds)
 	if err != nil {
-		return n, err
+		return err
 	}
 	n.ns = &ns
-	if err := n.link(i); err != nil {
-		return n, err
+	if err := n.link(); err != nil {
+		return err
 	}
 	n.launcher = newLauncher("")
 	n.launcher.enter = ns.enter()
@@ -213,20 +257,26 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	defer cancel()
 	for _, start := range []func(context.Context, nodeBins, string) error{n.startContainerd, n.startKubelet} {
 		if err := start(cctx, bins, dir); err != nil {
-			return n, err
+			return err
 		}
 	}
-	return n, n.waitReady(cctx)
+	return n.waitReady(cctx)
 }
 
-// link joins the node's network namespace to the fleet's bridge (its
-// eth0, the node's address) and gives its pods their bridge.
-func (n *Node) link(i int) error {
-	host := fmt.Sprintf("icnifv%d", i)
+// nodeMountPoints are where a fleet node's directories are bound.
+var nodeMountPoints = []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/istio-cni", "/run/netns"}
+
+// link joins the node's network namespace to the fleet's bridge by a veth
+// (n.bridge here, eth0 with the node's address in the node) and gives its
+// pods their bridge. A link of that name a killed run left goes first.
+func (n *Node) link() error {
+	if err := deleteBridge(n.bridge); err != nil {
+		return err
+	}
 	for _, args := range [][]string{
-		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.ns.file("net")},
-		{"link", "set", host, "master", fleetBridge},
-		{"link", "set", host, "up"},
+		{"link", "add", n.bridge, "type", "veth", "peer", "name", "eth0", "netns", n.ns.file("net")},
+		{"link", "set", n.bridge, "master", fleetBridge},
+		{"link", "set", n.bridge, "up"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil { // #nosec G204 -- the harness's own link
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
@@ -235,9 +285,9 @@ func (n *Node) link(i int) error {
 	for _, args := range [][]string{
 		{"addr", "add", netip.PrefixFrom(n.NodeIP, fleetLink.Bits()).String(), "dev", "eth0"},
 		{"link", "set", "eth0", "up"},
-		{"link", "add", n.bridge, "type", "bridge"},
-		{"addr", "add", n.gateway.String(), "dev", n.bridge},
-		{"link", "set", n.bridge, "up"},
+		{"link", "add", podBridge, "type", "bridge"},
+		{"addr", "add", n.gateway.String(), "dev", podBridge},
+		{"link", "set", podBridge, "up"},
 	} {
 		if err := n.ns.run("ip", args...); err != nil {
 			return err
@@ -262,8 +312,9 @@ func (f *Fleet) Stop() error {
 	f.stopOnce.Do(func() {
 		var errs []error
 		var wg sync.WaitGroup
-		errc := make(chan error, len(f.Nodes))
-		for _, n := range f.Nodes {
+		nodes := f.nodes()
+		errc := make(chan error, len(nodes))
+		for _, n := range nodes {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -283,11 +334,52 @@ func (f *Fleet) Stop() error {
 		if f.APIServer != nil {
 			errs = append(errs, f.APIServer.Stop())
 		}
-		errs = append(errs, deleteBridge(fleetBridge))
+		errs = append(errs, deleteBridge(fleetBridge), removeMountPoints(f.hostDirs))
 		unregister(fleetBridge)
 		f.stopErr = errors.Join(errs...)
 	})
 	return f.stopErr
+}
+
+// Abort tears the fleet down at once, for a signal or a deadline: every
+// node's Abort (its containers SIGKILLed by its shims and cgroups, no CRI
+// call) side by side, then the control plane, the link and the mount
+// points. Safe beside a Stop or a start under way.
+func (f *Fleet) Abort() error {
+	var wg sync.WaitGroup
+	nodes := f.nodes()
+	errs := make([]error, len(nodes)+1)
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.Abort() })
+	}
+	wg.Wait()
+	// The control plane's processes die with this one anyway (Pdeathsig);
+	// ending them now frees the cores for the rest.
+	f.mu.Lock()
+	control, api := f.control, f.APIServer
+	var comps []*proc
+	if control != nil {
+		comps = slices.Clone(control.components)
+	}
+	f.mu.Unlock()
+	for _, p := range comps {
+		if !p.exited() {
+			_ = p.cmd.Process.Kill()
+		}
+	}
+	if api != nil {
+		api.mu.Lock()
+		if api.apiserv != nil && !api.apiserv.exited() {
+			_ = api.apiserv.cmd.Process.Kill()
+		}
+		api.mu.Unlock()
+		if api.etcd != nil && !api.etcd.exited() {
+			_ = api.etcd.cmd.Process.Kill()
+		}
+	}
+	errs[len(nodes)] = errors.Join(deleteBridge(fleetBridge), removeMountPoints(f.hostDirs))
+	unregister(fleetBridge)
+	return errors.Join(errs...)
 }
 
 // Logs returns the tails of the control plane's and every node's logs.
@@ -296,7 +388,7 @@ func (f *Fleet) Logs(lines int) string {
 	if f.control != nil {
 		out = f.control.Logs(lines)
 	}
-	for _, n := range f.Nodes {
+	for _, n := range f.nodes() {
 		out += n.Logs(lines)
 	}
 	return out

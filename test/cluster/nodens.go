@@ -1,11 +1,15 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // nodeNS is a fleet node's own network, mount and UTS namespaces, kept
@@ -61,8 +65,17 @@ type hostBind struct {
 // node's mounts through its processes' roots (HostPath).
 func createNodeNS(dir, hostname string, binds []hostBind) (nodeNS, error) {
 	s := nodeNS{dir: dir}
-	if err := os.MkdirAll(filepath.Join(dir, "ns"), 0o700); err != nil {
+	nsDir := filepath.Join(dir, "ns")
+	if err := os.MkdirAll(nsDir, 0o700); err != nil {
 		return s, err
+	}
+	// A namespace's file cannot be bound on a shared mount (systemd makes
+	// / shared): the files get a private mount of their own.
+	if err := unix.Mount(nsDir, nsDir, "", unix.MS_BIND, ""); err != nil {
+		return s, fmt.Errorf("mount --bind %s: %w", nsDir, err)
+	}
+	if err := unix.Mount("", nsDir, "", unix.MS_PRIVATE, ""); err != nil {
+		return s, fmt.Errorf("mount --make-private %s: %w", nsDir, err)
 	}
 	args := []string{"--propagation", "unchanged"} // made rslave by the script, once inside
 	for _, k := range nsKinds {
@@ -84,9 +97,9 @@ func createNodeNS(dir, hostname string, binds []hostBind) (nodeNS, error) {
 			// A shared mount of its own first: its bind is then its peer.
 			script = append(script, fmt.Sprintf("mount --bind %s %s && mount --make-shared %s", src, src, src))
 		}
-		// The mount points exist on this machine as empty directories;
-		// only the node's namespace mounts anything on them.
-		script = append(script, fmt.Sprintf("mkdir -p %s && mount --bind %s %s", dst, src, dst))
+		// The mount point exists on this machine (makeMountPoints);
+		// only the node's namespace mounts anything on it.
+		script = append(script, fmt.Sprintf("mount --bind %s %s", src, dst))
 	}
 	args = append(args, "--", "sh", "-ec", strings.Join(script, "\n"))
 	if out, err := exec.Command("unshare", args...).CombinedOutput(); err != nil { // #nosec G204 -- the harness's own script
@@ -97,18 +110,52 @@ func createNodeNS(dir, hostname string, binds []hostBind) (nodeNS, error) {
 
 // HostPath is where this machine opens path as the node sees it: the path
 // itself on a single node; on a fleet's, through its containerd's root,
-// since what the node mounts (its sandboxes' network namespaces) stays in
-// its mount namespace. The PID is containerd's as long as it runs.
-func (n *Node) HostPath(path string) string {
-	if n.ns == nil {
-		return path
+// since what the node mounts (its sandboxes' network namespaces, kubelet's
+// volumes) stays in its mount namespace, which only its processes hold.
+func (n *Node) HostPath(path string) (string, error) {
+	if !n.joined {
+		return path, nil
 	}
-	for _, p := range n.components {
-		if p.name == "containerd" && !p.exited() {
-			return fmt.Sprintf("/proc/%d/root%s", p.pid(), path)
-		}
+	if c := n.component("containerd"); c != nil && !c.exited() {
+		return fmt.Sprintf("/proc/%d/root%s", c.pid(), path), nil
 	}
-	return path
+	return "", fmt.Errorf("node %s: containerd is not running: nothing holds the node's mount namespace to read %s in", n.Name, path)
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// makeMountPoints makes the directories fleet nodes bind their own at,
+// where this machine has none (a real node has them; this one need not),
+// and returns those it made, parents first: removeMountPoints takes them
+// away again, so the machine is left as it was.
+func makeMountPoints(paths []string) ([]string, error) {
+	var made []string
+	for _, p := range paths {
+		var missing []string
+		for d := p; d != "/"; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); err == nil {
+				break
+			}
+			missing = append([]string{d}, missing...)
+		}
+		for _, d := range missing {
+			if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+				return made, err
+			}
+			made = append(made, d)
+		}
+	}
+	return made, nil
+}
+
+// removeMountPoints removes what makeMountPoints made, deepest first, if
+// still empty.
+func removeMountPoints(made []string) error {
+	var errs []error
+	for _, d := range slices.Backward(made) {
+		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

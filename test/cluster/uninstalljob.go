@@ -25,7 +25,7 @@ func (n *Node) UninstallJob(dir string) (string, error) {
 		"path: /opt/cni/bin\n": "path: " + n.CNIBinDir + "\n", "path: /etc/cni/net.d\n": "path: " + n.CNINetDir + "\n",
 		"path: /var/run/istio-cni\n": "path: " + n.IstioRunDir + "\n",
 	}
-	if n.ns != nil {
+	if n.joined {
 		paths = nil // a fleet node has the standard host paths (nodeNS)
 	}
 	for from, to := range paths {

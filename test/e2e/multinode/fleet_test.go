@@ -62,16 +62,10 @@ func TestDaemonSetOnEveryNode(t *testing.T) {
 				t.Errorf("node %s: %v", n.Name, err)
 			}
 		}
-		// Each node's kubeconfig names that node's own token: tokens
-		// are bound to the node they were minted for.
-		kc, err := os.ReadFile(filepath.Join(n.IstioRunDir, install.KubeconfigName))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range env.fleet.Nodes {
-			if m != n && strings.Contains(string(kc), m.Name) {
-				t.Errorf("node %s's plugin kubeconfig names node %s", n.Name, m.Name)
-			}
+		// Each node's plugin token is bound to that node: its claims
+		// name it, and no other.
+		if name, uid := tokenNode(t, pluginToken(t, n)); name != n.Name || uid == "" {
+			t.Errorf("node %s's plugin token is bound to node %q (uid %q)", n.Name, name, uid)
 		}
 	}
 }

@@ -73,7 +73,7 @@ func run(m *testing.M) (code int, err error) {
 	var started atomic.Pointer[cluster.Fleet]
 	disarm := cluster.AbortOnSignal(func() error {
 		if f := started.Load(); f != nil {
-			return f.Stop()
+			return f.Abort()
 		}
 		return nil
 	}, cluster.TestDeadline())
@@ -82,12 +82,11 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes})
+	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes, Started: func(f *cluster.Fleet) { started.Store(f) }})
 	if err != nil {
 		return 1, err
 	}
 	env.fleet = fleet
-	started.Store(fleet)
 	stop := sync.OnceValue(fleet.Stop)
 	defer func() {
 		if code != 0 || err != nil {

@@ -1,10 +1,12 @@
 package multinode
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,28 @@ func pluginToken(t *testing.T, n *cluster.Node) string {
 	}
 	t.Fatalf("%s holds no token", path)
 	return ""
+}
+
+// tokenNode is the node a token's claims bind it to (read, not verified).
+func tokenNode(t *testing.T, token string) (name, uid string) {
+	t.Helper()
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		t.Fatalf("the plugin's token is not a JWT (%d parts)", len(parts))
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claims struct {
+		K8s struct {
+			Node struct{ Name, UID string }
+		} `json:"kubernetes.io"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	return claims.K8s.Node.Name, claims.K8s.Node.UID
 }
 
 // tokenStatus is what the API server answers the plugin's one request (a
@@ -61,6 +85,7 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 			t.Fatalf("node %s's plugin token before: %d", n.Name, s)
 		}
 	}
+	_, oldUID := tokenNode(t, tokens[victim.Name])
 	if err := victim.StopKubelet(); err != nil {
 		t.Fatal(err)
 	}
@@ -81,19 +106,22 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 	}
 	after := requireAgentsReady(t, env.fleet.Nodes)
 	// Back within the pod garbage collector's 40 s, the agent's pod is
-	// kept: its new token is then the running agent's doing, not a new
-	// pod's first mint.
-	t.Logf("the agent on %s: pod %s before, %s after", victim.Name, before[victim.Name].Metadata.UID, after[victim.Name].Metadata.UID)
+	// kept: its new token is then the running agent's doing (its check
+	// of the node's UID), not a new pod's first mint. No pod starts on
+	// the node before: a refused lookup would mint too.
+	if b, a := before[victim.Name].Metadata.UID, after[victim.Name].Metadata.UID; a != b {
+		t.Fatalf("the agent's pod on %s was replaced (%s, then %s): its new token proves nothing of the running agent", victim.Name, b, a)
+	}
+	poll.Until(t, 3*time.Minute, "a working plugin token on "+victim.Name+" again", func() (bool, string) {
+		s := tokenStatus(t, pluginToken(t, victim))
+		return s == http.StatusOK, fmt.Sprint(s)
+	})
+	if _, uid := tokenNode(t, pluginToken(t, victim)); uid == "" || uid == oldUID {
+		t.Errorf("node %s's new token is bound to uid %q, the old node's was %q", victim.Name, uid, oldUID)
+	}
 	name := "after-reregister"
 	startPod(t, victim, cluster.PodSpec{Namespace: "default", Name: name, Target: serverAddr(t), Sidecar: true, NodeName: victim.Name})
 	if err := rulesMatchModel(t.Context(), victim, name); err != nil {
 		t.Error(err)
 	}
-	poll.Until(t, 3*time.Minute, "a working plugin token on "+victim.Name+" again", func() (bool, string) {
-		if _, err := os.Stat(filepath.Join(victim.IstioRunDir, install.KubeconfigName)); err != nil {
-			return false, err.Error()
-		}
-		s := tokenStatus(t, pluginToken(t, victim))
-		return s == http.StatusOK, fmt.Sprint(s)
-	})
 }

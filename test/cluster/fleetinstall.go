@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// fleetOverlay adapts deployments/ to a fleet less than overlay does: every
+// node has the standard host paths, and its own network namespace for the
+// agent's ports, so only the API server's address (no kube-proxy, so no
+// Service IP) and the audit's period change.
+const fleetOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %[1]s
+patches:
+- target:
+    kind: DaemonSet
+    name: istio-cni-node
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_INTERVAL, value: "2s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_CONFIRM, value: "1s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: KUBERNETES_SERVICE_HOST, value: "%[2]s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: KUBERNETES_SERVICE_PORT, value: "%[3]d"}
+`
+
+// Install installs istio-cni on every node of the fleet as a user does,
+// `kubectl apply -k` of an overlay written into dir, and waits for the
+// rollout. It returns kubectl's output.
+func (f *Fleet) Install(ctx context.Context, dir string) (string, error) {
+	base, err := DeploymentsDir()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(dir, base)
+	if err != nil {
+		return "", err
+	}
+	api := f.APIAddr()
+	data := fmt.Sprintf(fleetOverlay, rel, api.Addr(), api.Port())
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600); err != nil {
+		return "", err
+	}
+	out, err := f.Kubectl(ctx, "apply", "-k", dir)
+	if err != nil {
+		return out, err
+	}
+	_, err = f.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=5m")
+	return out, err
+}
+
+// Kubectl runs kubectl against the fleet as admin.
+func (f *Fleet) Kubectl(ctx context.Context, args ...string) (string, error) {
+	return f.control.Kubectl(ctx, args...)
+}
