@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -33,7 +34,22 @@ func main() {
 	node := flag.Bool("node", false, "measure only pod starts on a real node (see -pods)")
 	pods := flag.Int("pods", 30, "pods of each kind started on the real node")
 	burstPods := flag.Int("burst", 0, "then pods created at once on the emptied node, every other one meshed (108 fills kubelet's 110)")
+	fleet := flag.Int("fleet", 0, "measure only the agents on fleets of 1 to this many nodes (cluster.StartFleet)")
+	fleetPods := flag.String("fleet-pods", "10,25", "meshed pods a node started on the fleet, two counts, rising")
+	fleetIdle := flag.Duration("fleet-idle", time.Minute, "the fleet's idle window")
 	flag.Parse()
+	if *fleet > 0 {
+		var p1, p2 int
+		if _, err := fmt.Sscanf(*fleetPods, "%d,%d", &p1, &p2); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -fleet-pods %q: want two counts, as 10,25\n", *fleetPods)
+			os.Exit(2)
+		}
+		if err := fleetBench(*fleet, p1, p2, *fleetIdle); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *node {
 		if err := nodeBench(*pods, *burstPods); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -28,6 +28,7 @@ import (
 func main() {
 	down := flag.Bool("down", false, "stop the demo node and remove its directory")
 	dir := flag.String("dir", "_output/demo", "the demo node's directory")
+	nodes := flag.Int("nodes", 1, "nodes: above 1, a fleet (one control plane, each node in namespaces of its own) that runs until interrupted")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(errors.New("needs root (containerd, kubelet, network namespaces)"))
@@ -36,9 +37,14 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	if *down {
+	switch {
+	case *down:
 		err = stop(abs)
-	} else {
+	case *nodes > 1:
+		err = fleetDemo(abs+"-fleet", *nodes)
+	case *nodes < 1:
+		err = fmt.Errorf("-nodes (NODES) is %d; allowed: 1 (a single node, left running) or 2 to 9 (a fleet)", *nodes)
+	default:
 		err = up(abs)
 	}
 	if err != nil {
