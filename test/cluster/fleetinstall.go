@@ -10,7 +10,7 @@ import (
 // fleetOverlay adapts deployments/ to a fleet less than overlay does: every
 // node has the standard host paths, and its own network namespace for the
 // agent's ports, so only the API server's address (no kube-proxy, so no
-// Service IP) and the audit's period change.
+// Service IP) changes, and for tests the audit's period (%[4]s).
 const fleetOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -22,22 +22,28 @@ patches:
   patch: |-
     - op: add
       path: /spec/template/spec/containers/0/env/-
-      value: {name: AUDIT_INTERVAL, value: "2s"}
-    - op: add
-      path: /spec/template/spec/containers/0/env/-
-      value: {name: AUDIT_CONFIRM, value: "1s"}
-    - op: add
-      path: /spec/template/spec/containers/0/env/-
       value: {name: KUBERNETES_SERVICE_HOST, value: "%[2]s"}
     - op: add
       path: /spec/template/spec/containers/0/env/-
       value: {name: KUBERNETES_SERVICE_PORT, value: "%[3]d"}
+%[4]s`
+
+// testAudit has the audit pass every 2 s and act after 1 s, so tests see
+// repairs within seconds.
+const testAudit = `    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_INTERVAL, value: "2s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: AUDIT_CONFIRM, value: "1s"}
 `
 
 // Install installs istio-cni on every node of the fleet as a user does,
 // `kubectl apply -k` of an overlay written into dir, and waits for the
-// rollout. It returns kubectl's output.
-func (f *Fleet) Install(ctx context.Context, dir string) (string, error) {
+// rollout. fastAudit shortens the audit's period for tests; without it the
+// agents run with deployments/' settings, as the bench measures them. It
+// returns kubectl's output.
+func (f *Fleet) Install(ctx context.Context, dir string, fastAudit bool) (string, error) {
 	base, err := DeploymentsDir()
 	if err != nil {
 		return "", err
@@ -50,7 +56,11 @@ func (f *Fleet) Install(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	api := f.APIAddr()
-	data := fmt.Sprintf(fleetOverlay, rel, api.Addr(), api.Port())
+	audit := ""
+	if fastAudit {
+		audit = testAudit
+	}
+	data := fmt.Sprintf(fleetOverlay, rel, api.Addr(), api.Port(), audit)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600); err != nil {
 		return "", err
 	}

@@ -54,7 +54,7 @@ func fleetDemo(dir string, n int) (err error) {
 		return err
 	}
 	step("installing istio-cni on every node: kubectl apply -k (deployments/, its hostPaths unchanged, + the API server's address)")
-	out, err := fleet.Install(ctx, filepath.Join(dir, "overlay"))
+	out, err := fleet.Install(ctx, filepath.Join(dir, "overlay"), false)
 	fmt.Print(indent(out))
 	if err != nil {
 		return err

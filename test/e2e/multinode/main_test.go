@@ -108,7 +108,7 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	out, err = fleet.Install(ctx, filepath.Join(dir, "overlay"))
+	out, err = fleet.Install(ctx, filepath.Join(dir, "overlay"), true)
 	fmt.Print(out)
 	if err != nil {
 		return 1, err
