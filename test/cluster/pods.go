@@ -266,3 +266,25 @@ func (n *Node) Kubectl(ctx context.Context, args ...string) (string, error) {
 	}
 	return string(out), nil
 }
+
+// DeploymentJSON renders a Deployment of replicas pods, each the pod s
+// describes (s.Name names the Deployment; its labels select the pods).
+func (s PodSpec) DeploymentJSON(replicas int) []byte {
+	var pod struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+		Spec json.RawMessage `json:"spec"`
+	}
+	_ = json.Unmarshal(s.JSON(), &pod) // our own rendering
+	d, _ := json.Marshal(map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": s.Name, "namespace": s.Namespace},
+		"spec": map[string]any{
+			"replicas": replicas,
+			"selector": map[string]any{"matchLabels": pod.Metadata.Labels},
+			"template": map[string]any{"metadata": map[string]any{"labels": pod.Metadata.Labels}, "spec": pod.Spec},
+		},
+	})
+	return d
+}

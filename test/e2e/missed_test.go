@@ -194,24 +194,7 @@ func setMissedMode(ctx context.Context, mode string) error {
 // the test ends.
 func createDeployment(t *testing.T, ns, name string, replicas int, s cluster.PodSpec) {
 	t.Helper()
-	var pod struct {
-		Metadata struct {
-			Labels map[string]string `json:"labels"`
-		} `json:"metadata"`
-		Spec json.RawMessage `json:"spec"`
-	}
-	if err := json.Unmarshal(s.JSON(), &pod); err != nil {
-		t.Fatal(err)
-	}
-	d, _ := json.Marshal(map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec": map[string]any{
-			"replicas": replicas,
-			"selector": map[string]any{"matchLabels": pod.Metadata.Labels},
-			"template": map[string]any{"metadata": map[string]any{"labels": pod.Metadata.Labels}, "spec": pod.Spec},
-		},
-	})
+	d := s.DeploymentJSON(replicas)
 	status, body, err := env.node.Do(t.Context(), http.MethodPost, "/apis/apps/v1/namespaces/"+ns+"/deployments", d)
 	if err != nil || status != http.StatusCreated {
 		t.Fatalf("creating Deployment %s/%s: %d %v\n%s", ns, name, status, err, body)
