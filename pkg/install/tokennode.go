@@ -52,7 +52,9 @@ func boundNodeUID(token string) string {
 // loop (nodeSeen). The read is from the API server's cache; one that
 // differs from bound, the UID the current token names, is read again from
 // storage, so that a cache behind the times cannot have the agent mint
-// each minute. A failed read is dropped: the next check tries again.
+// each minute. A failed read is logged (a check that keeps failing, a
+// 403 after an RBAC change, must not go unseen) and dropped: the next
+// check tries again.
 func (in *Installer) checkNode(ctx context.Context, bound string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, defaultMintTimeout)
@@ -61,7 +63,11 @@ func (in *Installer) checkNode(ctx context.Context, bound string) {
 		if err == nil && uid != bound {
 			uid, err = in.deps.NodeUID(ctx, true)
 		}
-		if err != nil || uid == "" {
+		if err != nil {
+			in.log.Warn("reading this node's UID, to check the plugin's token is bound to it", "error", err.Error())
+			return
+		}
+		if uid == "" {
 			return
 		}
 		select {

@@ -52,26 +52,12 @@ type Fleet struct {
 	// runs), which Abort reads from another goroutine.
 	mu       sync.Mutex
 	starting []*Node
-	// hostDirs are the mount points StartFleet made on this machine, to
-	// remove at the end.
-	hostDirs []string
+	// hostDirs is the claim on the nodes' mount points on this machine
+	// (ClaimHostDirs), made before the fleet is published to Abort.
+	hostDirs *HostDirs
 	stopOnce sync.Once
 	stopErr  error
 }
-
-// The fleet's link: a bridge in this machine's network namespace holding
-// the API server's address, each node's eth0 on it; node i (from 1) has
-// address .(10+i) there and pods in 10.252.i.0/24 on its own bridge.
-const fleetBridge = "icnifleet0"
-
-var (
-	fleetLink   = netip.MustParsePrefix("10.251.0.0/24")
-	fleetHost   = netip.MustParseAddr("10.251.0.1")
-	fleetSubnet = func(i int) netip.Prefix {
-		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 252, byte(i), 0}), 24) // #nosec G115 -- at most 9 nodes
-	}
-	fleetNodeIP = func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 251, 0, byte(10 + i)}) } // #nosec G115 -- at most 9 nodes
-)
 
 // FleetNodeName is node i's name (from 1), also its hostname.
 func FleetNodeName(i int) string { return fmt.Sprintf("istio-cni-fleet-%d", i) }
@@ -100,6 +86,9 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	} else if len(cleaned) > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: tore down the nodes a killed run left in %v\n", cleaned)
 	}
+	if err := fleetRangesFree(o.Nodes); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	// The link is registered as a node's bridge is: a live fleet holds it
 	// (one fleet at a time on a machine), a killed one's is torn down.
 	// Its entry's directory holds nothing else: the nodes' own entries
@@ -121,11 +110,11 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 			err = errors.Join(err, f.Stop())
 		}
 	}()
+	if f.hostDirs, err = ClaimHostDirs(nodeMountPoints...); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 	if o.Started != nil {
 		o.Started(f)
-	}
-	if f.hostDirs, err = makeMountPoints(nodeMountPoints); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if err := createBridge(fleetBridge, netip.PrefixFrom(fleetHost, fleetLink.Bits())); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -334,7 +323,7 @@ func (f *Fleet) Stop() error {
 		if f.APIServer != nil {
 			errs = append(errs, f.APIServer.Stop())
 		}
-		errs = append(errs, deleteBridge(fleetBridge), removeMountPoints(f.hostDirs))
+		errs = append(errs, deleteBridge(fleetBridge), f.hostDirs.Release())
 		unregister(fleetBridge)
 		f.stopErr = errors.Join(errs...)
 	})
@@ -377,8 +366,11 @@ func (f *Fleet) Abort() error {
 			_ = api.etcd.cmd.Process.Kill()
 		}
 	}
-	errs[len(nodes)] = errors.Join(deleteBridge(fleetBridge), removeMountPoints(f.hostDirs))
-	unregister(fleetBridge)
+	// The link's entry stays: a start still under way may make the
+	// bridge after this, and the process exits next (AbortOnSignal), so
+	// the next run's sweep finds the entry's owner gone and takes down
+	// whatever is left.
+	errs[len(nodes)] = errors.Join(deleteBridge(fleetBridge), f.hostDirs.Release())
 	return errors.Join(errs...)
 }
 

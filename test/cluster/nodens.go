@@ -1,12 +1,10 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -97,7 +95,7 @@ func createNodeNS(dir, hostname string, binds []hostBind) (nodeNS, error) {
 			// A shared mount of its own first: its bind is then its peer.
 			script = append(script, fmt.Sprintf("mount --bind %s %s && mount --make-shared %s", src, src, src))
 		}
-		// The mount point exists on this machine (makeMountPoints);
+		// The mount point exists on this machine (ClaimHostDirs);
 		// only the node's namespace mounts anything on it.
 		script = append(script, fmt.Sprintf("mount --bind %s %s", src, dst))
 	}
@@ -123,39 +121,3 @@ func (n *Node) HostPath(path string) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// makeMountPoints makes the directories fleet nodes bind their own at,
-// where this machine has none (a real node has them; this one need not),
-// and returns those it made, parents first: removeMountPoints takes them
-// away again, so the machine is left as it was.
-func makeMountPoints(paths []string) ([]string, error) {
-	var made []string
-	for _, p := range paths {
-		var missing []string
-		for d := p; d != "/"; d = filepath.Dir(d) {
-			if _, err := os.Stat(d); err == nil {
-				break
-			}
-			missing = append([]string{d}, missing...)
-		}
-		for _, d := range missing {
-			if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-				return made, err
-			}
-			made = append(made, d)
-		}
-	}
-	return made, nil
-}
-
-// removeMountPoints removes what makeMountPoints made, deepest first, if
-// still empty.
-func removeMountPoints(made []string) error {
-	var errs []error
-	for _, d := range slices.Backward(made) {
-		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,7 +241,8 @@ func platformDirs(t *testing.T, args []string) hostDirs {
 // runtime does not read) of a directory of the test's. A path that already
 // exists here is not covered over: the platform is skipped. The undo
 // detaches only its own bind and removes, with rmdir, only the
-// directories it made; it also runs when the run is aborted (AtAbort).
+// directories the tests made that no other run needs (cluster.ClaimHostDirs);
+// it also runs when the run is aborted (AtAbort).
 func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 	t.Helper()
 	var platformOwn []struct{ path, node string } // the paths that are not the node's
@@ -260,7 +260,12 @@ func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 		if !useNodeDirs {
 			src = t.TempDir()
 		}
-		created := mkdirAll(t, m.path)
+		// Claimed, not just made: the fleet beside this test (make test)
+		// may need the same parents (/etc/cni) at the same time.
+		claim, err := cluster.ClaimHostDirs(m.path)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var mounted atomic.Bool
 		var once sync.Once
 		var errs []error
@@ -273,10 +278,8 @@ func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 						errs = append(errs, fmt.Errorf("unmounting %s: %w", m.path, err))
 					}
 				}
-				for _, dir := range slices.Backward(created) {
-					if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-						errs = append(errs, fmt.Errorf("removing %s, made for the platform's path: %w", dir, err))
-					}
+				if err := claim.Release(); err != nil {
+					errs = append(errs, fmt.Errorf("releasing %s, made for the platform's path: %w", m.path, err))
 				}
 			})
 		}
@@ -292,23 +295,6 @@ func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 		}
 		mounted.Store(true)
 	}
-}
-
-// mkdirAll creates path and the parents it lacks, returning those it
-// created, top first.
-func mkdirAll(t *testing.T, path string) []string {
-	t.Helper()
-	var missing []string
-	for p := path; ; p = filepath.Dir(p) {
-		if _, err := os.Stat(p); err == nil || p == "/" {
-			break
-		}
-		missing = append([]string{p}, missing...)
-	}
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return missing
 }
 
 // nadCRD is Multus's NetworkAttachmentDefinition CRD, as Multus installs it.

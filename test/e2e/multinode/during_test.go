@@ -11,6 +11,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 // The pods meshedDuring keeps: at most duringAlive at once and duringMax in
@@ -23,7 +24,7 @@ const (
 )
 
 // meshedDuring starts meshed pods on every node in turn while op runs, and
-// for a second after it, and checks each: it ran at its first attempt (no
+// until one more has been created after it, and checks each: it ran at its first attempt (no
 // FailedCreatePodSandBox) and its namespace holds exactly a default
 // sidecar's rule model; then it is deleted. The first failure stops the
 // stream and fails the test once.
@@ -38,13 +39,20 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 	slots := make(chan struct{}, duringAlive)
 	stop := make(chan struct{})
 	created := 0
+	count := func() int { mu.Lock(); defer mu.Unlock(); return created }
 	streamDone := make(chan struct{})
+	var halt sync.Once
+	finish := func() {
+		halt.Do(func() { close(stop) })
+		<-streamDone
+		wg.Wait()
+	}
 	target := serverAddr(t)
 	go func() {
 		defer close(streamDone)
 		tick := time.NewTicker(duringEvery)
 		defer tick.Stop()
-		for created < duringMax {
+		for count() < duringMax {
 			select {
 			case <-stop:
 				return
@@ -62,7 +70,9 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 			if err := n.CreatePod(t.Context(), spec.JSON()); err != nil {
 				<-slots
 			} else {
+				mu.Lock()
 				created++
+				mu.Unlock()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -84,11 +94,22 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 			}
 		}
 	}()
+	// op may end the test (t.Fatal): the stream must not outlive it. A
+	// cleanup runs once t.Context() is done, which ends the checks.
+	t.Cleanup(finish)
 	op()
-	time.Sleep(time.Second)
-	close(stop)
-	<-streamDone
-	wg.Wait()
+	// The state op left is covered too: one more pod, unless the stream
+	// has ended (its budget spent, or a failure).
+	atOp := count()
+	poll.Until(t, 2*time.Minute, "a meshed pod created after the operation", func() (bool, string) {
+		select {
+		case <-streamDone:
+			return true, ""
+		default:
+		}
+		return count() > atOp, fmt.Sprintf("%d created", count())
+	})
+	finish()
 	t.Logf("%d meshed pods created during the operation (at most %d at once); checked per node: %v", created, duringAlive, perNode)
 	if failure != nil {
 		t.Fatal(failure)

@@ -30,7 +30,7 @@ func TestRollingUpgradeAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stopWatch := watchFiles(env.fleet.Nodes)
+	stopWatch := watchFiles(t, env.fleet.Nodes)
 	maxDown := 0
 	meshedDuring(t, "upgrade", func() {
 		kubectl(t, "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+next)
@@ -82,7 +82,7 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 			_, _ = env.fleet.Kubectl(ctx, "label", "node", n.Name, "e2e.istio-cni/agent-")
 		}
 	})
-	stopWatch := watchFiles(kept)
+	stopWatch := watchFiles(t, kept)
 	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":"yes"}}}}}`)
 	requireAgentsReady(t, kept)
@@ -139,7 +139,7 @@ func leftOn(n *cluster.Node) []string {
 // watchFiles polls each node's plugin, its kubeconfig and the owned
 // conflist every 5 ms until the returned function is called, which says
 // which went missing, where and when.
-func watchFiles(nodes []*cluster.Node) func() []string {
+func watchFiles(t *testing.T, nodes []*cluster.Node) func() []string {
 	var mu sync.Mutex
 	var gaps []string
 	start := time.Now()
@@ -156,6 +156,7 @@ func watchFiles(nodes []*cluster.Node) func() []string {
 			}
 		}
 	})
+	t.Cleanup(stop) // a test that failed before reading the gaps
 	return func() []string {
 		stop()
 		mu.Lock()

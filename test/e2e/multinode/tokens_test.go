@@ -1,6 +1,7 @@
 package multinode
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -89,6 +90,17 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 	if err := victim.StopKubelet(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := false
+	t.Cleanup(func() {
+		// A failure before the restart: the node back for the tests after.
+		if !restarted {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := victim.StartKubelet(ctx); err != nil {
+				t.Errorf("starting %s's kubelet again: %v", victim.Name, err)
+			}
+		}
+	})
 	kubectl(t, "delete", "node", victim.Name, "--wait=true")
 	poll.Until(t, 30*time.Second, "node "+victim.Name+"'s plugin token refused", func() (bool, string) {
 		s := tokenStatus(t, tokens[victim.Name])
@@ -101,6 +113,7 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 			}
 		}
 	}
+	restarted = true
 	if err := victim.StartKubelet(t.Context()); err != nil {
 		t.Fatal(err)
 	}
