@@ -49,7 +49,8 @@ func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (ti
 	if at, ok := f.rounds[key]; ok {
 		return at, nil
 	}
-	f.rounds[key] = f.now()
+	// The Lease's creationTimestamp, as the API serves it: whole seconds.
+	f.rounds[key] = f.now().Truncate(time.Second)
 	return f.rounds[key], nil
 }
 
@@ -180,6 +181,11 @@ func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 		pod("shop", "db-0", ownedBy("StatefulSet", "db")))
 	h.restarts.pdbBlocks["db-0"] = true
 	h.d.Pass(context.Background())
+	if len(h.restarts.evicted) != 0 {
+		t.Fatalf("evicted %v in the second the rounds began", h.restarts.evicted)
+	}
+	h.now = h.now.Add(time.Second) // the rounds' second over
+	h.d.Pass(context.Background())
 	// Two evictions in the cluster's budget: the ReplicaSet's pods.
 	if got := strings.Join(h.restarts.evicted, ","); got != "web-1,web-2" {
 		t.Fatalf("evicted %q, want web-1,web-2 within the budget of 2", got)
@@ -229,6 +235,38 @@ func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 	}
 }
 
+// TestPodStartedInItsRoundsSecondIsRestarted: on a fast node a missed pod
+// runs, and its agent begins the round, within the second the pod was
+// created; the API serves both times in whole seconds, equal. The pod was
+// there before the round (it began it): it is evicted, not declined as a
+// replacement, once the round's second is over, so that its replacement
+// is created in a later second and only reported.
+func TestPodStartedInItsRoundsSecondIsRestarted(t *testing.T) {
+	h := newHarness(Restart, 2)
+	created := h.now.Add(300 * time.Millisecond)
+	h.pods = podList{pod("shop", "web-1", ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) {
+		p.CreationTimestamp = metav1.NewTime(created.Truncate(time.Second))
+	})}
+	h.now = created.Add(600 * time.Millisecond)
+	h.d.Pass(context.Background())
+	if len(h.restarts.evicted) != 0 {
+		t.Fatalf("evicted %v within the round's own second: its replacement could not be told from it", h.restarts.evicted)
+	}
+	h.now = h.now.Add(time.Second)
+	h.d.Pass(context.Background())
+	if got := strings.Join(h.restarts.evicted, ","); got != "web-1" {
+		t.Fatalf("evicted %q, want web-1: it began its own round (events %q)", got, h.drain())
+	}
+	h.now = h.now.Add(time.Second)
+	h.pods = podList{pod("shop", "web-2", ownedBy("ReplicaSet", "web"), func(p *corev1.Pod) {
+		p.CreationTimestamp = metav1.NewTime(h.now.Truncate(time.Second))
+	})}
+	h.d.Pass(context.Background())
+	if got := strings.Join(h.restarts.evicted, ","); got != "web-1" {
+		t.Errorf("evicted %q, want only web-1: the replacement came after the round began", got)
+	}
+}
+
 // A StatefulSet's revisions are its controller-revision-hash: an update
 // is a new round. A StatefulSet of another API group is not Kubernetes'
 // (its Lease would be collected at once, and the round begin again).
@@ -274,6 +312,8 @@ func TestRestartOnlyInNamespacesLabelledForInjection(t *testing.T) {
 		pod("plain", "api-1", ownedBy("ReplicaSet", "api"), selfSelected),
 		pod("shop", "web-1", ownedBy("ReplicaSet", "web")))
 	h.restarts.pdbBlocks["web-1"] = true
+	h.d.Pass(context.Background()) // begins web's round; its evictions wait for the next second
+	h.now = h.now.Add(time.Second)
 	for range 3 {
 		h.d.Pass(context.Background())
 		h.now = h.now.Add(10 * time.Minute)

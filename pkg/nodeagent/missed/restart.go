@@ -150,9 +150,22 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[st
 		// A round's start never changes: asked once per revision.
 		d.rounds[rev] = began
 	}
-	if !pod.CreationTimestamp.Time.Before(began) {
+	// Both times are the API server's, in whole seconds. A pod of the
+	// round's own second is taken as from before it: on a fast node the
+	// pod that begins the round runs within the second it was created,
+	// and declining it would leave it out of the mesh for good. A
+	// replacement that fast is evicted once more, within the budget.
+	if pod.CreationTimestamp.Time.After(began) {
 		d.decline(pod, fmt.Sprintf("created after %s's restart round began (%s): the injector missed it too, so it is only reported; roll out %s again once the injector is back",
 			rev, began.UTC().Format(time.RFC3339), rev.Kind))
+		return
+	}
+	// Evict only once the round's second is over (by this node's clock,
+	// the API server's give or take their skew): the replacement is then
+	// created in a later second than the round began, which the check
+	// above tells apart from the pods the round is for.
+	if wait := began.Add(time.Second).Sub(d.deps.Now()); wait > 0 {
+		time.AfterFunc(wait, d.Wake)
 		return
 	}
 	ok, err := d.deps.Restarts.Take(ctx)
