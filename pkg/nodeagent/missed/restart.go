@@ -155,7 +155,7 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[st
 	// pod that begins the round runs within the second it was created,
 	// and declining it would leave it out of the mesh for good. A
 	// replacement that fast is evicted once more, within the budget.
-	if pod.CreationTimestamp.Time.After(began) {
+	if pod.CreationTimestamp.After(began) {
 		d.decline(pod, fmt.Sprintf("created after %s's restart round began (%s): the injector missed it too, so it is only reported; roll out %s again once the injector is back",
 			rev, began.UTC().Format(time.RFC3339), rev.Kind))
 		return
