@@ -86,9 +86,6 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	} else if len(cleaned) > 0 {
 		fmt.Fprintf(os.Stderr, "cluster: tore down the nodes a killed run left in %v\n", cleaned)
 	}
-	if err := fleetRangesFree(o.Nodes); err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
 	// The link is registered as a node's bridge is: a live fleet holds it
 	// (one fleet at a time on a machine), a killed one's is torn down.
 	// Its entry's directory holds nothing else: the nodes' own entries
@@ -101,6 +98,12 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if err := deleteBridge(fleetBridge); err != nil {
+		unregister(fleetBridge)
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	// After the bridge of a run that left no entry is gone, its routes
+	// with it.
+	if err := fleetRangesFree(o.Nodes); err != nil {
 		unregister(fleetBridge)
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

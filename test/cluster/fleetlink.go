@@ -32,12 +32,13 @@ func fleetRangesFree(nodes int) error {
 		prefixes = append(prefixes, fleetSubnet(i))
 	}
 	for _, p := range prefixes {
-		out, err := exec.Command("ip", "-4", "route", "show", "exact", p.String()).CombinedOutput() // #nosec G204 -- the fleet's own ranges
+		// root: the prefix itself and any more specific route inside it.
+		out, err := exec.Command("ip", "-4", "route", "show", "root", p.String()).CombinedOutput() // #nosec G204 -- the fleet's own ranges
 		if err != nil {
-			return fmt.Errorf("reading this machine's route to %s: %w: %s", p, err, out)
+			return fmt.Errorf("reading this machine's routes in %s: %w: %s", p, err, out)
 		}
 		if r := strings.TrimSpace(string(out)); r != "" {
-			return fmt.Errorf("this machine already routes %s (%s): the fleet's ranges are %s and 10.252.1-9.0/24", p, r, fleetLink)
+			return fmt.Errorf("this machine already routes in %s (%s): the fleet's ranges are %s and 10.252.1-9.0/24", p, r, fleetLink)
 		}
 	}
 	return nil

@@ -96,10 +96,16 @@ func mkdirRecorded(p string, made map[string]bool) error {
 		missing = append(missing, d)
 	}
 	for _, d := range slices.Backward(missing) {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		switch err := os.Mkdir(d, 0o755); {
+		case err == nil:
+			made[d] = true
+		case !errors.Is(err, os.ErrExist): // another made it meanwhile: not ours
 			return err
 		}
-		made[d] = true
+	}
+	// A file, or a link to nothing, at the path is no place to mount on.
+	if st, err := os.Stat(p); err != nil || !st.IsDir() {
+		return fmt.Errorf("not a directory (%v)", err)
 	}
 	return nil
 }
@@ -140,12 +146,17 @@ func (r hostDirRegistry) locked(fn func(made map[string]bool) error) error {
 	}
 	made := map[string]bool{}
 	madeFile := filepath.Join(r.dir, "made.json")
-	if data, err := os.ReadFile(madeFile); err == nil { // #nosec G304 -- the registry's own file
+	switch data, err := os.ReadFile(madeFile); { // #nosec G304 -- the registry's own file
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	default:
 		var list []string
-		if json.Unmarshal(data, &list) == nil {
-			for _, d := range list {
-				made[d] = true
-			}
+		if err := json.Unmarshal(data, &list); err != nil {
+			return fmt.Errorf("%s: %w (the directories the tests made are no longer known: remove them and the file by hand)", madeFile, err)
+		}
+		for _, d := range list {
+			made[d] = true
 		}
 	}
 	fnErr := fn(made)
@@ -157,12 +168,26 @@ func (r hostDirRegistry) locked(fn func(made map[string]bool) error) error {
 			}
 		}
 	})
-	data, err := json.Marshal(list)
-	if err == nil {
-		err = os.WriteFile(madeFile, data, 0o600)
-	}
-	return errors.Join(fnErr, sweepErr, err)
+	return errors.Join(fnErr, sweepErr, writeRenamed(madeFile, list))
 }
+
+// writeRenamed writes v as JSON by rename: a run killed mid-write leaves
+// the old list, never half of one.
+func writeRenamed(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// SweepHostDirs removes what killed runs' claims left: before a test
+// decides a path is the machine's own because it exists.
+func SweepHostDirs() error { return machineHostDirs.locked(func(map[string]bool) error { return nil }) }
 
 // sweep removes dead claims' entries, then every made directory that no
 // live claim's path is or lies under. A directory that is not empty

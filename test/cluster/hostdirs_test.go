@@ -127,6 +127,27 @@ func TestHostDirsBadPath(t *testing.T) {
 	}
 }
 
+// TestHostDirsRefuses: a path that is a link to nothing is no mount
+// point, and a record of the made directories that does not parse is an
+// error, not a fresh start that forgets them.
+func TestHostDirsRefuses(t *testing.T) {
+	root := t.TempDir()
+	reg := hostDirRegistry{dir: filepath.Join(root, "registry")}
+	link := filepath.Join(root, "dangling")
+	if err := os.Symlink(filepath.Join(root, "nowhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.claim([]string{link}); err == nil {
+		t.Error("claimed a link to nothing")
+	}
+	if err := os.WriteFile(filepath.Join(reg.dir, "made.json"), []byte(`["/x`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.claim([]string{filepath.Join(root, "d")}); err == nil {
+		t.Error("a torn made.json was read as no directories made")
+	}
+}
+
 func writeJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	data, err := json.Marshal(v)

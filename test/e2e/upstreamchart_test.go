@@ -245,6 +245,10 @@ func platformDirs(t *testing.T, args []string) hostDirs {
 // it also runs when the run is aborted (AtAbort).
 func (d hostDirs) provide(t *testing.T, useNodeDirs bool) {
 	t.Helper()
+	// A killed run's directories first: they are not the machine's.
+	if err := cluster.SweepHostDirs(); err != nil {
+		t.Fatal(err)
+	}
 	var platformOwn []struct{ path, node string } // the paths that are not the node's
 	for _, m := range []struct{ path, node string }{{d.bin, env.node.CNIBinDir}, {d.conf, env.node.CNINetDir}} {
 		if m.path == m.node {

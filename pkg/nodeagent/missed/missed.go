@@ -99,8 +99,11 @@ type Detector struct {
 	said map[types.UID]string
 	// retries holds the pods whose eviction was refused: when to try again.
 	retries map[types.UID]retry
-	// rounds caches when each owner revision's restart round began.
-	rounds map[Revision]time.Time
+	// rounds caches each owner revision's restart round.
+	rounds map[Revision]round
+	// wakeAt is when the last pass's earliest put-off eviction is due;
+	// zero when none is.
+	wakeAt time.Time
 }
 
 // New builds a detector.
@@ -113,7 +116,7 @@ func New(cfg Config, deps Deps) *Detector {
 	}
 	return &Detector{cfg: cfg, deps: deps, wake: make(chan struct{}, 1),
 		reported: map[types.UID]bool{}, evicted: map[types.UID]bool{}, said: map[types.UID]string{},
-		retries: map[types.UID]retry{}, rounds: map[Revision]time.Time{}}
+		retries: map[types.UID]retry{}, rounds: map[Revision]round{}}
 }
 
 // Wake asks for a pass soon; it never blocks.
@@ -132,10 +135,18 @@ func (d *Detector) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		d.Pass(ctx)
+		// An eviction put off to the end of its round's second is due
+		// then, not at the next full pass.
+		var due <-chan time.Time
+		if !d.wakeAt.IsZero() {
+			// Unstopped, it is collected once it fires or is dropped.
+			due = time.After(d.wakeAt.Sub(d.deps.Now()))
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-due:
 		case <-d.wake:
 			select {
 			case <-ctx.Done():
@@ -149,6 +160,7 @@ func (d *Detector) Run(ctx context.Context) {
 // Pass judges every started pod once; it returns how many missed their
 // injection.
 func (d *Detector) Pass(ctx context.Context) int {
+	d.wakeAt = time.Time{}
 	missed := 0
 	present := map[types.UID]bool{}
 	revs := map[Revision]bool{}

@@ -30,6 +30,7 @@ type harness struct {
 	restarts *fakeRestarts
 	counted  map[string]int
 	now      time.Time
+	deps     Deps
 }
 
 // fakeRestarts is the cluster's shared state, as every agent sees it.
@@ -80,7 +81,7 @@ func newHarness(mode Mode, budget int, pods ...*corev1.Pod) *harness {
 		"canar": {"istio.io/rev": "canary"},
 		"plain": {},
 	}
-	h.d = New(Config{Mode: mode, Excluded: []string{"istio-cni"}}, Deps{
+	h.deps = Deps{
 		Pods:            &h.pods,
 		NamespaceLabels: func(name string) (map[string]string, bool) { l, ok := ns[name]; return l, ok },
 		Injectors:       func(context.Context) injection.View { return injection.ChartView("test") },
@@ -90,7 +91,8 @@ func newHarness(mode Mode, budget int, pods ...*corev1.Pod) *harness {
 		Counted:         func(r string) { h.counted[r]++ },
 		Log:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:             func() time.Time { return h.now },
-	})
+	}
+	h.d = New(Config{Mode: mode, Excluded: []string{"istio-cni"}}, h.deps)
 	return h
 }
 
@@ -264,6 +266,64 @@ func TestPodStartedInItsRoundsSecondIsRestarted(t *testing.T) {
 	h.d.Pass(context.Background())
 	if got := strings.Join(h.restarts.evicted, ","); got != "web-1" {
 		t.Errorf("evicted %q, want only web-1: the replacement came after the round began", got)
+	}
+}
+
+// TestPutOffEvictionIgnoresClockSkew: the wait for the round's second to
+// end counts from when this agent read the round, on its own clock: an
+// API server ten minutes ahead delays nothing, and one ten minutes behind
+// does not let the eviction into the round's second.
+func TestPutOffEvictionIgnoresClockSkew(t *testing.T) {
+	for _, skew := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		h := newHarness(Restart, 2, pod("shop", "web-1", ownedBy("ReplicaSet", "web")))
+		h.pods[0].CreationTimestamp = metav1.NewTime(h.now.Add(skew).Truncate(time.Second))
+		h.restarts.now = func() time.Time { return h.now.Add(skew) }
+		h.d.Pass(context.Background())
+		if len(h.restarts.evicted) != 0 {
+			t.Fatalf("skew %v: evicted %v at once, in the round's second", skew, h.restarts.evicted)
+		}
+		h.now = h.now.Add(time.Second)
+		h.d.Pass(context.Background())
+		if len(h.restarts.evicted) != 1 {
+			t.Errorf("skew %v: evicted %v a second after the round was read, want web-1", skew, h.restarts.evicted)
+		}
+	}
+}
+
+// evictSignal tells when the shared state was asked to evict.
+type evictSignal struct {
+	*fakeRestarts
+	evicted chan string
+}
+
+func (e evictSignal) Evict(ctx context.Context, p *corev1.Pod) error {
+	err := e.fakeRestarts.Evict(ctx, p)
+	e.evicted <- p.Name
+	return err
+}
+
+// TestPutOffEvictionWakesTheDetector: the eviction put off to the end of
+// its round's second is made then, not at the next full pass (an hour
+// here); on the real clock.
+func TestPutOffEvictionWakesTheDetector(t *testing.T) {
+	h := newHarness(Restart, 2, pod("shop", "web-1", ownedBy("ReplicaSet", "web")))
+	h.restarts.now = time.Now
+	deps := h.deps
+	deps.Now = time.Now
+	evicted := make(chan string, 1)
+	deps.Restarts = evictSignal{h.restarts, evicted}
+	d := New(Config{Mode: Restart, Interval: time.Hour}, deps)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case name := <-evicted:
+		if name != "web-1" {
+			t.Errorf("evicted %s, want web-1", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no eviction within 30 s: the put-off eviction waits for the hourly pass")
 	}
 }
 

@@ -120,6 +120,10 @@ type retry struct {
 	after time.Duration
 }
 
+// round is an owner revision's restart round: when it began (the API's
+// time) and when this agent read it (its own).
+type round struct{ began, read time.Time }
+
 // restart evicts pod if the bounds allow it now; otherwise it says why,
 // once.
 func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[string]string) {
@@ -139,33 +143,36 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[st
 		return
 	}
 	log = log.With("owner", rev.String())
-	began, ok := d.rounds[rev]
+	r, ok := d.rounds[rev]
 	if !ok {
-		var err error
-		if began, err = d.deps.Restarts.Round(ctx, pod, rev); err != nil {
+		began, err := d.deps.Restarts.Round(ctx, pod, rev)
+		if err != nil {
 			d.deps.Counted("error")
 			log.Error("missed injection: reading the owner's restart round", "error", err.Error())
 			return
 		}
 		// A round's start never changes: asked once per revision.
-		d.rounds[rev] = began
+		r = round{began: began, read: d.deps.Now()}
+		d.rounds[rev] = r
 	}
 	// Both times are the API server's, in whole seconds. A pod of the
 	// round's own second is taken as from before it: on a fast node the
 	// pod that begins the round runs within the second it was created,
-	// and declining it would leave it out of the mesh for good. A
-	// replacement that fast is evicted once more, within the budget.
-	if pod.CreationTimestamp.After(began) {
+	// and declining it would leave it out of the mesh for good.
+	if pod.CreationTimestamp.After(r.began) {
 		d.decline(pod, fmt.Sprintf("created after %s's restart round began (%s): the injector missed it too, so it is only reported; roll out %s again once the injector is back",
-			rev, began.UTC().Format(time.RFC3339), rev.Kind))
+			rev, r.began.UTC().Format(time.RFC3339), rev.Kind))
 		return
 	}
-	// Evict only once the round's second is over (by this node's clock,
-	// the API server's give or take their skew): the replacement is then
-	// created in a later second than the round began, which the check
-	// above tells apart from the pods the round is for.
-	if wait := began.Add(time.Second).Sub(d.deps.Now()); wait > 0 {
-		time.AfterFunc(wait, d.Wake)
+	// Evict only once the round's second is over, so that the replacement
+	// is created in a later one, which the check above tells apart. When
+	// Round answered, the API server's clock had reached the round's
+	// start: a second later by this node's clock, whatever their skew,
+	// its second is over.
+	if ready := r.read.Add(time.Second); d.deps.Now().Before(ready) {
+		if d.wakeAt.IsZero() || ready.Before(d.wakeAt) {
+			d.wakeAt = ready
+		}
 		return
 	}
 	ok, err := d.deps.Restarts.Take(ctx)

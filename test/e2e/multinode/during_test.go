@@ -24,101 +24,121 @@ const (
 )
 
 // meshedDuring starts meshed pods on every node in turn while op runs, and
-// until one more has been created after it, and checks each: it ran at its first attempt (no
+// one more after it, and checks each: it ran at its first attempt (no
 // FailedCreatePodSandBox) and its namespace holds exactly a default
 // sidecar's rule model; then it is deleted. The first failure stops the
 // stream and fails the test once.
 func meshedDuring(t *testing.T, prefix string, op func()) {
 	t.Helper()
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		failure error
-		perNode = map[string]int{}
-	)
-	slots := make(chan struct{}, duringAlive)
-	stop := make(chan struct{})
-	created := 0
-	count := func() int { mu.Lock(); defer mu.Unlock(); return created }
-	streamDone := make(chan struct{})
-	var halt sync.Once
-	finish := func() {
-		halt.Do(func() { close(stop) })
-		<-streamDone
-		wg.Wait()
-	}
-	target := serverAddr(t)
-	go func() {
-		defer close(streamDone)
-		tick := time.NewTicker(duringEvery)
-		defer tick.Stop()
-		for count() < duringMax {
-			select {
-			case <-stop:
-				return
-			case slots <- struct{}{}:
-			}
-			mu.Lock()
-			failed := failure != nil
-			mu.Unlock()
-			if failed {
-				return
-			}
-			n := env.fleet.Nodes[created%len(env.fleet.Nodes)]
-			name := fmt.Sprintf("%s-%d", prefix, created)
-			spec := cluster.PodSpec{Namespace: "default", Name: name, Target: target, Sidecar: true, NodeName: n.Name}
-			if err := n.CreatePod(t.Context(), spec.JSON()); err != nil {
-				<-slots
-			} else {
-				mu.Lock()
-				created++
-				mu.Unlock()
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-slots }()
-					err := startedRedirected(t.Context(), n, name)
-					mu.Lock()
-					if err != nil && failure == nil {
-						failure = err
-					} else if err == nil {
-						perNode[n.Name]++
-					}
-					mu.Unlock()
-				}()
-			}
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	s := &podStream{t: t, prefix: prefix, target: serverAddr(t), perNode: map[string]int{},
+		slots: make(chan struct{}, duringAlive), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
 	// op may end the test (t.Fatal): the stream must not outlive it. A
 	// cleanup runs once t.Context() is done, which ends the checks.
-	t.Cleanup(finish)
+	t.Cleanup(s.finish)
 	op()
-	// The state op left is covered too: one more pod, unless the stream
-	// has ended (its budget spent, or a failure).
-	atOp := count()
+	s.mu.Lock()
+	s.opDone = true
+	s.mu.Unlock()
+	// The state op left is covered too: the pod held back for it.
 	poll.Until(t, 2*time.Minute, "a meshed pod created after the operation", func() (bool, string) {
-		select {
-		case <-streamDone:
-			return true, ""
-		default:
-		}
-		return count() > atOp, fmt.Sprintf("%d created", count())
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.afterOp > 0 || s.failure != nil, fmt.Sprintf("%d created", s.created)
 	})
-	finish()
-	t.Logf("%d meshed pods created during the operation (at most %d at once); checked per node: %v", created, duringAlive, perNode)
-	if failure != nil {
-		t.Fatal(failure)
+	s.finish()
+	t.Logf("%d meshed pods created during the operation (at most %d at once); checked per node: %v", s.created, duringAlive, s.perNode)
+	if s.failure != nil {
+		t.Fatal(s.failure)
 	}
 	for _, n := range env.fleet.Nodes {
-		if perNode[n.Name] == 0 {
+		if s.perNode[n.Name] == 0 {
 			t.Errorf("no meshed pod was checked on node %s during the operation", n.Name)
 		}
 	}
+}
+
+// podStream is meshedDuring's stream: at most duringAlive pods alive and
+// duringMax in all, the last held back until the operation is over.
+type podStream struct {
+	t              *testing.T
+	prefix, target string
+	wg             sync.WaitGroup
+	slots          chan struct{}
+	stop, done     chan struct{}
+	halt           sync.Once
+
+	mu      sync.Mutex
+	created int
+	afterOp int  // created once op had returned
+	opDone  bool // op has returned
+	failure error
+	perNode map[string]int
+}
+
+func (s *podStream) run() {
+	defer close(s.done)
+	tick := time.NewTicker(duringEvery)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		created, after, failed := s.created, s.opDone, s.failure != nil
+		s.mu.Unlock()
+		if created >= duringMax || failed {
+			return
+		}
+		if created < duringMax-1 || after {
+			select {
+			case <-s.stop:
+				return
+			case s.slots <- struct{}{}:
+			}
+			s.start(created, after)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// start creates pod number i, on node i mod the fleet's size, and checks
+// it in the background.
+func (s *podStream) start(i int, afterOp bool) {
+	n := env.fleet.Nodes[i%len(env.fleet.Nodes)]
+	name := fmt.Sprintf("%s-%d", s.prefix, i)
+	spec := cluster.PodSpec{Namespace: "default", Name: name, Target: s.target, Sidecar: true, NodeName: n.Name}
+	if err := n.CreatePod(s.t.Context(), spec.JSON()); err != nil {
+		<-s.slots
+		return
+	}
+	s.mu.Lock()
+	s.created++
+	if afterOp {
+		s.afterOp++
+	}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.slots }()
+		err := startedRedirected(s.t.Context(), n, name)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil && s.failure == nil {
+			s.failure = err
+		} else if err == nil {
+			s.perNode[n.Name]++
+		}
+	}()
+}
+
+// finish stops the stream and waits for its checks; safe to call twice.
+func (s *podStream) finish() {
+	s.halt.Do(func() { close(s.stop) })
+	<-s.done
+	s.wg.Wait()
 }
 
 // startedRedirected waits for the pod on node n, checks its sandbox never

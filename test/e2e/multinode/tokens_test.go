@@ -113,10 +113,10 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 			}
 		}
 	}
-	restarted = true
 	if err := victim.StartKubelet(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	restarted = true
 	after := requireAgentsReady(t, env.fleet.Nodes)
 	// Back within the pod garbage collector's 40 s, the agent's pod is
 	// kept: its new token is then the running agent's doing (its check
