@@ -21,7 +21,7 @@ import (
 // node e2e, both under /etc/cni. So a directory is made by whichever run
 // needs it first, recorded as the tests', and removed by the release that
 // leaves no live run needing it; a directory the machine had is never
-// removed, and one that holds something else is left until it is empty.
+// removed, and one that came to hold anything else is left for good.
 // A killed run's claims are swept by the next claim or release.
 
 // hostDirRegistry records the claims and the directories the tests made,
@@ -185,13 +185,27 @@ func writeRenamed(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
+// onlyMade reports whether every entry of dir is a directory the tests made.
+func onlyMade(dir string, made map[string]bool) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !made[filepath.Join(dir, e.Name())] {
+			return false
+		}
+	}
+	return true
+}
+
 // SweepHostDirs removes what killed runs' claims left: before a test
 // decides a path is the machine's own because it exists.
 func SweepHostDirs() error { return machineHostDirs.locked(func(map[string]bool) error { return nil }) }
 
 // sweep removes dead claims' entries, then every made directory that no
-// live claim's path is or lies under. A directory that is not empty
-// (something else put files there) stays recorded for a later sweep.
+// live claim's path is or lies under. One holding anything but the tests'
+// directories is disowned and left.
 func (r hostDirRegistry) sweep(made map[string]bool) error {
 	entries, err := os.ReadDir(r.dir)
 	if err != nil {
@@ -228,8 +242,15 @@ func (r hostDirRegistry) sweep(made map[string]bool) error {
 		switch err := os.Remove(d); {
 		case err == nil, errors.Is(err, os.ErrNotExist):
 			delete(made, d)
-		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EBUSY):
-			// Another's now: left for the sweep that finds it empty.
+		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
+			// Holding only the tests' own directories, it waits for them;
+			// holding anything else (a test's network namespaces in
+			// /run/netns), it is disowned: removing it the moment it is
+			// empty again could pull it from under whoever uses it.
+			if !onlyMade(d, made) {
+				delete(made, d)
+			}
+		case errors.Is(err, syscall.EBUSY): // a mount on it: a later sweep
 		default:
 			errs = append(errs, fmt.Errorf("removing host directory %s: %w", d, err))
 		}
