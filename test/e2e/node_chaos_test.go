@@ -96,7 +96,21 @@ var perturbations = []perturbation{
 		if err := c.settled(ctx); err != nil {
 			return err
 		}
-		agent, _ := installerPodOrEmpty(t)
+		// An agent to uninstall: right after delete-and-recreate the new
+		// DaemonSet may have no pod yet, and a node with no agent at the
+		// uninstall keeps its files by design (the uninstall Job's case,
+		// TestCleanupAfterUninstallWithoutAgent).
+		var agent cluster.Pod
+		if err := poll.Wait(3*time.Minute, "an agent ready to uninstall", func() (bool, string) {
+			if ok, why := daemonSetReady(ctx); !ok {
+				return false, why
+			}
+			p, ok := installerPodOrEmpty(t)
+			agent = p
+			return ok && allReady(p), fmt.Sprintf("installer pod %q", p.Metadata.Name)
+		}); err != nil {
+			return err
+		}
 		agentLog := followLog(agent)
 		defer agentLog()
 		if out, err := env.node.Kubectl(ctx, "delete", "-k", env.overlay, "--wait=true"); err != nil {
