@@ -96,18 +96,18 @@ var perturbations = []perturbation{
 		if err := c.settled(ctx); err != nil {
 			return err
 		}
-		// An agent to uninstall: right after delete-and-recreate the new
-		// DaemonSet may have no pod yet, and a node with no agent at the
+		// A running agent to uninstall: right after delete-and-recreate
+		// the node may have none (the old DaemonSet's pod terminating, the
+		// new one's not yet scheduled), and a node with no agent at the
 		// uninstall keeps its files by design (the uninstall Job's case,
-		// TestCleanupAfterUninstallWithoutAgent).
+		// TestCleanupAfterUninstallWithoutAgent). The old DaemonSet's pod,
+		// still running while the garbage collector lags after the API
+		// outage, will do: the namespace's deletion stops it.
 		var agent cluster.Pod
-		if err := poll.Wait(3*time.Minute, "an agent ready to uninstall", func() (bool, string) {
-			if ok, why := daemonSetReady(ctx); !ok {
-				return false, why
-			}
+		if err := poll.Wait(3*time.Minute, "a running agent to uninstall", func() (bool, string) {
 			p, ok := installerPodOrEmpty(t)
 			agent = p
-			return ok && allReady(p), fmt.Sprintf("installer pod %q", p.Metadata.Name)
+			return ok && allReady(p), "agent pods: " + agentPodStates(t)
 		}); err != nil {
 			return err
 		}
