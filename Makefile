@@ -42,12 +42,16 @@ all: build
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-## build: the plugin as nodes get it (static, /opt/cni/bin/istio-cni, and
-## its API lookup helper istio-cni-apilookup beside it).
-build: $(BIN)/istio-cni $(BIN)/istio-cni-apilookup $(BIN)/install-cni
+## build: the plugin as nodes get it (static: the shim /opt/cni/bin/istio-cni,
+## the full plugin istio-cni-full and its API lookup helper istio-cni-apilookup
+## beside it).
+build: $(BIN)/istio-cni $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni
 
 $(BIN)/istio-cni: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin
+
+$(BIN)/istio-cni-full: $(GO_SOURCES)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin/full
 
 $(BIN)/istio-cni-apilookup: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin/apilookup
@@ -69,10 +73,10 @@ IPTABLES_IMAGE_FILES = -libraries \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
 	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
 
-$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
+$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
 	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
 		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755 \
-		-file /istio-cni-apilookup=$(BIN)/istio-cni-apilookup:0755 \
+		-file /istio-cni-full=$(BIN)/istio-cni-full:0755 -file /istio-cni-apilookup=$(BIN)/istio-cni-apilookup:0755 \
 		$(IPTABLES_IMAGE_FILES)
 
 ## deps: install the system packages (needs root; a no-op when present).

@@ -9,13 +9,14 @@ import (
 
 const module = "istio-cni.local/istio-cni/"
 
-// pluginPackages are the only packages of ours the plugin may link. The
-// plugin runs once for every pod started on every node: what it links is
-// what each pod start pays to load (docs/perf-notes.md). The node agent's
-// packages (pkg/nodeagent/..., pkg/install/...) and the converter from
-// client-go's Pod (pkg/kube/apipod) belong to the long-running agent.
+// pluginPackages are the only packages of ours the full plugin,
+// istio-cni-full, may link. It runs for every pod the agent does not:
+// what it links is what each such pod start pays to load
+// (docs/perf-notes.md). The node agent's packages (pkg/nodeagent/...,
+// pkg/install/...) and the converter from client-go's Pod
+// (pkg/kube/apipod) belong to the long-running agent.
 var pluginPackages = []string{
-	"cmd/plugin",
+	"cmd/plugin/full",
 	"pkg/applied",
 	"pkg/decision",
 	"pkg/iptables",
@@ -26,9 +27,27 @@ var pluginPackages = []string{
 	"pkg/plugin",
 	"pkg/pluginconf",
 	"pkg/podnet",
+	"pkg/wire/handoff",
 	"pkg/wire/lookups",
 	"pkg/wire/reports",
 }
+
+// shimPackages are the only packages of ours the shim, istio-cni, may
+// link: every pod start pays for its start, so it holds what the hand-off
+// needs and no more.
+var shimPackages = []string{
+	"cmd/plugin",
+	"pkg/iptables",
+	"pkg/iptables/nfnl",
+	"pkg/iptables/xtables",
+	"pkg/shim",
+	"pkg/wire/handoff",
+}
+
+// shimForbidden: besides the plugin's, what the shim leaves to
+// istio-cni-full: CNI's skel and types (a regexp compiled at start), the
+// netlink library, the logger.
+var shimForbidden = append([]string{"github.com/containernetworking/", "github.com/vishvananda/", "log/slog", "regexp"}, forbidden...)
 
 // forbidden are packages the plugin must never link: a Kubernetes client
 // and the API types cost megabytes and milliseconds at every pod start;
@@ -39,12 +58,26 @@ var pluginPackages = []string{
 var forbidden = []string{"k8s.io/client-go", "k8s.io/api/", "k8s.io/apimachinery",
 	"net/http", "crypto/tls", "sigs.k8s.io/yaml", "go.yaml.in/", "gopkg.in/yaml", "flag"}
 
-// The plugin's dependency closure holds no agent package and no Kubernetes
-// client: a careless import fails here, naming who imports it.
+// The plugins' dependency closures hold no agent package and no Kubernetes
+// client, and the shim's only what the hand-off needs: a careless import
+// fails here, naming who imports it.
 func TestPluginLinksNoAgentCode(t *testing.T) {
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, ".").Output()
+	for _, c := range []struct {
+		pkg, name string
+		ours      []string
+		forbidden []string
+	}{
+		{"./full", "istio-cni-full", pluginPackages, forbidden},
+		{".", "the shim istio-cni", shimPackages, shimForbidden},
+	} {
+		checkDeps(t, c.pkg, c.name, c.ours, c.forbidden)
+	}
+}
+
+func checkDeps(t *testing.T, pkg, name string, ours, forbidden []string) {
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, pkg).Output()
 	if err != nil {
-		t.Fatalf("go list: %v", err)
+		t.Fatalf("go list %s: %v", pkg, err)
 	}
 	importers := map[string][]string{}
 	var deps []string
@@ -56,18 +89,18 @@ func TestPluginLinksNoAgentCode(t *testing.T) {
 		}
 	}
 	isForbidden := func(p string) bool {
-		return slices.ContainsFunc(forbidden, func(f string) bool { return strings.HasPrefix(p, f) })
+		return slices.ContainsFunc(forbidden, func(f string) bool { return p == strings.TrimSuffix(f, "/") || strings.HasPrefix(p, f) })
 	}
 	for _, dep := range deps {
-		ours, isOurs := strings.CutPrefix(dep, module)
+		own, isOurs := strings.CutPrefix(dep, module)
 		switch {
-		case isOurs && !slices.Contains(pluginPackages, ours):
-			t.Errorf("the plugin links %s (imported by %v): the per-pod plugin links only %v; agent code belongs to install-cni", dep, importers[dep], pluginPackages)
+		case isOurs && !slices.Contains(ours, own):
+			t.Errorf("%s links %s (imported by %v): it links only %v", name, dep, importers[dep], ours)
 		case isForbidden(dep):
-			// Name only where the plugin's own closure enters it.
+			// Name only where its own closure enters it.
 			entries := slices.DeleteFunc(slices.Clone(importers[dep]), isForbidden)
 			if len(entries) > 0 {
-				t.Errorf("the plugin links %s (imported by %v): no Kubernetes client, API types, HTTP, TLS or YAML in the per-pod plugin; the helper istio-cni-apilookup reads the API", dep, entries)
+				t.Errorf("%s links %s (imported by %v): none of %v", name, dep, entries, forbidden)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apilookup"
+	"istio-cni.local/istio-cni/pkg/shim"
 )
 
 // Mode is how the conflist is installed.
@@ -111,16 +112,36 @@ const RecordsDirName = "sandboxes"
 // learned of the node (pluginconf.Entry.CacheDir).
 const CacheDirName = "cache"
 
-// PluginBinary is the plugin's file name in PluginSource and CNIBinDir.
+// HostRunDir is RunDir as the plugin sees it on the node: the entry's
+// paths are in it.
+func (c Config) HostRunDir() string { return filepath.Dir(c.HostKubeconfigPath) }
+
+// FromHostRunDir is where the installer sees a path in HostRunDir;
+// false for a path outside it.
+func (c Config) FromHostRunDir(path string) (string, bool) {
+	rel, err := filepath.Rel(c.HostRunDir(), filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || filepath.IsAbs(rel) {
+		return "", false
+	}
+	return filepath.Join(c.RunDir, rel), true
+}
+
+// PluginBinary is the plugin's file name in PluginSource and CNIBinDir:
+// the shim the runtime runs (pkg/shim).
 const PluginBinary = "istio-cni"
+
+// FullBinary is the full plugin, installed beside the shim, which execs
+// it for every verb the node agent does not run.
+const FullBinary = shim.FullBinary
 
 // LookupBinary is the plugin's API lookup helper (pkg/kube/apilookup),
 // installed beside it.
 const LookupBinary = apilookup.Binary
 
 // PluginBinaries are what the installer copies into CNIBinDir, in order:
-// the helper first, so that a plugin never runs without it.
-var PluginBinaries = []string{LookupBinary, PluginBinary}
+// each before the one that runs it, so that the shim never runs without
+// the full plugin, nor the full plugin without its helper.
+var PluginBinaries = []string{LookupBinary, FullBinary, PluginBinary}
 
 // BindFlags declares the installer's flags on fs, each defaulting to the
 // environment variable named in its usage. selfDir holds the installer's own
@@ -131,7 +152,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	var exclude, level, mode, chained, ipv6, repairs, window, ttl string
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	paths := BindPaths(f, HostRoot)
-	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binaries "+PluginBinary+" and "+LookupBinary+" in the image")
+	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binaries "+strings.Join(PluginBinaries, ", ")+" in the image")
 	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
 	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")

@@ -52,6 +52,7 @@ func newNode(t *testing.T) *node {
 		}
 	}
 	n.write(filepath.Join(n.src, PluginBinary), "#!/bin/sh\necho plugin v1\n", 0o755)
+	n.write(filepath.Join(n.src, FullBinary), "#!/bin/sh\necho full plugin v1\n", 0o755)
 	n.write(filepath.Join(n.src, LookupBinary), "#!/bin/sh\necho lookup v1\n", 0o755)
 	n.rotateToken()
 	return n

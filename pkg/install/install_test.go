@@ -13,13 +13,14 @@ func TestInstallFreshNode(t *testing.T) {
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o600)
 	n.start(n.config())
 	n.waitReady()
-	for _, name := range []string{PluginBinary, LookupBinary} {
+	for _, name := range PluginBinaries {
 		if got, want := n.read(filepath.Join(n.bin, name)), n.read(filepath.Join(n.src, name)); got != want {
 			t.Errorf("binary %s %q, want %q", name, got, want)
 		}
 	}
 	for path, mode := range map[string]os.FileMode{
 		filepath.Join(n.bin, PluginBinary):             0o755,
+		filepath.Join(n.bin, FullBinary):               0o755,
 		filepath.Join(n.bin, LookupBinary):             0o755,
 		filepath.Join(n.kc, KubeconfigName):            0o600,
 		filepath.Join(n.netd, "02-istio-cni.conflist"): 0o600, // the primary's mode
@@ -110,14 +111,16 @@ func TestRestoresDeletedOrChangedFiles(t *testing.T) {
 		"kubeconfig deleted": func() { _ = os.Remove(filepath.Join(n.kc, KubeconfigName)) },
 		"binary replaced":    func() { n.write(filepath.Join(n.bin, PluginBinary), "stale", 0o755) },
 		"helper deleted":     func() { _ = os.Remove(filepath.Join(n.bin, LookupBinary)) },
+		"full plugin edited": func() { n.write(filepath.Join(n.bin, FullBinary), "stale", 0o755) },
 	} {
 		undo()
 		n.eventually(what+": repaired", func() (bool, string) {
 			_, owned := n.owned()
 			bin := n.read(filepath.Join(n.bin, PluginBinary))
 			helper := n.read(filepath.Join(n.bin, LookupBinary))
+			full := n.read(filepath.Join(n.bin, FullBinary))
 			kc := n.read(filepath.Join(n.kc, KubeconfigName))
-			return owned == want && strings.Contains(bin, "plugin v1") && strings.Contains(helper, "lookup v1") && kc != "", owned
+			return owned == want && strings.Contains(bin, "plugin v1") && strings.Contains(helper, "lookup v1") && strings.Contains(full, "full plugin v1") && kc != "", owned
 		})
 	}
 	n.waitReady()

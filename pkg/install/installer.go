@@ -181,7 +181,7 @@ func keepPrivate(path string) error {
 
 // entry is the plugin's conflist entry.
 func (in *Installer) entry() pluginconf.Entry {
-	run := filepath.Dir(in.cfg.HostKubeconfigPath)
+	run := in.cfg.HostRunDir()
 	return pluginconf.Entry{
 		Kubeconfig:        in.cfg.HostKubeconfigPath,
 		ExcludeNamespaces: in.cfg.ExcludeNamespaces,

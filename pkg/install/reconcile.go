@@ -293,7 +293,7 @@ func (in *Installer) installBinary() outcome {
 		for _, name := range PluginBinaries {
 			c, err := d.CopyFile(name, filepath.Join(in.cfg.PluginSource, name), 0o755)
 			if err != nil {
-				return changed, fmt.Errorf("%w (--plugin-source/PLUGIN_SOURCE %s must hold %s)", err, in.cfg.PluginSource, strings.Join(PluginBinaries, " and "))
+				return changed, fmt.Errorf("%w (--plugin-source/PLUGIN_SOURCE %s must hold %s)", err, in.cfg.PluginSource, strings.Join(PluginBinaries, ", "))
 			}
 			changed = changed || c
 		}

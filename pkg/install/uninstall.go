@@ -44,6 +44,7 @@ func (in *Installer) Uninstall() error {
 	}{
 		{in.cfg.RunDir, KubeconfigName, ownedKubeconfig},
 		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary(PluginBinary)},
+		{in.cfg.CNIBinDir, FullBinary, in.ownedBinary(FullBinary)},
 		{in.cfg.CNIBinDir, LookupBinary, in.ownedBinary(LookupBinary)},
 	} {
 		if _, err := inDir(f.dir, 0o755, func(d *hostfs.Dir) (struct{}, error) {

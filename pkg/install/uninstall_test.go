@@ -43,7 +43,7 @@ func TestUninstallRemovesEverything(t *testing.T) {
 			if err := n.stop(); err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range []string{filepath.Join(n.bin, PluginBinary), filepath.Join(n.bin, LookupBinary), filepath.Join(n.kc, KubeconfigName), filepath.Join(n.netd, "02-istio-cni.conflist")} {
+			for _, f := range []string{filepath.Join(n.bin, PluginBinary), filepath.Join(n.bin, FullBinary), filepath.Join(n.bin, LookupBinary), filepath.Join(n.kc, KubeconfigName), filepath.Join(n.netd, "02-istio-cni.conflist")} {
 				if _, err := os.Stat(f); !os.IsNotExist(err) {
 					t.Errorf("%s left after uninstall: %v", f, err)
 				}

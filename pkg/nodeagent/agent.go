@@ -22,6 +22,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
+	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
@@ -215,6 +216,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			if a.audit != nil {
 				srv.ReadsBack = a.audit.ReadsBack
+				// ADDs the plugin's shim hands over: the audit
+				// reads back what they write.
+				srv.Add = plugin.AgentSide{Lookup: a.pods.Lookup, ReadsBack: a.audit.ReadsBack,
+					NodePath: a.cfg.Install.FromHostRunDir, Now: time.Now}.RunAdd
 			}
 			wg.Go(func() { srv.Serve(dutiesCtx) })
 		}

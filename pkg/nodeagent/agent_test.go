@@ -48,8 +48,9 @@ func newFakeNode(t *testing.T) *fakeNode {
 	}
 	for path, data := range map[string]string{
 		filepath.Join(src, install.PluginBinary): "#!/bin/sh\n", filepath.Join(src, install.LookupBinary): "#!/bin/sh\n# lookup\n",
-		filepath.Join(sa, "token"):  "token-1",
-		filepath.Join(sa, "ca.crt"): string(ca), filepath.Join(n.netd, "10-bridge.conflist"): bridgePrimary,
+		filepath.Join(src, install.FullBinary): "#!/bin/sh\n# full\n",
+		filepath.Join(sa, "token"):             "token-1",
+		filepath.Join(sa, "ca.crt"):            string(ca), filepath.Join(n.netd, "10-bridge.conflist"): bridgePrimary,
 	} {
 		if err := os.WriteFile(path, []byte(data), 0o755); err != nil {
 			t.Fatal(err)

@@ -54,6 +54,12 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// istio-cni twice) reads back, which also removes duplicate jumps.
 	conf.agentChecks = out.agentReadsBack && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
 	conf.writer = newNetlinkWriter(conf)
+	if p.deps.agent != nil {
+		if !conf.agentChecks {
+			return handBack("a repeated ADD reads its rules back")
+		}
+		conf.writer.decide = p.deps.agent.usable
+	}
 	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
 	out.netnsTime = p.deps.Now().Sub(start)
 	out.warnings = append(out.warnings, conf.writer.warnings...)

@@ -15,6 +15,13 @@ import (
 func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start time.Time, err error) {
 	end := p.deps.Now()
 	logOutcome(log, verb, args, out, end.Sub(start), err)
+	if p.deps.agent != nil {
+		// The report wakes the audit: in the agent, it goes after the
+		// shim has its answer, so that the audit's read-back does not
+		// compete with the pod's start.
+		p.deps.agent.afterReply = func() { p.report(log, conf, verb, args, out, start, end, err) }
+		return
+	}
 	p.report(log, conf, verb, args, out, start, end, err)
 }
 
@@ -26,13 +33,17 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 	if conf == nil || conf.ReportsSocket == "" {
 		return
 	}
+	netns := args.Netns
+	if p.deps.agent != nil {
+		netns = p.deps.agent.req.Netns // args.Netns is the agent's descriptor
+	}
 	ev := reports.Report{
 		Time:       end,
 		Verb:       verb,
 		Pod:        out.pod,
 		PodUID:     out.podUID,
 		Container:  args.ContainerID,
-		Netns:      args.Netns,
+		Netns:      netns,
 		Redirect:   out.decision.Redirect,
 		Reason:     string(out.decision.Reason),
 		Families:   out.families,

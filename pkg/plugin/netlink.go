@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +23,9 @@ var errNetlinkOff = errors.New("netlink writer off")
 type netlinkWriter struct {
 	cacheDir string
 	backend  xtables.Backend
+	// decide says why a family cannot go over netlink, or nil: usable,
+	// or the agent's findings when it runs the ADD.
+	decide func(iptables.Family) error
 
 	mu       sync.Mutex
 	off      map[iptables.Family]error // decided families
@@ -33,30 +35,17 @@ type netlinkWriter struct {
 }
 
 func newNetlinkWriter(conf *Config) *netlinkWriter {
-	return &netlinkWriter{cacheDir: conf.CacheDir, backend: conf.parsed.Backend, off: map[iptables.Family]error{}}
+	w := &netlinkWriter{cacheDir: conf.CacheDir, backend: conf.parsed.Backend, off: map[iptables.Family]error{}}
+	w.decide = w.usable
+	return w
 }
 
 // usable says why a family's rules cannot go over netlink, or nil. The
 // two families are separate alternatives on Debian and Ubuntu, so each
 // resolves on its own.
 func (w *netlinkWriter) usable(f iptables.Family) error {
-	if w.cacheDir == "" {
-		return fmt.Errorf("%w: no cache_dir", errNetlinkOff)
-	}
-	b, err := w.backend.ResolveFamily(f)
-	if err != nil {
+	if err := xtables.NetlinkWritable(w.backend, f, w.cacheDir, true); err != nil {
 		return fmt.Errorf("%w: %w", errNetlinkOff, err)
-	}
-	if b != xtables.NFT {
-		return fmt.Errorf("%w: %s backend %s", errNetlinkOff, f, b)
-	}
-	name := w.backend.CommandsFor(f).Restore
-	v, err := xtables.CachedNFTVersion(filepath.Join(w.cacheDir, name+".version"), name)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNetlinkOff, err)
-	}
-	if !nfnl.WritesLayoutOf(v) {
-		return fmt.Errorf("%w: %s is iptables %s, whose layout is not %s's", errNetlinkOff, name, v, nfnl.Layout)
 	}
 	return nil
 }
@@ -67,7 +56,7 @@ func (w *netlinkWriter) write(rs *iptables.Ruleset) error {
 	off, decided := w.off[rs.Family]
 	w.mu.Unlock()
 	if !decided {
-		off = w.usable(rs.Family)
+		off = w.decide(rs.Family)
 		w.mu.Lock()
 		w.off[rs.Family] = off
 		w.mu.Unlock()

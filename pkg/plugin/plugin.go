@@ -18,6 +18,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apilookup"
 	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
@@ -50,6 +51,12 @@ type Deps struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Now    func() time.Time
+	// HandedBack is why the node agent handed this ADD back to the
+	// plugin (the shim's handoff.EnvHandedBack), for the log line.
+	HandedBack string
+
+	// agent is set when the node agent runs the verb (AgentSide.RunAdd).
+	agent *agentRun
 }
 
 func (d Deps) stdout() io.Writer {
@@ -91,9 +98,10 @@ func New() *Plugin {
 			}
 			return &podnet.Network{Programmer: prog}
 		},
-		Stdout: os.Stdout,
-		Stderr: os.Stderr,
-		Now:    time.Now,
+		Stdout:     os.Stdout,
+		Stderr:     os.Stderr,
+		Now:        time.Now,
+		HandedBack: os.Getenv(handoff.EnvHandedBack),
 	})
 }
 

@@ -38,18 +38,34 @@ type outcome struct {
 	// agentReadsBack: the agent answered, and its audit reads this pod's
 	// rules back and repairs them.
 	agentReadsBack bool
+	// ranIn is "agent" when the node agent ran the verb for the shim;
+	// handedBack why the agent handed this ADD back to the plugin.
+	ranIn, handedBack string
 }
 
 // verb runs one verb with its config, logs its one line (pod, decision,
 // duration, error) and reports the same to the agent.
 func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
 	start := p.deps.Now()
-	var out outcome
+	out := outcome{handedBack: p.deps.HandedBack}
 	conf, err := parseConfig(args.StdinData)
+	if p.deps.agent != nil {
+		// In the agent, nothing is logged or reported but a finished ADD.
+		out.ranIn = "agent"
+		if err == nil {
+			err = p.deps.agent.adapt(conf)
+		}
+		if err != nil {
+			return p.mustHandBack(err)
+		}
+	}
 	log, closeLog := newLogger(conf, p.deps.Stderr)
 	defer closeLog()
 	if err == nil {
 		err = run(conf, &out)
+	}
+	if err != nil && p.deps.agent != nil {
+		return p.mustHandBack(err)
 	}
 	p.finish(log, conf, name, args, out, start, err)
 	return err
@@ -78,6 +94,12 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	}
 	if out.rulesBy != "" {
 		attrs = append(attrs, "rules_by", out.rulesBy)
+	}
+	if out.ranIn != "" {
+		attrs = append(attrs, "ran_in", out.ranIn)
+	}
+	if out.handedBack != "" {
+		attrs = append(attrs, "handed_back", out.handedBack)
 	}
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)

@@ -20,6 +20,10 @@ import (
 // Netns programs pods' network namespaces with a Programmer.
 type Network struct {
 	Programmer *xtables.Programmer
+	// KeepOnError leaves what a failed Program wrote: the node agent,
+	// writing an ADD for the plugin's shim, hands a failure back to the
+	// plugin, which reconciles from what the namespace holds.
+	KeepOnError bool
 }
 
 // passthroughV6 is the source Envoy binds for IPv6 inbound passthrough.
@@ -85,8 +89,8 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model) er
 	}
 	wg.Wait()
 	err := errors.Join(errs...)
-	if err == nil {
-		return nil
+	if err == nil || n.KeepOnError {
+		return err
 	}
 	var families []iptables.Family
 	for _, rs := range rulesets {

@@ -75,13 +75,11 @@ func newFakeNode(root string) (*fakeNode, error) {
 			return nil, err
 		}
 	}
-	out, err := exec.Command("go", "build", "-o", nd.src, "./cmd/install-cni", "./cmd/plugin", "./cmd/plugin/apilookup").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("building: %w\n%s", err, out)
-	}
-	for from, to := range map[string]string{"plugin": install.PluginBinary, "apilookup": install.LookupBinary} {
-		if err := os.Rename(filepath.Join(nd.src, from), filepath.Join(nd.src, to)); err != nil {
-			return nil, err
+	for pkg, name := range map[string]string{"./cmd/install-cni": "install-cni", "./cmd/plugin": install.PluginBinary,
+		"./cmd/plugin/full": install.FullBinary, "./cmd/plugin/apilookup": install.LookupBinary} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(nd.src, name), pkg).CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("building %s: %w\n%s", pkg, err, out)
 		}
 	}
 	if err := nd.rotateToken(); err != nil {
@@ -95,6 +93,7 @@ func newFakeNode(root string) (*fakeNode, error) {
 	if err := nd.writePrimary(); err != nil {
 		return nil, err
 	}
+	var err error
 	if nd.w, err = fsnotify.NewWatcher(); err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 // conflist are on the node's host paths; /readyz answers OK.
 func TestInstalled(t *testing.T) {
 	requireInstalled(t)
-	for _, p := range []string{pluginPath(), helperPath(), kubeconfigPath(), ownedPath()} {
+	for _, p := range []string{pluginPath(), fullPath(), helperPath(), kubeconfigPath(), ownedPath()} {
 		if !exists(p) {
 			t.Errorf("%s missing", p)
 		}
@@ -73,6 +73,18 @@ func TestMeshedPod(t *testing.T) {
 	requireInstalled(t)
 	p := startPod(t, meshedPod(t, "meshed"))
 	assertRedirected(t, p)
+	if !nodeWritesNetlink() {
+		return
+	}
+	// With the agent running, the shim hands the next ADD to it (the first
+	// of a node may have gone to istio-cni-full, which learns the node's
+	// iptables release): the agent writes the rules over netlink from the
+	// pod's descriptor, in its container, and they read back above.
+	again := startPod(t, meshedPod(t, "meshed-again"))
+	assertRedirected(t, again)
+	if last, ok := lastADD(again); !ok || last.RanIn != "agent" {
+		t.Errorf("the ADD of %s/%s: %+v, want it run by the agent", again.Metadata.Namespace, again.Metadata.Name, last)
+	}
 }
 
 // 3. An unmeshed pod and a sidecar pod in an excluded namespace get no

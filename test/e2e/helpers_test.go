@@ -26,6 +26,7 @@ const podTimeout = 2 * time.Minute
 // The node's files the installer owns.
 func pluginPath() string     { return filepath.Join(env.node.CNIBinDir, install.PluginBinary) }
 func helperPath() string     { return filepath.Join(env.node.CNIBinDir, install.LookupBinary) }
+func fullPath() string       { return filepath.Join(env.node.CNIBinDir, install.FullBinary) }
 func kubeconfigPath() string { return filepath.Join(env.node.IstioRunDir, install.KubeconfigName) }
 func ownedPath() string      { return filepath.Join(env.node.CNINetDir, "02-istio-cni.conflist") }
 
@@ -198,17 +199,24 @@ func assertRedirected(t *testing.T, p cluster.Pod) {
 	assertThroughProxy(t, p)
 }
 
-// assertWrittenBy: the plugin's last ADD of the pod wrote its rules the way
-// this node calls for: over netlink where its iptables-nft is the release
-// the plugin reproduces (this machine's Debian 1.8.9), else with
-// iptables-restore. The rules above were read with iptables-save either way.
-func assertWrittenBy(t *testing.T, p cluster.Pod) {
-	t.Helper()
-	want := "iptables-restore"
-	if v, err := xtables.NFTVersion("iptables-restore"); err == nil && nfnl.WritesLayoutOf(v) {
-		want = "netlink"
-	}
-	var last string
+// nodeWritesNetlink: this node's iptables-nft is the release the plugin
+// reproduces over netlink (this machine's Debian 1.8.9).
+func nodeWritesNetlink() bool {
+	v, err := xtables.NFTVersion("iptables-restore")
+	return err == nil && nfnl.WritesLayoutOf(v)
+}
+
+// addLine is the plugin's log line of a successful ADD.
+type addLine struct {
+	Verb, Pod, Error string
+	RulesBy          string `json:"rules_by"`
+	RanIn            string `json:"ran_in"`
+	HandedBack       string `json:"handed_back"`
+}
+
+// lastADD is the plugin's last successful ADD of the pod, from its log on
+// the node; ok=false when it has none (rotated away?).
+func lastADD(p cluster.Pod) (last addLine, ok bool) {
 	logDir := filepath.Join(env.node.IstioRunDir, install.LogDirName)
 	for _, name := range []string{install.PluginLogName + ".1", install.PluginLogName} {
 		b, err := os.ReadFile(filepath.Join(logDir, name))
@@ -216,21 +224,31 @@ func assertWrittenBy(t *testing.T, p cluster.Pod) {
 			continue
 		}
 		for line := range strings.Lines(string(b)) {
-			var l struct {
-				Verb, Pod, Error string
-				RulesBy          string `json:"rules_by"`
-			}
+			var l addLine
 			if json.Unmarshal([]byte(line), &l) == nil && l.Verb == "ADD" && l.Error == "" && l.Pod == p.Metadata.Namespace+"/"+p.Metadata.Name {
-				last = l.RulesBy
+				last, ok = l, true
 			}
 		}
 	}
-	switch last {
-	case want:
-	case "":
+	return last, ok
+}
+
+// assertWrittenBy: the plugin's last ADD of the pod wrote its rules the way
+// this node calls for: over netlink where its iptables-nft is the release
+// the plugin reproduces, else with iptables-restore. The rules above were
+// read with iptables-save either way.
+func assertWrittenBy(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	want := "iptables-restore"
+	if nodeWritesNetlink() {
+		want = "netlink"
+	}
+	last, ok := lastADD(p)
+	switch {
+	case !ok:
 		t.Logf("%s/%s: no ADD of it in the plugin's log (rotated away?)", p.Metadata.Namespace, p.Metadata.Name)
-	default:
-		t.Errorf("%s/%s: the plugin's last ADD wrote its rules by %q, want %q on this node", p.Metadata.Namespace, p.Metadata.Name, last, want)
+	case last.RulesBy != want:
+		t.Errorf("%s/%s: the plugin's last ADD wrote its rules by %q, want %q on this node", p.Metadata.Namespace, p.Metadata.Name, last.RulesBy, want)
 	}
 }
 

@@ -120,7 +120,7 @@ var perturbations = []perturbation{
 		// which after an API outage can take the controller manager
 		// minutes on this single-node control plane.
 		if err := poll.Wait(5*time.Minute, "uninstalled", func() (bool, string) {
-			return !exists(ownedPath()) && !exists(pluginPath()) && !exists(helperPath()), "files left"
+			return !exists(ownedPath()) && !exists(pluginPath()) && !exists(fullPath()) && !exists(helperPath()), "files left"
 		}); err != nil {
 			return fmt.Errorf("%w\nagent pods now: %s\nagent %s's log:\n%s\nkubelet of it:\n%s", err, agentPodStates(t),
 				agent.Metadata.Name, lastLines(agentLog(), 15), logLinesMentioning("kubelet", agent.Metadata.Name, 15))

@@ -220,7 +220,7 @@ func waitUninstalledFrom(t *testing.T, inplace bool) {
 	t.Helper()
 	poll.Until(t, time.Minute, "uninstalled", func() (bool, string) {
 		var left []string
-		for _, p := range []string{pluginPath(), helperPath()} {
+		for _, p := range []string{pluginPath(), fullPath(), helperPath()} {
 			if exists(p) {
 				left = append(left, p)
 			}

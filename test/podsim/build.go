@@ -11,6 +11,7 @@ import (
 // and from the containernetworking/plugins module it requires.
 var Binaries = map[string]string{
 	"istio-cni":           "istio-cni.local/istio-cni/cmd/plugin",
+	"istio-cni-full":      "istio-cni.local/istio-cni/cmd/plugin/full",
 	"istio-cni-apilookup": "istio-cni.local/istio-cni/cmd/plugin/apilookup",
 	"install-cni":         "istio-cni.local/istio-cni/cmd/install-cni",
 	"testproxy":           "istio-cni.local/istio-cni/test/testproxy",

@@ -34,7 +34,17 @@ type Programmer struct {
 	// reconciles. NetlinkFallback hears why.
 	Netlink         func(*iptables.Ruleset) error
 	NetlinkFallback func(error)
+	// NetlinkOnly makes a batch that was not written Apply's answer: no
+	// iptables-restore, no read-back. The node agent sets it when it
+	// writes an ADD for the plugin's shim: its container's iptables need
+	// not be the node's, so it hands anything the batch cannot do back to
+	// the plugin, which runs on the node.
+	NetlinkOnly bool
 }
+
+// ErrNotWritten: with NetlinkOnly, the batch was refused, not encodable,
+// declined, or its outcome is unknown.
+var ErrNotWritten = errors.New("netlink only")
 
 // Apply makes the namespace hold one family's rules and verifies them by
 // reading them back. The first attempt assumes a fresh namespace (one
@@ -56,6 +66,9 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		if attempt > 0 {
 			restoreErr = p.restore(ctx, rs.Family, text)
 		} else if wrote, err := p.writeFresh(rs); !wrote {
+			if p.NetlinkOnly {
+				return fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(err, ErrNotWritten))
+			}
 			// Whether a lost transaction was committed is unknown:
 			// read back and reconcile, never restore a fresh
 			// namespace's rules on top.

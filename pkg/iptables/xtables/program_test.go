@@ -188,6 +188,24 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	}
 }
 
+// NetlinkOnly: a batch not written is Apply's answer; nothing runs, so
+// no iptables of the agent's container writes a node's pod.
+func TestApplyNetlinkOnly(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	for name, err := range map[string]error{
+		"refused": errors.New("nf_tables refused it"),
+		"lost":    fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome),
+	} {
+		f := &fakeRunner{}
+		p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, NetlinkOnly: true,
+			Netlink: func(*iptables.Ruleset) error { return err }}
+		got := p.Apply(context.Background(), &rs)
+		if !errors.Is(got, ErrNotWritten) || !errors.Is(got, err) || len(f.calls) != 0 {
+			t.Errorf("%s: %v, ran %q; want the batch's error and nothing run", name, got, f.calls)
+		}
+	}
+}
+
 // A transaction whose replies were lost may have been committed: Apply
 // reads back and reconciles from what is there, even with TrustRestore,
 // and never restores a fresh namespace's rules on top.

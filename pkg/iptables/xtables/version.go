@@ -2,6 +2,7 @@ package xtables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
 // parseVersion reads how iptables 1.8 programs print their version,
@@ -70,31 +74,47 @@ func firstLine(b []byte) string {
 // first call after the node's iptables changes runs it. The file is
 // replaced atomically; an unreadable or stale one is rewritten.
 func CachedNFTVersion(cacheFile, name string) (string, error) {
-	path, err := LookPath(name)
-	if err != nil {
-		return "", err
+	v, key, err := cachedNFTVersion(cacheFile, name)
+	if err != nil || v != "" {
+		return v, err
 	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", err
-	}
-	st, err := os.Stat(real)
-	if err != nil {
-		return "", err
-	}
-	key := fmt.Sprintf("%s %s %d %d", name, real, st.Size(), st.ModTime().UnixNano())
-	if b, err := os.ReadFile(cacheFile); err == nil { // #nosec G304 -- the plugin's own cache_dir
-		if k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key && v != "" {
-			return v, nil
-		}
-	}
-	v, err := NFTVersion(name)
-	if err != nil {
+	if v, err = NFTVersion(name); err != nil {
 		return "", err
 	}
 	// A failed write only costs the next call a run.
 	_ = writeAtomic(cacheFile, []byte(key+"\n"+v+"\n"))
 	return v, nil
+}
+
+// CachedNFTVersionNoRun is CachedNFTVersion without the run: "" when the
+// cache does not hold the program as it is now.
+func CachedNFTVersionNoRun(cacheFile, name string) (string, error) {
+	v, _, err := cachedNFTVersion(cacheFile, name)
+	return v, err
+}
+
+// cachedNFTVersion returns the cached version ("" on a miss) and the key
+// the program has now.
+func cachedNFTVersion(cacheFile, name string) (version, key string, err error) {
+	path, err := LookPath(name)
+	if err != nil {
+		return "", "", err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", "", err
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", "", err
+	}
+	key = fmt.Sprintf("%s %s %d %d", name, real, st.Size(), st.ModTime().UnixNano())
+	if b, err := os.ReadFile(cacheFile); err == nil { // #nosec G304 -- the plugin's own cache_dir
+		if k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key && v != "" {
+			return v, key, nil
+		}
+	}
+	return "", key, nil
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -113,4 +133,40 @@ func writeAtomic(path string, data []byte) error {
 		_ = os.Remove(f.Name())
 	}
 	return err
+}
+
+// NetlinkWritable says why a family's rules cannot be written over
+// netlink (pkg/iptables/nfnl) on this node, or nil: the backend resolves
+// to nf_tables, at the iptables release whose layout nfnl writes, so that
+// iptables-save prints them as iptables-restore wrote them. The release
+// is remembered in cacheDir; run=false never runs the program, and a
+// release not remembered is a no.
+func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) error {
+	if cacheDir == "" {
+		return errors.New("no cache_dir")
+	}
+	r, err := b.ResolveFamily(f)
+	if err != nil {
+		return err
+	}
+	if r != NFT {
+		return fmt.Errorf("%s backend %s", f, r)
+	}
+	name := b.CommandsFor(f).Restore
+	file := filepath.Join(cacheDir, name+".version")
+	var v string
+	if run {
+		v, err = CachedNFTVersion(file, name)
+	} else {
+		v, err = CachedNFTVersionNoRun(file, name)
+	}
+	switch {
+	case err != nil:
+		return err
+	case v == "":
+		return fmt.Errorf("%s's release is not in %s yet", name, cacheDir)
+	case !nfnl.WritesLayoutOf(v):
+		return fmt.Errorf("%s is iptables %s, whose layout is not %s's", name, v, nfnl.Layout)
+	}
+	return nil
 }

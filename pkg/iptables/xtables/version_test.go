@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
 // fakeIptables puts a program printing version into a PATH directory of
@@ -62,5 +65,38 @@ func TestNFTVersionRefusesLegacyAndNoise(t *testing.T) {
 		if _, err := NFTVersion("iptables-restore"); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error saying %q", out, err, want)
 		}
+	}
+}
+
+// The shim's check runs nothing: a release not yet remembered, or
+// remembered for the program as it was before a change, is a no; the
+// plugin's check remembers it.
+func TestNetlinkWritableWithoutRunning(t *testing.T) {
+	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 0 {
+		t.Fatalf("nothing remembered: %v after %d runs, want a no and no run", err, countRuns(t, runs))
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
+		t.Fatalf("the plugin's check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err != nil || countRuns(t, runs) != 1 {
+		t.Errorf("remembered: %v after %d runs, want yes and no further run", err, countRuns(t, runs))
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, "iptables-restore"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 1 {
+		t.Errorf("the program changed: %v, want a no without a run", err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, "", true); err == nil {
+		t.Error("no cache_dir: yes, want a no")
+	}
+	if err := NetlinkWritable(Legacy, iptables.IPv4, cache, true); err == nil {
+		t.Error("legacy: yes, want a no")
 	}
 }

@@ -9,7 +9,7 @@
 package lookups
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
 )
 
 // Version is the wire format's version; a reader refuses another.
@@ -123,6 +124,11 @@ type Server struct {
 	// ReadsBack says whether the audit reads back what ADD programs; nil:
 	// never.
 	ReadsBack func() bool
+	// Add runs an ADD the plugin's shim hands over (pkg/wire/handoff)
+	// in the pod's network namespace, netns, which the server closes
+	// after; after, if not nil, runs once the answer is sent. Nil hands
+	// every ADD back.
+	Add func(req handoff.Request, netns int) (resp handoff.Response, after func())
 
 	mu   sync.Mutex
 	ln   *net.UnixListener
@@ -250,7 +256,8 @@ func (s *Server) check(ctx context.Context) {
 
 // answer serves one connection: only root on the node may ask (the socket
 // is 0600 in a 0700 directory already; SO_PEERCRED holds even if those
-// modes are widened).
+// modes are widened). A request is a lookup, or an ADD the shim hands
+// over with the pod's namespace as a descriptor.
 func (s *Server) answer(conn *net.UnixConn) {
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetDeadline(time.Now().Add(serveTimeout))
@@ -259,12 +266,29 @@ func (s *Server) answer(conn *net.UnixConn) {
 		s.log.Warn("pod lookup refused: the peer is not root", "uid", uid, "error", errString(err))
 		return
 	}
-	line, err := bufio.NewReaderSize(io.LimitReader(conn, maxRequest), maxRequest).ReadBytes('\n')
+	line, fds, err := readRequest(conn)
+	defer func() {
+		for _, fd := range fds {
+			_ = syscall.Close(fd)
+		}
+	}()
 	if err != nil {
 		return
 	}
-	var req request
-	if json.Unmarshal(line, &req) != nil || req.V != Version {
+	// One decode serves both kinds: a lookup has no op.
+	var req struct {
+		handoff.Request        // its "v" is a lookup's too
+		Namespace       string `json:"namespace"`
+		Name            string `json:"name"`
+	}
+	if json.Unmarshal(line, &req) != nil {
+		return
+	}
+	if req.Op == handoff.Op {
+		s.handOff(conn, req.Request, fds)
+		return
+	}
+	if len(line) > maxRequest || req.V != Version {
 		return
 	}
 	resp := response{V: Version}
@@ -277,6 +301,69 @@ func (s *Server) answer(conn *net.UnixConn) {
 		return
 	}
 	_, _ = conn.Write(b)
+}
+
+// handOff answers an ADD hand-off.
+func (s *Server) handOff(conn *net.UnixConn, req handoff.Request, fds []int) {
+	_ = conn.SetDeadline(time.Now().Add(handoff.Budget + serveTimeout))
+	resp := handoff.Response{V: handoff.Version}
+	var after func()
+	switch {
+	case req.V != handoff.Version:
+		resp.HandBack = fmt.Sprintf("the agent reads hand-off version %d, not %d", handoff.Version, req.V)
+	case len(fds) != 1:
+		resp.HandBack = fmt.Sprintf("the request carries %d descriptors, want the pod's network namespace", len(fds))
+	case s.Add == nil:
+		resp.HandBack = "the agent runs no ADDs"
+	default:
+		resp, after = s.Add(req, fds[0])
+		resp.V = handoff.Version
+	}
+	if b, err := json.Marshal(resp); err == nil {
+		_, _ = conn.Write(b)
+	}
+	_ = conn.Close()
+	if after != nil {
+		after()
+	}
+}
+
+// readRequest reads one request line and the descriptors that came with
+// its first bytes. A lookup is small; a hand-off carries the runtime's
+// stdin.
+func readRequest(conn *net.UnixConn) ([]byte, []int, error) {
+	buf := make([]byte, 8<<10)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	var fds []int
+	if oobn > 0 {
+		msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn])
+		for i := range msgs {
+			if perr != nil {
+				break
+			}
+			got, rerr := syscall.ParseUnixRights(&msgs[i])
+			if rerr == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	if err != nil {
+		return nil, fds, err
+	}
+	data := append([]byte(nil), buf[:n]...)
+	for !bytes.Contains(data, []byte{'\n'}) {
+		if len(data) > handoff.MaxRequest {
+			return nil, fds, fmt.Errorf("request over %d bytes", handoff.MaxRequest)
+		}
+		m, err := conn.Read(buf)
+		if m == 0 && err != nil {
+			return nil, fds, err
+		}
+		data = append(data, buf[:m]...)
+	}
+	line, _, _ := bytes.Cut(data, []byte{'\n'})
+	return line, fds, nil
 }
 
 // peerUID is the connecting process's user, from the kernel.

@@ -54,6 +54,7 @@ func TestDaemonSetOnEveryNode(t *testing.T) {
 	for _, n := range env.fleet.Nodes {
 		for _, f := range []string{
 			filepath.Join(n.CNIBinDir, install.PluginBinary),
+			filepath.Join(n.CNIBinDir, install.FullBinary),
 			filepath.Join(n.CNIBinDir, install.LookupBinary),
 			filepath.Join(n.IstioRunDir, install.KubeconfigName),
 			filepath.Join(n.CNINetDir, "02-istio-cni.conflist"),

@@ -118,7 +118,7 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 // chaining it and anything in its run directory.
 func leftOn(n *cluster.Node) []string {
 	var left []string
-	for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.CNIBinDir, install.LookupBinary), ownedPath(n)} {
+	for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.CNIBinDir, install.FullBinary), filepath.Join(n.CNIBinDir, install.LookupBinary), ownedPath(n)} {
 		if _, err := os.Stat(p); err == nil {
 			left = append(left, p)
 		}

@@ -1,0 +1,171 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
+	"istio-cni.local/istio-cni/pkg/wire/lookups"
+)
+
+// The ADD the node agent runs for the plugin's shim (pkg/wire/handoff):
+// this package's own ADD, with the agent's informer for the lookup and
+// netlink for the rules, so that what a pod gets is decided in one place.
+// The agent finishes it or hands it back untouched but for rules the
+// plugin reconciles: it logs, records and reports only an ADD it finished.
+
+// errHandBack marks why the agent hands an ADD back to the plugin.
+var errHandBack = errors.New("handed back")
+
+func handBack(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errHandBack, fmt.Sprintf(format, a...))
+}
+
+// AgentSide is what the node agent lends an ADD it runs.
+type AgentSide struct {
+	// Lookup is the agent's copy of a pod.
+	Lookup lookups.Lookup
+	// ReadsBack says whether the audit reads back what ADD writes: the
+	// agent runs no iptables-save for an ADD, so without it every ADD is
+	// handed back.
+	ReadsBack func() bool
+	// NodePath maps a path on the node (the entry's records_dir, log_file,
+	// reports_socket) to where the agent sees it; false when it does not.
+	NodePath func(string) (string, bool)
+	Now      func() time.Time
+}
+
+// agentRun is the hand-off an ADD runs in the agent for.
+type agentRun struct {
+	req     handoff.Request
+	side    AgentSide
+	netlink map[iptables.Family]bool
+	// afterReply sends the verb's report.
+	afterReply func()
+}
+
+// RunAdd runs a handed-off ADD in the namespace open at netnsFD. Call
+// after, when not nil, once the shim has the answer.
+func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Response, after func()) {
+	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]bool{}}
+	for _, f := range req.Netlink {
+		switch f {
+		case iptables.IPv4.String():
+			run.netlink[iptables.IPv4] = true
+		case iptables.IPv6.String():
+			run.netlink[iptables.IPv6] = true
+		}
+	}
+	args := &skel.CmdArgs{ContainerID: req.ContainerID, IfName: req.IfName, Args: req.Args, Path: req.Path, StdinData: req.Stdin,
+		// The descriptor, not the node's path: the agent's container
+		// may not see that path, and it names what the runtime opened.
+		Netns: fmt.Sprintf("/proc/self/fd/%d", netnsFD)}
+	if err := skelChecks(args, req.Netns); err != nil {
+		return handoff.Response{HandBack: err.Error()}, nil
+	}
+	if a.ReadsBack == nil || !a.ReadsBack() {
+		return handoff.Response{HandBack: "the agent's audit does not read rules back"}, nil
+	}
+	var stdout, stderr bytes.Buffer
+	p := NewWithDeps(Deps{
+		AskAgent: func(_, namespace, name string) (lookups.Answer, error) {
+			pod, ok := a.Lookup(namespace, name)
+			if !ok {
+				return lookups.Answer{}, lookups.ErrNotHeld
+			}
+			return lookups.Answer{Pod: pod, ReadsBack: true}, nil
+		},
+		NewPodGetter: func(*Config) (PodGetter, error) {
+			return nil, handBack("the agent does not hold the pod")
+		},
+		NewPodNetwork: func(c *Config) PodNetwork {
+			prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks, NetlinkOnly: true}
+			if c.writer != nil {
+				prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
+			}
+			return &podnet.Network{Programmer: prog, KeepOnError: true}
+		},
+		Stdout: &stdout,
+		Stderr: &stderr,
+		Now:    a.Now,
+		agent:  run,
+	})
+	if err := p.Add(args); err != nil {
+		return handoff.Response{HandBack: err.Error()}, nil
+	}
+	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, run.afterReply
+}
+
+// skelChecks are skel's checks of an ADD's input: the plugin binary, run
+// through skel, reports any failure with skel's own error.
+func skelChecks(args *skel.CmdArgs, netns string) error {
+	var conf struct {
+		Name       string `json:"name"`
+		CNIVersion string `json:"cniVersion"`
+	}
+	if err := json.Unmarshal(args.StdinData, &conf); err != nil || conf.Name == "" || utils.ValidateNetworkName(conf.Name) != nil {
+		return handBack("the config's name is missing or invalid")
+	}
+	if netns == "" || utils.ValidateContainerID(args.ContainerID) != nil || utils.ValidateInterfaceName(args.IfName) != nil {
+		return handBack("CNI_NETNS, CNI_CONTAINERID or CNI_IFNAME is missing or invalid")
+	}
+	if conf.CNIVersion == "" {
+		conf.CNIVersion = "0.1.0" // as version.ConfigDecoder reads it
+	}
+	if (&version.Reconciler{}).Check(conf.CNIVersion, version.All) != nil {
+		return handBack("the config's cniVersion is not one the plugin supports")
+	}
+	return nil
+}
+
+// adapt fits a parsed entry to the agent: its paths to where the agent
+// sees them, and its rules to netlink in the families the shim found
+// nf_tables on the node.
+func (r *agentRun) adapt(conf *Config) error {
+	for _, p := range []*string{&conf.RecordsDir, &conf.LogFile, &conf.ReportsSocket} {
+		if *p == "" {
+			continue
+		}
+		mapped, ok := r.side.NodePath(*p)
+		if !ok {
+			return handBack("the agent does not see %s", *p)
+		}
+		*p = mapped
+	}
+	if len(r.netlink) == 0 {
+		return handBack("the node's iptables is not nf_tables %s", "in the layout the agent writes")
+	}
+	// The shim resolved the entry's backend on the node: nf_tables.
+	conf.parsed.Backend = xtables.NFT
+	return nil
+}
+
+// usable is netlinkWriter.usable for the agent: the shim's findings.
+func (r *agentRun) usable(f iptables.Family) error {
+	if !r.netlink[f] {
+		return handBack("the node's %s is not nf_tables in the layout the agent writes", f)
+	}
+	return nil
+}
+
+// mustHandBack says whether an ADD error is the agent's to hand back:
+// every one, the agent never fails a pod the plugin might set up.
+func (p *Plugin) mustHandBack(err error) error {
+	if p.deps.agent == nil || err == nil {
+		return err
+	}
+	if errors.Is(err, errHandBack) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errHandBack, err)
+}

@@ -1,0 +1,323 @@
+package plugin
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
+)
+
+// requireNFTLayout skips unless the node's iptables-nft is the release
+// nfnl writes, as on the nodes the agent writes ADDs for.
+func requireNFTLayout(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	v, err := xtables.NFTVersion("iptables-nft-restore")
+	if err != nil || !nfnl.WritesLayoutOf(v) {
+		t.Skipf("iptables-nft %q (%v) is not %s", v, err, nfnl.Layout)
+	}
+}
+
+// newNetns makes a namespace with lo up and returns its descriptor and a
+// path to it.
+func newNetns(t testing.TB) (int, string) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = orig.Close() }()
+	h, err := netns.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netns.Set(orig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return int(h), fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(h))
+}
+
+// saveIn prints a family's tables in the namespace, as a user would see
+// them (nsenter ... iptables-save), without the comment lines.
+func saveIn(t *testing.T, path string, f iptables.Family) string {
+	t.Helper()
+	name := "iptables-nft-save"
+	if f == iptables.IPv6 {
+		name = "ip6tables-nft-save"
+	}
+	out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+path, name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+	var keep []string
+	for line := range strings.Lines(string(out)) {
+		if !strings.HasPrefix(line, "#") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "")
+}
+
+type agentFixture struct {
+	side  AgentSide
+	run   string // the agent's view of the run directory
+	pods  map[string]*kube.Pod
+	reads bool
+}
+
+func newAgentFixture(t testing.TB) *agentFixture {
+	f := &agentFixture{run: t.TempDir(), pods: map[string]*kube.Pod{}, reads: true}
+	cache := filepath.Join(f.run, "cache")
+	for _, d := range []string{cache, filepath.Join(f.run, "sandboxes"), filepath.Join(f.run, "log")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := xtables.CachedNFTVersion(filepath.Join(cache, "iptables-nft-restore.version"), "iptables-nft-restore"); err != nil {
+		t.Fatal(err)
+	}
+	f.side = AgentSide{
+		Lookup: func(ns, name string) (*kube.Pod, bool) {
+			p, ok := f.pods[ns+"/"+name]
+			return p, ok
+		},
+		ReadsBack: func() bool { return f.reads },
+		// The node's run directory is /node/run; the agent sees it at f.run.
+		NodePath: func(p string) (string, bool) {
+			rel, ok := strings.CutPrefix(p, "/node/run/")
+			return filepath.Join(f.run, rel), ok
+		},
+		Now: time.Now,
+	}
+	return f
+}
+
+// entry is an ADD's stdin as the installer writes the entry, on the node.
+func (f *agentFixture) entry(prev string) []byte {
+	return []byte(`{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni","iptables_backend":"nft","exclude_namespaces":["kube-system"],` +
+		`"pod_socket":"/node/run/pods.sock","reports_socket":"/node/run/reports.sock","records_dir":"/node/run/sandboxes","log_file":"/node/run/log/istio-cni.log","cache_dir":"/node/run/cache",` +
+		`"prevResult":` + prev + `}`)
+}
+
+func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Request {
+	return handoff.Request{ContainerID: "c-" + uid, Netns: netnsPath, IfName: "eth0", Stdin: f.entry(prev),
+		Args:    "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_UID=" + uid,
+		Netlink: []string{"ipv4", "ipv6"}}
+}
+
+// The agent's ADD, in a real namespace, writes what the plugin's own ADD
+// writes: the same iptables-save text, the same record, the same result.
+func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	pod := meshedPod(nil)
+	pod.Metadata.UID = "u1"
+	f.pods["team-a/web-1"] = pod
+	// The agent's reports socket, read without blocking: a report is
+	// queued the moment it is sent.
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(sock) })
+	if err := unix.Bind(sock, &unix.SockaddrUnix{Name: filepath.Join(f.run, "reports.sock")}); err != nil {
+		t.Fatal(err)
+	}
+	queued := func() (reports.Report, bool) {
+		buf := make([]byte, 64<<10)
+		n, _, err := unix.Recvfrom(sock, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			return reports.Report{}, false
+		}
+		var r reports.Report
+		if err := json.Unmarshal(buf[:n], &r); err != nil {
+			t.Fatalf("report %q: %v", buf[:n], err)
+		}
+		return r, true
+	}
+	for _, prev := range []string{prevV4, prevDual} {
+		fd, path := newNetns(t)
+		resp, after := f.side.RunAdd(f.request(path, "u1", prev), fd)
+		if !resp.Done {
+			t.Fatalf("handed back: %s", resp.HandBack)
+		}
+		// The report, which wakes the audit, waits for the answer.
+		if r, ok := queued(); ok {
+			t.Fatalf("reported before the answer: %+v", r)
+		}
+		after()
+		r, ok := queued()
+		if !ok || r.Verb != "ADD" || r.PodUID != "u1" || r.Netns != path {
+			t.Errorf("report %+v (%v), want the ADD of u1 in %s (the runtime's path, not the descriptor)", r, ok, path)
+		}
+		var result map[string]any
+		if err := json.Unmarshal(resp.Stdout, &result); err != nil || result["ips"] == nil {
+			t.Errorf("stdout %s: %v, want the prevResult", resp.Stdout, err)
+		}
+		if !bytes.Contains(resp.Stderr, []byte(`"ran_in":"agent"`)) || !bytes.Contains(resp.Stderr, []byte(`"rules_by":"netlink"`)) {
+			t.Errorf("log line %s, want ran_in agent and rules_by netlink", resp.Stderr)
+		}
+		rec, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
+		if err != nil || len(rec) == 0 || rec[len(rec)-1].Backend != xtables.NFT || rec[len(rec)-1].NetnsInode == 0 {
+			t.Fatalf("records %+v, %v: want one with the namespace and nft; log %s", rec, err, resp.Stderr)
+		}
+		// The plugin's own path, iptables-restore, into a second namespace.
+		_, restored := newNetns(t)
+		want := rec[len(rec)-1].Model()
+		restoreIn(t, restored, want)
+		for _, rs := range want.Rulesets() {
+			if got, want := saveIn(t, path, rs.Family), saveIn(t, restored, rs.Family); got != want {
+				t.Errorf("%s: the agent wrote\n%s\nrestore writes\n%s", rs.Family, got, want)
+			}
+		}
+		_ = os.Remove(filepath.Join(f.run, "sandboxes", "u1", "c-u1.json"))
+	}
+	log, err := os.ReadFile(filepath.Join(f.run, "log", "istio-cni.log"))
+	if err != nil || bytes.Count(log, []byte("\n")) != 2 {
+		t.Errorf("log_file %q, %v: want the two ADDs' lines where the agent sees it", log, err)
+	}
+}
+
+// The agent's share of a handed-off ADD, for profiling (go test -bench
+// AgentRunAdd -cpuprofile): each iteration a fresh namespace.
+func BenchmarkAgentRunAdd(b *testing.B) {
+	requireNFTLayout(b)
+	f := newAgentFixture(b)
+	pod := meshedPod(nil)
+	pod.Metadata.UID = "u1"
+	f.pods["team-a/web-1"] = pod
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		fd, path := newNetns(b)
+		req := f.request(path, fmt.Sprint("u", i), prevV4)
+		pod.Metadata.UID = fmt.Sprint("u", i)
+		b.StartTimer()
+		if resp, _ := f.side.RunAdd(req, fd); !resp.Done {
+			b.Fatalf("handed back: %s", resp.HandBack)
+		}
+	}
+}
+
+// Whatever keeps the agent from finishing an ADD, it hands it back having
+// logged, recorded and reported nothing, and without removing what the
+// namespace held: the plugin then runs the ADD and reconciles.
+func TestAgentRunAddHandsBack(t *testing.T) {
+	requireNFTLayout(t)
+	for name, c := range map[string]struct {
+		prev  string
+		setup func(f *agentFixture, req *handoff.Request, path string)
+		why   string
+	}{
+		"the agent does not hold the pod": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) { delete(f.pods, "team-a/web-1") }, "does not hold the pod"},
+		"the audit does not read back":    {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) { f.reads = false }, "does not read rules back"},
+		"a repeated ADD": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
+			if err := (applied.Store{Dir: filepath.Join(f.run, "sandboxes")}).Write(applied.Record{PodUID: "u1", Container: "c-u1", Passed: true}); err != nil {
+				t.Fatal(err)
+			}
+		}, "repeated ADD"},
+		"the namespace holds our chains already": {prevV4, func(_ *agentFixture, _ *handoff.Request, path string) {
+			restoreIn(t, path, iptables.Build(iptables.DefaultSpec(), true, false))
+		}, "not written over netlink"},
+		"records_dir outside the run directory": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
+			req.Stdin = bytes.Replace(req.Stdin, []byte(`"/node/run/sandboxes"`), []byte(`"/elsewhere/sandboxes"`), 1)
+		}, "does not see /elsewhere/sandboxes"},
+		"no family over netlink": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = nil }, "not nf_tables"},
+		"IPv6 not over netlink":  {prevDual, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = []string{"ipv4"} }, "ipv6"},
+		"an invalid annotation": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
+			f.pods["team-a/web-1"].Metadata.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"
+		}, "handed back"},
+		"an unsupported cniVersion": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
+			req.Stdin = bytes.Replace(req.Stdin, []byte(`"cniVersion":"1.0.0","name"`), []byte(`"cniVersion":"9.9.9","name"`), 1)
+		}, "cniVersion"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newAgentFixture(t)
+			pod := meshedPod(nil)
+			pod.Metadata.UID = "u1"
+			f.pods["team-a/web-1"] = pod
+			fd, path := newNetns(t)
+			req := f.request(path, "u1", c.prev)
+			c.setup(f, &req, path)
+			before := saveIn(t, path, iptables.IPv4)
+			recsBefore, _ := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
+			resp, after := f.side.RunAdd(req, fd)
+			if resp.Done || !strings.Contains(resp.HandBack, c.why) || after != nil {
+				t.Fatalf("answer %+v (after %v), want handed back for %q", resp, after != nil, c.why)
+			}
+			if len(resp.Stdout) > 0 || len(resp.Stderr) > 0 {
+				t.Errorf("stdout %q, stderr %q: want nothing", resp.Stdout, resp.Stderr)
+			}
+			if got := saveIn(t, path, iptables.IPv4); c.prev == prevV4 && got != before {
+				t.Errorf("the namespace changed:\n%s\nwas\n%s", got, before)
+			}
+			if recs, _ := (applied.Store{Dir: filepath.Join(f.run, "sandboxes")}).ForPod("u1"); len(recs) != len(recsBefore) {
+				t.Errorf("records %+v, want %+v", recs, recsBefore)
+			}
+			if log, err := os.ReadFile(filepath.Join(f.run, "log", "istio-cni.log")); len(log) > 0 {
+				t.Errorf("log_file %q (%v), want no line", log, err)
+			}
+		})
+	}
+}
+
+// restoreIn writes a model with iptables-nft-restore into the namespace.
+func restoreIn(t *testing.T, path string, m iptables.Model) {
+	t.Helper()
+	for _, rs := range m.Rulesets() {
+		text, err := iptables.Plan(rs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.NFT.CommandsFor(rs.Family).Restore, "--noflush")
+		cmd.Stdin = bytes.NewReader(text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("restore: %v\n%s", err, out)
+		}
+	}
+}
+
+// A pod the plugin passes through is the agent's to finish: its result,
+// its record of the sandbox, no rules.
+func TestAgentRunAddPassesThrough(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	plain := meshedPod(nil)
+	plain.Metadata.UID = "u1"
+	delete(plain.Metadata.Annotations, "sidecar.istio.io/status")
+	plain.Spec.Containers = plain.Spec.Containers[:1]
+	f.pods["team-a/web-1"] = plain
+	fd, path := newNetns(t)
+	resp, _ := f.side.RunAdd(f.request(path, "u1", prevV4), fd)
+	if !resp.Done || !bytes.Contains(resp.Stderr, []byte(`"redirect":false`)) {
+		t.Fatalf("answer %+v: want done, not redirected", resp)
+	}
+	if got := saveIn(t, path, iptables.IPv4); strings.Contains(got, "ISTIO") {
+		t.Errorf("rules in a plain pod:\n%s", got)
+	}
+	recs, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
+	if err != nil || len(recs) != 1 || !recs[0].Passed {
+		t.Errorf("records %+v, %v: want the sandbox recorded as passed", recs, err)
+	}
+}

@@ -1,0 +1,214 @@
+// Package shim is the binary the runtime runs as istio-cni. It hands an
+// ADD to the node agent (pkg/wire/handoff), which runs the plugin's own ADD
+// in the pod's namespace from its informer and writes the rules in one
+// nf_tables transaction; for every other verb, and whenever the agent is
+// absent or hands the ADD back, it execs the full plugin, istio-cni-full,
+// installed beside it, with the same arguments, environment and stdin.
+//
+// It links little (no CNI skel, no netlink library, no rule model), so
+// that its start costs little more than an empty Go program's: a pod's ADD
+// is then this start and one local round trip. It never decides anything
+// about a pod: the plugin's code does, in the agent or in istio-cni-full.
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
+)
+
+// FullBinary is the full plugin's file name, beside the shim.
+const FullBinary = "istio-cni-full"
+
+// Env is what the shim reads of its process.
+type Env struct {
+	Getenv  func(string) string
+	Environ []string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// Exe is the shim's own path (the full plugin is beside it); Args
+	// its arguments.
+	Exe  string
+	Args []string
+	// Exec replaces the process with path (unix.Exec), stdin the
+	// process's fd 0 from then on; it returns only on failure.
+	Exec func(path string, argv, envv []string, stdin []byte) error
+	// HandOff is handoff.Send.
+	HandOff func(socket string, req handoff.Request, netnsFD int) (handoff.Response, error)
+}
+
+// entry is what the shim reads of the plugin's config.
+type entry struct {
+	CNIVersion      string `json:"cniVersion"`
+	PodSocket       string `json:"pod_socket"`
+	CacheDir        string `json:"cache_dir"`
+	IptablesBackend string `json:"iptables_backend"`
+	PrevResult      *struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	} `json:"prevResult"`
+}
+
+// families are those whose iptables the shim checks: IPv6 only when the
+// pod may have it (a primary's result with an IPv6 address, or none to
+// tell). The agent hands back an ADD that needs a family it was not told
+// of, so this only spares IPv4-only pods a check.
+func (c entry) families() []iptables.Family {
+	if c.PrevResult != nil && len(c.PrevResult.IPs) > 0 {
+		v6 := false
+		for _, ip := range c.PrevResult.IPs {
+			v6 = v6 || strings.Contains(ip.Address, ":")
+		}
+		if !v6 {
+			return []iptables.Family{iptables.IPv4}
+		}
+	}
+	return []iptables.Family{iptables.IPv4, iptables.IPv6}
+}
+
+// Run is the shim's main: the exit status when it does not exec.
+func Run(e Env) int {
+	if e.Getenv("CNI_COMMAND") != "ADD" {
+		return e.full(nil, "")
+	}
+	stdin, err := io.ReadAll(e.Stdin)
+	if err != nil {
+		return e.fail("", fmt.Errorf("reading stdin: %w", err))
+	}
+	resp, why := e.handOff(stdin)
+	if why != "" {
+		return e.full(stdin, why)
+	}
+	_, _ = e.Stderr.Write(resp.Stderr)
+	if _, err := e.Stdout.Write(resp.Stdout); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// handOff asks the agent to run the ADD; why says why it did not.
+func (e Env) handOff(stdin []byte) (handoff.Response, string) {
+	if len(stdin) > handoff.MaxRequest/2 {
+		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2)
+	}
+	var conf entry
+	if err := json.Unmarshal(stdin, &conf); err != nil {
+		return handoff.Response{}, "the config does not decode"
+	}
+	if conf.PodSocket == "" {
+		return handoff.Response{}, "the entry names no pod_socket"
+	}
+	req := handoff.Request{ContainerID: e.Getenv("CNI_CONTAINERID"), Netns: e.Getenv("CNI_NETNS"),
+		IfName: e.Getenv("CNI_IFNAME"), Args: e.Getenv("CNI_ARGS"), Path: e.Getenv("CNI_PATH"), Stdin: stdin}
+	var off []string
+	if b, err := xtables.ParseBackend(conf.IptablesBackend); err == nil {
+		for _, f := range conf.families() {
+			if err := xtables.NetlinkWritable(b, f, conf.CacheDir, false); err != nil {
+				off = append(off, err.Error())
+				continue
+			}
+			req.Netlink = append(req.Netlink, f.String())
+		}
+	}
+	if len(req.Netlink) == 0 {
+		return handoff.Response{}, fmt.Sprintf("no family goes over netlink on this node: %v", off)
+	}
+	if req.Netns == "" {
+		return handoff.Response{}, "no CNI_NETNS"
+	}
+	fd, err := unix.Open(req.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return handoff.Response{}, fmt.Sprintf("opening CNI_NETNS: %v", err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	resp, err := e.HandOff(conf.PodSocket, req, fd)
+	switch {
+	case err != nil:
+		return handoff.Response{}, err.Error()
+	case !resp.Done:
+		return handoff.Response{}, "the agent: " + resp.HandBack
+	}
+	return resp, ""
+}
+
+// full execs the full plugin; stdin nil leaves fd 0 as the runtime
+// passed it.
+func (e Env) full(stdin []byte, handedBack string) int {
+	path := filepath.Join(filepath.Dir(e.Exe), FullBinary)
+	env := e.Environ
+	if handedBack != "" {
+		env = append(append([]string(nil), env...), handoff.EnvHandedBack+"="+handedBack)
+	}
+	err := e.Exec(path, append([]string{path}, e.Args[1:]...), env, stdin)
+	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", path, err))
+}
+
+func cniVersion(stdin []byte) string {
+	var conf entry
+	_ = json.Unmarshal(stdin, &conf)
+	if conf.CNIVersion == "" {
+		return "1.0.0"
+	}
+	return conf.CNIVersion
+}
+
+// fail prints a CNI error (code 999, internal) and returns its status.
+func (e Env) fail(version string, err error) int {
+	if version == "" {
+		version = "1.0.0"
+	}
+	b, _ := json.Marshal(struct {
+		CNIVersion string `json:"cniVersion"`
+		Code       uint   `json:"code"`
+		Msg        string `json:"msg"`
+	}{version, 999, "istio-cni: " + err.Error()})
+	_, _ = e.Stdout.Write(append(b, '\n'))
+	return 1
+}
+
+// Exec is Env.Exec on the real process: stdin, when given, becomes fd 0
+// through a memory file, since the runtime's pipe was read to the end.
+func Exec(path string, argv, envv []string, stdin []byte) error {
+	if stdin != nil {
+		fd, err := unix.MemfdCreate("istio-cni-stdin", 0)
+		if err != nil {
+			return fmt.Errorf("passing stdin on: %w", err)
+		}
+		if err := writeAll(fd, stdin); err != nil {
+			return fmt.Errorf("passing stdin on: %w", err)
+		}
+		if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
+			return fmt.Errorf("passing stdin on: %w", err)
+		}
+		if err := unix.Dup3(fd, 0, 0); err != nil {
+			return fmt.Errorf("passing stdin on: %w", err)
+		}
+		_ = unix.Close(fd)
+	}
+	return unix.Exec(path, argv, envv)
+}
+
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}

@@ -1,0 +1,261 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
+)
+
+// execCall is what the shim asked to exec.
+type execCall struct {
+	path  string
+	argv  []string
+	env   []string
+	stdin []byte
+}
+
+type harness struct {
+	env     map[string]string
+	stdin   string
+	execs   []execCall
+	execErr error
+	hands   []handoff.Request
+	answer  handoff.Response
+	handErr error
+	stdout  bytes.Buffer
+	stderr  bytes.Buffer
+}
+
+func (h *harness) run(t *testing.T) int {
+	t.Helper()
+	environ := []string{"PATH=/usr/bin"}
+	for k, v := range h.env {
+		environ = append(environ, k+"="+v)
+	}
+	return Run(Env{
+		Getenv:  func(k string) string { return h.env[k] },
+		Environ: environ,
+		Stdin:   strings.NewReader(h.stdin),
+		Stdout:  &h.stdout,
+		Stderr:  &h.stderr,
+		Exe:     "/opt/cni/bin/istio-cni",
+		Args:    []string{"/opt/cni/bin/istio-cni"},
+		Exec: func(path string, argv, envv []string, stdin []byte) error {
+			h.execs = append(h.execs, execCall{path, argv, envv, stdin})
+			if h.execErr != nil {
+				return h.execErr
+			}
+			return errors.New("exec'd") // a real exec does not return
+		},
+		HandOff: func(_ string, req handoff.Request, _ int) (handoff.Response, error) {
+			h.hands = append(h.hands, req)
+			return h.answer, h.handErr
+		},
+	})
+}
+
+// nodeWithNFT makes the node's iptables-nft the release the agent writes,
+// remembered in a cache dir, and returns an entry naming it.
+func nodeWithNFT(t *testing.T, release string) string {
+	t.Helper()
+	bin := t.TempDir()
+	script := "#!/bin/sh\necho 'iptables-nft-restore v" + release + " (nf_tables)'\n"
+	for _, name := range []string{"iptables-nft-restore", "ip6tables-nft-restore"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin)
+	cache := t.TempDir()
+	for _, name := range []string{"iptables-nft-restore", "ip6tables-nft-restore"} {
+		if _, err := xtables.CachedNFTVersion(filepath.Join(cache, name+".version"), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "k8s", "type": "istio-cni", "iptables_backend": "nft",
+		"pod_socket": "/var/run/istio-cni/pods.sock", "cache_dir": cache})
+	return string(b)
+}
+
+// withRelease is entry with a cache dir remembering the node's iptables
+// as another release.
+func withRelease(t *testing.T, entry, release string) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(entry), &m); err != nil {
+		t.Fatal(err)
+	}
+	from, to := m["cache_dir"].(string), t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(from, "*.version"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = bytes.Replace(b, []byte("\n"+nfnl.Layout+"\n"), []byte("\n"+release+"\n"), 1)
+		if err := os.WriteFile(filepath.Join(to, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m["cache_dir"] = to
+	out, _ := json.Marshal(m)
+	return string(out)
+}
+
+func addEnv(netns string) map[string]string {
+	return map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": netns, "CNI_IFNAME": "eth0",
+		"CNI_ARGS": "K8S_POD_NAMESPACE=a;K8S_POD_NAME=b;K8S_POD_UID=u", "CNI_PATH": "/opt/cni/bin"}
+}
+
+// Every verb but ADD goes to the full plugin untouched: same arguments,
+// environment and stdin (fd 0 not read).
+func TestOtherVerbsExecTheFullPlugin(t *testing.T) {
+	for _, verb := range []string{"DEL", "CHECK", "VERSION", "STATUS", "GC", ""} {
+		h := &harness{env: map[string]string{"CNI_COMMAND": verb}, stdin: "{}"}
+		h.run(t)
+		if len(h.execs) != 1 || len(h.hands) != 0 {
+			t.Fatalf("%q: execs %v, hand-offs %d; want one exec", verb, h.execs, len(h.hands))
+		}
+		c := h.execs[0]
+		if c.path != "/opt/cni/bin/"+FullBinary || c.stdin != nil || slices.ContainsFunc(c.env, func(e string) bool { return strings.HasPrefix(e, handoff.EnvHandedBack) }) {
+			t.Errorf("%q: exec %+v, want %s with the runtime's stdin and environment", verb, c, FullBinary)
+		}
+	}
+}
+
+// The agent's answer is the result: no exec.
+func TestAddTheAgentRan(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, nfnl.Layout),
+		answer: handoff.Response{V: 1, Done: true, Stdout: []byte(`{"cniVersion":"1.0.0"}`), Stderr: []byte("log line\n")}}
+	if code := h.run(t); code != 0 || len(h.execs) != 0 {
+		t.Fatalf("exit %d, execs %v; want 0 and none", code, h.execs)
+	}
+	if h.stdout.String() != `{"cniVersion":"1.0.0"}` || h.stderr.String() != "log line\n" {
+		t.Errorf("stdout %q, stderr %q: want the agent's", h.stdout.String(), h.stderr.String())
+	}
+	req := h.hands[0]
+	if req.ContainerID != "c1" || req.Netns != netns || req.IfName != "eth0" || req.Args != addEnv("")["CNI_ARGS"] ||
+		req.Path != "/opt/cni/bin" || string(req.Stdin) != h.stdin || !slices.Equal(req.Netlink, []string{"ipv4", "ipv6"}) {
+		t.Errorf("request %+v: want the runtime's call and both families over netlink", req)
+	}
+}
+
+// IPv6's iptables is checked only for a pod that may have IPv6.
+func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	entry := nodeWithNFT(t, nfnl.Layout)
+	withPrev := func(prev string) string { return strings.TrimSuffix(entry, "}") + `,"prevResult":` + prev + "}" }
+	for prev, want := range map[string][]string{
+		`{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}`:                          {"ipv4"},
+		`{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"},{"address":"fd00::5/64"}]}`: {"ipv4", "ipv6"},
+		`{"cniVersion":"1.0.0","ips":[{"address":"fd00::5/64"}]}`:                           {"ipv4", "ipv6"},
+		`{"cniVersion":"0.2.0","ip4":{"ip":"10.1.0.5/24"}}`:                                 {"ipv4", "ipv6"},
+		`{"cniVersion":"1.0.0"}`: {"ipv4", "ipv6"},
+	} {
+		h := &harness{env: addEnv(netns), stdin: withPrev(prev), answer: handoff.Response{V: 1, Done: true}}
+		h.run(t)
+		if len(h.hands) != 1 || !slices.Equal(h.hands[0].Netlink, want) {
+			t.Errorf("prevResult %s: hand-offs %+v, want netlink %v", prev, h.hands, want)
+		}
+	}
+}
+
+// Whatever keeps the agent from running the ADD, the full plugin runs it
+// with the same stdin, told why.
+func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nft := nodeWithNFT(t, nfnl.Layout)
+	other := withRelease(t, nft, "1.8.10")
+	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
+	legacy := strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1)
+	for name, c := range map[string]struct {
+		stdin   string
+		env     map[string]string
+		answer  handoff.Response
+		err     error
+		why     string
+		handOff bool
+	}{
+		"the agent hands back":   {nft, addEnv(netns), handoff.Response{V: 1, HandBack: "the agent does not hold the pod"}, nil, "the agent: the agent does not hold the pod", true},
+		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
+		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
+		"legacy iptables":        {legacy, addEnv(netns), handoff.Response{}, nil, "no family goes over netlink", false},
+		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "layout is not", false},
+		"not JSON":               {"{", addEnv(netns), handoff.Response{}, nil, "does not decode", false},
+		"no netns":               {nft, addEnv(""), handoff.Response{}, nil, "no CNI_NETNS", false},
+		"a netns that is absent": {nft, addEnv(netns + ".gone"), handoff.Response{}, nil, "opening CNI_NETNS", false},
+	} {
+		h := &harness{env: c.env, stdin: c.stdin, answer: c.answer, handErr: c.err}
+		h.run(t)
+		if got := len(h.hands) > 0; got != c.handOff {
+			t.Errorf("%s: handed off %v, want %v", name, got, c.handOff)
+		}
+		if len(h.execs) != 1 {
+			t.Fatalf("%s: execs %v, want the full plugin", name, h.execs)
+		}
+		e := h.execs[0]
+		reason := ""
+		for _, kv := range e.env {
+			if v, ok := strings.CutPrefix(kv, handoff.EnvHandedBack+"="); ok {
+				reason = v
+			}
+		}
+		if e.path != "/opt/cni/bin/"+FullBinary || string(e.stdin) != c.stdin || !strings.Contains(reason, c.why) || !slices.Contains(e.env, "CNI_COMMAND=ADD") {
+			t.Errorf("%s: exec %s stdin %q, reason %q; want %s with the runtime's stdin and environment, reason %q", name, e.path, e.stdin, reason, FullBinary, c.why)
+		}
+	}
+}
+
+// A full plugin that cannot run fails the ADD with a CNI error naming it:
+// the pod does not start unredirected.
+func TestFullPluginMissingFailsWithACNIError(t *testing.T) {
+	h := &harness{env: map[string]string{"CNI_COMMAND": "ADD"}, stdin: `{"cniVersion":"0.4.0","name":"k8s"}`, execErr: os.ErrNotExist}
+	if code := h.run(t); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	var cniErr struct {
+		CNIVersion string `json:"cniVersion"`
+		Code       uint   `json:"code"`
+		Msg        string `json:"msg"`
+	}
+	if err := json.Unmarshal(h.stdout.Bytes(), &cniErr); err != nil || cniErr.Code != 999 || cniErr.CNIVersion != "0.4.0" || !strings.Contains(cniErr.Msg, FullBinary) {
+		t.Errorf("stdout %q (%v): want a CNI error of the config's version naming %s", h.stdout.String(), err, FullBinary)
+	}
+}
+
+// Exec really passes the read stdin on as fd 0: the test re-runs itself
+// as the process that execs cat.
+func TestExecPassesStdinOn(t *testing.T) {
+	if os.Getenv("SHIM_TEST_EXEC") != "" {
+		err := Exec("/bin/cat", []string{"cat"}, os.Environ(), []byte(os.Getenv("SHIM_TEST_EXEC")))
+		t.Fatalf("exec: %v", err)
+	}
+	const stdin = `{"cniVersion":"1.0.0","prevResult":{"ips":[]}}`
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestExecPassesStdinOn$")
+	cmd.Env = append(os.Environ(), "SHIM_TEST_EXEC="+stdin)
+	cmd.Stdin = strings.NewReader("the runtime's pipe, already read")
+	out, err := cmd.Output()
+	if err != nil || string(out) != stdin {
+		t.Errorf("the exec'd program read %q (%v), want %q", out, err, stdin)
+	}
+}

@@ -1,0 +1,189 @@
+// Package handoff is how the plugin's shim, the small binary the runtime
+// runs as istio-cni, hands an ADD to the node agent: the wire format and
+// Send, the shim's side. The agent answers on its pod lookup socket
+// (pkg/wire/lookups), where it already holds every pod of the node, so an
+// ADD costs the shim's start, one local round trip and the agent's one
+// nf_tables transaction in the pod's namespace, instead of the whole
+// plugin's start, a lookup and its own namespace entry.
+//
+// The agent either runs the ADD to success or hands it back, having
+// written nothing but, at most, rules the plugin reconciles; the shim then
+// execs the plugin, which does the ADD itself. So any failure here, an
+// older agent that does not know the request included, costs time, never
+// a pod's redirect.
+package handoff
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Version is the wire format's version; a reader refuses another.
+const Version = 1
+
+// Op marks a request as an ADD hand-off on the pod lookup socket; a
+// lookup has none.
+const Op = "add"
+
+// EnvHandedBack is set, in the plugin's environment, to why the agent did
+// not run the ADD, for the plugin's log line.
+const EnvHandedBack = "ISTIO_CNI_HANDED_BACK"
+
+// Budget bounds a hand-off, connecting included: far above an ADD's
+// milliseconds on a loaded node, far below the runtime's two-minute
+// request timeout, which a hand-back still has to fit in.
+const Budget = 2 * time.Second
+
+// Limits: the request carries the runtime's stdin (the entry and the
+// primary's prevResult); the response the plugin's result and log line.
+const (
+	MaxRequest  = 1 << 20
+	MaxResponse = 1 << 20
+)
+
+// Request is the runtime's call, as the shim received it. The pod's
+// network namespace travels beside it as a descriptor (SCM_RIGHTS): the
+// agent enters exactly what the runtime named, with no path of the node
+// to resolve from its container.
+type Request struct {
+	V           int    `json:"v"`
+	Op          string `json:"op"`
+	ContainerID string `json:"containerID"`
+	Netns       string `json:"netns"`
+	IfName      string `json:"ifName"`
+	Args        string `json:"args"`
+	Path        string `json:"path"`
+	Stdin       []byte `json:"stdin"`
+	// Netlink names the families ("ipv4", "ipv6") whose iptables on the
+	// node is nf_tables in the layout pkg/iptables/nfnl writes, as the
+	// shim found them on the node the way the plugin does. The agent
+	// writes no other family: its container's iptables need not be the
+	// node's.
+	Netlink []string `json:"netlink,omitempty"`
+}
+
+// Response is the agent's answer. Done: the ADD succeeded, Stdout is the
+// CNI result and Stderr the plugin's log line. Otherwise HandBack says why
+// the agent did not run it.
+type Response struct {
+	V        int    `json:"v"`
+	Done     bool   `json:"done,omitempty"`
+	HandBack string `json:"handBack,omitempty"`
+	Stdout   []byte `json:"stdout,omitempty"`
+	Stderr   []byte `json:"stderr,omitempty"`
+}
+
+// ErrNotTaken: the agent answered without taking the request: an agent
+// from before hand-offs, which reads it as a lookup of nobody.
+var ErrNotTaken = errors.New("the agent does not take ADDs (an older agent?)")
+
+// Send hands req to the agent listening at socket, with the namespace's
+// descriptor, within budget. It uses blocking system calls on one
+// thread: the shim's whole run is this exchange, and Go's poller would
+// add threads and wake-ups to it. Any error means: run the plugin.
+func Send(socket string, req Request, netnsFD int, budget time.Duration) (Response, error) {
+	req.V, req.Op = Version, Op
+	b, err := json.Marshal(req)
+	if err != nil {
+		return Response{}, err
+	}
+	b = append(b, '\n')
+	if len(b) > MaxRequest {
+		return Response{}, fmt.Errorf("the request is %d bytes, over %d", len(b), MaxRequest)
+	}
+	deadline := time.Now().Add(budget)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return Response{}, fmt.Errorf("socket: %w", err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	tv := unix.NsecToTimeval(budget.Nanoseconds())
+	for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			return Response{}, fmt.Errorf("socket timeout: %w", err)
+		}
+	}
+	if err := retry(deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
+		return Response{}, fmt.Errorf("connecting to %s: %w", socket, err)
+	}
+	if err := send(fd, b, netnsFD, deadline); err != nil {
+		return Response{}, fmt.Errorf("sending to %s: %w", socket, err)
+	}
+	data, err := readAll(fd, deadline)
+	if err != nil {
+		return Response{}, fmt.Errorf("reading from %s: %w", socket, err)
+	}
+	var resp Response
+	if err := json.Unmarshal(data, &resp); err != nil {
+		return Response{}, fmt.Errorf("the agent's answer: %w", err)
+	}
+	switch {
+	case resp.V != Version:
+		return Response{}, fmt.Errorf("the agent answers version %d, want %d", resp.V, Version)
+	case !resp.Done && resp.HandBack == "":
+		return Response{}, ErrNotTaken
+	}
+	return resp, nil
+}
+
+// send writes b, the descriptor riding with its first byte, then closes
+// the writing side: the agent reads to the newline.
+func send(fd int, b []byte, netnsFD int, deadline time.Time) error {
+	var n int
+	if err := retry(deadline, func() (err error) {
+		n, err = unix.SendmsgN(fd, b, unix.UnixRights(netnsFD), nil, 0)
+		return err
+	}); err != nil {
+		return err
+	}
+	for b = b[n:]; len(b) > 0; b = b[n:] {
+		if err := retry(deadline, func() (err error) {
+			n, err = unix.Write(fd, b)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return unix.Shutdown(fd, unix.SHUT_WR)
+}
+
+func readAll(fd int, deadline time.Time) ([]byte, error) {
+	var data []byte
+	buf := make([]byte, 16<<10)
+	for {
+		var n int
+		if err := retry(deadline, func() (err error) {
+			n, err = unix.Read(fd, buf)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return data, nil
+		}
+		if data = append(data, buf[:n]...); len(data) > MaxResponse {
+			return nil, fmt.Errorf("the answer is over %d bytes", MaxResponse)
+		}
+	}
+}
+
+// retry runs a blocking call again when a signal interrupted it (Go's
+// runtime sends them), until the deadline. A socket timeout is EAGAIN.
+func retry(deadline time.Time, call func() error) error {
+	for {
+		err := call()
+		if !errors.Is(err, unix.EINTR) {
+			if errors.Is(err, unix.EAGAIN) {
+				return fmt.Errorf("no answer within the budget: %w", err)
+			}
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer within the budget: %w", err)
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package lookups
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/wire/handoff"
+)
+
+// serveAdds serves lookups and hand-offs, add running each hand-off.
+func serveAdds(t *testing.T, add func(handoff.Request, int) (handoff.Response, func())) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pods.sock")
+	s, err := Listen(path, func(string, string) (*kube.Pod, bool) { return nil, false }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Add = add
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return path
+}
+
+func inode(t *testing.T, fd int) uint64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// The shim's request reaches the agent whole, with the descriptor of the
+// very file it opened (a big stdin included); the answer comes back
+// whole, and what runs after it runs after the shim has it.
+func TestHandOffRoundTrip(t *testing.T) {
+	file, err := os.Open(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	want := inode(t, int(file.Fd()))
+	got := make(chan handoff.Request, 1)
+	sameFile := make(chan bool, 1)
+	answered := make(chan struct{})
+	afterRan := make(chan bool, 1)
+	path := serveAdds(t, func(req handoff.Request, fd int) (handoff.Response, func()) {
+		got <- req
+		sameFile <- inode(t, fd) == want
+		return handoff.Response{Done: true, Stdout: []byte("result"), Stderr: []byte("log")}, func() {
+			select {
+			case <-answered:
+				afterRan <- true
+			case <-time.After(10 * time.Second):
+				afterRan <- false
+			}
+		}
+	})
+	stdin := append([]byte(`{"name":"k8s","pad":"`), bytes.Repeat([]byte("x"), 200<<10)...)
+	stdin = append(stdin, `"}`...)
+	req := handoff.Request{ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "eth0", Args: "K=V", Stdin: stdin, Netlink: []string{"ipv4"}}
+	resp, err := handoff.Send(path, req, int(file.Fd()), 5*time.Second)
+	close(answered)
+	if err != nil || !resp.Done || string(resp.Stdout) != "result" || string(resp.Stderr) != "log" {
+		t.Fatalf("Send = %+v, %v; want the agent's answer", resp, err)
+	}
+	r := <-got
+	if r.ContainerID != "c1" || r.Netns != req.Netns || !bytes.Equal(r.Stdin, stdin) || r.Op != handoff.Op || r.V != handoff.Version {
+		t.Errorf("the agent got %+v (stdin %d bytes), want the request (%d bytes)", r.ContainerID, len(r.Stdin), len(stdin))
+	}
+	if !<-sameFile {
+		t.Error("the agent's descriptor is not the file the shim opened")
+	}
+	if !<-afterRan {
+		t.Error("after ran before the shim had the answer")
+	}
+}
+
+// Every way the agent does not take the ADD is an answer the shim acts on
+// at once (it runs the plugin), never a hang past the budget.
+func TestHandOffRefusals(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	fd := int(devNull.Fd())
+	req := handoff.Request{ContainerID: "c1", Stdin: []byte(`{}`)}
+
+	handedBack := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
+		return handoff.Response{HandBack: "the agent does not hold the pod"}, nil
+	})
+	if resp, err := handoff.Send(handedBack, req, fd, 5*time.Second); err != nil || resp.Done || resp.HandBack != "the agent does not hold the pod" {
+		t.Errorf("handed back: %+v, %v", resp, err)
+	}
+	noAdds := serveAdds(t, nil)
+	if resp, err := handoff.Send(noAdds, req, fd, 5*time.Second); err != nil || resp.Done || resp.HandBack == "" {
+		t.Errorf("an agent without Add: %+v, %v; want a hand-back", resp, err)
+	}
+	// An agent from before hand-offs reads the request as a lookup of
+	// nobody and answers {"v":1}, as this one does to a lookup.
+	old := fakeAgent(t, func(c net.Conn) {
+		line := make([]byte, maxRequest)
+		_, _ = c.Read(line)
+		_, _ = c.Write([]byte(`{"v":1}`))
+	})
+	if _, err := handoff.Send(old, req, fd, 5*time.Second); !errors.Is(err, handoff.ErrNotTaken) {
+		t.Errorf("an older agent: %v, want ErrNotTaken", err)
+	}
+	if _, err := handoff.Send(filepath.Join(t.TempDir(), "none.sock"), req, fd, 5*time.Second); err == nil {
+		t.Error("no agent: no error")
+	}
+	// A wedged agent: it accepts and never answers.
+	wedged := fakeAgent(t, func(net.Conn) { <-t.Context().Done() })
+	_, err = handoff.Send(wedged, req, fd, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Errorf("a wedged agent: %v, want no answer within the budget", err)
+	}
+	if _, err := handoff.Send(handedBack, handoff.Request{Stdin: bytes.Repeat([]byte("x"), handoff.MaxRequest)}, fd, time.Second); err == nil {
+		t.Error("a request over MaxRequest was sent")
+	}
+}
+
+// fakeAgent serves each connection at a new socket with serve.
+func fakeAgent(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return path
+}
