@@ -52,11 +52,16 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// audit reads it back instead, and only into a sandbox ADD never
 	// programmed: a repeated ADD (a runtime's retry, Multus chaining
 	// istio-cni twice) reads back, which also removes duplicate jumps.
-	conf.agentChecks = out.agentReadsBack && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
+	// An ADD the agent handed back may have left rules (it ran out of
+	// time, or nf_tables refused a batch): read back.
+	conf.agentChecks = out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
 	conf.writer = newNetlinkWriter(conf)
 	if p.deps.agent != nil {
 		if !conf.agentChecks {
 			return handBack("a repeated ADD reads its rules back")
+		}
+		if err := p.deps.agent.mayWrite(pl); err != nil {
+			return err
 		}
 		conf.writer.decide = p.deps.agent.usable
 	}

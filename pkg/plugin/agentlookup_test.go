@@ -31,17 +31,21 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 		agentErr  error
 		apiCalls  int
 		trusted   bool
+		handed    string
 	}{
-		{"the agent holds the pod", c, podArgsUID, withUID(uid), true, nil, 0, true},
-		{"the agent holds the pod, its audit does not repair", c, podArgsUID, withUID(uid), false, nil, 0, false},
-		{"the agent holds a namesake", c, podArgsUID, withUID("another-uid"), true, nil, 1, false},
-		{"the agent does not answer", c, podArgsUID, nil, true, errors.New("dial unix: no such file"), 1, false},
-		{"no K8S_POD_UID to check it by", c, podArgs, withUID(uid), true, nil, 1, false},
-		{"no pod_socket", conf("1.0.0", prevV4), podArgsUID, withUID(uid), true, nil, 1, false},
+		{"the agent holds the pod", c, podArgsUID, withUID(uid), true, nil, 0, true, ""},
+		// The agent, asked to run this ADD, may have written rules.
+		{"the agent handed the ADD back", c, podArgsUID, withUID(uid), true, nil, 0, false, "the agent: nf_tables refused the batch"},
+		{"the agent holds the pod, its audit does not repair", c, podArgsUID, withUID(uid), false, nil, 0, false, ""},
+		{"the agent holds a namesake", c, podArgsUID, withUID("another-uid"), true, nil, 1, false, ""},
+		{"the agent does not answer", c, podArgsUID, nil, true, errors.New("dial unix: no such file"), 1, false, ""},
+		{"no K8S_POD_UID to check it by", c, podArgs, withUID(uid), true, nil, 1, false, ""},
+		{"no pod_socket", conf("1.0.0", prevV4), podArgsUID, withUID(uid), true, nil, 1, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness()
 			h.api.pods["team-a/web-1"] = withUID(uid)
+			h.p.deps.HandedBack = tc.handed
 			asked := 0
 			h.p.deps.AskAgent = func(socket, ns, name string) (lookups.Answer, error) {
 				asked++
@@ -60,6 +64,9 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 			// repairs takes the read-back off the ADD.
 			if trusted != tc.trusted {
 				t.Errorf("restore trusted: %v, want %v", trusted, tc.trusted)
+			}
+			if tc.handed != "" && !strings.Contains(h.stderr.String(), `"handed_back":"`+tc.handed+`"`) {
+				t.Errorf("the log line does not say why the agent handed the ADD back:\n%s", h.stderr)
 			}
 			if h.api.calls != tc.apiCalls {
 				t.Errorf("%d API calls, want %d (agent asked %d times)", h.api.calls, tc.apiCalls, asked)

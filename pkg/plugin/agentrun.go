@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -50,13 +52,28 @@ type agentRun struct {
 	req     handoff.Request
 	side    AgentSide
 	netlink map[iptables.Family]bool
+	// logFile is the entry's log_file where the agent sees it: the line
+	// goes there only once the ADD is finished.
+	logFile string
 	// afterReply sends the verb's report.
 	afterReply func()
 }
 
+// late says whether the shim has stopped waiting: then the plugin runs
+// the ADD, and the agent must write nothing more.
+func (r *agentRun) late() bool {
+	return r.req.Deadline != 0 && r.side.Now().UnixNano() >= r.req.Deadline
+}
+
 // RunAdd runs a handed-off ADD in the namespace open at netnsFD. Call
-// after, when not nil, once the shim has the answer.
+// after, when not nil, once the shim has the answer, and only then.
 func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Response, after func()) {
+	defer func() {
+		// A bug in the plugin's code must cost this ADD, not the agent.
+		if r := recover(); r != nil {
+			resp, after = handoff.Response{HandBack: fmt.Sprintf("the agent's ADD panicked: %v", r)}, nil
+		}
+	}()
 	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]bool{}}
 	for _, f := range req.Netlink {
 		switch f {
@@ -70,11 +87,14 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		// The descriptor, not the node's path: the agent's container
 		// may not see that path, and it names what the runtime opened.
 		Netns: fmt.Sprintf("/proc/self/fd/%d", netnsFD)}
-	if err := skelChecks(args, req.Netns); err != nil {
-		return handoff.Response{HandBack: err.Error()}, nil
+	if err := skelChecks(args, req.Netns, netnsFD); err != nil {
+		return handoff.Response{HandBack: reason(err)}, nil
 	}
 	if a.ReadsBack == nil || !a.ReadsBack() {
 		return handoff.Response{HandBack: "the agent's audit does not read rules back"}, nil
+	}
+	if run.late() {
+		return handoff.Response{HandBack: "the shim stopped waiting"}, nil
 	}
 	var stdout, stderr bytes.Buffer
 	p := NewWithDeps(Deps{
@@ -101,14 +121,25 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		agent:  run,
 	})
 	if err := p.Add(args); err != nil {
-		return handoff.Response{HandBack: err.Error()}, nil
+		return handoff.Response{HandBack: reason(err)}, nil
+	}
+	if run.logFile != "" {
+		if f, err := openLogFile(run.logFile, MaxLogFileSize); err == nil {
+			_, _ = f.Write(stderr.Bytes())
+			_ = f.Close()
+		}
 	}
 	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, run.afterReply
 }
 
+// reason is a hand-back's why, on one line.
+func reason(err error) string {
+	return strings.ReplaceAll(strings.ReplaceAll(err.Error(), errHandBack.Error()+": ", ""), "\n", "; ")
+}
+
 // skelChecks are skel's checks of an ADD's input: the plugin binary, run
 // through skel, reports any failure with skel's own error.
-func skelChecks(args *skel.CmdArgs, netns string) error {
+func skelChecks(args *skel.CmdArgs, netns string, netnsFD int) error {
 	var conf struct {
 		Name       string `json:"name"`
 		CNIVersion string `json:"cniVersion"`
@@ -116,8 +147,13 @@ func skelChecks(args *skel.CmdArgs, netns string) error {
 	if err := json.Unmarshal(args.StdinData, &conf); err != nil || conf.Name == "" || utils.ValidateNetworkName(conf.Name) != nil {
 		return handBack("the config's name is missing or invalid")
 	}
-	if netns == "" || utils.ValidateContainerID(args.ContainerID) != nil || utils.ValidateInterfaceName(args.IfName) != nil {
-		return handBack("CNI_NETNS, CNI_CONTAINERID or CNI_IFNAME is missing or invalid")
+	if netns == "" || args.Path == "" || utils.ValidateContainerID(args.ContainerID) != nil || utils.ValidateInterfaceName(args.IfName) != nil {
+		return handBack("CNI_NETNS, CNI_PATH, CNI_CONTAINERID or CNI_IFNAME is missing or invalid")
+	}
+	// skel refuses the plugin's own namespace (the host's, for the agent).
+	var own, pod unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &own) != nil || unix.Fstat(netnsFD, &pod) != nil || (own.Dev == pod.Dev && own.Ino == pod.Ino) {
+		return handBack("CNI_NETNS is the node's own network namespace, or unreadable")
 	}
 	if conf.CNIVersion == "" {
 		conf.CNIVersion = "0.1.0" // as version.ConfigDecoder reads it
@@ -142,6 +178,8 @@ func (r *agentRun) adapt(conf *Config) error {
 		}
 		*p = mapped
 	}
+	// The line goes to the log file once the ADD is finished (RunAdd).
+	r.logFile, conf.LogFile = conf.LogFile, ""
 	if len(r.netlink) == 0 {
 		return handBack("the node's iptables is not nf_tables %s", "in the layout the agent writes")
 	}
@@ -158,14 +196,31 @@ func (r *agentRun) usable(f iptables.Family) error {
 	return nil
 }
 
-// mustHandBack says whether an ADD error is the agent's to hand back:
-// every one, the agent never fails a pod the plugin might set up.
+// mustHandBack makes any ADD error in the agent a hand-back: the agent
+// never fails a pod the plugin might set up.
 func (p *Plugin) mustHandBack(err error) error {
-	if p.deps.agent == nil || err == nil {
-		return err
-	}
-	if errors.Is(err, errHandBack) {
+	if p.deps.agent == nil || err == nil || errors.Is(err, errHandBack) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", errHandBack, err)
+}
+
+// mayWrite hands back an ADD the agent cannot finish before it writes
+// anything: a family not over netlink (else one family's rules would be
+// left for the plugin), or a shim that stopped waiting.
+func (r *agentRun) mayWrite(pl plan) error {
+	for _, f := range []struct {
+		family iptables.Family
+		wanted bool
+	}{{iptables.IPv4, pl.v4}, {iptables.IPv6, pl.v6}} {
+		if f.wanted {
+			if err := r.usable(f.family); err != nil {
+				return err
+			}
+		}
+	}
+	if r.late() {
+		return handBack("the shim stopped waiting")
+	}
+	return nil
 }

@@ -122,7 +122,7 @@ func (f *agentFixture) entry(prev string) []byte {
 }
 
 func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Request {
-	return handoff.Request{ContainerID: "c-" + uid, Netns: netnsPath, IfName: "eth0", Stdin: f.entry(prev),
+	return handoff.Request{ContainerID: "c-" + uid, Netns: netnsPath, IfName: "eth0", Path: "/opt/cni/bin", Stdin: f.entry(prev),
 		Args:    "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_UID=" + uid,
 		Netlink: []string{"ipv4", "ipv6"}}
 }
@@ -247,7 +247,11 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 		"IPv6 not over netlink":  {prevDual, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = []string{"ipv4"} }, "ipv6"},
 		"an invalid annotation": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
 			f.pods["team-a/web-1"].Metadata.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"
-		}, "handed back"},
+		}, "bad port"},
+		"no CNI_PATH": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Path = "" }, "CNI_PATH"},
+		"the shim stopped waiting": {prevV4, func(f *agentFixture, req *handoff.Request, _ string) {
+			req.Deadline = f.side.Now().Add(-time.Millisecond).UnixNano()
+		}, "stopped waiting"},
 		"an unsupported cniVersion": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
 			req.Stdin = bytes.Replace(req.Stdin, []byte(`"cniVersion":"1.0.0","name"`), []byte(`"cniVersion":"9.9.9","name"`), 1)
 		}, "cniVersion"},
@@ -260,7 +264,7 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 			fd, path := newNetns(t)
 			req := f.request(path, "u1", c.prev)
 			c.setup(f, &req, path)
-			before := saveIn(t, path, iptables.IPv4)
+			before := saveIn(t, path, iptables.IPv4) + saveIn(t, path, iptables.IPv6)
 			recsBefore, _ := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
 			resp, after := f.side.RunAdd(req, fd)
 			if resp.Done || !strings.Contains(resp.HandBack, c.why) || after != nil {
@@ -269,7 +273,7 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 			if len(resp.Stdout) > 0 || len(resp.Stderr) > 0 {
 				t.Errorf("stdout %q, stderr %q: want nothing", resp.Stdout, resp.Stderr)
 			}
-			if got := saveIn(t, path, iptables.IPv4); c.prev == prevV4 && got != before {
+			if got := saveIn(t, path, iptables.IPv4) + saveIn(t, path, iptables.IPv6); got != before {
 				t.Errorf("the namespace changed:\n%s\nwas\n%s", got, before)
 			}
 			if recs, _ := (applied.Store{Dir: filepath.Join(f.run, "sandboxes")}).ForPod("u1"); len(recs) != len(recsBefore) {
@@ -279,6 +283,25 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 				t.Errorf("log_file %q (%v), want no line", log, err)
 			}
 		})
+	}
+}
+
+// The agent never writes into its own network namespace (skel refuses
+// the plugin's), whatever descriptor it is handed.
+func TestAgentRunAddRefusesItsOwnNamespace(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	pod := meshedPod(nil)
+	pod.Metadata.UID = "u1"
+	f.pods["team-a/web-1"] = pod
+	own, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	resp, _ := f.side.RunAdd(f.request("/proc/self/ns/net", "u1", prevV4), int(own.Fd()))
+	if resp.Done || !strings.Contains(resp.HandBack, "own network namespace") {
+		t.Errorf("answer %+v, want handed back", resp)
 	}
 }
 

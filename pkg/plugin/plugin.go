@@ -52,8 +52,10 @@ type Deps struct {
 	Stderr io.Writer
 	Now    func() time.Time
 	// HandedBack is why the node agent handed this ADD back to the
-	// plugin (the shim's handoff.EnvHandedBack), for the log line.
-	HandedBack string
+	// plugin (the shim's handoff.EnvHandedBack): the agent may have
+	// written rules, so ADD reads back. NotHandedOff is why the shim did
+	// not ask the agent. Both go into the log line.
+	HandedBack, NotHandedOff string
 
 	// agent is set when the node agent runs the verb (AgentSide.RunAdd).
 	agent *agentRun
@@ -98,10 +100,11 @@ func New() *Plugin {
 			}
 			return &podnet.Network{Programmer: prog}
 		},
-		Stdout:     os.Stdout,
-		Stderr:     os.Stderr,
-		Now:        time.Now,
-		HandedBack: os.Getenv(handoff.EnvHandedBack),
+		Stdout:       os.Stdout,
+		Stderr:       os.Stderr,
+		Now:          time.Now,
+		HandedBack:   os.Getenv(handoff.EnvHandedBack),
+		NotHandedOff: os.Getenv(handoff.EnvNotHandedOff),
 	})
 }
 

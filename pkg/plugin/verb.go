@@ -39,15 +39,16 @@ type outcome struct {
 	// rules back and repairs them.
 	agentReadsBack bool
 	// ranIn is "agent" when the node agent ran the verb for the shim;
-	// handedBack why the agent handed this ADD back to the plugin.
-	ranIn, handedBack string
+	// handedBack why the agent handed this ADD back to the plugin, and
+	// notHandedOff why the shim did not ask it.
+	ranIn, handedBack, notHandedOff string
 }
 
 // verb runs one verb with its config, logs its one line (pod, decision,
 // duration, error) and reports the same to the agent.
 func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
 	start := p.deps.Now()
-	out := outcome{handedBack: p.deps.HandedBack}
+	out := outcome{handedBack: p.deps.HandedBack, notHandedOff: p.deps.NotHandedOff}
 	conf, err := parseConfig(args.StdinData)
 	if p.deps.agent != nil {
 		// In the agent, nothing is logged or reported but a finished ADD.
@@ -100,6 +101,9 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	}
 	if out.handedBack != "" {
 		attrs = append(attrs, "handed_back", out.handedBack)
+	}
+	if out.notHandedOff != "" {
+		attrs = append(attrs, "not_handed_off", out.notHandedOff)
 	}
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)

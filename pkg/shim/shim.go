@@ -86,9 +86,13 @@ func Run(e Env) int {
 	if err != nil {
 		return e.fail("", fmt.Errorf("reading stdin: %w", err))
 	}
-	resp, why := e.handOff(stdin)
+	resp, why, asked := e.handOff(stdin)
 	if why != "" {
-		return e.full(stdin, why)
+		env := handoff.EnvNotHandedOff
+		if asked {
+			env = handoff.EnvHandedBack
+		}
+		return e.full(stdin, env+"="+why)
 	}
 	_, _ = e.Stderr.Write(resp.Stderr)
 	if _, err := e.Stdout.Write(resp.Stdout); err != nil {
@@ -97,17 +101,18 @@ func Run(e Env) int {
 	return 0
 }
 
-// handOff asks the agent to run the ADD; why says why it did not.
-func (e Env) handOff(stdin []byte) (handoff.Response, string) {
+// handOff asks the agent to run the ADD; why says why it did not, asked
+// whether the agent got the request (it may then have written rules).
+func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked bool) {
 	if len(stdin) > handoff.MaxRequest/2 {
-		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2)
+		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2), false
 	}
 	var conf entry
 	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return handoff.Response{}, "the config does not decode"
+		return handoff.Response{}, "the config does not decode", false
 	}
 	if conf.PodSocket == "" {
-		return handoff.Response{}, "the entry names no pod_socket"
+		return handoff.Response{}, "the entry names no pod_socket", false
 	}
 	req := handoff.Request{ContainerID: e.Getenv("CNI_CONTAINERID"), Netns: e.Getenv("CNI_NETNS"),
 		IfName: e.Getenv("CNI_IFNAME"), Args: e.Getenv("CNI_ARGS"), Path: e.Getenv("CNI_PATH"), Stdin: stdin}
@@ -122,33 +127,33 @@ func (e Env) handOff(stdin []byte) (handoff.Response, string) {
 		}
 	}
 	if len(req.Netlink) == 0 {
-		return handoff.Response{}, fmt.Sprintf("no family goes over netlink on this node: %v", off)
+		return handoff.Response{}, fmt.Sprintf("no family goes over netlink on this node: %v", off), false
 	}
 	if req.Netns == "" {
-		return handoff.Response{}, "no CNI_NETNS"
+		return handoff.Response{}, "no CNI_NETNS", false
 	}
 	fd, err := unix.Open(req.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return handoff.Response{}, fmt.Sprintf("opening CNI_NETNS: %v", err)
+		return handoff.Response{}, fmt.Sprintf("opening CNI_NETNS: %v", err), false
 	}
 	defer func() { _ = unix.Close(fd) }()
-	resp, err := e.HandOff(conf.PodSocket, req, fd)
+	resp, err = e.HandOff(conf.PodSocket, req, fd)
 	switch {
 	case err != nil:
-		return handoff.Response{}, err.Error()
+		return handoff.Response{}, err.Error(), true
 	case !resp.Done:
-		return handoff.Response{}, "the agent: " + resp.HandBack
+		return handoff.Response{}, "the agent: " + resp.HandBack, true
 	}
-	return resp, ""
+	return resp, "", true
 }
 
-// full execs the full plugin; stdin nil leaves fd 0 as the runtime
-// passed it.
-func (e Env) full(stdin []byte, handedBack string) int {
+// full execs the full plugin, with why (NAME=reason) added to its
+// environment when set; stdin nil leaves fd 0 as the runtime passed it.
+func (e Env) full(stdin []byte, why string) int {
 	path := filepath.Join(filepath.Dir(e.Exe), FullBinary)
 	env := e.Environ
-	if handedBack != "" {
-		env = append(append([]string(nil), env...), handoff.EnvHandedBack+"="+handedBack)
+	if why != "" {
+		env = append(append([]string(nil), env...), why)
 	}
 	err := e.Exec(path, append([]string{path}, e.Args[1:]...), env, stdin)
 	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", path, err))

@@ -127,7 +127,7 @@ func TestOtherVerbsExecTheFullPlugin(t *testing.T) {
 			t.Fatalf("%q: execs %v, hand-offs %d; want one exec", verb, h.execs, len(h.hands))
 		}
 		c := h.execs[0]
-		if c.path != "/opt/cni/bin/"+FullBinary || c.stdin != nil || slices.ContainsFunc(c.env, func(e string) bool { return strings.HasPrefix(e, handoff.EnvHandedBack) }) {
+		if c.path != "/opt/cni/bin/"+FullBinary || c.stdin != nil || slices.ContainsFunc(c.env, func(e string) bool { return strings.HasPrefix(e, "ISTIO_CNI_") }) {
 			t.Errorf("%q: exec %+v, want %s with the runtime's stdin and environment", verb, c, FullBinary)
 		}
 	}
@@ -214,14 +214,22 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 			t.Fatalf("%s: execs %v, want the full plugin", name, h.execs)
 		}
 		e := h.execs[0]
+		// Asked, the agent may have written rules: the plugin must know.
+		env, other := handoff.EnvNotHandedOff, handoff.EnvHandedBack
+		if c.handOff {
+			env, other = other, env
+		}
 		reason := ""
 		for _, kv := range e.env {
-			if v, ok := strings.CutPrefix(kv, handoff.EnvHandedBack+"="); ok {
+			if v, ok := strings.CutPrefix(kv, env+"="); ok {
 				reason = v
+			}
+			if strings.HasPrefix(kv, other+"=") {
+				t.Errorf("%s: %s set, want %s", name, other, env)
 			}
 		}
 		if e.path != "/opt/cni/bin/"+FullBinary || string(e.stdin) != c.stdin || !strings.Contains(reason, c.why) || !slices.Contains(e.env, "CNI_COMMAND=ADD") {
-			t.Errorf("%s: exec %s stdin %q, reason %q; want %s with the runtime's stdin and environment, reason %q", name, e.path, e.stdin, reason, FullBinary, c.why)
+			t.Errorf("%s: exec %s stdin %q, %s %q; want %s with the runtime's stdin and environment, the reason %q", name, e.path, e.stdin, env, reason, FullBinary, c.why)
 		}
 	}
 }

@@ -29,9 +29,14 @@ const Version = 1
 // lookup has none.
 const Op = "add"
 
-// EnvHandedBack is set, in the plugin's environment, to why the agent did
-// not run the ADD, for the plugin's log line.
-const EnvHandedBack = "ISTIO_CNI_HANDED_BACK"
+// EnvHandedBack is set, in the plugin's environment, to why the agent,
+// asked to run the ADD, did not finish it: it may have written rules, so
+// the plugin reads its own back. EnvNotHandedOff is why the shim did not
+// ask. Both go into the plugin's log line.
+const (
+	EnvHandedBack   = "ISTIO_CNI_HANDED_BACK"
+	EnvNotHandedOff = "ISTIO_CNI_NOT_HANDED_OFF"
+)
 
 // Budget bounds a hand-off, connecting included: far above an ADD's
 // milliseconds on a loaded node, far below the runtime's two-minute
@@ -64,6 +69,10 @@ type Request struct {
 	// writes no other family: its container's iptables need not be the
 	// node's.
 	Netlink []string `json:"netlink,omitempty"`
+	// Deadline is when the shim stops waiting (Unix nanoseconds, the
+	// node's clock): the agent writes nothing after it, since by then the
+	// plugin runs the ADD.
+	Deadline int64 `json:"deadline"`
 }
 
 // Response is the agent's answer. Done: the ADD succeeded, Stdout is the
@@ -86,7 +95,8 @@ var ErrNotTaken = errors.New("the agent does not take ADDs (an older agent?)")
 // thread: the shim's whole run is this exchange, and Go's poller would
 // add threads and wake-ups to it. Any error means: run the plugin.
 func Send(socket string, req Request, netnsFD int, budget time.Duration) (Response, error) {
-	req.V, req.Op = Version, Op
+	deadline := time.Now().Add(budget)
+	req.V, req.Op, req.Deadline = Version, Op, deadline.UnixNano()
 	b, err := json.Marshal(req)
 	if err != nil {
 		return Response{}, err
@@ -95,19 +105,12 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 	if len(b) > MaxRequest {
 		return Response{}, fmt.Errorf("the request is %d bytes, over %d", len(b), MaxRequest)
 	}
-	deadline := time.Now().Add(budget)
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return Response{}, fmt.Errorf("socket: %w", err)
 	}
 	defer func() { _ = unix.Close(fd) }()
-	tv := unix.NsecToTimeval(budget.Nanoseconds())
-	for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-			return Response{}, fmt.Errorf("socket timeout: %w", err)
-		}
-	}
-	if err := retry(deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
+	if err := retry(fd, deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
 		return Response{}, fmt.Errorf("connecting to %s: %w", socket, err)
 	}
 	if err := send(fd, b, netnsFD, deadline); err != nil {
@@ -134,14 +137,14 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 // the writing side: the agent reads to the newline.
 func send(fd int, b []byte, netnsFD int, deadline time.Time) error {
 	var n int
-	if err := retry(deadline, func() (err error) {
+	if err := retry(fd, deadline, func() (err error) {
 		n, err = unix.SendmsgN(fd, b, unix.UnixRights(netnsFD), nil, 0)
 		return err
 	}); err != nil {
 		return err
 	}
 	for b = b[n:]; len(b) > 0; b = b[n:] {
-		if err := retry(deadline, func() (err error) {
+		if err := retry(fd, deadline, func() (err error) {
 			n, err = unix.Write(fd, b)
 			return err
 		}); err != nil {
@@ -156,7 +159,7 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 	buf := make([]byte, 16<<10)
 	for {
 		var n int
-		if err := retry(deadline, func() (err error) {
+		if err := retry(fd, deadline, func() (err error) {
 			n, err = unix.Read(fd, buf)
 			return err
 		}); err != nil {
@@ -171,19 +174,28 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 	}
 }
 
-// retry runs a blocking call again when a signal interrupted it (Go's
-// runtime sends them), until the deadline. A socket timeout is EAGAIN.
-func retry(deadline time.Time, call func() error) error {
+// retry runs a blocking call on fd with what is left of the budget as
+// its socket timeout, again when a signal interrupted it (Go's runtime
+// sends them). A socket timeout is EAGAIN.
+func retry(fd int, deadline time.Time, call func() error) error {
 	for {
-		err := call()
-		if !errors.Is(err, unix.EINTR) {
-			if errors.Is(err, unix.EAGAIN) {
-				return fmt.Errorf("no answer within the budget: %w", err)
-			}
-			return err
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("no answer within the budget")
 		}
-		if time.Now().After(deadline) {
+		tv := unix.NsecToTimeval(left.Nanoseconds())
+		for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
+			if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+				return fmt.Errorf("socket timeout: %w", err)
+			}
+		}
+		err := call()
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
 			return fmt.Errorf("no answer within the budget: %w", err)
 		}
+		return err
 	}
 }

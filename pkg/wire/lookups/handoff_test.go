@@ -21,6 +21,14 @@ import (
 // serveAdds serves lookups and hand-offs, add running each hand-off.
 func serveAdds(t *testing.T, add func(handoff.Request, int) (handoff.Response, func())) string {
 	t.Helper()
+	path, _ := serveAddsUntil(t, add)
+	return path
+}
+
+// serveAddsUntil is serveAdds, with a stop that returns once every
+// connection is answered.
+func serveAddsUntil(t *testing.T, add func(handoff.Request, int) (handoff.Response, func())) (string, func()) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "pods.sock")
 	s, err := Listen(path, func(string, string) (*kube.Pod, bool) { return nil, false }, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -30,8 +38,9 @@ func serveAdds(t *testing.T, add func(handoff.Request, int) (handoff.Response, f
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return path
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return path, stop
 }
 
 func inode(t *testing.T, fd int) uint64 {
@@ -131,6 +140,60 @@ func TestHandOffRefusals(t *testing.T) {
 	}
 	if _, err := handoff.Send(handedBack, handoff.Request{Stdin: bytes.Repeat([]byte("x"), handoff.MaxRequest)}, fd, time.Second); err == nil {
 		t.Error("a request over MaxRequest was sent")
+	}
+	// An agent that trickles its answer a byte at a time still runs out
+	// the whole exchange's budget, not each read's.
+	trickle := fakeAgent(t, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		_, _ = c.Read(buf)
+		for _, b := range []byte(`{"v":1,"done":true,"stdout":"cmVzdWx0"}`) {
+			if _, err := c.Write([]byte{b}); err != nil {
+				return
+			}
+			select {
+			case <-t.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+	if resp, err := handoff.Send(trickle, req, fd, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "budget") {
+		t.Errorf("a trickling agent: %+v, %v; want no answer within the budget", resp, err)
+	}
+}
+
+// The agent is told when the shim stops waiting, and what waits for the
+// answer (the report) does not run when the shim is gone.
+func TestHandOffShimGone(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	release := make(chan struct{})
+	got := make(chan handoff.Request, 1)
+	afterRan := make(chan struct{}, 1)
+	path, stop := serveAddsUntil(t, func(req handoff.Request, _ int) (handoff.Response, func()) {
+		got <- req
+		<-release // the shim gives up meanwhile
+		return handoff.Response{Done: true}, func() { afterRan <- struct{}{} }
+	})
+	before := time.Now()
+	_, err = handoff.Send(path, handoff.Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), 200*time.Millisecond)
+	if err == nil {
+		t.Fatal("Send succeeded while the agent held its answer")
+	}
+	req := <-got
+	if d := time.Unix(0, req.Deadline); d.Before(before) || d.After(before.Add(time.Second)) {
+		t.Errorf("deadline %v, want the shim's, 200 ms after %v", d, before)
+	}
+	// The shim's socket is closed: the answer cannot be written.
+	close(release)
+	stop()
+	select {
+	case <-afterRan:
+		t.Error("after ran though the shim never got the answer")
+	default:
 	}
 }
 

@@ -319,11 +319,14 @@ func (s *Server) handOff(conn *net.UnixConn, req handoff.Request, fds []int) {
 		resp, after = s.Add(req, fds[0])
 		resp.V = handoff.Version
 	}
-	if b, err := json.Marshal(resp); err == nil {
-		_, _ = conn.Write(b)
+	b, err := json.Marshal(resp)
+	if err == nil {
+		_, err = conn.Write(b)
 	}
 	_ = conn.Close()
-	if after != nil {
+	// The shim has the answer: what waited for it may go. A shim that
+	// stopped waiting runs the plugin, which reports.
+	if err == nil && after != nil {
 		after()
 	}
 }
