@@ -62,7 +62,7 @@ type agentRun struct {
 // late says whether the shim has stopped waiting: then the plugin runs
 // the ADD, and the agent must write nothing more.
 func (r *agentRun) late() bool {
-	return r.req.Deadline != 0 && r.side.Now().UnixNano() >= r.req.Deadline
+	return r.req.Deadline == 0 || r.side.Now().UnixNano() >= r.req.Deadline
 }
 
 // RunAdd runs a handed-off ADD in the namespace open at netnsFD. Call
@@ -94,7 +94,7 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		return handoff.Response{HandBack: "the agent's audit does not read rules back"}, nil
 	}
 	if run.late() {
-		return handoff.Response{HandBack: "the shim stopped waiting"}, nil
+		return handoff.Response{HandBack: "the shim stopped waiting, or gave no deadline"}, nil
 	}
 	var stdout, stderr bytes.Buffer
 	p := NewWithDeps(Deps{
@@ -123,13 +123,18 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 	if err := p.Add(args); err != nil {
 		return handoff.Response{HandBack: reason(err)}, nil
 	}
-	if run.logFile != "" {
-		if f, err := openLogFile(run.logFile, MaxLogFileSize); err == nil {
-			_, _ = f.Write(stderr.Bytes())
-			_ = f.Close()
+	line := stderr.Bytes()
+	// The log line and the report are for an ADD the shim got: one it
+	// gave up on is the plugin's to log and report.
+	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: line}, func() {
+		if run.logFile != "" {
+			if f, err := openLogFile(run.logFile, MaxLogFileSize); err == nil {
+				_, _ = f.Write(line)
+				_ = f.Close()
+			}
 		}
+		run.afterReply()
 	}
-	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, run.afterReply
 }
 
 // reason is a hand-back's why, on one line.
@@ -188,10 +193,14 @@ func (r *agentRun) adapt(conf *Config) error {
 	return nil
 }
 
-// usable is netlinkWriter.usable for the agent: the shim's findings.
+// usable is netlinkWriter.usable for the agent: the shim's findings, and
+// the shim still waiting (checked again right before each batch).
 func (r *agentRun) usable(f iptables.Family) error {
 	if !r.netlink[f] {
 		return handBack("the node's %s is not nf_tables in the layout the agent writes", f)
+	}
+	if r.late() {
+		return handBack("the shim stopped waiting")
 	}
 	return nil
 }

@@ -123,8 +123,9 @@ func (f *agentFixture) entry(prev string) []byte {
 
 func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Request {
 	return handoff.Request{ContainerID: "c-" + uid, Netns: netnsPath, IfName: "eth0", Path: "/opt/cni/bin", Stdin: f.entry(prev),
-		Args:    "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_UID=" + uid,
-		Netlink: []string{"ipv4", "ipv6"}}
+		Args:     "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_UID=" + uid,
+		Netlink:  []string{"ipv4", "ipv6"},
+		Deadline: time.Now().Add(handoff.Budget).UnixNano()}
 }
 
 // The agent's ADD, in a real namespace, writes what the plugin's own ADD
@@ -252,6 +253,20 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 		"the shim stopped waiting": {prevV4, func(f *agentFixture, req *handoff.Request, _ string) {
 			req.Deadline = f.side.Now().Add(-time.Millisecond).UnixNano()
 		}, "stopped waiting"},
+		"no deadline": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Deadline = 0 }, "no deadline"},
+		// The deadline passes while the agent reads the pod: it writes
+		// nothing after.
+		"the shim stopped waiting during the ADD": {prevV4, func(f *agentFixture, req *handoff.Request, _ string) {
+			past := false
+			lookup := f.side.Lookup
+			f.side.Lookup = func(ns, name string) (*kube.Pod, bool) { past = true; return lookup(ns, name) }
+			f.side.Now = func() time.Time {
+				if past {
+					return time.Unix(0, req.Deadline)
+				}
+				return time.Now()
+			}
+		}, "stopped waiting"},
 		"an unsupported cniVersion": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
 			req.Stdin = bytes.Replace(req.Stdin, []byte(`"cniVersion":"1.0.0","name"`), []byte(`"cniVersion":"9.9.9","name"`), 1)
 		}, "cniVersion"},
@@ -287,9 +302,19 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 }
 
 // The agent never writes into its own network namespace (skel refuses
-// the plugin's), whatever descriptor it is handed.
+// the plugin's), whatever descriptor it is handed. The test runs itself
+// again in a namespace of its own, so that a regression writes there,
+// not into the machine's.
 func TestAgentRunAddRefusesItsOwnNamespace(t *testing.T) {
 	requireNFTLayout(t)
+	if os.Getenv("AGENT_OWN_NETNS") == "" {
+		cmd := exec.CommandContext(t.Context(), "unshare", "--net", os.Args[0], "-test.run=^TestAgentRunAddRefusesItsOwnNamespace$", "-test.v")
+		cmd.Env = append(os.Environ(), "AGENT_OWN_NETNS=1")
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("in a namespace of its own: %v\n%s", err, out)
+		}
+		return
+	}
 	f := newAgentFixture(t)
 	pod := meshedPod(nil)
 	pod.Metadata.UID = "u1"
@@ -302,6 +327,9 @@ func TestAgentRunAddRefusesItsOwnNamespace(t *testing.T) {
 	resp, _ := f.side.RunAdd(f.request("/proc/self/ns/net", "u1", prevV4), int(own.Fd()))
 	if resp.Done || !strings.Contains(resp.HandBack, "own network namespace") {
 		t.Errorf("answer %+v, want handed back", resp)
+	}
+	if got := saveIn(t, "/proc/self/ns/net", iptables.IPv4); strings.Contains(got, "ISTIO") {
+		t.Errorf("rules written into the agent's own namespace:\n%s", got)
 	}
 }
 

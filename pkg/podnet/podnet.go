@@ -36,6 +36,9 @@ var passthroughV6 = &net.IPNet{IP: net.ParseIP("::6"), Mask: net.CIDRMask(128, 1
 var (
 	ErrNoNetns   = errors.New("network namespace does not exist")
 	ErrOpenNetns = errors.New("cannot open network namespace")
+	// ErrPanic: the work in the namespace panicked (a bug); the step
+	// failed and the namespace was restored.
+	ErrPanic = errors.New("panic")
 )
 
 // rollbackBudget bounds removing what a failed ADD programmed. It has its
@@ -54,7 +57,16 @@ func do(path string, fn func() error) error {
 		return fmt.Errorf("%w %s: %w", ErrOpenNetns, path, err)
 	}
 	defer func() { _ = netns.Close() }()
-	return netns.Do(func(ns.NetNS) error { return fn() })
+	return netns.Do(func(ns.NetNS) (err error) {
+		// A bug in what runs here must fail this pod's step, not end the
+		// process: the node agent runs ADDs for the shim.
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%w in %s: %v", ErrPanic, path, r)
+			}
+		}()
+		return fn()
+	})
 }
 
 // Enter runs fn inside the namespace at path, on a locked OS thread; commands

@@ -347,6 +347,19 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 	})
 }
 
+// A panic in the namespace's work (the netlink writer, in the agent that
+// runs ADDs) fails the step; the process goes on.
+func TestPanicFailsTheStep(t *testing.T) {
+	requireRoot(t)
+	n := newNS(t)
+	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT, TrustRestore: true, NetlinkOnly: true,
+		Netlink: func(*iptables.Ruleset) error { panic("the encoder's bug") }}
+	err := (&Network{Programmer: prog, KeepOnError: true}).Program(context.Background(), n.Path(), iptables.Build(iptables.DefaultSpec(), true, false))
+	if !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), "the encoder's bug") {
+		t.Errorf("Program = %v, want the panic as an error", err)
+	}
+}
+
 func TestApplyRetriesOneFailedRestore(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()

@@ -1,11 +1,12 @@
 // Package shim is the binary the runtime runs as istio-cni. It hands an
 // ADD to the node agent (pkg/wire/handoff), which runs the plugin's own ADD
 // in the pod's namespace from its informer and writes the rules in one
-// nf_tables transaction; for every other verb, and whenever the agent is
-// absent or hands the ADD back, it execs the full plugin, istio-cni-full,
-// installed beside it, with the same arguments, environment and stdin.
+// nf_tables transaction per family; for every other verb, and whenever the
+// agent is absent or hands the ADD back, it execs the full plugin,
+// istio-cni-full, installed beside it, with the same arguments,
+// environment and stdin.
 //
-// It links little (no CNI skel, no netlink library, no rule model), so
+// It links little (no CNI skel, no netlink library, no logger), so
 // that its start costs little more than an empty Go program's: a pod's ADD
 // is then this start and one local round trip. It never decides anything
 // about a pod: the plugin's code does, in the agent or in istio-cni-full.

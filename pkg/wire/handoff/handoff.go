@@ -2,13 +2,13 @@
 // runs as istio-cni, hands an ADD to the node agent: the wire format and
 // Send, the shim's side. The agent answers on its pod lookup socket
 // (pkg/wire/lookups), where it already holds every pod of the node, so an
-// ADD costs the shim's start, one local round trip and the agent's one
-// nf_tables transaction in the pod's namespace, instead of the whole
-// plugin's start, a lookup and its own namespace entry.
+// ADD costs the shim's start, one local round trip and the agent's
+// nf_tables transaction (one a family) in the pod's namespace, instead of
+// the whole plugin's start, a lookup and its own namespace entry.
 //
 // The agent either runs the ADD to success or hands it back, having
 // written nothing but, at most, rules the plugin reconciles; the shim then
-// execs the plugin, which does the ADD itself. So any failure here, an
+// execs the plugin, which does the ADD itself and reads its rules back. So any failure here, an
 // older agent that does not know the request included, costs time, never
 // a pod's redirect.
 package handoff
