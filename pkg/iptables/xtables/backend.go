@@ -95,26 +95,39 @@ func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if b != Auto {
 		return b, nil
 	}
-	path, err := LookPath(b.CommandsFor(f).Restore)
+	path, real, err := locate(b.CommandsFor(f).Restore)
 	if err != nil {
 		return "", err
 	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", fmt.Errorf("resolving %s: %w", path, err)
+	return backendAt(path, real), nil
+}
+
+// locate finds a program and the file its symlinks lead to.
+func locate(name string) (path, real string, err error) {
+	if path, err = LookPath(name); err != nil {
+		return "", "", err
 	}
+	if real, err = filepath.EvalSymlinks(path); err != nil {
+		return "", "", fmt.Errorf("resolving %s: %w", path, err)
+	}
+	return path, real, nil
+}
+
+// backendAt is the implementation of the program at path, which leads to
+// real: its names say, else a link to a name with nft in it; else legacy.
+func backendAt(path, real string) Backend {
 	for _, name := range []string{filepath.Base(path), filepath.Base(real)} {
 		switch {
 		case strings.Contains(name, "nft"):
-			return NFT, nil
+			return NFT
 		case strings.Contains(name, "legacy"):
-			return Legacy, nil
+			return Legacy
 		}
 	}
 	if link, err := os.Readlink(path); err == nil && strings.Contains(link, "nft") {
-		return NFT, nil
+		return NFT
 	}
-	return Legacy, nil
+	return Legacy
 }
 
 // Detect picks the backend the node uses from the rules in the calling

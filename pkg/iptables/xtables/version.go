@@ -74,8 +74,18 @@ func firstLine(b []byte) string {
 // first call after the node's iptables changes runs it. The file is
 // replaced atomically; an unreadable or stale one is rewritten.
 func CachedNFTVersion(cacheFile, name string) (string, error) {
-	v, key, err := cachedNFTVersion(cacheFile, name)
-	if err != nil || v != "" {
+	_, real, err := locate(name)
+	if err != nil {
+		return "", err
+	}
+	return cachedNFTVersionAt(cacheFile, name, real, true)
+}
+
+// cachedNFTVersionAt is CachedNFTVersion for the program name, located at
+// real; run=false returns "" on a miss instead of running it.
+func cachedNFTVersionAt(cacheFile, name, real string, run bool) (string, error) {
+	v, key, err := cachedNFTVersion(cacheFile, name, real)
+	if err != nil || v != "" || !run {
 		return v, err
 	}
 	if v, err = NFTVersion(name); err != nil {
@@ -86,24 +96,9 @@ func CachedNFTVersion(cacheFile, name string) (string, error) {
 	return v, nil
 }
 
-// CachedNFTVersionNoRun is CachedNFTVersion without the run: "" when the
-// cache does not hold the program as it is now.
-func CachedNFTVersionNoRun(cacheFile, name string) (string, error) {
-	v, _, err := cachedNFTVersion(cacheFile, name)
-	return v, err
-}
-
 // cachedNFTVersion returns the cached version ("" on a miss) and the key
-// the program has now.
-func cachedNFTVersion(cacheFile, name string) (version, key string, err error) {
-	path, err := LookPath(name)
-	if err != nil {
-		return "", "", err
-	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return "", "", err
-	}
+// the program, located at real, has now.
+func cachedNFTVersion(cacheFile, name, real string) (version, key string, err error) {
 	st, err := os.Stat(real)
 	if err != nil {
 		return "", "", err
@@ -145,21 +140,20 @@ func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) er
 	if cacheDir == "" {
 		return errors.New("no cache_dir")
 	}
-	r, err := b.ResolveFamily(f)
+	if b == Legacy {
+		return fmt.Errorf("%s backend %s", f, b)
+	}
+	// One lookup serves the backend and the release: the shim and ADD
+	// pay for it on every pod.
+	name := b.CommandsFor(f).Restore
+	path, real, err := locate(name)
 	if err != nil {
 		return err
 	}
-	if r != NFT {
+	if r := backendAt(path, real); b == Auto && r != NFT {
 		return fmt.Errorf("%s backend %s", f, r)
 	}
-	name := b.CommandsFor(f).Restore
-	file := filepath.Join(cacheDir, name+".version")
-	var v string
-	if run {
-		v, err = CachedNFTVersion(file, name)
-	} else {
-		v, err = CachedNFTVersionNoRun(file, name)
-	}
+	v, err := cachedNFTVersionAt(filepath.Join(cacheDir, name+".version"), name, real, run)
 	switch {
 	case err != nil:
 		return err
