@@ -15,7 +15,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
@@ -108,17 +107,11 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		NewPodGetter: func(*Config) (PodGetter, error) {
 			return nil, handBack("the agent does not hold the pod")
 		},
-		NewPodNetwork: func(c *Config) PodNetwork {
-			prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks, NetlinkOnly: true}
-			if c.writer != nil {
-				prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
-			}
-			return &podnet.Network{Programmer: prog, KeepOnError: true}
-		},
-		Stdout: &stdout,
-		Stderr: &stderr,
-		Now:    a.Now,
-		agent:  run,
+		NewPodNetwork: func(c *Config) PodNetwork { return podNetwork(c, true) },
+		Stdout:        &stdout,
+		Stderr:        &stderr,
+		Now:           a.Now,
+		agent:         run,
 	})
 	if err := p.Add(args); err != nil {
 		return handoff.Response{HandBack: reason(err)}, nil

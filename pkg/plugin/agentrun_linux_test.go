@@ -7,12 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/applied"
@@ -37,26 +36,16 @@ func requireNFTLayout(t testing.TB) {
 	}
 }
 
-// newNetns makes a namespace with lo up and returns its descriptor and a
-// path to it.
+// newNetns makes a namespace (as pkg/podnet's tests do) and returns its
+// descriptor and its path.
 func newNetns(t testing.TB) (int, string) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
+	n, err := testutils.NewNS()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = orig.Close() }()
-	h, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Close() })
-	return int(h), fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), int(h))
+	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	return int(n.Fd()), n.Path()
 }
 
 // saveIn prints a family's tables in the namespace, as a user would see
@@ -114,6 +103,14 @@ func newAgentFixture(t testing.TB) *agentFixture {
 	return f
 }
 
+// meshed puts a meshed team-a/web-1 of uid in the agent's informer.
+func (f *agentFixture) meshed(uid string) *kube.Pod {
+	pod := meshedPod(nil)
+	pod.Metadata.UID = uid
+	f.pods["team-a/web-1"] = pod
+	return pod
+}
+
 // entry is an ADD's stdin as the installer writes the entry, on the node.
 func (f *agentFixture) entry(prev string) []byte {
 	return []byte(`{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni","iptables_backend":"nft","exclude_namespaces":["kube-system"],` +
@@ -133,9 +130,7 @@ func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Reque
 func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 	requireNFTLayout(t)
 	f := newAgentFixture(t)
-	pod := meshedPod(nil)
-	pod.Metadata.UID = "u1"
-	f.pods["team-a/web-1"] = pod
+	f.meshed("u1")
 	// The agent's reports socket, read without blocking: a report is
 	// queued the moment it is sent.
 	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -206,14 +201,12 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 func BenchmarkAgentRunAdd(b *testing.B) {
 	requireNFTLayout(b)
 	f := newAgentFixture(b)
-	pod := meshedPod(nil)
-	pod.Metadata.UID = "u1"
-	f.pods["team-a/web-1"] = pod
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		fd, path := newNetns(b)
-		req := f.request(path, fmt.Sprint("u", i), prevV4)
-		pod.Metadata.UID = fmt.Sprint("u", i)
+		uid := fmt.Sprint("u", i)
+		req := f.request(path, uid, prevV4)
+		f.meshed(uid)
 		b.StartTimer()
 		if resp, _ := f.side.RunAdd(req, fd); !resp.Done {
 			b.Fatalf("handed back: %s", resp.HandBack)
@@ -273,9 +266,7 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newAgentFixture(t)
-			pod := meshedPod(nil)
-			pod.Metadata.UID = "u1"
-			f.pods["team-a/web-1"] = pod
+			f.meshed("u1")
 			fd, path := newNetns(t)
 			req := f.request(path, "u1", c.prev)
 			c.setup(f, &req, path)
@@ -316,9 +307,7 @@ func TestAgentRunAddRefusesItsOwnNamespace(t *testing.T) {
 		return
 	}
 	f := newAgentFixture(t)
-	pod := meshedPod(nil)
-	pod.Metadata.UID = "u1"
-	f.pods["team-a/web-1"] = pod
+	f.meshed("u1")
 	own, err := os.Open("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)

@@ -93,19 +93,25 @@ func New() *Plugin {
 		AskAgent: func(socket, namespace, name string) (lookups.Answer, error) {
 			return lookups.Get(socket, namespace, name, AgentBudget)
 		},
-		NewPodNetwork: func(c *Config) PodNetwork {
-			prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks}
-			if c.writer != nil {
-				prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
-			}
-			return &podnet.Network{Programmer: prog}
-		},
-		Stdout:       os.Stdout,
-		Stderr:       os.Stderr,
-		Now:          time.Now,
-		HandedBack:   os.Getenv(handoff.EnvHandedBack),
-		NotHandedOff: os.Getenv(handoff.EnvNotHandedOff),
+		NewPodNetwork: func(c *Config) PodNetwork { return podNetwork(c, false) },
+		Stdout:        os.Stdout,
+		Stderr:        os.Stderr,
+		Now:           time.Now,
+		HandedBack:    os.Getenv(handoff.EnvHandedBack),
+		NotHandedOff:  os.Getenv(handoff.EnvNotHandedOff),
 	})
+}
+
+// podNetwork is the namespace programmer for a config, writing over
+// netlink where its writer can. In the agent (netlinkOnly) a batch not
+// written is the answer, and a failure keeps what was written: the ADD is
+// handed back to the plugin, which reconciles.
+func podNetwork(c *Config, netlinkOnly bool) PodNetwork {
+	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks, NetlinkOnly: netlinkOnly}
+	if c.writer != nil {
+		prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
+	}
+	return &podnet.Network{Programmer: prog, KeepOnError: netlinkOnly}
 }
 
 // NewWithDeps returns a plugin with the given seams (for tests).

@@ -110,7 +110,7 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 		return Response{}, fmt.Errorf("socket: %w", err)
 	}
 	defer func() { _ = unix.Close(fd) }()
-	if err := retry(fd, deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
+	if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
 		return Response{}, fmt.Errorf("connecting to %s: %w", socket, err)
 	}
 	if err := send(fd, b, netnsFD, deadline); err != nil {
@@ -137,14 +137,14 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 // the writing side: the agent reads to the newline.
 func send(fd int, b []byte, netnsFD int, deadline time.Time) error {
 	var n int
-	if err := retry(fd, deadline, func() (err error) {
+	if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() (err error) {
 		n, err = unix.SendmsgN(fd, b, unix.UnixRights(netnsFD), nil, 0)
 		return err
 	}); err != nil {
 		return err
 	}
 	for b = b[n:]; len(b) > 0; b = b[n:] {
-		if err := retry(fd, deadline, func() (err error) {
+		if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() (err error) {
 			n, err = unix.Write(fd, b)
 			return err
 		}); err != nil {
@@ -159,7 +159,7 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 	buf := make([]byte, 16<<10)
 	for {
 		var n int
-		if err := retry(fd, deadline, func() (err error) {
+		if err := retry(fd, unix.SO_RCVTIMEO, deadline, func() (err error) {
 			n, err = unix.Read(fd, buf)
 			return err
 		}); err != nil {
@@ -175,19 +175,18 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 }
 
 // retry runs a blocking call on fd with what is left of the budget as
-// its socket timeout, again when a signal interrupted it (Go's runtime
-// sends them). A socket timeout is EAGAIN.
-func retry(fd int, deadline time.Time, call func() error) error {
+// its socket timeout (opt: SO_SNDTIMEO for connecting and sending,
+// SO_RCVTIMEO for reading), again when a signal interrupted it (Go's
+// runtime sends them). A socket timeout is EAGAIN.
+func retry(fd, opt int, deadline time.Time, call func() error) error {
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
 			return errors.New("no answer within the budget")
 		}
 		tv := unix.NsecToTimeval(left.Nanoseconds())
-		for _, opt := range []int{unix.SO_SNDTIMEO, unix.SO_RCVTIMEO} {
-			if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-				return fmt.Errorf("socket timeout: %w", err)
-			}
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			return fmt.Errorf("socket timeout: %w", err)
 		}
 		err := call()
 		switch {
