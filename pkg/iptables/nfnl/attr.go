@@ -12,26 +12,48 @@ const nlaHdrLen = 4
 
 func align4(n int) int { return (n + 3) &^ 3 }
 
-func (a *attrs) bytes(typ uint16, v []byte) {
-	var h [nlaHdrLen]byte
-	binary.NativeEndian.PutUint16(h[0:], uint16(nlaHdrLen+len(v))) // #nosec G115 -- attributes here are at most a few hundred bytes
-	binary.NativeEndian.PutUint16(h[2:], typ)
-	a.b = append(a.b, h[:]...)
-	a.b = append(a.b, v...)
-	for len(a.b)%4 != 0 {
-		a.b = append(a.b, 0)
-	}
+// An ADD encodes every rule it writes while the pod waits: attributes
+// are appended in place, nests included, with no buffer of their own.
+
+// head appends an attribute header whose length is patched by end.
+func (a *attrs) head(typ uint16) int {
+	at := len(a.b)
+	a.b = binary.NativeEndian.AppendUint16(a.b, 0)
+	a.b = binary.NativeEndian.AppendUint16(a.b, typ)
+	return at
 }
 
-func (a *attrs) str(typ uint16, s string) { a.bytes(typ, append([]byte(s), 0)) }
+// end sets the length of the attribute begun at at and pads it to 4 bytes.
+func (a *attrs) end(at int) {
+	binary.NativeEndian.PutUint16(a.b[at:], uint16(len(a.b)-at)) // #nosec G115 -- attributes here are at most a few hundred bytes
+	a.b = append(a.b, pad[:align4(len(a.b))-len(a.b)]...)
+}
 
-func (a *attrs) u32(typ uint16, v uint32) { a.bytes(typ, binary.BigEndian.AppendUint32(nil, v)) }
+var pad [3]byte
+
+func (a *attrs) bytes(typ uint16, v []byte) {
+	at := a.head(typ)
+	a.b = append(a.b, v...)
+	a.end(at)
+}
+
+func (a *attrs) str(typ uint16, s string) {
+	at := a.head(typ)
+	a.b = append(append(a.b, s...), 0)
+	a.end(at)
+}
+
+func (a *attrs) u32(typ uint16, v uint32) {
+	at := a.head(typ)
+	a.b = binary.BigEndian.AppendUint32(a.b, v)
+	a.end(at)
+}
 
 // nest adds a nested attribute filled by fill.
 func (a *attrs) nest(typ uint16, fill func(*attrs)) {
-	var in attrs
-	fill(&in)
-	a.bytes(typ|nlaFNested, in.b)
+	at := a.head(typ | nlaFNested)
+	fill(a)
+	a.end(at)
 }
 
 const nlaFNested = 0x8000

@@ -41,24 +41,24 @@ var baseChains = map[string]map[string]baseChain{
 // just before its first rule. Our chains are created exclusively: a
 // namespace that already holds one is not fresh, and the whole
 // transaction fails rather than merge into it. ops names each message for
-// errors.
-func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
+// errors, rendered only for one the kernel refuses.
+func encode(rs *iptables.Ruleset) (msgs []msg, ops []func() string, err error) {
 	family := uint8(unix.NFPROTO_IPV4)
 	if rs.Family == iptables.IPv6 {
 		family = unix.NFPROTO_IPV6
 	}
-	add := func(typ, flags uint16, op string, fill func(*attrs)) {
-		var a attrs
+	add := func(typ, flags uint16, op func() string, fill func(*attrs)) {
+		a := attrs{b: make([]byte, 0, 256)}
 		fill(&a)
 		msgs = append(msgs, msg{typ: typ, flags: flags, family: family, attrs: a.b})
-		ops = append(ops, fmt.Sprintf("%s %s", rs.Family, op))
+		ops = append(ops, func() string { return rs.Family.String() + " " + op() })
 	}
 	for _, table := range tablesOf(rs) {
 		bases, ok := baseChains[table]
 		if !ok {
 			return nil, nil, fmt.Errorf("table %s: %w", table, ErrUnsupported)
 		}
-		add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "table "+table, func(a *attrs) {
+		add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, func() string { return "table " + table }, func(a *attrs) {
 			a.str(unix.NFTA_TABLE_NAME, table)
 		})
 		for _, c := range rs.Chains {
@@ -68,7 +68,7 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 			if _, builtin := bases[c.Name]; builtin {
 				return nil, nil, fmt.Errorf("declared chain %s is built in: %w", c.Name, ErrUnsupported)
 			}
-			add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE|unix.NLM_F_EXCL, "chain "+table+" "+c.Name, func(a *attrs) {
+			add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE|unix.NLM_F_EXCL, func() string { return "chain " + table + " " + c.Name }, func(a *attrs) {
 				a.str(unix.NFTA_CHAIN_TABLE, table)
 				a.str(unix.NFTA_CHAIN_NAME, c.Name)
 			})
@@ -82,7 +82,7 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 				// No policy: a new chain's is accept, and an existing
 				// one keeps its own, as with iptables-restore.
 				made[ir.Chain] = true
-				add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain "+table+" "+ir.Chain, func(a *attrs) {
+				add(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, func() string { return "chain " + table + " " + ir.Chain }, func(a *attrs) {
 					a.str(unix.NFTA_CHAIN_TABLE, table)
 					a.str(unix.NFTA_CHAIN_NAME, ir.Chain)
 					a.nest(unix.NFTA_CHAIN_HOOK, func(h *attrs) {
@@ -96,14 +96,10 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []string, err error) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("rule %d (-A %s %s): %w", i+1, ir.Chain, ir.Args(), err)
 			}
-			add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, fmt.Sprintf("rule -t %s -A %s %s", table, ir.Chain, ir.Args()), func(a *attrs) {
+			add(unix.NFT_MSG_NEWRULE, unix.NLM_F_CREATE|unix.NLM_F_APPEND, func() string { return fmt.Sprintf("rule -t %s -A %s %s", table, ir.Chain, ir.Args()) }, func(a *attrs) {
 				a.str(unix.NFTA_RULE_TABLE, table)
 				a.str(unix.NFTA_RULE_CHAIN, ir.Chain)
-				a.nest(unix.NFTA_RULE_EXPRESSIONS, func(l *attrs) {
-					for _, e := range r.exprs {
-						l.bytes(unix.NFTA_LIST_ELEM|nlaFNested, e)
-					}
-				})
+				a.bytes(unix.NFTA_RULE_EXPRESSIONS|nlaFNested, r.exprs.b)
 				if r.proto != 0 {
 					// The protocol -p set, for the x_tables
 					// extensions that check it (TPROXY, multiport).

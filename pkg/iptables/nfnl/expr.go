@@ -17,15 +17,15 @@ var ErrUnsupported = errors.New("not encodable over netlink")
 // rule is one rule's expressions and the compat attributes xt extensions
 // check the protocol with.
 type rule struct {
-	exprs [][]byte // each an NFTA_LIST_ELEM's content
+	exprs attrs // the NFTA_LIST_ELEMs of NFTA_RULE_EXPRESSIONS
 	proto uint8
 }
 
 func (r *rule) add(name string, fill func(*attrs)) {
-	var e attrs
-	e.str(unix.NFTA_EXPR_NAME, name)
-	e.nest(unix.NFTA_EXPR_DATA, fill)
-	r.exprs = append(r.exprs, e.b)
+	r.exprs.nest(unix.NFTA_LIST_ELEM, func(e *attrs) {
+		e.str(unix.NFTA_EXPR_NAME, name)
+		e.nest(unix.NFTA_EXPR_DATA, fill)
+	})
 }
 
 // Registers: NFT_REG_VERDICT and the first 16-byte data register, the
@@ -107,7 +107,7 @@ func (r *rule) xt(kind, name string, rev uint32, info []byte) {
 // iptables-nft 1.8.9 writes them: interfaces, protocol, addresses, the
 // matches in order, a counter, the target.
 func encodeRule(fam iptables.Family, ir iptables.Rule) (*rule, error) {
-	r := &rule{}
+	r := &rule{exprs: attrs{b: make([]byte, 0, 512)}}
 	iface := func(key uint32, i iptables.Iface) {
 		if i.Name == "" {
 			return

@@ -185,6 +185,10 @@ func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
 	if !errors.As(err, &kerr) || !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("second write: got %v, want the kernel's EEXIST", err)
 	}
+	// The refused message is named, as rendered only on refusal.
+	if want := "ipv4 chain nat ISTIO_INBOUND"; kerr.Op != want {
+		t.Errorf("the refusal names %q, want %q", kerr.Op, want)
+	}
 	if after := read(t, n, iptables.IPv4); after != before {
 		t.Errorf("a refused transaction changed the namespace\n%s", lineDiff(after.kernel, before.kernel))
 	}

@@ -87,7 +87,7 @@ var ErrUnknownOutcome = errors.New("nf_tables transaction: outcome unknown")
 // the batch as a whole (a failed commit, a missing capability, memory).
 // They are read without blocking; success is an ack of every message and
 // no error.
-func (c *conn) transact(msgs []msg, ops []string) error {
+func (c *conn) transact(msgs []msg, ops []func() string) error {
 	const seq0 = 1
 	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
 	for i, m := range msgs {
@@ -139,7 +139,7 @@ func (c *conn) transact(msgs []msg, ops []string) error {
 				pending--
 			}
 			if errno != 0 {
-				errs = append(errs, &KernelError{Op: ops[i], Err: errno, Ext: extAck(nm)})
+				errs = append(errs, &KernelError{Op: ops[i](), Err: errno, Ext: extAck(nm)})
 			}
 		}
 	}
