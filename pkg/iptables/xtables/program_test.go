@@ -227,3 +227,21 @@ func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 		t.Errorf("not committed: err %v, ran %q; want save, restore, save", err, f.calls)
 	}
 }
+
+// A ruleset Plan refuses to render is never restored, whether or not a
+// netlink write was tried first: nothing runs.
+func TestApplyRestoresNothingPlanRefuses(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	rs.Rules[0].Chain = "ISTIO_INBOUND;reboot"
+	for name, netlink := range map[string]func(*iptables.Ruleset) error{
+		"no netlink":      nil,
+		"netlink refused": func(*iptables.Ruleset) error { return errors.New("nf_tables refused it") },
+	} {
+		f := &fakeRunner{}
+		p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: netlink}
+		err := p.Apply(context.Background(), &rs)
+		if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 {
+			t.Errorf("%s: %v, ran %q; want Plan's refusal and nothing run", name, err, f.calls)
+		}
+	}
+}
