@@ -182,10 +182,12 @@ goldens:
 
 ## fuzz: run each fuzzer for FUZZTIME (30s) over the input istio-cni reads
 ## from others: pods' annotations, the primary's config, iptables-save output
-## from a pod's namespace, the reports socket's datagrams, the kubeconfig.
+## from a pod's namespace, the reports socket's datagrams, the shim's hand-off
+## frames, the kubeconfig.
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
-	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode kube/apiclient:FuzzParseKubeconfig
+	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame \
+	kube/apiclient:FuzzParseKubeconfig
 fuzz:
 	@for f in $(FUZZERS); do \
 		echo "== pkg/$${f%%:*} $${f##*:}"; \

@@ -140,7 +140,7 @@ func TestAddTheAgentRan(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, nfnl.Layout),
-		answer: handoff.Response{V: 1, Done: true, Stdout: []byte(`{"cniVersion":"1.0.0"}`), Stderr: []byte("log line\n")}}
+		answer: handoff.Response{Done: true, Stdout: []byte(`{"cniVersion":"1.0.0"}`), Stderr: []byte("log line\n")}}
 	if code := h.run(t); code != 0 || len(h.execs) != 0 {
 		t.Fatalf("exit %d, execs %v; want 0 and none", code, h.execs)
 	}
@@ -169,7 +169,7 @@ func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 		`{"cniVersion":"0.2.0","ip4":{"ip":"10.1.0.5/24"}}`:                                 {"ipv4", "ipv6"},
 		`{"cniVersion":"1.0.0"}`: {"ipv4", "ipv6"},
 	} {
-		h := &harness{env: addEnv(netns), stdin: withPrev(prev), answer: handoff.Response{V: 1, Done: true}}
+		h := &harness{env: addEnv(netns), stdin: withPrev(prev), answer: handoff.Response{Done: true}}
 		h.run(t)
 		if len(h.hands) != 1 || !slices.Equal(h.hands[0].Netlink, want) {
 			t.Errorf("prevResult %s: hand-offs %+v, want netlink %v", prev, h.hands, want)
@@ -196,7 +196,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		why     string
 		handOff bool
 	}{
-		"the agent hands back":   {nft, addEnv(netns), handoff.Response{V: 1, HandBack: "the agent does not hold the pod"}, nil, "the agent: the agent does not hold the pod", true},
+		"the agent hands back":   {nft, addEnv(netns), handoff.Response{HandBack: "the agent does not hold the pod"}, nil, "the agent: the agent does not hold the pod", true},
 		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
 		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
 		"legacy iptables":        {legacy, addEnv(netns), handoff.Response{}, nil, "no family goes over netlink", false},

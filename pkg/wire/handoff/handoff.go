@@ -14,7 +14,6 @@
 package handoff
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,12 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Version is the wire format's version; a reader refuses another.
-const Version = 1
-
-// Op marks a request as an ADD hand-off on the pod lookup socket; a
-// lookup has none.
-const Op = "add"
+// Version is the wire format's version (frame.go); a reader refuses
+// another. 1 was JSON.
+const Version = 2
 
 // EnvHandedBack is set, in the plugin's environment, to why the agent,
 // asked to run the ADD, did not finish it: it may have written rules, so
@@ -55,40 +51,37 @@ const (
 // agent enters exactly what the runtime named, with no path of the node
 // to resolve from its container.
 type Request struct {
-	V           int    `json:"v"`
-	Op          string `json:"op"`
-	ContainerID string `json:"containerID"`
-	Netns       string `json:"netns"`
-	IfName      string `json:"ifName"`
-	Args        string `json:"args"`
-	Path        string `json:"path"`
-	Stdin       []byte `json:"stdin"`
+	ContainerID string
+	Netns       string
+	IfName      string
+	Args        string
+	Path        string
+	Stdin       []byte
 	// Netlink names the families ("ipv4", "ipv6") whose iptables on the
 	// node is nf_tables in the layout pkg/iptables/nfnl writes, as the
 	// shim found them on the node the way the plugin does. The agent
 	// writes no other family: its container's iptables need not be the
 	// node's.
-	Netlink []string `json:"netlink,omitempty"`
+	Netlink []string
 	// Deadline is when the shim stops waiting (Unix nanoseconds, the
 	// node's clock): the agent writes nothing after it, since by then the
 	// plugin runs the ADD.
-	Deadline int64 `json:"deadline"`
+	Deadline int64
 }
 
 // Response is the agent's answer. Done: the ADD succeeded, Stdout is the
 // CNI result and Stderr the plugin's log line. Otherwise HandBack says why
 // the agent did not run it.
 type Response struct {
-	V        int    `json:"v"`
-	Done     bool   `json:"done,omitempty"`
-	HandBack string `json:"handBack,omitempty"`
-	Stdout   []byte `json:"stdout,omitempty"`
-	Stderr   []byte `json:"stderr,omitempty"`
+	Done     bool
+	HandBack string
+	Stdout   []byte
+	Stderr   []byte
 }
 
-// ErrNotTaken: the agent answered without taking the request: an agent
-// from before hand-offs, which reads it as a lookup of nobody.
-var ErrNotTaken = errors.New("the agent does not take ADDs (an older agent?)")
+// ErrNotTaken: the agent closed without an answer: one from before this
+// version of hand-offs, which reads the frame as a bad lookup.
+var ErrNotTaken = errors.New("the agent does not take ADDs of this version (an older agent?)")
 
 // Send hands req to the agent listening at socket, with the namespace's
 // descriptor, within budget. It uses blocking system calls on one
@@ -96,14 +89,10 @@ var ErrNotTaken = errors.New("the agent does not take ADDs (an older agent?)")
 // add threads and wake-ups to it. Any error means: run the plugin.
 func Send(socket string, req Request, netnsFD int, budget time.Duration) (Response, error) {
 	deadline := time.Now().Add(budget)
-	req.V, req.Op, req.Deadline = Version, Op, deadline.UnixNano()
-	b, err := json.Marshal(req)
+	req.Deadline = deadline.UnixNano()
+	b, err := req.MarshalBinary()
 	if err != nil {
 		return Response{}, err
-	}
-	b = append(b, '\n')
-	if len(b) > MaxRequest {
-		return Response{}, fmt.Errorf("the request is %d bytes, over %d", len(b), MaxRequest)
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -120,21 +109,21 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 	if err != nil {
 		return Response{}, fmt.Errorf("reading from %s: %w", socket, err)
 	}
+	if len(data) == 0 {
+		return Response{}, ErrNotTaken
+	}
 	var resp Response
-	if err := json.Unmarshal(data, &resp); err != nil {
+	if err := resp.UnmarshalBinary(data); err != nil {
 		return Response{}, fmt.Errorf("the agent's answer: %w", err)
 	}
-	switch {
-	case resp.V != Version:
-		return Response{}, fmt.Errorf("the agent answers version %d, want %d", resp.V, Version)
-	case !resp.Done && resp.HandBack == "":
-		return Response{}, ErrNotTaken
+	if !resp.Done && resp.HandBack == "" {
+		return Response{}, errors.New("the agent's answer: neither done nor handed back")
 	}
 	return resp, nil
 }
 
 // send writes b, the descriptor riding with its first byte, then closes
-// the writing side: the agent reads to the newline.
+// the writing side: the agent reads to the end.
 func send(fd int, b []byte, netnsFD int, deadline time.Time) error {
 	var n int
 	if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() (err error) {

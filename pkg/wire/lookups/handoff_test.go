@@ -87,7 +87,7 @@ func TestHandOffRoundTrip(t *testing.T) {
 		t.Fatalf("Send = %+v, %v; want the agent's answer", resp, err)
 	}
 	r := <-got
-	if r.ContainerID != "c1" || r.Netns != req.Netns || !bytes.Equal(r.Stdin, stdin) || r.Op != handoff.Op || r.V != handoff.Version {
+	if r.ContainerID != "c1" || r.Netns != req.Netns || !bytes.Equal(r.Stdin, stdin) || r.Deadline == 0 || len(r.Netlink) != 1 || r.Netlink[0] != "ipv4" {
 		t.Errorf("the agent got %+v (stdin %d bytes), want the request (%d bytes)", r.ContainerID, len(r.Stdin), len(stdin))
 	}
 	if !<-sameFile {
@@ -119,15 +119,40 @@ func TestHandOffRefusals(t *testing.T) {
 	if resp, err := handoff.Send(noAdds, req, fd, 5*time.Second); err != nil || resp.Done || resp.HandBack == "" {
 		t.Errorf("an agent without Add: %+v, %v; want a hand-back", resp, err)
 	}
-	// An agent from before hand-offs reads the request as a lookup of
-	// nobody and answers {"v":1}, as this one does to a lookup.
+	// An agent from before this version reads the frame as a lookup it
+	// cannot decode and closes without an answer; one that reads
+	// another version's frame answers in its own.
 	old := fakeAgent(t, func(c net.Conn) {
 		line := make([]byte, maxRequest)
 		_, _ = c.Read(line)
-		_, _ = c.Write([]byte(`{"v":1}`))
 	})
 	if _, err := handoff.Send(old, req, fd, 5*time.Second); !errors.Is(err, handoff.ErrNotTaken) {
 		t.Errorf("an older agent: %v, want ErrNotTaken", err)
+	}
+	other := fakeAgent(t, func(c net.Conn) {
+		_, _ = c.Read(make([]byte, 64<<10))
+		b, _ := handoff.Response{Done: true}.MarshalBinary()
+		b[len(handoff.Magic)+1]++ // the version's low byte
+		_, _ = c.Write(b)
+	})
+	var verr *handoff.VersionError
+	if _, err := handoff.Send(other, req, fd, 5*time.Second); !errors.As(err, &verr) || verr.Got != handoff.Version+1 {
+		t.Errorf("an agent of another version: %v, want its VersionError", err)
+	}
+	// This agent answers a frame of another version with a hand-back.
+	b, _ := req.MarshalBinary()
+	b[len(handoff.Magic)+1]++
+	c, err := net.Dial("unix", handedBack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write(b)
+	_ = c.(*net.UnixConn).CloseWrite()
+	got, _ := io.ReadAll(c)
+	_ = c.Close()
+	var resp handoff.Response
+	if err := resp.UnmarshalBinary(got); err != nil || resp.Done || !strings.Contains(resp.HandBack, "version 3, not 2") {
+		t.Errorf("a frame of another version: %+v, %v; want a hand-back naming the versions", resp, err)
 	}
 	if _, err := handoff.Send(filepath.Join(t.TempDir(), "none.sock"), req, fd, 5*time.Second); err == nil {
 		t.Error("no agent: no error")
@@ -146,7 +171,8 @@ func TestHandOffRefusals(t *testing.T) {
 	trickle := fakeAgent(t, func(c net.Conn) {
 		buf := make([]byte, 64<<10)
 		_, _ = c.Read(buf)
-		for _, b := range []byte(`{"v":1,"done":true,"stdout":"cmVzdWx0"}`) {
+		answer, _ := handoff.Response{Done: true, Stdout: []byte("result")}.MarshalBinary()
+		for _, b := range answer {
 			if _, err := c.Write([]byte{b}); err != nil {
 				return
 			}

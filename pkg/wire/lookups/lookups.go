@@ -266,7 +266,7 @@ func (s *Server) answer(conn *net.UnixConn) {
 		s.log.Warn("pod lookup refused: the peer is not root", "uid", uid, "error", errString(err))
 		return
 	}
-	line, fds, err := readRequest(conn)
+	data, fds, err := readRequest(conn)
 	defer func() {
 		for _, fd := range fds {
 			_ = syscall.Close(fd)
@@ -275,20 +275,16 @@ func (s *Server) answer(conn *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	// One decode serves both kinds: a lookup has no op.
+	if bytes.HasPrefix(data, []byte(handoff.Magic)) {
+		s.handOff(conn, data, fds)
+		return
+	}
 	var req struct {
-		handoff.Request        // its "v" is a lookup's too
-		Namespace       string `json:"namespace"`
-		Name            string `json:"name"`
+		V         int    `json:"v"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
 	}
-	if json.Unmarshal(line, &req) != nil {
-		return
-	}
-	if req.Op == handoff.Op {
-		s.handOff(conn, req.Request, fds)
-		return
-	}
-	if len(line) > maxRequest || req.V != Version {
+	if len(data) > maxRequest || json.Unmarshal(data, &req) != nil || req.V != Version {
 		return
 	}
 	resp := response{V: Version}
@@ -303,26 +299,29 @@ func (s *Server) answer(conn *net.UnixConn) {
 	_, _ = conn.Write(b)
 }
 
-// handOff answers an ADD hand-off.
-func (s *Server) handOff(conn *net.UnixConn, req handoff.Request, fds []int) {
+// handOff answers an ADD hand-off's frame.
+func (s *Server) handOff(conn *net.UnixConn, frame []byte, fds []int) {
 	_ = conn.SetDeadline(time.Now().Add(handoff.Budget + serveTimeout))
-	resp := handoff.Response{V: handoff.Version}
+	var req handoff.Request
+	var resp handoff.Response
 	var after func()
+	err := req.UnmarshalBinary(frame)
 	switch {
-	case req.V != handoff.Version:
-		resp.HandBack = fmt.Sprintf("the agent reads hand-off version %d, not %d", handoff.Version, req.V)
+	case err != nil:
+		resp.HandBack = "the agent cannot read the hand-off: " + err.Error()
 	case len(fds) != 1:
 		resp.HandBack = fmt.Sprintf("the request carries %d descriptors, want the pod's network namespace", len(fds))
 	case s.Add == nil:
 		resp.HandBack = "the agent runs no ADDs"
 	default:
 		resp, after = s.Add(req, fds[0])
-		resp.V = handoff.Version
 	}
-	b, err := json.Marshal(resp)
-	if err == nil {
-		_, err = conn.Write(b)
+	b, err := resp.MarshalBinary()
+	if err != nil {
+		b, _ = handoff.Response{HandBack: err.Error()}.MarshalBinary()
+		after = nil
 	}
+	_, err = conn.Write(b)
 	_ = conn.Close()
 	// The shim has the answer: what waited for it may go. A shim that
 	// stopped waiting runs the plugin, which reports.
@@ -331,9 +330,9 @@ func (s *Server) handOff(conn *net.UnixConn, req handoff.Request, fds []int) {
 	}
 }
 
-// readRequest reads one request line and the descriptors that came with
-// its first bytes. A lookup is small; a hand-off carries the runtime's
-// stdin.
+// readRequest reads a request and the descriptors that came with its
+// first bytes: a lookup's JSON line, or a hand-off's frame, which the
+// shim ends by closing its side.
 func readRequest(conn *net.UnixConn) ([]byte, []int, error) {
 	buf := make([]byte, 8<<10)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
@@ -355,15 +354,19 @@ func readRequest(conn *net.UnixConn) ([]byte, []int, error) {
 		return nil, fds, err
 	}
 	data := append([]byte(nil), buf[:n]...)
-	for !bytes.Contains(data, []byte{'\n'}) {
+	frame := bytes.HasPrefix(data, []byte(handoff.Magic))
+	for frame || !bytes.Contains(data, []byte{'\n'}) {
 		if len(data) > handoff.MaxRequest {
 			return nil, fds, fmt.Errorf("request over %d bytes", handoff.MaxRequest)
 		}
 		m, err := conn.Read(buf)
+		data = append(data, buf[:m]...)
+		if frame && errors.Is(err, io.EOF) {
+			return data, fds, nil
+		}
 		if m == 0 && err != nil {
 			return nil, fds, err
 		}
-		data = append(data, buf[:m]...)
 	}
 	line, _, _ := bytes.Cut(data, []byte{'\n'})
 	return line, fds, nil

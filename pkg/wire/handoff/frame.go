@@ -1,0 +1,192 @@
+package handoff
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A hand-off travels as one binary frame each way, not JSON: the shim is a
+// process started for this one exchange, and neither JSON's encoder nor
+// base64 for stdin is worth its start-up. A frame is Magic, the version
+// (uint16), then fixed fields and length-prefixed byte strings (uint32),
+// all big-endian. A lookup is a JSON line, so Magic tells them apart on
+// the agent's socket; an agent from before reads a frame as a bad lookup
+// and closes, which the shim takes as "run the plugin".
+
+// Magic opens every hand-off frame.
+const Magic = "ICNI"
+
+var errShort = errors.New("truncated")
+
+// MarshalBinary is the request's frame.
+func (r Request) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, len(Magic)+2+8+7*4+len(r.ContainerID)+len(r.Netns)+len(r.IfName)+len(r.Args)+len(r.Path)+len(r.Stdin)+16)
+	b = append(b, Magic...)
+	b = binary.BigEndian.AppendUint16(b, Version)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Deadline)) // #nosec G115 -- Unix nanoseconds, read back as int64
+	for _, s := range []string{r.ContainerID, r.Netns, r.IfName, r.Args, r.Path} {
+		b = appendBytes(b, []byte(s))
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Netlink))) // #nosec G115 -- at most two families
+	for _, f := range r.Netlink {
+		b = appendBytes(b, []byte(f))
+	}
+	b = appendBytes(b, r.Stdin)
+	if len(b) > MaxRequest {
+		return nil, fmt.Errorf("the request is %d bytes, over %d", len(b), MaxRequest)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary reads a request's frame; another version is an error
+// that says so.
+func (r *Request) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.header()
+	deadline := d.u64()
+	fields := []*string{&r.ContainerID, &r.Netns, &r.IfName, &r.Args, &r.Path}
+	for _, f := range fields {
+		*f = string(d.bytes())
+	}
+	n := d.u32()
+	if n > 2 {
+		d.fail(fmt.Errorf("%d families", n))
+	}
+	r.Netlink = nil
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		r.Netlink = append(r.Netlink, string(d.bytes()))
+	}
+	r.Stdin = d.bytes()
+	r.Deadline = int64(deadline) // #nosec G115 -- written from an int64
+	return d.end("request")
+}
+
+// MarshalBinary is the response's frame.
+func (r Response) MarshalBinary() ([]byte, error) {
+	b := make([]byte, 0, len(Magic)+2+1+3*4+len(r.HandBack)+len(r.Stdout)+len(r.Stderr))
+	b = append(b, Magic...)
+	b = binary.BigEndian.AppendUint16(b, Version)
+	done := byte(0)
+	if r.Done {
+		done = 1
+	}
+	b = append(b, done)
+	b = appendBytes(b, []byte(r.HandBack))
+	b = appendBytes(b, r.Stdout)
+	b = appendBytes(b, r.Stderr)
+	if len(b) > MaxResponse {
+		return nil, fmt.Errorf("the answer is %d bytes, over %d", len(b), MaxResponse)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary reads a response's frame.
+func (r *Response) UnmarshalBinary(b []byte) error {
+	d := decoder{b: b}
+	d.header()
+	switch done := d.byte(); {
+	case d.err != nil:
+	case done > 1:
+		d.fail(fmt.Errorf("done is %d", done))
+	default:
+		r.Done = done == 1
+	}
+	r.HandBack = string(d.bytes())
+	r.Stdout = d.bytes()
+	r.Stderr = d.bytes()
+	return d.end("answer")
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(v))) // #nosec G115 -- frames are at most MaxRequest
+	return append(b, v...)
+}
+
+// decoder reads a frame; the first error sticks and later reads return
+// zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(d.b) {
+		d.fail(errShort)
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) header() {
+	if m := d.take(len(Magic)); d.err == nil && string(m) != Magic {
+		d.fail(errors.New("not a hand-off frame"))
+	}
+	if v := d.u16(); d.err == nil && v != Version {
+		d.fail(&VersionError{Got: int(v)})
+	}
+}
+
+func (d *decoder) byte() byte {
+	if v := d.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if v := d.take(2); v != nil {
+		return binary.BigEndian.Uint16(v)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if v := d.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if n > MaxRequest && d.err == nil {
+		d.fail(errShort)
+	}
+	return d.take(int(n))
+}
+
+func (d *decoder) end(what string) error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail(fmt.Errorf("%d bytes after the %s", len(d.b), what))
+	}
+	if d.err != nil {
+		return fmt.Errorf("a hand-off %s: %w", what, d.err)
+	}
+	return nil
+}
+
+// VersionError is a frame of another version of the wire format.
+type VersionError struct{ Got int }
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("version %d, not %d", e.Got, Version)
+}
