@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -135,16 +134,10 @@ func reason(err error) string {
 	return strings.ReplaceAll(strings.ReplaceAll(err.Error(), errHandBack.Error()+": ", ""), "\n", "; ")
 }
 
-// skelChecks are skel's checks of an ADD's input: the plugin binary, run
-// through skel, reports any failure with skel's own error.
+// skelChecks are skel's checks of an ADD's environment: the plugin binary,
+// run through skel, reports any failure with skel's own error. Those of
+// the config are skelConfChecks, on the config ADD parses.
 func skelChecks(args *skel.CmdArgs, netns string, netnsFD int) error {
-	var conf struct {
-		Name       string `json:"name"`
-		CNIVersion string `json:"cniVersion"`
-	}
-	if err := json.Unmarshal(args.StdinData, &conf); err != nil || conf.Name == "" || utils.ValidateNetworkName(conf.Name) != nil {
-		return handBack("the config's name is missing or invalid")
-	}
 	if netns == "" || args.Path == "" || utils.ValidateContainerID(args.ContainerID) != nil || utils.ValidateInterfaceName(args.IfName) != nil {
 		return handBack("CNI_NETNS, CNI_PATH, CNI_CONTAINERID or CNI_IFNAME is missing or invalid")
 	}
@@ -153,10 +146,19 @@ func skelChecks(args *skel.CmdArgs, netns string, netnsFD int) error {
 	if unix.Stat("/proc/self/ns/net", &own) != nil || unix.Fstat(netnsFD, &pod) != nil || (own.Dev == pod.Dev && own.Ino == pod.Ino) {
 		return handBack("CNI_NETNS is the node's own network namespace, or unreadable")
 	}
-	if conf.CNIVersion == "" {
-		conf.CNIVersion = "0.1.0" // as version.ConfigDecoder reads it
+	return nil
+}
+
+// skelConfChecks are skel's checks of the config's name and cniVersion.
+func skelConfChecks(conf *Config) error {
+	if conf.Name == "" || utils.ValidateNetworkName(conf.Name) != nil {
+		return handBack("the config's name is missing or invalid")
 	}
-	if (&version.Reconciler{}).Check(conf.CNIVersion, version.All) != nil {
+	v := conf.CNIVersion
+	if v == "" {
+		v = "0.1.0" // as version.ConfigDecoder reads it
+	}
+	if (&version.Reconciler{}).Check(v, version.All) != nil {
 		return handBack("the config's cniVersion is not one the plugin supports")
 	}
 	return nil
@@ -166,6 +168,9 @@ func skelChecks(args *skel.CmdArgs, netns string, netnsFD int) error {
 // sees them, and its rules to netlink in the families the shim found
 // nf_tables on the node.
 func (r *agentRun) adapt(conf *Config) error {
+	if err := skelConfChecks(conf); err != nil {
+		return err
+	}
 	for _, p := range []*string{&conf.RecordsDir, &conf.LogFile, &conf.ReportsSocket} {
 		if *p == "" {
 			continue

@@ -260,9 +260,16 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 				return time.Now()
 			}
 		}, "stopped waiting"},
+		// The primary's result of that version is refused first.
 		"an unsupported cniVersion": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
 			req.Stdin = bytes.Replace(req.Stdin, []byte(`"cniVersion":"1.0.0","name"`), []byte(`"cniVersion":"9.9.9","name"`), 1)
+		}, `version "9.9.9"`},
+		"an unsupported cniVersion, no prevResult": {"null", func(_ *agentFixture, req *handoff.Request, _ string) {
+			req.Stdin = bytes.Replace(req.Stdin, []byte(`"cniVersion":"1.0.0","name"`), []byte(`"cniVersion":"9.9.9","name"`), 1)
 		}, "cniVersion"},
+		"an invalid network name": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) {
+			req.Stdin = bytes.Replace(req.Stdin, []byte(`"name":"k8s"`), []byte(`"name":"k 8s"`), 1)
+		}, "name is missing or invalid"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newAgentFixture(t)
