@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
@@ -70,21 +72,24 @@ func firstLine(b []byte) string {
 }
 
 // CachedNFTVersion is NFTVersion remembered in cacheFile, keyed by the
-// program's resolved path, size and modification time, so that only the
-// first call after the node's iptables changes runs it. The file is
-// replaced atomically; an unreadable or stale one is rewritten.
+// program's path and the identity of the file it leads to (device, inode,
+// size, modification time), so that only the first call after the node's
+// iptables changes runs it. The file is replaced atomically; an
+// unreadable or stale one is rewritten.
 func CachedNFTVersion(cacheFile, name string) (string, error) {
-	_, real, err := locate(name)
+	path, err := LookPath(name)
 	if err != nil {
 		return "", err
 	}
-	return cachedNFTVersionAt(cacheFile, name, real, true)
+	return cachedNFTVersionAt(cacheFile, name, path, true)
 }
 
-// cachedNFTVersionAt is CachedNFTVersion for the program name, located at
-// real; run=false returns "" on a miss instead of running it.
-func cachedNFTVersionAt(cacheFile, name, real string, run bool) (string, error) {
-	v, key, err := cachedNFTVersion(cacheFile, name, real)
+// cachedNFTVersionAt is CachedNFTVersion for the program name, found at
+// path; run=false returns "" on a miss instead of running it. Only an
+// nf_tables program's release is ever remembered (NFTVersion refuses the
+// others), so a hit also says the program is nf_tables.
+func cachedNFTVersionAt(cacheFile, name, path string, run bool) (string, error) {
+	v, key, err := cachedNFTVersion(cacheFile, name, path)
 	if err != nil || v != "" || !run {
 		return v, err
 	}
@@ -97,19 +102,47 @@ func cachedNFTVersionAt(cacheFile, name, real string, run bool) (string, error) 
 }
 
 // cachedNFTVersion returns the cached version ("" on a miss) and the key
-// the program, located at real, has now.
-func cachedNFTVersion(cacheFile, name, real string) (version, key string, err error) {
-	st, err := os.Stat(real)
-	if err != nil {
-		return "", "", err
+// the program at path has now. It costs one stat and one small read: the
+// shim asks on every pod, and the symlinks need no walk, since the file
+// they lead to is in the key.
+func cachedNFTVersion(cacheFile, name, path string) (version, key string, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", "", &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	key = fmt.Sprintf("%s %s %d %d", name, real, st.Size(), st.ModTime().UnixNano())
-	if b, err := os.ReadFile(cacheFile); err == nil { // #nosec G304 -- the plugin's own cache_dir
+	key = fmt.Sprintf("%s %s %d:%d %d %d", name, path, st.Dev, st.Ino, st.Size, st.Mtim.Nano())
+	if b, err := readSmall(cacheFile); err == nil {
 		if k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key && v != "" {
 			return v, key, nil
 		}
 	}
 	return "", key, nil
+}
+
+// readSmall reads a file of at most 4 KiB with plain system calls: in the
+// shim, os.Open would start Go's poller for this one read.
+func readSmall(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	buf := make([]byte, 4<<10)
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return nil, fmt.Errorf("%s is over %d bytes", path, len(buf))
 }
 
 func writeAtomic(path string, data []byte) error {
@@ -143,17 +176,29 @@ func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) er
 	if b == Legacy {
 		return fmt.Errorf("%s backend %s", f, b)
 	}
-	// One lookup serves the backend and the release: the shim and ADD
-	// pay for it on every pod.
+	// The shim and ADD ask on every pod: a remembered release costs a
+	// lookup on PATH, a stat and a small read (only an nf_tables
+	// program's release is remembered); the symlinks are walked, to tell
+	// the backend, only when it is not.
 	name := b.CommandsFor(f).Restore
-	path, real, err := locate(name)
+	path, err := LookPath(name)
 	if err != nil {
 		return err
 	}
-	if r := backendAt(path, real); b == Auto && r != NFT {
-		return fmt.Errorf("%s backend %s", f, r)
+	cacheFile := filepath.Join(cacheDir, name+".version")
+	v, _, err := cachedNFTVersion(cacheFile, name, path)
+	if err == nil && v == "" {
+		real, lerr := filepath.EvalSymlinks(path)
+		if lerr != nil {
+			return fmt.Errorf("resolving %s: %w", path, lerr)
+		}
+		if r := backendAt(path, real); b == Auto && r != NFT {
+			return fmt.Errorf("%s backend %s", f, r)
+		}
+		if run {
+			v, err = cachedNFTVersionAt(cacheFile, name, path, true)
+		}
 	}
-	v, err := cachedNFTVersionAt(filepath.Join(cacheDir, name+".version"), name, real, run)
 	switch {
 	case err != nil:
 		return err

@@ -100,3 +100,51 @@ func TestNetlinkWritableWithoutRunning(t *testing.T) {
 		t.Error("legacy: yes, want a no")
 	}
 }
+
+// The cache is keyed by the file the program's name leads to: pointed at
+// another file (the alternatives switched), even one of the same size and
+// time, the release is not remembered; pointed at a legacy one, Auto says
+// so without running it.
+func TestNetlinkWritableFollowsTheLink(t *testing.T) {
+	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	script, err := os.ReadFile(filepath.Join(dir, "iptables-restore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	then := time.Now().Add(-time.Hour)
+	for _, name := range []string{"xtables-nft-multi", "xtables-nft-multi.new", "xtables-legacy-multi"} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, script, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, then, then); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(to string) {
+		t.Helper()
+		p := filepath.Join(dir, "iptables-restore")
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(to, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cache := t.TempDir()
+	link("xtables-nft-multi")
+	if err := NetlinkWritable(Auto, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
+		t.Fatalf("first check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
+	}
+	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err != nil {
+		t.Fatalf("remembered: %v", err)
+	}
+	link("xtables-nft-multi.new")
+	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "not in") {
+		t.Errorf("another file of the same size and time: %v, want not remembered", err)
+	}
+	link("xtables-legacy-multi")
+	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
+		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
+	}
+}
