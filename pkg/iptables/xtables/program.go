@@ -58,9 +58,16 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 	var observed *iptables.Observed // nil: a fresh namespace
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
+		// Rendered before anything is written, either way: its check of
+		// every token keeps a value iptables-save would print as another
+		// line out of the netlink write too.
+		text, err := iptables.Plan(rs, observed)
+		if err != nil {
+			return err
+		}
 		var restoreErr error
 		if attempt > 0 {
-			restoreErr = p.restorePlan(ctx, rs, observed)
+			restoreErr = p.restore(ctx, rs.Family, text)
 		} else if wrote, err := p.writeFresh(rs); !wrote {
 			if p.NetlinkOnly {
 				return fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(err, ErrNotWritten))
@@ -70,16 +77,12 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 			// namespace's rules on top.
 			restoreErr = err
 			if !errors.Is(err, nfnl.ErrUnknownOutcome) {
-				restoreErr = p.restorePlan(ctx, rs, observed)
+				restoreErr = p.restore(ctx, rs.Family, text)
 			}
-		}
-		if errors.Is(restoreErr, errPlan) {
-			return restoreErr
 		}
 		if restoreErr == nil && p.TrustRestore && attempt == 0 {
 			return nil
 		}
-		var err error
 		if observed, err = p.Read(ctx, rs.Family); err != nil {
 			return errors.Join(restoreErr, err)
 		}
@@ -96,19 +99,6 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		}
 	}
 	return lastErr
-}
-
-// errPlan marks a ruleset Plan refuses to render: nothing was written.
-var errPlan = errors.New("not rendered")
-
-// restorePlan renders the restore input from observed to rs and restores
-// it. The text is rendered only here: a netlink write needs none.
-func (p *Programmer) restorePlan(ctx context.Context, rs *iptables.Ruleset, observed *iptables.Observed) error {
-	text, err := iptables.Plan(rs, observed)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errPlan, err)
-	}
-	return p.restore(ctx, rs.Family, text)
 }
 
 // writeFresh tries the netlink writer and says whether it wrote the

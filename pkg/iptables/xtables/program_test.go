@@ -228,20 +228,25 @@ func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	}
 }
 
-// A ruleset Plan refuses to render is never restored, whether or not a
-// netlink write was tried first: nothing runs.
-func TestApplyRestoresNothingPlanRefuses(t *testing.T) {
+// A ruleset Plan refuses to render is written neither way: its tokens are
+// checked before the netlink write too, whose text iptables-save would
+// print (a chain named "X;reboot\n-A FOO" forges a line). Nothing runs.
+func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	rs.Rules[0].Chain = "ISTIO_INBOUND;reboot"
+	wrote := 0
 	for name, netlink := range map[string]func(*iptables.Ruleset) error{
 		"no netlink":      nil,
 		"netlink refused": func(*iptables.Ruleset) error { return errors.New("nf_tables refused it") },
+		"netlink writes":  func(*iptables.Ruleset) error { wrote++; return nil },
 	} {
-		f := &fakeRunner{}
-		p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: netlink}
-		err := p.Apply(context.Background(), &rs)
-		if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 {
-			t.Errorf("%s: %v, ran %q; want Plan's refusal and nothing run", name, err, f.calls)
+		for _, only := range []bool{false, true} {
+			f := &fakeRunner{}
+			p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, NetlinkOnly: only && netlink != nil, Netlink: netlink}
+			err := p.Apply(context.Background(), &rs)
+			if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 || wrote != 0 {
+				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)
+			}
 		}
 	}
 }
