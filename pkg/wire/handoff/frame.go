@@ -169,7 +169,7 @@ func (d *decoder) u64() uint64 {
 func (d *decoder) bytes() []byte {
 	n := d.u32()
 	if n > MaxRequest && d.err == nil {
-		d.fail(errShort)
+		d.fail(fmt.Errorf("a field of %d bytes, over %d", n, MaxRequest))
 	}
 	return d.take(int(n))
 }

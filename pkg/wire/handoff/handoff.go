@@ -79,9 +79,9 @@ type Response struct {
 	Stderr   []byte
 }
 
-// ErrNotTaken: the agent closed without an answer: one from before this
-// version of hand-offs, which reads the frame as a bad lookup.
-var ErrNotTaken = errors.New("the agent does not take ADDs of this version (an older agent?)")
+// ErrNotTaken: the agent closed without an answer: one that does not read
+// this version's frames (an older agent reads it as a bad lookup).
+var ErrNotTaken = errors.New("the agent closed without an answer (an agent of another version?)")
 
 // Send hands req to the agent listening at socket, with the namespace's
 // descriptor, within budget. It uses blocking system calls on one

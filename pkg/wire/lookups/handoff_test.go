@@ -246,3 +246,40 @@ func fakeAgent(t *testing.T, serve func(net.Conn)) string {
 	}()
 	return path
 }
+
+// A frame whose first read brings less than its Magic is still a frame:
+// the shim sends it in one call, but a stream may split it anywhere.
+func TestHandOffSplitFrame(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	path := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
+		return handoff.Response{Done: true, Stdout: []byte("result")}, nil
+	})
+	frame, err := handoff.Request{ContainerID: "c1", Stdin: []byte("{\n}"), Deadline: 1}.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cut := range []int{1, 3} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uc := c.(*net.UnixConn)
+		if _, _, err := uc.WriteMsgUnix(frame[:cut], syscall.UnixRights(int(devNull.Fd())), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := uc.Write(frame[cut:]); err != nil {
+			t.Fatal(err)
+		}
+		_ = uc.CloseWrite()
+		got, _ := io.ReadAll(uc)
+		_ = uc.Close()
+		var resp handoff.Response
+		if err := resp.UnmarshalBinary(got); err != nil || !resp.Done {
+			t.Errorf("first read of %d bytes: %+v, %v; want the agent's Done", cut, resp, err)
+		}
+	}
+}

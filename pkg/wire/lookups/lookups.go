@@ -354,7 +354,17 @@ func readRequest(conn *net.UnixConn) ([]byte, []int, error) {
 		return nil, fds, err
 	}
 	data := append([]byte(nil), buf[:n]...)
-	frame := bytes.HasPrefix(data, []byte(handoff.Magic))
+	magic := []byte(handoff.Magic)
+	// A stream may split the Magic itself: a start that could still be
+	// one is read on before the kind is told.
+	for len(data) < len(magic) && bytes.HasPrefix(magic, data) {
+		m, err := conn.Read(buf)
+		if m == 0 && err != nil {
+			return nil, fds, err
+		}
+		data = append(data, buf[:m]...)
+	}
+	frame := bytes.HasPrefix(data, magic)
 	for frame || !bytes.Contains(data, []byte{'\n'}) {
 		if len(data) > handoff.MaxRequest {
 			return nil, fds, fmt.Errorf("request over %d bytes", handoff.MaxRequest)
