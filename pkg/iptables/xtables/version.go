@@ -73,28 +73,36 @@ func firstLine(b []byte) string {
 
 // CachedNFTVersion is NFTVersion remembered in cacheFile, keyed by the
 // program's path and the identity of the file it leads to (device, inode,
-// size, modification time), so that only the first call after the node's
-// iptables changes runs it. The file is replaced atomically; an
-// unreadable or stale one is rewritten.
+// size, modification and change times), so that only the first call
+// after the node's iptables changes runs it. The file is replaced
+// atomically; an unreadable or stale one is rewritten.
 func CachedNFTVersion(cacheFile, name string) (string, error) {
 	path, err := LookPath(name)
 	if err != nil {
 		return "", err
 	}
-	return cachedNFTVersionAt(cacheFile, name, path, true)
-}
-
-// cachedNFTVersionAt is CachedNFTVersion for the program name, found at
-// path; run=false returns "" on a miss instead of running it. Only an
-// nf_tables program's release is ever remembered (NFTVersion refuses the
-// others), so a hit also says the program is nf_tables.
-func cachedNFTVersionAt(cacheFile, name, path string, run bool) (string, error) {
 	v, key, err := cachedNFTVersion(cacheFile, name, path)
-	if err != nil || v != "" || !run {
+	if err != nil || v != "" {
 		return v, err
 	}
-	if v, err = NFTVersion(name); err != nil {
+	return rememberNFTVersion(cacheFile, name, path, key)
+}
+
+// rememberNFTVersion runs NFTVersion and remembers its answer under key,
+// the identity the program had before it ran; a program that changed
+// while it ran (the alternatives switched) is an error, never
+// remembered: the answer may be the other file's.
+func rememberNFTVersion(cacheFile, name, path, key string) (string, error) {
+	v, err := NFTVersion(name)
+	if err != nil {
 		return "", err
+	}
+	after, err := identity(name, path)
+	if err != nil {
+		return "", err
+	}
+	if after != key {
+		return "", fmt.Errorf("%s changed while its release was read", path)
 	}
 	// A failed write only costs the next call a run.
 	_ = writeAtomic(cacheFile, []byte(key+"\n"+v+"\n"))
@@ -102,15 +110,15 @@ func cachedNFTVersionAt(cacheFile, name, path string, run bool) (string, error) 
 }
 
 // cachedNFTVersion returns the cached version ("" on a miss) and the key
-// the program at path has now. It costs one stat and one small read: the
-// shim asks on every pod, and the symlinks need no walk, since the file
-// they lead to is in the key.
+// the program at path has now. Only an nf_tables program's release is
+// ever remembered (NFTVersion refuses the others), so a hit also says the
+// program is nf_tables. It costs one stat and one small read: the shim
+// asks on every pod, and the symlinks need no walk, since the file they
+// lead to is in the key.
 func cachedNFTVersion(cacheFile, name, path string) (version, key string, err error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return "", "", &os.PathError{Op: "stat", Path: path, Err: err}
+	if key, err = identity(name, path); err != nil {
+		return "", "", err
 	}
-	key = fmt.Sprintf("%s %s %d:%d %d %d", name, path, st.Dev, st.Ino, st.Size, st.Mtim.Nano())
 	if b, err := readSmall(cacheFile); err == nil {
 		if k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key && v != "" {
 			return v, key, nil
@@ -119,14 +127,33 @@ func cachedNFTVersion(cacheFile, name, path string) (version, key string, err er
 	return "", key, nil
 }
 
+// identity is the cache key of the program name found at path: the file
+// the path leads to, as the kernel has it (a rewrite in place changes its
+// change time, whatever it does to the rest).
+func identity(name, path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return fmt.Sprintf("%s %s %d:%d %d %d %d", name, path, st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()), nil
+}
+
 // readSmall reads a file of at most 4 KiB with plain system calls: in the
 // shim, os.Open would start Go's poller for this one read.
 func readSmall(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// Not a FIFO to wait on, nor a link to follow out of cache_dir.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = unix.Close(fd) }()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
 	buf := make([]byte, 4<<10)
 	n := 0
 	for n < len(buf) {
@@ -186,7 +213,7 @@ func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) er
 		return err
 	}
 	cacheFile := filepath.Join(cacheDir, name+".version")
-	v, _, err := cachedNFTVersion(cacheFile, name, path)
+	v, key, err := cachedNFTVersion(cacheFile, name, path)
 	if err == nil && v == "" {
 		real, lerr := filepath.EvalSymlinks(path)
 		if lerr != nil {
@@ -196,7 +223,9 @@ func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) er
 			return fmt.Errorf("%s backend %s", f, r)
 		}
 		if run {
-			v, err = cachedNFTVersionAt(cacheFile, name, path, true)
+			// Remembered under the identity taken before the backend
+			// was told: a switch since is caught after the run.
+			v, err = rememberNFTVersion(cacheFile, name, path, key)
 		}
 	}
 	switch {

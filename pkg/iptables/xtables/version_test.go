@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
@@ -146,5 +148,75 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	link("xtables-legacy-multi")
 	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
 		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
+	}
+}
+
+// The cache holds nothing stale or hostile: a program rewritten in place
+// (same inode, size and time) is not remembered; a program switched while
+// its release is read is not remembered either; a cache file that is a
+// FIFO is no answer, never a hang.
+func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
+	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	prog := filepath.Join(dir, "iptables-restore")
+	cache := t.TempDir()
+	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
+		t.Fatal(err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewritten := strings.Replace(string(old), nfnl.Layout, "1.8.1", 1) // same length
+	f, err := os.OpenFile(prog, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte(rewritten), 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if err := os.Chtimes(prog, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil {
+		t.Error("rewritten in place with the same size and time: still remembered")
+	}
+
+	// The program switches to another file while its release is read.
+	other := filepath.Join(dir, "xtables-legacy-multi")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\necho 'iptables-restore v1.8.9 (legacy)'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	switching := "#!/bin/sh\necho x >> " + runs + "\n/bin/ln -sf " + other + " " + filepath.Join(dir, "iptables-nft-restore") + "\necho 'iptables-restore v" + nfnl.Layout + " (nf_tables)'\n"
+	if err := os.WriteFile(prog, []byte(switching), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err == nil || !strings.Contains(err.Error(), "changed") {
+		t.Errorf("switched while read: %v, want a no saying it changed", err)
+	}
+	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil {
+		t.Error("switched while read: remembered")
+	}
+
+	fifoDir := t.TempDir()
+	if err := unix.Mkfifo(filepath.Join(fifoDir, "iptables-nft-restore.version"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- NetlinkWritable(NFT, iptables.IPv4, fifoDir, false) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a FIFO cache file: yes, want a no")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a FIFO cache file hung the check")
 	}
 }
