@@ -3,6 +3,7 @@ package lookups
 import (
 	"encoding/json"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,8 +51,16 @@ func TestBothPathsDecideAlike(t *testing.T) {
 		"refused value": {ObjectMeta: metav1.ObjectMeta{Annotations: ann("traffic.sidecar.istio.io/excludeOutboundPorts", "http")}, Spec: corev1.PodSpec{Containers: []corev1.Container{app, proxy}}},
 		"labelled":      {ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"sidecar.istio.io/inject": "true", "app": "web"}, Annotations: status}, Spec: corev1.PodSpec{Containers: []corev1.Container{app, proxy}}},
 	}
+	// Written here, read by the server's goroutines: a socket is no
+	// happens-before edge the race detector sees.
+	var mu sync.Mutex
 	held := map[string]*kube.Pod{}
-	path := serve(t, func(ns, name string) (*kube.Pod, bool) { p, ok := held[name]; return p, ok })
+	path := serve(t, func(ns, name string) (*kube.Pod, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		p, ok := held[name]
+		return p, ok
+	})
 	for name, pod := range pods {
 		pod.Name, pod.Namespace, pod.UID = name, "team-a", types.UID("uid-"+name)
 		pod.Status.PodIPs = []corev1.PodIP{{IP: "10.1.0.7"}}
@@ -72,9 +81,13 @@ func TestBothPathsDecideAlike(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The agent path: its informer's object, over the socket.
-		if held[name], err = apipod.ToKube(&pod); err != nil {
+		agentPod, err := apipod.ToKube(&pod)
+		if err != nil {
 			t.Fatal(err)
 		}
+		mu.Lock()
+		held[name] = agentPod
+		mu.Unlock()
 		ans, err := Get(path, "team-a", name, time.Second)
 		if err != nil {
 			t.Fatal(err)
