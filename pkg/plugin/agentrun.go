@@ -53,7 +53,9 @@ type agentRun struct {
 	// logFile is the entry's log_file where the agent sees it: the line
 	// goes there only once the ADD is finished.
 	logFile string
-	// afterReply sends the verb's report.
+	// record writes the sandbox's record, and afterReply sends the
+	// verb's report: both wait for the shim's answer.
+	record     func() error
 	afterReply func()
 }
 
@@ -116,9 +118,14 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		return handoff.Response{HandBack: reason(err)}, nil
 	}
 	line := stderr.Bytes()
-	// The log line and the report are for an ADD the shim got: one it
-	// gave up on is the plugin's to log and report.
+	// The record, the log line and the report are for an ADD the shim
+	// got: one it gave up on is the plugin's to record, log and report.
+	// A record that cannot be written is the audit's to notice (it
+	// checks such a sandbox against the pod's annotations, and says so).
 	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: line}, func() {
+		if run.record != nil {
+			_ = run.record()
+		}
 		if run.logFile != "" {
 			if f, err := openLogFile(run.logFile, MaxLogFileSize); err == nil {
 				_, _ = f.Write(line)
