@@ -60,15 +60,28 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		if !conf.agentChecks {
 			return handBack("a repeated ADD reads its rules back")
 		}
-		if err := p.deps.agent.mayWrite(pl); err != nil {
-			return err
-		}
 		conf.writer.decide = p.deps.agent.usable
 	}
-	err = p.deps.NewPodNetwork(conf).Program(ctx, args.Netns, pl.model())
+	// The families are read in the namespace the rules go into, in the
+	// same entry: nothing is written until they are known.
+	var stackErr error
+	err = p.deps.NewPodNetwork(conf).ProgramFrom(ctx, args.Netns, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
+		if stackErr = p.stack(conf, out, &pl, hasIPv6); stackErr != nil {
+			return iptables.Model{}, stackErr
+		}
+		if p.deps.agent != nil {
+			if stackErr = p.deps.agent.mayWrite(pl); stackErr != nil {
+				return iptables.Model{}, stackErr
+			}
+		}
+		return pl.model(), nil
+	})
 	out.netnsTime = p.deps.Now().Sub(start)
 	out.warnings = append(out.warnings, conf.writer.warnings...)
-	if err != nil {
+	switch {
+	case err != nil && stackErr != nil:
+		return stackErr
+	case err != nil:
 		return netnsError(out.pod, "programming the redirect", err)
 	}
 	out.rulesBy = conf.writer.by()
@@ -77,7 +90,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 }
 
 // plan is what a redirected pod must hold: its spec, with the node's
-// settings, and its families.
+// settings, and its families (stack).
 type plan struct {
 	spec   iptables.Spec
 	v4, v6 bool
@@ -86,7 +99,8 @@ type plan struct {
 func (pl plan) model() iptables.Model { return iptables.Build(pl.spec, pl.v4, pl.v6) }
 
 // plan decides for the pod named in CNI_ARGS and, when it must be
-// redirected, returns what it must hold. ok=false means pass through.
+// redirected, returns its spec; its families are stack's. ok=false means
+// pass through.
 func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, bool, error) {
 	ref, isPod, err := podID(args.Args)
 	if err != nil {
@@ -115,17 +129,22 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	if !out.decision.Redirect {
 		return plan{}, false, nil
 	}
-	stack, err := families(conf, out.decision.DualStack, func() (bool, error) {
-		return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns)
-	})
+	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node())}, true, nil
+}
+
+// stack sets the planned pod's families, hasIPv6 reading its namespace
+// when its addresses do not tell.
+func (p *Plugin) stack(conf *Config, out *outcome, pl *plan, hasIPv6 func() (bool, error)) error {
+	stack, err := families(conf, out.decision.DualStack, hasIPv6)
 	if err != nil {
-		return plan{}, false, netnsError(out.pod, "reading the pod's addresses", err)
+		return netnsError(out.pod, "reading the pod's addresses", err)
 	}
 	out.families = decision.FamilyNames(stack.V4, stack.V6)
 	if stack.IPv4OnlyProxy {
 		out.note = reports.NoteIPv4OnlyProxy
 	}
-	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node()), v4: stack.V4, v6: stack.V6}, true, nil
+	pl.v4, pl.v6 = stack.V4, stack.V6
+	return nil
 }
 
 // getPod reads the pod: from the node agent's informer when it answers

@@ -41,6 +41,9 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		if err != nil || !ok {
 			return err
 		}
+		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns) }); err != nil {
+			return err
+		}
 		m = pl.model()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)

@@ -64,6 +64,14 @@ func (f *fakeNet) Cleanup(_ context.Context, netns string) error {
 
 func (f *fakeNet) HasIPv6(string) (bool, error) { return f.hasIPv6, nil }
 
+func (f *fakeNet) ProgramFrom(ctx context.Context, netns string, plan func(func() (bool, error)) (iptables.Model, error)) error {
+	m, err := plan(func() (bool, error) { return f.HasIPv6(netns) })
+	if err != nil {
+		return err
+	}
+	return f.Program(ctx, netns, m)
+}
+
 type harness struct {
 	api       *fakeAPI
 	getterErr error // from NewPodGetter, as for a kubeconfig that does not load

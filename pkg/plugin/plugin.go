@@ -32,6 +32,9 @@ type PodGetter interface {
 // PodNetwork is the OS step: a pod's network namespace.
 type PodNetwork interface {
 	Program(ctx context.Context, netns string, m iptables.Model) error
+	// ProgramFrom is Program for the model plan returns, plan run in the
+	// namespace first with hasIPv6 reading it: one entry for both.
+	ProgramFrom(ctx context.Context, netns string, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Cleanup(ctx context.Context, netns string) error
 	HasIPv6(netns string) (bool, error)

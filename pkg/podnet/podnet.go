@@ -83,24 +83,67 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model) er
 	var wg sync.WaitGroup
 	for i, rs := range rulesets {
 		wg.Go(func() {
-			errs[i] = do(path, func() error {
-				if rs.Family == iptables.IPv6 {
-					if err := addPassthroughV6(); err != nil {
-						return err
-					}
-				}
-				if err := n.Programmer.Apply(ctx, rs); err != nil {
-					return err
-				}
-				if rs.Route != nil {
-					return addPolicyRoute(rs.Family, rs.Route)
-				}
-				return nil
-			})
+			errs[i] = do(path, func() error { return n.programFamily(ctx, rs) })
 		})
 	}
 	wg.Wait()
-	err := errors.Join(errs...)
+	return n.rollbackOnError(ctx, path, rulesets, errors.Join(errs...))
+}
+
+// ProgramFrom is Program for a model that depends on the namespace: plan
+// runs in it first, with hasIPv6 reading it, on the thread that then
+// programs the model's first family (the others from threads of their
+// own), so that a pod's addresses and its IPv4 rules cost one entry. A
+// plan that fails has written nothing, and its error is returned as is.
+func (n *Network) ProgramFrom(ctx context.Context, path string, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error {
+	var rulesets []*iptables.Ruleset
+	var errs []error
+	planned := false
+	err := do(path, func() error {
+		m, err := plan(hasGlobalIPv6)
+		if err != nil {
+			return err
+		}
+		planned, rulesets = true, m.Rulesets()
+		errs = make([]error, len(rulesets))
+		var wg sync.WaitGroup
+		defer wg.Wait() // a panic in this thread's family waits for the others too
+		for i, rs := range rulesets {
+			if i > 0 {
+				wg.Go(func() {
+					errs[i] = do(path, func() error { return n.programFamily(ctx, rs) })
+				})
+			}
+		}
+		if len(rulesets) > 0 {
+			errs[0] = n.programFamily(ctx, rulesets[0])
+		}
+		return nil
+	})
+	if !planned {
+		return err
+	}
+	return n.rollbackOnError(ctx, path, rulesets, errors.Join(append(errs, err)...))
+}
+
+// programFamily writes one family's ruleset from a thread in the namespace.
+func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset) error {
+	if rs.Family == iptables.IPv6 {
+		if err := addPassthroughV6(); err != nil {
+			return err
+		}
+	}
+	if err := n.Programmer.Apply(ctx, rs); err != nil {
+		return err
+	}
+	if rs.Route != nil {
+		return addPolicyRoute(rs.Family, rs.Route)
+	}
+	return nil
+}
+
+// rollbackOnError removes what a failed Program wrote, unless KeepOnError.
+func (n *Network) rollbackOnError(ctx context.Context, path string, rulesets []*iptables.Ruleset, err error) error {
 	if err == nil || n.KeepOnError {
 		return err
 	}
@@ -162,19 +205,25 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 // address: the fallback when the runtime passed no prevResult.
 func (n *Network) HasIPv6(path string) (bool, error) {
 	var found bool
-	err := do(path, func() error {
-		addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
-		if err != nil {
-			return fmt.Errorf("listing addresses: %w", err)
-		}
-		for _, a := range addrs {
-			if a.IP.IsGlobalUnicast() {
-				found = true
-			}
-		}
-		return nil
+	err := do(path, func() (err error) {
+		found, err = hasGlobalIPv6()
+		return err
 	})
 	return found, err
+}
+
+// hasGlobalIPv6 is HasIPv6 for the calling thread's namespace.
+func hasGlobalIPv6() (bool, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+	if err != nil {
+		return false, fmt.Errorf("listing addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.IP.IsGlobalUnicast() {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func addPassthroughV6() error {

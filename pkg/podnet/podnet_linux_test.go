@@ -3,6 +3,7 @@ package podnet
 import (
 	"context"
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -548,4 +549,75 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	if r := ip("-4", "rule"); !strings.Contains(r, "fwmark 0x1/0x1 iif lo lookup 100") || !strings.Contains(r, "not from all fwmark 0x539/0x1 iif eth9") {
 		t.Errorf("foreign rules removed by Cleanup:\n%s", r)
 	}
+}
+
+// ProgramFrom plans in the namespace: hasIPv6 reads the very namespace the
+// rules go into, each family is written as Program writes it, and a plan
+// that fails or panics writes nothing.
+func TestProgramFrom(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+		ctx := context.Background()
+		for _, global := range []bool{false, true} {
+			n := newNS(t)
+			if global {
+				if err := n.Do(func(ns.NetNS) error {
+					lo, err := netlink.LinkByName("lo")
+					if err != nil {
+						return err
+					}
+					return netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("2001:db8::7"), Mask: net.CIDRMask(128, 128)}})
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var want iptables.Model
+			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
+				v6, err := hasIPv6()
+				if err != nil {
+					return iptables.Model{}, err
+				}
+				if v6 != global {
+					t.Errorf("hasIPv6 = %v in a namespace with a global IPv6 address: %v", v6, global)
+				}
+				want = iptables.Build(iptables.DefaultSpec(), true, v6)
+				return want, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), want); err != nil || len(diffs) != 0 {
+				t.Errorf("global IPv6 %v: Check = %v, %v", global, diffs, err)
+			}
+			if global {
+				// The IPv6 family's chains are there, not only the model's word.
+				ipt(t, n, b, iptables.IPv6, func(i *goipt.IPTables) {
+					if ok, err := i.ChainExists("nat", iptables.ChainRedirect); err != nil || !ok {
+						t.Errorf("IPv6 %s missing: %v", iptables.ChainRedirect, err)
+					}
+				})
+			}
+		}
+
+		n := newNS(t)
+		refused := errors.New("the agent cannot write IPv6")
+		for name, plan := range map[string]func(func() (bool, error)) (iptables.Model, error){
+			"fails":  func(func() (bool, error)) (iptables.Model, error) { return iptables.Model{}, refused },
+			"panics": func(func() (bool, error)) (iptables.Model, error) { panic("the plan's bug") },
+		} {
+			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), plan)
+			if name == "fails" && err != refused {
+				t.Errorf("a plan that fails: %v, want its error as is", err)
+			}
+			if name == "panics" && !errors.Is(err, ErrPanic) {
+				t.Errorf("a plan that panics: %v, want ErrPanic", err)
+			}
+		}
+		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			ipt(t, n, b, fam, func(i *goipt.IPTables) {
+				if ok, _ := i.ChainExists("nat", iptables.ChainOutput); ok {
+					t.Errorf("%s: a failed plan wrote %s", fam, iptables.ChainOutput)
+				}
+			})
+		}
+	})
 }
