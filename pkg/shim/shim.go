@@ -83,7 +83,7 @@ func Run(e Env) int {
 	if e.Getenv("CNI_COMMAND") != "ADD" {
 		return e.full(nil, "")
 	}
-	stdin, err := io.ReadAll(e.Stdin)
+	stdin, err := readAll(e.Stdin)
 	if err != nil {
 		return e.fail("", fmt.Errorf("reading stdin: %w", err))
 	}
@@ -203,6 +203,25 @@ func Exec(path string, argv, envv []string, stdin []byte) error {
 		_ = unix.Close(fd)
 	}
 	return unix.Exec(path, argv, envv)
+}
+
+// readAll is io.ReadAll from a buffer an entry and its prevResult fit
+// in: one read, where io.ReadAll's 512 bytes would grow through several.
+func readAll(r io.Reader) ([]byte, error) {
+	b := make([]byte, 0, 16<<10)
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+	}
 }
 
 func writeAll(fd int, b []byte) error {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -265,5 +266,18 @@ func TestExecPassesStdinOn(t *testing.T) {
 	out, err := cmd.Output()
 	if err != nil || string(out) != stdin {
 		t.Errorf("the exec'd program read %q (%v), want %q", out, err, stdin)
+	}
+}
+
+// The runtime's stdin is read whole whatever its size and however the
+// pipe delivers it; a read error is one.
+func TestReadAll(t *testing.T) {
+	want := bytes.Repeat([]byte("0123456789"), 4<<10) // over the first buffer
+	got, err := readAll(iotest.OneByteReader(bytes.NewReader(want)))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Errorf("read %d bytes, %v; want %d", len(got), err, len(want))
+	}
+	if _, err := readAll(iotest.TimeoutReader(bytes.NewReader(want))); err == nil {
+		t.Error("a read error was not returned")
 	}
 }
