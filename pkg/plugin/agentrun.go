@@ -53,9 +53,7 @@ type agentRun struct {
 	// logFile is the entry's log_file where the agent sees it: the line
 	// goes there only once the ADD is finished.
 	logFile string
-	// record writes the sandbox's record, and afterReply sends the
-	// verb's report: both wait for the shim's answer.
-	record     func() error
+	// afterReply sends the verb's report.
 	afterReply func()
 }
 
@@ -118,14 +116,9 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		return handoff.Response{HandBack: reason(err)}, nil
 	}
 	line := stderr.Bytes()
-	// The record, the log line and the report are for an ADD the shim
-	// got: one it gave up on is the plugin's to record, log and report.
-	// A record that cannot be written is the audit's to notice (it
-	// checks such a sandbox against the pod's annotations, and says so).
+	// The log line and the report are for an ADD the shim got: one it
+	// gave up on is the plugin's to log and report.
 	return handoff.Response{Done: true, Stdout: stdout.Bytes(), Stderr: line}, func() {
-		if run.record != nil {
-			_ = run.record()
-		}
 		if run.logFile != "" {
 			if f, err := openLogFile(run.logFile, MaxLogFileSize); err == nil {
 				_, _ = f.Write(line)

@@ -23,18 +23,7 @@ func (p *Plugin) record(conf *Config, args *skel.CmdArgs, out *outcome, pl plan)
 	}
 	r := applied.Record{PodUID: out.podUID, Pod: out.pod, Container: args.ContainerID,
 		NetnsInode: netnsInode(args.Netns), Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, Backend: backend, At: p.deps.Now()}
-	store := applied.Store{Dir: conf.RecordsDir}
-	if p.deps.agent != nil {
-		// In the agent the record, like the log line and the report,
-		// waits for the shim to have its answer: the pod's start does
-		// not wait for it, and an answer the shim never got leaves
-		// none (istio-cni-full then writes its own). Until it is
-		// there, a repeated ADD is one never recorded: the chains'
-		// exclusive creation fails it, and the plugin reads back.
-		p.deps.agent.record = func() error { return store.Write(r) }
-		return
-	}
-	if err := store.Write(r); err != nil {
+	if err := (applied.Store{Dir: conf.RecordsDir}).Write(r); err != nil {
 		out.warnings = append(out.warnings, "recording the applied rules: "+err.Error())
 	}
 }
