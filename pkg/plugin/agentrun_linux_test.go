@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/applied"
@@ -366,5 +369,67 @@ func TestAgentRunAddPassesThrough(t *testing.T) {
 	recs, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
 	if err != nil || len(recs) != 1 || !recs[0].Passed {
 		t.Errorf("records %+v, %v: want the sandbox recorded as passed", recs, err)
+	}
+}
+
+// The sandbox's record is written before the answer: a DEL the runtime
+// sends once it has the answer removes it for good, whatever the agent
+// does after (a record written late would outlive its sandbox).
+func TestAgentRunAddRecordsBeforeTheAnswer(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	f.meshed("u1")
+	fd, path := newNetns(t)
+	resp, after := f.side.RunAdd(f.request(path, "u1", prevV4), fd)
+	if !resp.Done {
+		t.Fatalf("handed back: %s", resp.HandBack)
+	}
+	store := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}
+	if recs, _ := store.ForPod("u1"); len(recs) != 1 {
+		t.Fatalf("records at the answer: %+v, want the sandbox's", recs)
+	}
+	if err := store.Remove("u1", "c-u1"); err != nil { // as the DEL that follows does
+		t.Fatal(err)
+	}
+	after()
+	if recs, _ := store.ForPod("u1"); len(recs) != 0 {
+		t.Errorf("records after the DEL and the agent's work after the answer: %+v, want none", recs)
+	}
+}
+
+// A namespace with a global IPv6 address the primary did not report needs
+// IPv6 rules: read in the namespace before anything is written, so an
+// agent told IPv6 is not over netlink hands back having written nothing,
+// and one told it is writes both families.
+func TestAgentRunAddReadsTheNamespacesIPv6(t *testing.T) {
+	requireNFTLayout(t)
+	for _, v6 := range []bool{false, true} {
+		f := newAgentFixture(t)
+		f.meshed("u1")
+		fd, path := newNetns(t)
+		if err := ns.WithNetNSPath(path, func(ns.NetNS) error {
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(lo); err != nil {
+				return err
+			}
+			return netlink.AddrAdd(lo, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("2001:db8::7"), Mask: net.CIDRMask(128, 128)}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		req := f.request(path, "u1", prevV4)
+		if !v6 {
+			req.Netlink = []string{"ipv4"}
+		}
+		resp, _ := f.side.RunAdd(req, fd)
+		v4Rules, v6Rules := strings.Contains(saveIn(t, path, iptables.IPv4), "ISTIO"), strings.Contains(saveIn(t, path, iptables.IPv6), "ISTIO")
+		switch {
+		case !v6 && (resp.Done || !strings.Contains(resp.HandBack, "ipv6") || v4Rules || v6Rules):
+			t.Errorf("IPv6 not over netlink: %+v, IPv4 rules %v, IPv6 rules %v; want a hand-back naming ipv6 and nothing written", resp, v4Rules, v6Rules)
+		case v6 && (!resp.Done || !v4Rules || !v6Rules):
+			t.Errorf("IPv6 over netlink: %+v, IPv4 rules %v, IPv6 rules %v; want both families", resp, v4Rules, v6Rules)
+		}
 	}
 }

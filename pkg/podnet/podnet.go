@@ -95,6 +95,8 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model) er
 // programs the model's first family (the others from threads of their
 // own), so that a pod's addresses and its IPv4 rules cost one entry. A
 // plan that fails has written nothing, and its error is returned as is.
+// hasIPv6 reads the calling thread's namespace: plan calls it itself,
+// never from another goroutine.
 func (n *Network) ProgramFrom(ctx context.Context, path string, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error {
 	var rulesets []*iptables.Ruleset
 	var errs []error
