@@ -605,7 +605,7 @@ func TestProgramFrom(t *testing.T) {
 			"panics": func(func() (bool, error)) (iptables.Model, error) { panic("the plan's bug") },
 		} {
 			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), plan)
-			if name == "fails" && err != refused {
+			if name == "fails" && !errors.Is(err, refused) {
 				t.Errorf("a plan that fails: %v, want its error as is", err)
 			}
 			if name == "panics" && !errors.Is(err, ErrPanic) {
