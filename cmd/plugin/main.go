@@ -1,6 +1,7 @@
 // Command istio-cni is the CNI plugin the runtime runs, chained after the
-// node's primary CNI: a shim (pkg/shim) that hands ADD to the node agent
-// and execs istio-cni-full, installed beside it, for everything else.
+// node's primary CNI: a shim (pkg/shim) that hands ADD to the node agent,
+// answers VERSION, and execs istio-cni-full, installed beside it, for
+// everything else.
 package main
 
 import (

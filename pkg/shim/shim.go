@@ -1,10 +1,10 @@
 // Package shim is the binary the runtime runs as istio-cni. It hands an
 // ADD to the node agent (pkg/wire/handoff), which runs the plugin's own ADD
 // in the pod's namespace from its informer and writes the rules in one
-// nf_tables transaction per family; for every other verb, and whenever the
-// agent is absent or hands the ADD back, it execs the full plugin,
-// istio-cni-full, installed beside it, with the same arguments,
-// environment and stdin.
+// nf_tables transaction per family; it answers VERSION itself; for every
+// other verb, and whenever the agent is absent or hands the ADD back, it
+// execs the full plugin, istio-cni-full, installed beside it, with the
+// same arguments, environment and stdin.
 //
 // It links little (no CNI skel, no netlink library, no logger), so
 // that its start costs little more than an empty Go program's: a pod's ADD
@@ -78,9 +78,26 @@ func (c entry) families() []iptables.Family {
 	return []iptables.Family{iptables.IPv4, iptables.IPv6}
 }
 
+// VersionInfo is the full plugin's answer to VERSION: skel's encoding of
+// the CNI library's version.All, whatever the config. The shim gives it
+// without an exec; its tests hold it to the library's.
+const VersionInfo = `{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0","1.1.0"]}` + "\n"
+
 // Run is the shim's main: the exit status when it does not exec.
 func Run(e Env) int {
-	if e.Getenv("CNI_COMMAND") != "ADD" {
+	switch e.Getenv("CNI_COMMAND") {
+	case "ADD":
+	case "VERSION":
+		// Read, as skel reads it, so that the caller's write of the
+		// config never meets a closed pipe.
+		if _, err := readAll(e.Stdin); err != nil {
+			return e.fail("", fmt.Errorf("reading stdin: %w", err))
+		}
+		if _, err := io.WriteString(e.Stdout, VersionInfo); err != nil {
+			return 1
+		}
+		return 0
+	default:
 		return e.full(nil, "")
 	}
 	stdin, err := readAll(e.Stdin)

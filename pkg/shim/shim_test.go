@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/containernetworking/cni/pkg/version"
+
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
@@ -118,10 +120,10 @@ func addEnv(netns string) map[string]string {
 		"CNI_ARGS": "K8S_POD_NAMESPACE=a;K8S_POD_NAME=b;K8S_POD_UID=u", "CNI_PATH": "/opt/cni/bin"}
 }
 
-// Every verb but ADD goes to the full plugin untouched: same arguments,
-// environment and stdin (fd 0 not read).
+// Every verb but ADD and VERSION goes to the full plugin untouched: same
+// arguments, environment and stdin (fd 0 not read).
 func TestOtherVerbsExecTheFullPlugin(t *testing.T) {
-	for _, verb := range []string{"DEL", "CHECK", "VERSION", "STATUS", "GC", ""} {
+	for _, verb := range []string{"DEL", "CHECK", "STATUS", "GC", ""} {
 		h := &harness{env: map[string]string{"CNI_COMMAND": verb}, stdin: "{}"}
 		h.run(t)
 		if len(h.execs) != 1 || len(h.hands) != 0 {
@@ -279,5 +281,23 @@ func TestReadAll(t *testing.T) {
 	}
 	if _, err := readAll(iotest.TimeoutReader(bytes.NewReader(want))); err == nil {
 		t.Error("a read error was not returned")
+	}
+}
+
+// VERSION is answered by the shim itself, exactly as the full plugin's
+// skel answers it for version.All, whatever the config: no exec.
+func TestVersionIsTheFullPlugins(t *testing.T) {
+	var want bytes.Buffer
+	if err := version.All.Encode(&want); err != nil {
+		t.Fatal(err)
+	}
+	for _, stdin := range []string{`{"cniVersion":"1.0.0"}`, `{"cniVersion":"0.3.1"}`, ""} {
+		h := &harness{env: map[string]string{"CNI_COMMAND": "VERSION"}, stdin: stdin}
+		if code := h.run(t); code != 0 || len(h.execs) != 0 || len(h.hands) != 0 {
+			t.Fatalf("VERSION: exit %d, execs %v, hand-offs %d; want the shim's own answer", code, h.execs, len(h.hands))
+		}
+		if got := h.stdout.String(); got != want.String() {
+			t.Errorf("VERSION printed %q, want the full plugin's %q", got, want.String())
+		}
 	}
 }
