@@ -88,11 +88,8 @@ func Run(e Env) int {
 	switch e.Getenv("CNI_COMMAND") {
 	case "ADD":
 	case "VERSION":
-		// Read, as skel reads it, so that the caller's write of the
-		// config never meets a closed pipe.
-		if _, err := readAll(e.Stdin); err != nil {
-			return e.fail("", fmt.Errorf("reading stdin: %w", err))
-		}
+		// skel reads no stdin for VERSION either: a caller's write of
+		// the config to a closed pipe is its to ignore, as libcni does.
 		if _, err := io.WriteString(e.Stdout, VersionInfo); err != nil {
 			return 1
 		}

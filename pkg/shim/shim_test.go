@@ -301,3 +301,22 @@ func TestVersionIsTheFullPlugins(t *testing.T) {
 		}
 	}
 }
+
+// VERSION, as skel answers it, never reads stdin: a terminal, a pipe left
+// open or an unreadable descriptor gets the answer at once.
+func TestVersionReadsNoStdin(t *testing.T) {
+	var out bytes.Buffer
+	e := Env{
+		Getenv: func(k string) string { return map[string]string{"CNI_COMMAND": "VERSION"}[k] },
+		Stdin:  iotest.ErrReader(errors.New("stdin read")),
+		Stdout: &out, Stderr: &out, Exe: "/opt/cni/bin/istio-cni", Args: []string{"istio-cni"},
+		Exec: func(string, []string, []string, []byte) error { t.Fatal("VERSION exec'd"); return nil },
+		HandOff: func(string, handoff.Request, int) (handoff.Response, error) {
+			t.Fatal("VERSION handed off")
+			return handoff.Response{}, nil
+		},
+	}
+	if code := Run(e); code != 0 || out.String() != VersionInfo {
+		t.Errorf("VERSION with an unreadable stdin: exit %d, %q; want 0 and the answer", code, out.String())
+	}
+}

@@ -1,7 +1,7 @@
 // Command istio-cni-full is the CNI plugin that sends a meshed pod's
 // traffic through its Istio sidecar, doing every verb itself. The shim the
 // runtime runs as istio-cni (cmd/plugin) execs it for every verb but the
-// ADDs the node agent runs.
+// ADDs the node agent runs and VERSION, whose answer it gives itself.
 package main
 
 import (
