@@ -78,16 +78,7 @@ func Enter(path string, fn func() error) error { return do(path, fn) }
 // from its own thread in the namespace: a dual-stack pod waits for one
 // restore and one read-back, not two of each.
 func (n *Network) Program(ctx context.Context, path string, m iptables.Model) error {
-	rulesets := m.Rulesets()
-	errs := make([]error, len(rulesets))
-	var wg sync.WaitGroup
-	for i, rs := range rulesets {
-		wg.Go(func() {
-			errs[i] = do(path, func() error { return n.programFamily(ctx, rs) })
-		})
-	}
-	wg.Wait()
-	return n.rollbackOnError(ctx, path, rulesets, errors.Join(errs...))
+	return n.ProgramFrom(ctx, path, func(func() (bool, error)) (iptables.Model, error) { return m, nil })
 }
 
 // ProgramFrom is Program for a model that depends on the namespace: plan
