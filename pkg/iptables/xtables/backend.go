@@ -95,22 +95,15 @@ func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if b != Auto {
 		return b, nil
 	}
-	path, real, err := locate(b.CommandsFor(f).Restore)
+	path, err := LookPath(b.CommandsFor(f).Restore)
 	if err != nil {
 		return "", err
 	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", path, err)
+	}
 	return backendAt(path, real), nil
-}
-
-// locate finds a program and the file its symlinks lead to.
-func locate(name string) (path, real string, err error) {
-	if path, err = LookPath(name); err != nil {
-		return "", "", err
-	}
-	if real, err = filepath.EvalSymlinks(path); err != nil {
-		return "", "", fmt.Errorf("resolving %s: %w", path, err)
-	}
-	return path, real, nil
 }
 
 // backendAt is the implementation of the program at path, which leads to
