@@ -21,9 +21,7 @@ var errShort = errors.New("truncated")
 
 // MarshalBinary is the request's frame.
 func (r Request) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 0, len(Magic)+2+8+7*4+len(r.ContainerID)+len(r.Netns)+len(r.IfName)+len(r.Args)+len(r.Path)+len(r.Stdin)+16)
-	b = append(b, Magic...)
-	b = binary.BigEndian.AppendUint16(b, Version)
+	b := header(len(r.ContainerID) + len(r.Netns) + len(r.IfName) + len(r.Args) + len(r.Path) + len(r.Stdin) + 64)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Deadline)) // #nosec G115 -- Unix nanoseconds, read back as int64
 	for _, s := range []string{r.ContainerID, r.Netns, r.IfName, r.Args, r.Path} {
 		b = appendBytes(b, []byte(s))
@@ -64,9 +62,7 @@ func (r *Request) UnmarshalBinary(b []byte) error {
 
 // MarshalBinary is the response's frame.
 func (r Response) MarshalBinary() ([]byte, error) {
-	b := make([]byte, 0, len(Magic)+2+1+3*4+len(r.HandBack)+len(r.Stdout)+len(r.Stderr))
-	b = append(b, Magic...)
-	b = binary.BigEndian.AppendUint16(b, Version)
+	b := header(len(r.HandBack) + len(r.Stdout) + len(r.Stderr) + 16)
 	done := byte(0)
 	if r.Done {
 		done = 1
@@ -96,6 +92,13 @@ func (r *Response) UnmarshalBinary(b []byte) error {
 	r.Stdout = d.bytes()
 	r.Stderr = d.bytes()
 	return d.end("answer")
+}
+
+// header starts a frame with room for size more bytes.
+func header(size int) []byte {
+	b := make([]byte, 0, len(Magic)+2+size)
+	b = append(b, Magic...)
+	return binary.BigEndian.AppendUint16(b, Version)
 }
 
 func appendBytes(b, v []byte) []byte {
