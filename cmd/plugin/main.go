@@ -12,10 +12,6 @@ import (
 )
 
 func main() {
-	exe, err := os.Executable()
-	if err != nil {
-		exe = os.Args[0]
-	}
 	os.Exit(shim.Run(shim.Env{
 		Getenv: os.Getenv, Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Exe: exe, Args: os.Args, Exec: shim.Exec,
@@ -23,4 +19,13 @@ func main() {
 			return handoff.Send(socket, req, netnsFD, handoff.Budget)
 		},
 	}))
+}
+
+// exe is the shim's path, asked only when it execs the full plugin beside
+// it: an ADD the agent runs never needs it.
+func exe() string {
+	if p, err := os.Executable(); err == nil {
+		return p
+	}
+	return os.Args[0]
 }

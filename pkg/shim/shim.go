@@ -37,9 +37,9 @@ type Env struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// Exe is the shim's own path (the full plugin is beside it); Args
-	// its arguments.
-	Exe  string
+	// Exe is the shim's own path (the full plugin is beside it), asked
+	// only to exec it; Args its arguments.
+	Exe  func() string
 	Args []string
 	// Exec replaces the process with path (unix.Exec), stdin the
 	// process's fd 0 from then on; it returns only on failure.
@@ -165,7 +165,7 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 // full execs the full plugin, with why (NAME=reason) added to its
 // environment when set; stdin nil leaves fd 0 as the runtime passed it.
 func (e Env) full(stdin []byte, why string) int {
-	path := filepath.Join(filepath.Dir(e.Exe), FullBinary)
+	path := filepath.Join(filepath.Dir(e.Exe()), FullBinary)
 	env := e.Environ
 	if why != "" {
 		env = append(append([]string(nil), env...), why)
