@@ -20,11 +20,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,20 +79,25 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
 	}
 	owners := map[netip.Addr][]NSFile{}
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
+	err = onOneThread(func() {
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			ns, addrs, stale, ok := f.read(filepath.Join(f.Dir, e.Name()))
+			if stale {
+				res.Stale++
+			}
+			if !ok {
+				continue
+			}
+			for _, a := range addrs {
+				owners[a] = append(owners[a], ns)
+			}
 		}
-		ns, addrs, stale, ok := f.read(filepath.Join(f.Dir, e.Name()))
-		if stale {
-			res.Stale++
-		}
-		if !ok {
-			continue
-		}
-		for _, a := range addrs {
-			owners[a] = append(owners[a], ns)
-		}
+	})
+	if err != nil {
+		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
 	}
 	res.Ambiguous = ClaimedTwice(pods)
 	for uid, ips := range pods {
@@ -153,9 +158,42 @@ func matchAll(ips []netip.Addr, owners map[netip.Addr][]NSFile) (*NSFile, bool) 
 	return match, false
 }
 
+// onOneThread runs scan on a locked OS thread that read may move from
+// namespace to namespace: one setns a file, where a handle made at each
+// namespace costs six and three sockets. The thread then returns to its
+// own namespace, or ends with its goroutine when it cannot; a panic in
+// scan is an error, not the agent's end.
+func onOneThread(scan func()) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		restored := false
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- fmt.Errorf("panic: %v", r)
+			}
+			if restored {
+				runtime.UnlockOSThread()
+			}
+		}()
+		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("opening the agent's own network namespace: %w", err)
+			restored = true // not moved
+			return
+		}
+		defer func() { _ = unix.Close(self) }()
+		scan()
+		restored = unix.Setns(self, unix.CLONE_NEWNET) == nil
+		errc <- nil
+	}()
+	return <-errc
+}
+
 // read opens one file: a namespace's inode and the addresses on its
 // interfaces, or ok=false for anything else (a file whose namespace is
-// gone, or one this view does not see bound: stale).
+// gone, or one this view does not see bound: stale). It leaves the calling
+// thread in that namespace (onOneThread).
 func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -171,7 +209,10 @@ func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool
 		mtime := time.Unix(st.Mtim.Unix())
 		return ns, nil, !f.Since.IsZero() && mtime.After(f.Since), false
 	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(fd))
+	if unix.Setns(fd, unix.CLONE_NEWNET) != nil {
+		return ns, nil, false, false
+	}
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return ns, nil, false, false
 	}

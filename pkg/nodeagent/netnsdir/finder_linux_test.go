@@ -1,12 +1,14 @@
 package netnsdir
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +21,7 @@ import (
 // sandbox is a real network namespace bound into dir under name, as the
 // runtime binds a pod's, with addrs on its loopback interface (any
 // interface's addresses count; this kernel has no dummy links).
-func sandbox(t *testing.T, dir, name string, addrs ...string) uint64 {
+func sandbox(t testing.TB, dir, name string, addrs ...string) uint64 {
 	t.Helper()
 	n, err := testutils.NewNS()
 	if err != nil {
@@ -164,5 +166,66 @@ func TestInode(t *testing.T) {
 	var st unix.Stat_t
 	if err != nil || unix.Stat("/proc/self/ns/net", &st) != nil || st.Ino != ino {
 		t.Errorf("Inode = %d, %v; stat says %d", ino, err, st.Ino)
+	}
+}
+
+// Find moves one thread from namespace to namespace: every thread of the
+// agent is back in the agent's own after, whatever it found, so that
+// nothing the agent runs next lands in a pod's namespace.
+func TestFindLeavesEveryThreadHome(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	dir := t.TempDir()
+	sandbox(t, dir, "cni-a", "198.51.100.20/24")
+	sandbox(t, dir, "cni-b", "198.51.100.21/24")
+	if err := os.WriteFile(filepath.Join(dir, "not-a-namespace"), nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	home, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 10 {
+				if res, err := (Finder{Dir: dir}).Find(map[string][]netip.Addr{"a": addrs("198.51.100.20")}); err != nil || len(res.Found) != 1 {
+					t.Errorf("Find: %+v, %v", res, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	tasks, err := filepath.Glob("/proc/self/task/*/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if ns, err := os.Readlink(task); err == nil && ns != home {
+			t.Errorf("%s is in %s, not the process's %s", task, ns, home)
+		}
+	}
+}
+
+// BenchmarkFind is one audit pass's scan of a node's netns directory with
+// 30 sandboxes: the pass runs on every plugin report, so per ADD.
+func BenchmarkFind(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces")
+	}
+	dir := b.TempDir()
+	pods := map[string][]netip.Addr{}
+	for i := range 30 {
+		addr := netip.AddrFrom4([4]byte{10, 7, byte(i / 200), byte(1 + i%200)})
+		sandbox(b, dir, fmt.Sprint("cni-", i), addr.String()+"/32")
+		pods[fmt.Sprint("uid-", i)] = []netip.Addr{addr}
+	}
+	f := Finder{Dir: dir}
+	for b.Loop() {
+		res, err := f.Find(pods)
+		if err != nil || len(res.Found) != len(pods) {
+			b.Fatalf("found %d of %d: %v", len(res.Found), len(pods), err)
+		}
 	}
 }
