@@ -27,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
@@ -80,6 +82,9 @@ const maxRecord = 256 << 10
 // Store is a records directory.
 type Store struct {
 	Dir string
+	// Cache, when set, keeps what was decoded (cache.go): the node agent
+	// reads every record for each pod it checks.
+	Cache *Cache
 }
 
 // validID: a pod UID or container ID as a single, plain path element.
@@ -158,7 +163,8 @@ func (s Store) Remove(podUID, container string) error {
 }
 
 // ForPod returns the records of a pod's sandboxes (usually one). A record
-// that cannot be read or is of another version is skipped.
+// that cannot be read or is of another version is skipped. Records from a
+// Cache are shared: callers read them, never change them.
 func (s Store) ForPod(podUID string) ([]Record, error) {
 	if !validID(podUID) {
 		return nil, nil
@@ -171,6 +177,10 @@ func (s Store) ForPod(podUID string) ([]Record, error) {
 		return nil, fmt.Errorf("records: %w", err)
 	}
 	defer func() { _ = root.Close() }()
+	return s.forPod(root, podUID)
+}
+
+func (s Store) forPod(root *os.Root, podUID string) ([]Record, error) {
 	dir, err := root.Open(podUID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -178,8 +188,8 @@ func (s Store) ForPod(podUID string) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
 	}
+	defer func() { _ = dir.Close() }()
 	names, err := dir.Readdirnames(-1)
-	_ = dir.Close()
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
 	}
@@ -188,7 +198,7 @@ func (s Store) ForPod(podUID string) ([]Record, error) {
 		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
 			continue
 		}
-		if r, ok := readRecord(root, filepath.Join(podUID, n)); ok && r.PodUID == podUID {
+		if r, ok := s.Cache.read(root, dir, podUID, n); ok && r.PodUID == podUID {
 			out = append(out, r)
 		}
 	}
@@ -196,14 +206,25 @@ func (s Store) ForPod(podUID string) ([]Record, error) {
 }
 
 // readRecord reads one record, never through a symlink planted at its
-// name, and no more of it than any record the plugin writes.
-func readRecord(root *os.Root, name string) (Record, bool) {
+// name, and no more of it than any record the plugin writes; id is the
+// file it read.
+func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return Record{}, false
+		return Record{}, id, false
 	}
 	defer func() { _ = f.Close() }()
-	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) == nil {
+		id = statID(&st)
+	}
+	r, ok = decode(io.LimitReader(f, maxRecord+1))
+	return r, id, ok
+}
+
+// decode reads a record that this plugin could have written.
+func decode(src io.Reader) (Record, bool) {
+	data, err := io.ReadAll(src)
 	var r Record
 	if err != nil || len(data) > maxRecord || json.Unmarshal(data, &r) != nil || r.Version != Version {
 		return Record{}, false
@@ -222,12 +243,17 @@ func readRecord(root *os.Root, name string) (Record, bool) {
 // a namespace recorded for another pod is never programmed for this one.
 func (s Store) Owners(ino uint64) ([]Record, error) {
 	uids, err := s.podUIDs()
-	if err != nil {
+	if err != nil || len(uids) == 0 {
 		return nil, err
 	}
+	root, err := os.OpenRoot(s.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("records: %w", err)
+	}
+	defer func() { _ = root.Close() }()
 	var out []Record
 	for _, uid := range uids {
-		recs, err := s.ForPod(uid)
+		recs, err := s.forPod(root, uid)
 		if err != nil {
 			return nil, err
 		}
@@ -237,6 +263,8 @@ func (s Store) Owners(ino uint64) ([]Record, error) {
 			}
 		}
 	}
+	// Every record was read: what the cache holds beyond is gone.
+	s.Cache.keepOnly(uids)
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package applied
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +109,33 @@ func TestWriteNeverMakesTheDirectory(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(parent); len(left) != 0 {
 		t.Errorf("Write made %v", left)
+	}
+}
+
+// BenchmarkOwners is the audit's question for each pod it checks, on a
+// full node (110 sandboxes): which records name this namespace.
+func BenchmarkOwners(b *testing.B) {
+	s := Store{Dir: b.TempDir()}
+	for i := range 110 {
+		r := sample(fmt.Sprint("uid-", i), fmt.Sprint("c", i))
+		r.NetnsInode = uint64(1000 + i)
+		if err := s.Write(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, cache := range []*Cache{nil, NewCache()} {
+		name := "uncached"
+		if cache != nil {
+			name = "cached"
+			cache.now = func() time.Time { return time.Now().Add(time.Hour) }
+		}
+		s.Cache = cache
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if owners, err := s.Owners(1042); err != nil || len(owners) != 1 {
+					b.Fatal(owners, err)
+				}
+			}
+		})
 	}
 }

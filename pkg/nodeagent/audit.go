@@ -48,7 +48,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
 		},
 		Pods:    pods,
-		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName)},
+		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},
 		Actions: audit.APIActions{Client: cs},
 		Events:  rec,
 		Metrics: audit.NewMetrics(reg),
