@@ -95,7 +95,9 @@ type Auditor struct {
 	// ReadsBack from other goroutines.
 	blind atomic.Bool
 	wake  chan string
-	pods  map[string]*podState // by pod UID
+	// quiet and within are wakeQuiet and wakeWithin (tests set others).
+	quiet, within time.Duration
+	pods          map[string]*podState // by pod UID
 	// notes are what was said once of a pod (its settings changed, it has
 	// no record), so it is not said every pass; by pod UID.
 	notes map[string]string
@@ -106,7 +108,8 @@ func New(cfg Config, deps Deps) *Auditor {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), pods: map[string]*podState{}, notes: map[string]string{}}
+	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), quiet: wakeQuiet, within: wakeWithin,
+		pods: map[string]*podState{}, notes: map[string]string{}}
 	a.blind.Store(true)
 	return a
 }
@@ -154,14 +157,7 @@ func (a *Auditor) Run(ctx context.Context, beats *health.Beats) {
 			a.fullPass(ctx)
 		case uid := <-a.wake:
 			only := map[string]bool{uid: true}
-			for more := true; more; {
-				select {
-				case u := <-a.wake:
-					only[u] = true
-				default:
-					more = false
-				}
-			}
+			a.gather(ctx, only)
 			a.pass(ctx, only)
 		case <-due.C:
 			only := map[string]bool{}
@@ -171,6 +167,38 @@ func (a *Auditor) Run(ctx context.Context, beats *health.Beats) {
 				}
 			}
 			a.pass(ctx, only)
+		}
+	}
+}
+
+// A woken pass waits for the wakes to pause for wakeQuiet, and no longer
+// than wakeWithin after the first: the reads of a burst of pod starts then
+// come in one pass after it, instead of a pass a pod while the node starts
+// them (each a namespace scan and a process per pod). The pod runs by then
+// either way: a woken check is the read-back of an ADD that has answered.
+const (
+	wakeQuiet  = 20 * time.Millisecond
+	wakeWithin = 250 * time.Millisecond
+)
+
+// gather adds to only the pods woken until the wakes pause (a.quiet), for
+// at most a.within.
+func (a *Auditor) gather(ctx context.Context, only map[string]bool) {
+	quiet := time.NewTimer(a.quiet)
+	defer quiet.Stop()
+	within := time.NewTimer(a.within)
+	defer within.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-quiet.C:
+			return
+		case <-within.C:
+			return
+		case u := <-a.wake:
+			only[u] = true
+			quiet.Reset(a.quiet)
 		}
 	}
 }
