@@ -202,7 +202,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// The plugin's reports are best effort: without them the agent still
 	// installs, repairs and audits.
-	if waitReports, err := a.listenReports(dutiesCtx, wake); err != nil {
+	report := a.reportHandler(wake)
+	if waitReports, err := a.listenReports(dutiesCtx, report); err != nil {
 		a.log.Warn("not listening for the plugin's reports", "error", err.Error())
 	} else {
 		defer waitReports()
@@ -219,7 +220,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				// ADDs the plugin's shim hands over: the audit
 				// reads back what they write.
 				srv.Add = plugin.AgentSide{Lookup: a.pods.Lookup, ReadsBack: a.audit.ReadsBack,
-					NodePath: a.cfg.Install.FromHostRunDir, Now: time.Now}.RunAdd
+					NodePath: a.cfg.Install.FromHostRunDir, Now: time.Now,
+					Report: report, ReportsSocket: a.reportsSocket()}.RunAdd
 			}
 			wg.Go(func() { srv.Serve(dutiesCtx) })
 		}

@@ -16,51 +16,63 @@ import (
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
-// listenReports logs what the plugin reports on the node, so `kubectl
-// logs` on the agent shows every pod's ADD, and wakes the audit for each
-// pod an ADD concerned. It runs until ctx ends; wait returns once it has.
-func (a *Agent) listenReports(ctx context.Context, wake func(uid string)) (wait func(), err error) {
+// reportHandler is what the agent does with each of the plugin's
+// reports: it logs it, so `kubectl logs` on the agent shows every pod's
+// ADD, counts it, and wakes the audit for each pod an ADD concerned.
+// Reports come from the socket (listenReports) and, for the ADDs the agent
+// runs itself, from the run (plugin.AgentSide.Report). Make one per agent.
+func (a *Agent) reportHandler(wake func(uid string)) func(reports.Report) {
+	log := a.log.With("component", "plugin")
+	verbs := newVerbMetrics(a.metrics.Registry)
+	return func(ev reports.Report) {
+		attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
+			"reason", ev.Reason, "duration_ms", ev.DurationMS}
+		if ev.Families != "" {
+			attrs = append(attrs, "families", ev.Families)
+		}
+		verbs.count(ev)
+		if ev.Error != "" {
+			log.Error("plugin "+ev.Verb+" failed", append(attrs, "error", ev.Error)...)
+		} else {
+			log.Info("plugin "+ev.Verb, attrs...)
+		}
+		if ev.Verb == "ADD" && ev.PodUID != "" && wake != nil {
+			wake(ev.PodUID)
+		}
+		switch {
+		case ev.Note == reports.NoteCredentialsRefused:
+			a.installer.PluginTokenRefused()
+		case ev.Note != "" && ev.Error == "":
+			a.notes.tell(ev, log)
+		}
+	}
+}
+
+// listenReports hands what the plugin reports on the node's socket to
+// handle. It runs until ctx ends; wait returns once it has.
+func (a *Agent) listenReports(ctx context.Context, handle func(reports.Report)) (wait func(), err error) {
 	// The run directory is the installer's to create; it may not exist yet.
 	if err := os.MkdirAll(a.cfg.Install.RunDir, 0o700); err != nil {
 		return nil, err
 	}
-	l, err := reports.Listen(filepath.Join(a.cfg.Install.RunDir, install.ReportsSocket))
+	l, err := reports.Listen(a.reportsSocket())
 	if err != nil {
 		return nil, err
 	}
-	log := a.log.With("component", "plugin")
-	verbs := newVerbMetrics(a.metrics.Registry)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer func() { _ = l.Close() }()
-		err := l.Run(ctx, func(ev reports.Report) {
-			attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
-				"reason", ev.Reason, "duration_ms", ev.DurationMS}
-			if ev.Families != "" {
-				attrs = append(attrs, "families", ev.Families)
-			}
-			verbs.count(ev)
-			if ev.Error != "" {
-				log.Error("plugin "+ev.Verb+" failed", append(attrs, "error", ev.Error)...)
-			} else {
-				log.Info("plugin "+ev.Verb, attrs...)
-			}
-			if ev.Verb == "ADD" && ev.PodUID != "" && wake != nil {
-				wake(ev.PodUID)
-			}
-			switch {
-			case ev.Note == reports.NoteCredentialsRefused:
-				a.installer.PluginTokenRefused()
-			case ev.Note != "" && ev.Error == "":
-				a.notes.tell(ev, log)
-			}
-		})
-		if err != nil {
-			log.Error("plugin reports stopped", "error", err.Error())
+		if err := l.Run(ctx, handle); err != nil {
+			a.log.Error("plugin reports stopped", "component", "plugin", "error", err.Error())
 		}
 	}()
 	return func() { <-done }, nil
+}
+
+// reportsSocket is where the agent takes the plugin's reports.
+func (a *Agent) reportsSocket() string {
+	return filepath.Join(a.cfg.Install.RunDir, install.ReportsSocket)
 }
 
 // verbMetrics count the plugin's verbs on the node, from its reports.

@@ -16,6 +16,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
+	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
 // The ADD the node agent runs for the plugin's shim (pkg/wire/handoff):
@@ -43,6 +44,12 @@ type AgentSide struct {
 	// reports_socket) to where the agent sees it; false when it does not.
 	NodePath func(string) (string, bool)
 	Now      func() time.Time
+	// Report, when set, takes the reports of ADDs whose entry names the
+	// agent's own socket, ReportsSocket (as the agent sees it), in the
+	// agent's process: no encoding, no connection, no second goroutine
+	// while the shim exits.
+	Report        func(reports.Report)
+	ReportsSocket string
 }
 
 // agentRun is the hand-off an ADD runs in the agent for.

@@ -128,6 +128,21 @@ func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Reque
 		Deadline: time.Now().Add(handoff.Budget).UnixNano()}
 }
 
+// reportsSocket listens where the plugin sends reports (a datagram
+// socket, as the agent's): read it with MSG_DONTWAIT.
+func reportsSocket(t *testing.T, path string) int {
+	t.Helper()
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(sock) })
+	if err := unix.Bind(sock, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
 // The agent's ADD, in a real namespace, writes what the plugin's own ADD
 // writes: the same iptables-save text, the same record, the same result.
 func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
@@ -136,14 +151,7 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 	f.meshed("u1")
 	// The agent's reports socket, read without blocking: a report is
 	// queued the moment it is sent.
-	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Close(sock) })
-	if err := unix.Bind(sock, &unix.SockaddrUnix{Name: filepath.Join(f.run, "reports.sock")}); err != nil {
-		t.Fatal(err)
-	}
+	sock := reportsSocket(t, filepath.Join(f.run, "reports.sock"))
 	queued := func() (reports.Report, bool) {
 		buf := make([]byte, 64<<10)
 		n, _, err := unix.Recvfrom(sock, buf, unix.MSG_DONTWAIT)
@@ -196,6 +204,45 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 	log, err := os.ReadFile(filepath.Join(f.run, "log", "istio-cni.log"))
 	if err != nil || bytes.Count(log, []byte("\n")) != 2 {
 		t.Errorf("log_file %q, %v: want the two ADDs' lines where the agent sees it", log, err)
+	}
+}
+
+// In the agent, the report of an ADD whose entry names the agent's own
+// socket goes to the agent's handler in its process, after the answer;
+// an entry naming another socket is reported there, as the plugin does.
+func TestAgentRunAddReportsInProcess(t *testing.T) {
+	requireNFTLayout(t)
+	for name, own := range map[string]bool{"the agent's own socket": true, "another socket": false} {
+		t.Run(name, func(t *testing.T) {
+			f := newAgentFixture(t)
+			f.meshed("u1")
+			sock := reportsSocket(t, filepath.Join(f.run, "reports.sock"))
+			var got []reports.Report
+			f.side.Report = func(r reports.Report) { got = append(got, r) }
+			f.side.ReportsSocket = filepath.Join(f.run, "elsewhere.sock")
+			if own {
+				f.side.ReportsSocket = filepath.Join(f.run, "reports.sock")
+			}
+			fd, path := newNetns(t)
+			resp, after := f.side.RunAdd(f.request(path, "u1", prevV4), fd)
+			if !resp.Done {
+				t.Fatalf("handed back: %s", resp.HandBack)
+			}
+			if len(got) != 0 {
+				t.Fatalf("reported before the answer: %+v", got)
+			}
+			after()
+			buf := make([]byte, 64<<10)
+			_, _, sockErr := unix.Recvfrom(sock, buf, unix.MSG_DONTWAIT)
+			switch {
+			case own && (len(got) != 1 || got[0].Verb != "ADD" || got[0].PodUID != "u1" || got[0].Netns != path):
+				t.Errorf("in process: %+v, want the ADD of u1 in %s", got, path)
+			case own && sockErr == nil:
+				t.Errorf("reported on the socket too")
+			case !own && (len(got) != 0 || sockErr != nil):
+				t.Errorf("in process %+v, on the socket %v: want the socket only", got, sockErr)
+			}
+		})
 	}
 }
 

@@ -58,6 +58,10 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 			ev.Note = reports.NoteCredentialsRefused
 		}
 	}
+	if a := p.deps.agent; a != nil && a.side.Report != nil && conf.ReportsSocket == a.side.ReportsSocket {
+		a.side.Report(ev)
+		return
+	}
 	if sendErr := reports.Send(conf.ReportsSocket, ev); sendErr != nil && !errors.Is(sendErr, reports.ErrNoAgent) {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
 	}
