@@ -186,7 +186,7 @@ goldens:
 ## frames, the kubeconfig.
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
-	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame \
+	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame shim:FuzzDecodeEntry \
 	kube/apiclient:FuzzParseKubeconfig
 fuzz:
 	@for f in $(FUZZERS); do \

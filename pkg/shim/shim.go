@@ -48,17 +48,23 @@ type Env struct {
 	HandOff func(socket string, req handoff.Request, netnsFD int) (handoff.Response, error)
 }
 
-// entry is what the shim reads of the plugin's config.
+// entry is what the shim reads of the plugin's config (decodeEntry); the
+// tags say how json.Unmarshal would read it, which its tests hold it to.
 type entry struct {
-	CNIVersion      string `json:"cniVersion"`
-	PodSocket       string `json:"pod_socket"`
-	CacheDir        string `json:"cache_dir"`
-	IptablesBackend string `json:"iptables_backend"`
-	PrevResult      *struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	} `json:"prevResult"`
+	CNIVersion      string      `json:"cniVersion"`
+	PodSocket       string      `json:"pod_socket"`
+	CacheDir        string      `json:"cache_dir"`
+	IptablesBackend string      `json:"iptables_backend"`
+	PrevResult      *prevResult `json:"prevResult"`
+}
+
+// prevResult is what the shim reads of the primary's result.
+type prevResult struct {
+	IPs []prevIP `json:"ips"`
+}
+
+type prevIP struct {
+	Address string `json:"address"`
 }
 
 // families are those whose iptables the shim checks: IPv6 only when the
@@ -122,8 +128,8 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	if len(stdin) > handoff.MaxRequest/2 {
 		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2), false
 	}
-	var conf entry
-	if err := json.Unmarshal(stdin, &conf); err != nil {
+	conf, err := decodeEntry(stdin)
+	if err != nil {
 		return handoff.Response{}, "the config does not decode", false
 	}
 	if conf.PodSocket == "" {
@@ -175,8 +181,7 @@ func (e Env) full(stdin []byte, why string) int {
 }
 
 func cniVersion(stdin []byte) string {
-	var conf entry
-	_ = json.Unmarshal(stdin, &conf)
+	conf, _ := decodeEntry(stdin)
 	if conf.CNIVersion == "" {
 		return "1.0.0"
 	}
