@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -20,11 +21,16 @@ import (
 // reports: it logs it, so `kubectl logs` on the agent shows every pod's
 // ADD, counts it, and wakes the audit for each pod an ADD concerned.
 // Reports come from the socket (listenReports) and, for the ADDs the agent
-// runs itself, from the run (plugin.AgentSide.Report). Make one per agent.
+// runs itself, from each run's goroutine (plugin.AgentSide.Report): one at
+// a time, as the socket's loop alone used to take them (the notes are not
+// safe for more). Make one per agent.
 func (a *Agent) reportHandler(wake func(uid string)) func(reports.Report) {
 	log := a.log.With("component", "plugin")
 	verbs := newVerbMetrics(a.metrics.Registry)
+	var mu sync.Mutex
 	return func(ev reports.Report) {
+		mu.Lock()
+		defer mu.Unlock()
 		attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
 			"reason", ev.Reason, "duration_ms", ev.DurationMS}
 		if ev.Families != "" {

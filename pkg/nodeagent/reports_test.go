@@ -1,9 +1,11 @@
 package nodeagent
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +36,29 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	}
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" IPv6 egress is captured but the sidecar listens on IPv4 only") {
 		t.Errorf("events %q, want one per pod", got)
+	}
+}
+
+// The handler takes reports from the socket's loop and from every ADD the
+// agent runs at once: notes, counts and wakes stay right.
+func TestReportHandlerTakesReportsAtOnce(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
+		notes: podNotes{events: &Events{recorder: rec}}}
+	woken := make(chan string, 100)
+	handle := a.reportHandler(func(uid string) { woken <- uid })
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 5 {
+				handle(reports.Report{Verb: "ADD", Pod: fmt.Sprintf("team-a/web-%d", i), PodUID: fmt.Sprint("uid-", i),
+					Note: reports.NoteIPv4OnlyProxy, Container: fmt.Sprint("c", j)})
+			}
+		})
+	}
+	wg.Wait()
+	if len(rec.Events) != 8 || len(woken) != 40 {
+		t.Errorf("%d events and %d wakes, want one event a pod and a wake an ADD", len(rec.Events), len(woken))
 	}
 }
 
