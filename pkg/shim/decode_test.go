@@ -3,6 +3,7 @@ package shim
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,4 +47,8 @@ var decodeSeeds = []string{
 	`{"prevResult":{"ips":[1]}}`, `{"prevResult":{"ips":{}}}`, `{"x":{"pod_socket":"/nested"}}`,
 	`{"a":1} {}`, `{"a":1}x`, `{"a":1}  `, `{"a":"\ud800"}`, `{"pod_socket":"\u00e9\n"}`, `{"a":[{"b":[1,{"c":null}]}]}`,
 	`{"a" 1}`, `{"a":}`, `{,}`, `{"a":1,}`,
+	`{"prevResult":{"ips":[{"address":"10.0.0.1/32"}]},"prevResult":{"ips":[]},"prevResult":{"ips":[{}]}}`,
+	// Deeper than Unmarshal reads (10000 levels).
+	`{"pod_socket":"/a","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+	`{"pod_socket":"/a","prevResult":{"x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}}`,
 }

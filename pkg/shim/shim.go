@@ -181,7 +181,10 @@ func (e Env) full(stdin []byte, why string) int {
 }
 
 func cniVersion(stdin []byte) string {
-	conf, _ := decodeEntry(stdin)
+	// Unmarshal, which reads on past a field of the wrong type: only an
+	// exec that failed gets here.
+	var conf entry
+	_ = json.Unmarshal(stdin, &conf)
 	if conf.CNIVersion == "" {
 		return "1.0.0"
 	}
