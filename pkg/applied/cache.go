@@ -3,7 +3,7 @@ package applied
 import (
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +19,8 @@ import (
 // node. Safe for concurrent use; a nil Cache reads every time.
 type Cache struct {
 	mu   sync.Mutex
-	m    map[string]cached // by name under the store's directory
-	hits int               // for tests
+	m    map[string]map[string]cached // by pod UID, then file name
+	hits int                          // reads the cache answered (its tests count them)
 	now  func() time.Time
 }
 
@@ -44,58 +44,74 @@ type fileID struct {
 }
 
 // NewCache returns an empty cache.
-func NewCache() *Cache { return &Cache{m: map[string]cached{}, now: time.Now} }
+func NewCache() *Cache { return &Cache{m: map[string]map[string]cached{}, now: time.Now} }
 
 func statID(st *unix.Stat_t) fileID {
 	return fileID{dev: st.Dev, ino: st.Ino, size: uint64(st.Size), // #nosec G115 -- a file's size
 		mtimeSec: st.Mtim.Sec, mtimeNsec: st.Mtim.Nsec, ctimeSec: st.Ctim.Sec, ctimeNsec: st.Ctim.Nsec}
 }
 
-// read is readRecord of the file file in dir, the directory podUID of
-// root: from the cache when it is the file read before.
+// read is readRecord of file, in dir, which is podUID's directory in
+// root: from the cache when file is the one read before.
 func (c *Cache) read(root *os.Root, dir *os.File, podUID, file string) (Record, bool) {
 	name := filepath.Join(podUID, file)
 	if c == nil {
-		r, _, ok := readRecord(root, name)
+		r, _, ok, _ := readRecord(root, name)
 		return r, ok
 	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(int(dir.Fd()), file, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 		c.mu.Lock()
-		hit, found := c.m[name]
-		c.mu.Unlock()
+		hit, found := c.m[podUID][file]
 		if found && hit.id == statID(&st) {
-			c.mu.Lock()
 			c.hits++
 			c.mu.Unlock()
 			return hit.r, hit.ok
 		}
+		c.mu.Unlock()
 	}
-	r, id, ok := readRecord(root, name)
+	// The time before the read: a change within settle of it may not show
+	// in what stat says of the file.
+	asOf := c.now()
+	r, id, ok, ioErr := readRecord(root, name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id != (fileID{}) && c.now().Sub(time.Unix(id.ctimeSec, id.ctimeNsec)) >= settle {
-		c.m[name] = cached{id: id, r: r, ok: ok}
+	if ioErr == nil && asOf.Sub(time.Unix(id.ctimeSec, id.ctimeNsec)) >= settle {
+		if c.m[podUID] == nil {
+			c.m[podUID] = map[string]cached{}
+		}
+		c.m[podUID][file] = cached{id: id, r: r, ok: ok}
 	} else {
-		delete(c.m, name)
+		delete(c.m[podUID], file)
 	}
 	return r, ok
 }
 
-// keepOnly forgets the records of pods not in uids (the store's pods now).
-func (c *Cache) keepOnly(uids []string) {
+// keepNames forgets podUID's records whose files are not in names (its
+// directory now).
+func (c *Cache) keepNames(podUID string, names []string) {
 	if c == nil {
 		return
 	}
-	live := make(map[string]bool, len(uids))
-	for _, u := range uids {
-		live[u] = true
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for file := range c.m[podUID] {
+		if !slices.Contains(names, file) {
+			delete(c.m[podUID], file)
+		}
+	}
+}
+
+// keepPods forgets the records of the pods live says are gone.
+func (c *Cache) keepPods(live func(podUID string) bool) {
+	if c == nil {
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for name := range c.m {
-		if uid, _, _ := strings.Cut(name, string(os.PathSeparator)); !live[uid] {
-			delete(c.m, name)
+	for uid := range c.m {
+		if !live(uid) {
+			delete(c.m, uid)
 		}
 	}
 }

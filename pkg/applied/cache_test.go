@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -99,8 +100,14 @@ func TestCacheDecodesASettledRecordOnce(t *testing.T) {
 	if s.Cache.hits != 4 {
 		t.Errorf("%d reads from the cache, want 4 (two records, read again twice)", s.Cache.hits)
 	}
-	// Not yet settled: read every time.
+	// Not yet settled (the clock stands at the records' writing): read
+	// every time.
 	s = Store{Dir: s.Dir, Cache: NewCache()}
+	written := time.Now()
+	if err := s.Write(sample("uid-a", "c")); err != nil {
+		t.Fatal(err)
+	}
+	s.Cache.now = func() time.Time { return written }
 	for range 3 {
 		if _, err := s.Owners(42); err != nil {
 			t.Fatal(err)
@@ -130,7 +137,67 @@ func TestCacheForgetsGonePods(t *testing.T) {
 	if owners, err := s.Owners(42); err != nil || len(owners) != 1 {
 		t.Fatalf("Owners after a DEL: %+v, %v", owners, err)
 	}
-	if len(s.Cache.m) != 1 {
-		t.Errorf("the cache holds %d records, want 1: %v", len(s.Cache.m), s.Cache.m)
+	if len(s.Cache.m) != 1 || len(s.Cache.m["uid-b"]) != 1 {
+		t.Errorf("the cache holds %v, want uid-b's record only", s.Cache.m)
+	}
+	// A pod's sandbox DEL removed, and pods Prune removed, are forgotten.
+	if err := s.Write(sample("uid-b", "c2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForPod("uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove("uid-b", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForPod("uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := s.Cache.m["uid-b"]["c.json"]; kept || len(s.Cache.m["uid-b"]) != 1 {
+		t.Errorf("after a DEL the cache holds %v, want uid-b's c2 only", s.Cache.m)
+	}
+	if err := s.Prune(func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Cache.m) != 0 {
+		t.Errorf("after pruning every pod the cache holds %v", s.Cache.m)
+	}
+}
+
+// A record read once it has settled, then changed in place keeping its
+// size and modification time, is read again: its change time tells.
+func TestCacheSeesASettledRecordChangedInPlace(t *testing.T) {
+	s := Store{Dir: t.TempDir(), Cache: NewCache()}
+	s.Cache.now = func() time.Time { return time.Now().Add(time.Hour) }
+	if err := s.Write(sample("uid", "c")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ForPod("uid"); err != nil || len(got) != 1 || got[0].NetnsInode != 42 {
+		t.Fatalf("ForPod: %+v, %v", got, err)
+	}
+	path := filepath.Join(s.Dir, "uid", "c.json")
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// File times tick coarsely: the edit must fall in a later tick than
+	// the write, as it does on a node a second later.
+	changed := fi.Sys().(*syscall.Stat_t).Ctim
+	for time.Since(time.Unix(changed.Sec, changed.Nsec)) < 50*time.Millisecond {
+		time.Sleep(5 * time.Millisecond)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `"netnsInode":42`, `"netnsInode":24`, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ForPod("uid"); err != nil || len(got) != 1 || got[0].NetnsInode != 24 {
+		t.Errorf("after an edit in place: %+v, %v, want inode 24", got, err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -193,6 +194,7 @@ func (s Store) forPod(root *os.Root, podUID string) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("records: %w", err)
 	}
+	s.Cache.keepNames(podUID, names)
 	var out []Record
 	for _, n := range names {
 		if !strings.HasSuffix(n, ".json") || strings.HasPrefix(n, ".") {
@@ -208,25 +210,30 @@ func (s Store) forPod(root *os.Root, podUID string) ([]Record, error) {
 // readRecord reads one record, never through a symlink planted at its
 // name, and no more of it than any record the plugin writes; id is the
 // file it read.
-func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool) {
+// ioErr says the file could not be read (then ok is false): unlike a
+// record that does not decode, that says nothing of its content.
+func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool, ioErr error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return Record{}, id, false
+		return Record{}, id, false, err
 	}
 	defer func() { _ = f.Close() }()
 	var st unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &st) == nil {
-		id = statID(&st)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return Record{}, id, false, err
 	}
-	r, ok = decode(io.LimitReader(f, maxRecord+1))
-	return r, id, ok
+	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err != nil {
+		return Record{}, id, false, err
+	}
+	r, ok = decode(data)
+	return r, statID(&st), ok, nil
 }
 
 // decode reads a record that this plugin could have written.
-func decode(src io.Reader) (Record, bool) {
-	data, err := io.ReadAll(src)
+func decode(data []byte) (Record, bool) {
 	var r Record
-	if err != nil || len(data) > maxRecord || json.Unmarshal(data, &r) != nil || r.Version != Version {
+	if len(data) > maxRecord || json.Unmarshal(data, &r) != nil || r.Version != Version {
 		return Record{}, false
 	}
 	// Names reach rules: only what ParseIfName accepts (the plugin made
@@ -243,8 +250,13 @@ func decode(src io.Reader) (Record, bool) {
 // a namespace recorded for another pod is never programmed for this one.
 func (s Store) Owners(ino uint64) ([]Record, error) {
 	uids, err := s.podUIDs()
-	if err != nil || len(uids) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	// Every pod's records are read: what the cache holds beyond is gone.
+	s.Cache.keepPods(func(uid string) bool { return slices.Contains(uids, uid) })
+	if len(uids) == 0 {
+		return nil, nil
 	}
 	root, err := os.OpenRoot(s.Dir)
 	if err != nil {
@@ -263,8 +275,6 @@ func (s Store) Owners(ino uint64) ([]Record, error) {
 			}
 		}
 	}
-	// Every record was read: what the cache holds beyond is gone.
-	s.Cache.keepOnly(uids)
 	return out, nil
 }
 
@@ -281,6 +291,7 @@ func (s Store) Prune(live func(podUID string) bool) error {
 			errs = append(errs, os.RemoveAll(filepath.Join(s.Dir, uid)))
 		}
 	}
+	s.Cache.keepPods(live)
 	return errors.Join(errs...)
 }
 
