@@ -95,9 +95,9 @@ type Auditor struct {
 	// ReadsBack from other goroutines.
 	blind atomic.Bool
 	wake  chan string
-	// quiet and within are wakeQuiet and wakeWithin (tests set others).
-	quiet, within time.Duration
-	pods          map[string]*podState // by pod UID
+	// after is time.After (gather's timers; tests fire their own).
+	after func(time.Duration) <-chan time.Time
+	pods  map[string]*podState // by pod UID
 	// notes are what was said once of a pod (its settings changed, it has
 	// no record), so it is not said every pass; by pod UID.
 	notes map[string]string
@@ -108,7 +108,7 @@ func New(cfg Config, deps Deps) *Auditor {
 	if deps.Now == nil {
 		deps.Now = time.Now
 	}
-	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), quiet: wakeQuiet, within: wakeWithin,
+	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), after: time.After,
 		pods: map[string]*podState{}, notes: map[string]string{}}
 	a.blind.Store(true)
 	return a
@@ -130,8 +130,8 @@ func (a *Auditor) Wake(uid string) {
 	}
 }
 
-// Run checks the node's pods: all of them every Interval, woken ones at
-// once, suspects when their confirmation is due. It returns when ctx ends.
+// Run checks the node's pods: all of them every Interval, woken ones soon
+// (gather), suspects when their confirmation is due. It returns when ctx ends.
 // Each finished pass and each pod checked beat "node audit" in beats
 // (/healthz); each full pass whose view of the netns directory is fresh
 // beats "netns view" (see noteStale). Liveness counts from this call: an
@@ -181,24 +181,20 @@ const (
 	wakeWithin = 250 * time.Millisecond
 )
 
-// gather adds to only the pods woken until the wakes pause (a.quiet), for
-// at most a.within.
+// gather adds to only the pods woken until the wakes pause (wakeQuiet),
+// for at most wakeWithin.
 func (a *Auditor) gather(ctx context.Context, only map[string]bool) {
-	quiet := time.NewTimer(a.quiet)
-	defer quiet.Stop()
-	within := time.NewTimer(a.within)
-	defer within.Stop()
+	bound := a.after(wakeWithin)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-quiet.C:
+		case <-bound:
 			return
-		case <-within.C:
+		case <-a.after(wakeQuiet):
 			return
 		case u := <-a.wake:
 			only[u] = true
-			quiet.Reset(a.quiet)
 		}
 	}
 }

@@ -48,8 +48,8 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		return false // another namespace now answers at that name
 	}
 	ns := netnsdir.NSFile{Path: fmt.Sprintf("/proc/self/fd/%d", f.Fd()), Inode: found.Inode}
-	if other := a.recordedForAnother(c, ns.Inode, listed); other != "" {
-		a.notChecked(c.pod, "ADD recorded its network namespace for pod "+other, listed)
+	if why := a.recordedForAnother(c, ns.Inode, listed); why != "" {
+		a.notChecked(c.pod, why, listed)
 		return false
 	}
 	st := a.pods[uid]

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -156,6 +157,32 @@ func TestNeverProgramsANamespaceRecordedForAnotherPod(t *testing.T) {
 	}
 	if len(notChecked) != 1 || !strings.Contains(notChecked[0], "recorded its network namespace for pod default/plain") {
 		t.Errorf("events %q: want one %s naming the plain pod", notChecked, ReasonNotChecked)
+	}
+	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
+		t.Errorf("unchecked %v, want 1", u)
+	}
+}
+
+// ownersFail is a record store whose Owners cannot read it.
+type ownersFail struct{ applied.Store }
+
+func (ownersFail) Owners(uint64) ([]applied.Record, error) {
+	return nil, errors.New("records: permission denied")
+}
+
+// When the records cannot tell whose a namespace is, the audit does not
+// program it: it may be another pod's. The pod is counted unchecked.
+func TestNoRecordsNoRepairOfAnUnrecordedNamespace(t *testing.T) {
+	h := newHarness(t, Repair)
+	h.a.deps.Records = ownersFail{h.records}
+	h.add(meshed("web"), false) // no record of its own: Owners is asked
+	ctx := context.Background()
+	for range 3 {
+		h.a.fullPass(ctx)
+		h.clock.advance(3 * time.Second)
+	}
+	if len(h.net.programmed) != 0 {
+		t.Errorf("programmed a namespace whose records could not be read")
 	}
 	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
 		t.Errorf("unchecked %v, want 1", u)

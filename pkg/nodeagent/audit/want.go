@@ -63,10 +63,10 @@ func (a *Auditor) model(c candidate, ns netnsdir.NSFile) (iptables.Model, error)
 	return decision.Rules(c.decision, a.cfg.Settings, stack.V4, stack.V6), nil
 }
 
-// recordedForAnother names the live pod ADD recorded the namespace for,
-// when that is not this pod: then the namespace this pod's address led to
-// is provably another's (its reported address went to a new pod). ""
-// when the namespace is this pod's own record, or nobody's.
+// recordedForAnother says why the namespace this pod's address led to is
+// not to be checked as its own: ADD recorded it for another live pod (the
+// pod's reported address went to a new pod), or the records cannot tell.
+// "" when it is this pod's own record, or nobody's.
 func (a *Auditor) recordedForAnother(c candidate, ino uint64, listed map[string]*corev1.Pod) string {
 	for _, r := range c.records {
 		if r.NetnsInode == ino {
@@ -78,11 +78,12 @@ func (a *Auditor) recordedForAnother(c candidate, ino uint64, listed map[string]
 	}
 	owners, err := a.deps.Records.Owners(ino)
 	if err != nil {
-		a.deps.Log.Warn("audit: reading records", "error", err.Error())
+		// It may be another pod's: never programmed on a guess.
+		return "the node's records of sandboxes cannot be read (" + err.Error() + ")"
 	}
 	for _, r := range owners {
 		if r.PodUID != string(c.pod.UID) && listed[r.PodUID] != nil {
-			return podName(listed[r.PodUID])
+			return "ADD recorded its network namespace for pod " + podName(listed[r.PodUID])
 		}
 	}
 	return ""
