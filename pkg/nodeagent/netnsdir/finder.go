@@ -159,10 +159,11 @@ func matchAll(ips []netip.Addr, owners map[netip.Addr][]NSFile) (*NSFile, bool) 
 }
 
 // onOneThread runs scan on a locked OS thread that read may move from
-// namespace to namespace: one setns a file, where a handle made at each
-// namespace costs six and three sockets. The thread then returns to its
-// own namespace, or ends with its goroutine when it cannot; a panic in
-// scan is an error, not the agent's end.
+// namespace to namespace: one setns and one socket a file (a netlink
+// handle made at each namespace switched six times and opened three
+// sockets). The thread then returns to the agent's namespace, or ends
+// with its goroutine when it cannot; a panic in scan is an error, not the
+// agent's end.
 func onOneThread(scan func()) error {
 	errc := make(chan error, 1)
 	go func() {
@@ -176,15 +177,16 @@ func onOneThread(scan func()) error {
 				runtime.UnlockOSThread()
 			}
 		}()
-		self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		// The process's namespace, not this thread's: a thread that is
+		// not in it is never handed back to the scheduler.
+		home, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			errc <- fmt.Errorf("opening the agent's own network namespace: %w", err)
-			restored = true // not moved
 			return
 		}
-		defer func() { _ = unix.Close(self) }()
+		defer func() { _ = unix.Close(home) }()
 		scan()
-		restored = unix.Setns(self, unix.CLONE_NEWNET) == nil
+		restored = unix.Setns(home, unix.CLONE_NEWNET) == nil
 		errc <- nil
 	}()
 	return <-errc

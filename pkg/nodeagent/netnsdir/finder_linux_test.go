@@ -209,7 +209,7 @@ func TestFindLeavesEveryThreadHome(t *testing.T) {
 }
 
 // BenchmarkFind is one audit pass's scan of a node's netns directory with
-// 30 sandboxes: the pass runs on every plugin report, so per ADD.
+// 30 sandboxes: every pass makes one, a woken one too.
 func BenchmarkFind(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root for network namespaces")
