@@ -40,25 +40,27 @@ func TestPodNoteOncePerPod(t *testing.T) {
 }
 
 // The handler takes reports from the socket's loop and from every ADD the
-// agent runs at once: notes, counts and wakes stay right.
+// agent runs at once: notes, counts and wakes stay right. Enough reports
+// that the runtime catches concurrent map writes without -race too.
 func TestReportHandlerTakesReportsAtOnce(t *testing.T) {
-	rec := record.NewFakeRecorder(100)
+	const goroutines, each = 8, 4000
+	rec := record.NewFakeRecorder(goroutines * each)
 	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
 		notes: podNotes{events: &Events{recorder: rec}}}
-	woken := make(chan string, 100)
+	woken := make(chan string, goroutines*each)
 	handle := a.reportHandler(func(uid string) { woken <- uid })
 	var wg sync.WaitGroup
-	for i := range 8 {
+	for i := range goroutines {
 		wg.Go(func() {
-			for j := range 5 {
-				handle(reports.Report{Verb: "ADD", Pod: fmt.Sprintf("team-a/web-%d", i), PodUID: fmt.Sprint("uid-", i),
-					Note: reports.NoteIPv4OnlyProxy, Container: fmt.Sprint("c", j)})
+			for j := range each {
+				uid := fmt.Sprint("uid-", i*each+j)
+				handle(reports.Report{Verb: "ADD", Pod: "team-a/" + uid, PodUID: uid, Note: reports.NoteIPv4OnlyProxy})
 			}
 		})
 	}
 	wg.Wait()
-	if len(rec.Events) != 8 || len(woken) != 40 {
-		t.Errorf("%d events and %d wakes, want one event a pod and a wake an ADD", len(rec.Events), len(woken))
+	if len(rec.Events) != goroutines*each || len(woken) != goroutines*each {
+		t.Errorf("%d events and %d wakes, want %d of each", len(rec.Events), len(woken), goroutines*each)
 	}
 }
 
