@@ -21,6 +21,10 @@ type candidate struct {
 	decision decision.Decision
 	err      error // the pod must be redirected but its settings are invalid
 	records  []applied.Record
+	// recordsErr: the pod's records could not be read; records then
+	// says nothing, and the pod is not checked (what ADD applied is
+	// unknown).
+	recordsErr error
 	// validationFailed: its istio-validation init container failed as
 	// upstream's does without the rules (validationFailed).
 	validationFailed bool
@@ -121,10 +125,10 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 		return candidate{}, false
 	}
 	var recs []applied.Record
+	var recsErr error
 	if a.deps.Records != nil {
-		var err error
-		if recs, err = a.deps.Records.ForPod(string(pod.UID)); err != nil {
-			a.deps.Log.Warn("audit: reading records", "pod", podName(pod), "error", err.Error())
+		if recs, recsErr = a.deps.Records.ForPod(string(pod.UID)); recsErr != nil {
+			a.deps.Log.Warn("audit: reading records", "pod", podName(pod), "error", recsErr.Error())
 		}
 	}
 	kp, err := apipod.ToKube(pod)
@@ -134,9 +138,9 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	}
 	d, err := decision.Pod(kp)
 	if err != nil {
-		return candidate{pod: pod, err: err, records: recs, validationFailed: failed}, true
+		return candidate{pod: pod, err: err, records: recs, recordsErr: recsErr, validationFailed: failed}, true
 	}
-	return candidate{pod: pod, decision: d, records: recs, validationFailed: failed}, d.Redirect || redirectedAtAdd(recs)
+	return candidate{pod: pod, decision: d, records: recs, recordsErr: recsErr, validationFailed: failed}, d.Redirect || redirectedAtAdd(recs)
 }
 
 // redirectedAtAdd: ADD programmed one of the pod's sandboxes.

@@ -170,22 +170,66 @@ func (ownersFail) Owners(uint64) ([]applied.Record, error) {
 	return nil, errors.New("records: permission denied")
 }
 
-// When the records cannot tell whose a namespace is, the audit does not
-// program it: it may be another pod's. The pod is counted unchecked.
-func TestNoRecordsNoRepairOfAnUnrecordedNamespace(t *testing.T) {
-	h := newHarness(t, Repair)
-	h.a.deps.Records = ownersFail{h.records}
-	h.add(meshed("web"), false) // no record of its own: Owners is asked
-	ctx := context.Background()
-	for range 3 {
-		h.a.fullPass(ctx)
-		h.clock.advance(3 * time.Second)
-	}
-	if len(h.net.programmed) != 0 {
-		t.Errorf("programmed a namespace whose records could not be read")
-	}
-	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
-		t.Errorf("unchecked %v, want 1", u)
+// forPodFails is a record store whose ForPod cannot read it.
+type forPodFails struct{ applied.Store }
+
+func (forPodFails) ForPod(string) ([]applied.Record, error) {
+	return nil, errors.New("records: too many open files")
+}
+
+// When the records cannot say what ADD applied to a pod's namespace, or
+// whose it is, the audit does not program it: a repair would follow the
+// annotations as they are now (weakened since ADD, or naming a pod ADD
+// passed through), or the namespace may be another pod's. The pod is
+// counted unchecked, and the Event says why.
+func TestUnreadableRecordsNoRepair(t *testing.T) {
+	for name, c := range map[string]struct {
+		records func(applied.Store) Records
+		edit    func(p *corev1.Pod)
+		why     string
+	}{
+		"Owners fails, the pod without a record of its own": {
+			records: func(s applied.Store) Records { return ownersFail{s} },
+			why:     "the node's records of sandboxes cannot be read (records: permission denied)",
+		},
+		"ForPod fails, the pod's exclusions widened since ADD": {
+			records: func(s applied.Store) Records { return forPodFails{s} },
+			edit: func(p *corev1.Pod) {
+				p.Annotations["traffic.sidecar.istio.io/excludeOutboundIPRanges"] = "0.0.0.0/0"
+			},
+			why: "the pod's records of sandboxes cannot be read (records: too many open files)",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Repair)
+			p := meshed("web")
+			h.add(p, false)
+			if c.edit != nil {
+				h.recordADD(t, p)
+				c.edit(p)
+			}
+			h.a.deps.Records = c.records(h.records)
+			ctx := context.Background()
+			for range 3 {
+				h.a.fullPass(ctx)
+				h.clock.advance(3 * time.Second)
+			}
+			if len(h.net.programmed) != 0 {
+				t.Errorf("programmed a namespace whose records could not be read")
+			}
+			if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
+				t.Errorf("unchecked %v, want 1", u)
+			}
+			var notChecked []string
+			for _, e := range h.drainEvents() {
+				if strings.Contains(e, ReasonNotChecked) {
+					notChecked = append(notChecked, e)
+				}
+			}
+			if len(notChecked) != 1 || !strings.Contains(notChecked[0], c.why) {
+				t.Errorf("events %q: want one %s saying %q", notChecked, ReasonNotChecked, c.why)
+			}
+		})
 	}
 }
 

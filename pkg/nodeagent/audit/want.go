@@ -68,6 +68,11 @@ func (a *Auditor) model(c candidate, ns netnsdir.NSFile) (iptables.Model, error)
 // pod's reported address went to a new pod), or the records cannot tell.
 // "" when it is this pod's own record, or nobody's.
 func (a *Auditor) recordedForAnother(c candidate, ino uint64, listed map[string]*corev1.Pod) string {
+	if c.recordsErr != nil {
+		// Without its own record a repair would follow the annotations
+		// as they are now, which may have been weakened since ADD.
+		return "the pod's records of sandboxes cannot be read (" + c.recordsErr.Error() + ")"
+	}
 	for _, r := range c.records {
 		if r.NetnsInode == ino {
 			return ""
