@@ -158,13 +158,48 @@ func matchAll(ips []netip.Addr, owners map[netip.Addr][]NSFile) (*NSFile, bool) 
 	return match, false
 }
 
+// home is the agent's own network namespace, opened while the packages
+// initialize, on the main thread, before anything can have moved a
+// thread. Not /proc/self/ns/net later: that follows the main thread,
+// which Go parks, not ends, when a goroutine locked to it exits, in
+// whatever namespace it was left.
+var home = openHome()
+
+type homeNS struct {
+	fd  int
+	ino uint64
+	err error
+}
+
+func openHome() homeNS {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return homeNS{fd: -1, err: fmt.Errorf("opening the agent's own network namespace: %w", err)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return homeNS{fd: -1, err: fmt.Errorf("the agent's own network namespace: %w", err)}
+	}
+	return homeNS{fd: fd, ino: st.Ino}
+}
+
+// atHome reports whether the calling thread is in the agent's namespace.
+func atHome() bool {
+	var st unix.Stat_t
+	return unix.Stat("/proc/thread-self/ns/net", &st) == nil && st.Ino == home.ino
+}
+
 // onOneThread runs scan on a locked OS thread that read may move from
 // namespace to namespace: one setns and one socket a file (a netlink
 // handle made at each namespace switched six times and opened three
-// sockets). The thread then returns to the agent's namespace, or ends
-// with its goroutine when it cannot; a panic in scan is an error, not the
-// agent's end.
+// sockets). The thread is handed back only once it is home again;
+// otherwise it ends with its goroutine. A panic in scan is an error, not
+// the agent's end.
 func onOneThread(scan func()) error {
+	if home.err != nil {
+		return home.err
+	}
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -177,16 +212,8 @@ func onOneThread(scan func()) error {
 				runtime.UnlockOSThread()
 			}
 		}()
-		// The process's namespace, not this thread's: a thread that is
-		// not in it is never handed back to the scheduler.
-		home, err := unix.Open("/proc/self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("opening the agent's own network namespace: %w", err)
-			return
-		}
-		defer func() { _ = unix.Close(home) }()
 		scan()
-		restored = unix.Setns(home, unix.CLONE_NEWNET) == nil
+		restored = unix.Setns(home.fd, unix.CLONE_NEWNET) == nil && atHome()
 		errc <- nil
 	}()
 	return <-errc
