@@ -201,3 +201,29 @@ func TestCacheSeesASettledRecordChangedInPlace(t *testing.T) {
 		t.Errorf("after an edit in place: %+v, %v, want inode 24", got, err)
 	}
 }
+
+// A FIFO planted at a record's name is no record, and holds nobody up.
+func TestAFIFOIsNoRecord(t *testing.T) {
+	for _, cache := range []*Cache{nil, NewCache()} {
+		s := Store{Dir: t.TempDir(), Cache: cache}
+		if err := s.Write(sample("uid", "c")); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(filepath.Join(s.Dir, "uid", "fifo.json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []Record, 1)
+		go func() {
+			recs, _ := s.ForPod("uid")
+			done <- recs
+		}()
+		select {
+		case recs := <-done:
+			if len(recs) != 1 {
+				t.Errorf("records %+v, want the one real record", recs)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("ForPod is still opening the FIFO")
+		}
+	}
+}

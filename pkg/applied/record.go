@@ -23,7 +23,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -213,7 +212,8 @@ func (s Store) forPod(root *os.Root, podUID string) ([]Record, error) {
 // ioErr says the file could not be read (then ok is false): unlike a
 // record that does not decode, that says nothing of its content.
 func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool, ioErr error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	// Nor a FIFO planted at it, which would hold the audit in open.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return Record{}, id, false, err
 	}
@@ -221,6 +221,9 @@ func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool, ioErr
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return Record{}, id, false, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return Record{}, id, false, fmt.Errorf("%s is not a regular file", name)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
 	if err != nil {
@@ -254,7 +257,11 @@ func (s Store) Owners(ino uint64) ([]Record, error) {
 		return nil, err
 	}
 	// Every pod's records are read: what the cache holds beyond is gone.
-	s.Cache.keepPods(func(uid string) bool { return slices.Contains(uids, uid) })
+	present := make(map[string]bool, len(uids))
+	for _, uid := range uids {
+		present[uid] = true
+	}
+	s.Cache.keepPods(func(uid string) bool { return present[uid] })
 	if len(uids) == 0 {
 		return nil, nil
 	}
