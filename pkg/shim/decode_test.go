@@ -52,3 +52,18 @@ var decodeSeeds = []string{
 	`{"pod_socket":"/a","x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	`{"pod_socket":"/a","prevResult":{"x":` + strings.Repeat("[", 9999) + strings.Repeat("]", 9999) + `}}`,
 }
+
+// The failed exec's error names the config's cniVersion as Unmarshal reads
+// it, on past a field of the wrong type.
+func TestCNIVersionReadsOnPastAWrongType(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"cniVersion":"0.4.0","pod_socket":1}`: "0.4.0",
+		`{"cniVersion":"0.4.0"}`:                "0.4.0",
+		`{}`:                                    "1.0.0",
+		`not json`:                              "1.0.0",
+	} {
+		if got := cniVersion([]byte(in)); got != want {
+			t.Errorf("cniVersion(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
