@@ -157,7 +157,9 @@ func (a *Auditor) Run(ctx context.Context, beats *health.Beats) {
 			a.fullPass(ctx)
 		case uid := <-a.wake:
 			only := map[string]bool{uid: true}
-			a.gather(ctx, only)
+			if a.gather(ctx, only); ctx.Err() != nil {
+				return // stopping: its checks would fail, and say so on the pods
+			}
 			a.pass(ctx, only)
 		case <-due.C:
 			only := map[string]bool{}

@@ -2,8 +2,11 @@ package audit
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
 
 // timers stands in for time.After in gather: each call is announced on
@@ -96,5 +99,41 @@ func waitDone(t *testing.T, done chan struct{}) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("gather did not return when its timer fired")
+	}
+}
+
+// countingNamespaces counts the passes that looked for namespaces.
+type countingNamespaces struct {
+	fakeNamespaces
+	finds chan struct{}
+}
+
+func (c countingNamespaces) Find(pods map[string][]netip.Addr) (netnsdir.Result, error) {
+	c.finds <- struct{}{}
+	return c.fakeNamespaces.Find(pods)
+}
+
+// An agent stopping while a woken pass gathers its wakes makes no pass:
+// its checks would fail on the ended context, and say so on the pods.
+func TestStoppingWhileGatheringMakesNoPass(t *testing.T) {
+	h := newHarness(t, Repair)
+	h.add(meshed("web"), true)
+	finds := make(chan struct{}, 10)
+	h.a.deps.Namespaces = countingNamespaces{h.ns, finds}
+	ts := timers{asked: make(chan timer, 10)}
+	h.a.after = ts.after
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.a.Run(ctx, nil)
+	}()
+	<-finds // the first full pass
+	h.a.Wake("uid-web")
+	ts.next(t, wakeWithin)
+	cancel()
+	waitDone(t, done)
+	if n := len(finds); n != 0 {
+		t.Errorf("%d passes after the agent stopped", n)
 	}
 }
