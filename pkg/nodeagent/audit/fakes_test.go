@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -164,6 +165,17 @@ func (h *harness) drainEvents() []string {
 			return out
 		}
 	}
+}
+
+// eventsOf drains the recorded Events and keeps those of reason.
+func (h *harness) eventsOf(reason string) []string {
+	var out []string
+	for _, e := range h.drainEvents() {
+		if strings.Contains(e, reason) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 var errBoom = errors.New("iptables-restore: exit status 4")

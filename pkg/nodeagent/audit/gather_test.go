@@ -40,23 +40,25 @@ func (ts timers) next(t *testing.T, d time.Duration) timer {
 	return timer{}
 }
 
-func startGather(h *harness, only map[string]bool) (done chan struct{}) {
+// startGather runs gather for a pass woken by uid-a, on timers the test
+// fires; done closes when it returns.
+func startGather(t *testing.T) (h *harness, ts timers, only map[string]bool, done chan struct{}) {
+	h = newHarness(t, Repair)
+	ts = timers{asked: make(chan timer, 10)}
+	h.a.after = ts.after
+	only = map[string]bool{"uid-a": true}
 	done = make(chan struct{})
 	go func() {
 		defer close(done)
 		h.a.gather(context.Background(), only)
 	}()
-	return done
+	return h, ts, only, done
 }
 
 // A pod woken before the wakes pause joins the pass; the pass starts when
 // they do.
 func TestWakesOfABurstShareAPass(t *testing.T) {
-	h := newHarness(t, Repair)
-	ts := timers{asked: make(chan timer, 10)}
-	h.a.after = ts.after
-	only := map[string]bool{"uid-a": true}
-	done := startGather(h, only)
+	h, ts, only, done := startGather(t)
 	ts.next(t, wakeWithin)
 	ts.next(t, wakeQuiet)
 	h.a.Wake("uid-b") // before the pause
@@ -75,11 +77,7 @@ func TestWakesOfABurstShareAPass(t *testing.T) {
 
 // Wakes that never pause do not hold the pass back past wakeWithin.
 func TestWakesThatNeverPauseStillGetAPass(t *testing.T) {
-	h := newHarness(t, Repair)
-	ts := timers{asked: make(chan timer, 10)}
-	h.a.after = ts.after
-	only := map[string]bool{"uid-a": true}
-	done := startGather(h, only)
+	h, ts, only, done := startGather(t)
 	bound := ts.next(t, wakeWithin)
 	for _, uid := range []string{"uid-b", "uid-c", "uid-d"} {
 		ts.next(t, wakeQuiet)

@@ -149,12 +149,7 @@ func TestNeverProgramsANamespaceRecordedForAnotherPod(t *testing.T) {
 	if len(h.net.programmed) != 0 {
 		t.Errorf("programmed the plain pod's namespace for the meshed pod")
 	}
-	var notChecked []string
-	for _, e := range h.drainEvents() {
-		if strings.Contains(e, ReasonNotChecked) {
-			notChecked = append(notChecked, e)
-		}
-	}
+	notChecked := h.eventsOf(ReasonNotChecked)
 	if len(notChecked) != 1 || !strings.Contains(notChecked[0], "recorded its network namespace for pod default/plain") {
 		t.Errorf("events %q: want one %s naming the plain pod", notChecked, ReasonNotChecked)
 	}
@@ -220,12 +215,7 @@ func TestUnreadableRecordsNoRepair(t *testing.T) {
 			if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
 				t.Errorf("unchecked %v, want 1", u)
 			}
-			var notChecked []string
-			for _, e := range h.drainEvents() {
-				if strings.Contains(e, ReasonNotChecked) {
-					notChecked = append(notChecked, e)
-				}
-			}
+			notChecked := h.eventsOf(ReasonNotChecked)
 			if len(notChecked) != 1 || !strings.Contains(notChecked[0], c.why) {
 				t.Errorf("events %q: want one %s saying %q", notChecked, ReasonNotChecked, c.why)
 			}
