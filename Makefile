@@ -34,7 +34,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries helm istio-binaries lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries helm istio-binaries old-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -115,6 +115,16 @@ $(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
 		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)" \
 		helm.sh/helm/v3/cmd/helm
 
+## old-iptables: Debian bullseye's iptables 1.8.7, the oldest 1.8 Debian
+## serves, unpacked (not installed) for the netlink writer's reader test
+## (test/oldiptables/fetch.sh; pkg/iptables/nfnl).
+OLD_IPTABLES := $(TOOLS)/iptables-1.8.7
+old-iptables: $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi
+
+$(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
+	test/oldiptables/fetch.sh $(CURDIR)/$(OLD_IPTABLES)
+	touch $@
+
 ## lint: gofmt and golangci-lint (.golangci.yml; go vet is its govet).
 # go vet runs inside golangci-lint: its govet linter runs go vet's default
 # analyzers (less loopclosure, a no-op since Go 1.22; plus inline), over
@@ -131,7 +141,7 @@ lint: $(TOOLS)/golangci-lint
 # the tests share its modules' packages (test/gomodules), and two go
 # builds at once each compile the packages neither has finished yet.
 # A build beside the tests starved them (BENCHMARKS.md, cold29).
-test: deps kube-binaries istio-binaries image helm
+test: deps kube-binaries istio-binaries image helm old-iptables
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
@@ -151,7 +161,7 @@ test-e2e:
 # after test/cluster's own nodes are down, so that at most two clusters
 # share the cores (the single-node e2e's and one of these).
 test-packages:
-	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); $(GO) test -count=1 -timeout 30m $$pkgs
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
 	$(FILL) $(GO) test -count=1 -timeout 20m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
