@@ -14,6 +14,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nsthread"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
@@ -148,9 +149,12 @@ func skelChecks(args *skel.CmdArgs, netns string, netnsFD int) error {
 	if netns == "" || args.Path == "" || utils.ValidateContainerID(args.ContainerID) != nil || utils.ValidateInterfaceName(args.IfName) != nil {
 		return handBack("CNI_NETNS, CNI_PATH, CNI_CONTAINERID or CNI_IFNAME is missing or invalid")
 	}
-	// skel refuses the plugin's own namespace (the host's, for the agent).
-	var own, pod unix.Stat_t
-	if unix.Stat("/proc/self/ns/net", &own) != nil || unix.Fstat(netnsFD, &pod) != nil || (own.Dev == pod.Dev && own.Ino == pod.Ino) {
+	// skel refuses the plugin's own namespace (the host's, for the agent):
+	// the agent's, as opened at its start (/proc/self follows the main
+	// thread, wherever it was left).
+	own, err := nsthread.HomeInode()
+	var pod unix.Stat_t
+	if err != nil || unix.Fstat(netnsFD, &pod) != nil || pod.Ino == own {
 		return handBack("CNI_NETNS is the node's own network namespace, or unreadable")
 	}
 	return nil

@@ -408,6 +408,20 @@ func TestMissingNetns(t *testing.T) {
 	}
 }
 
+// A path that is no namespace (a plain file, say: a runtime's netns
+// directory after a restart) is refused before anything runs.
+func TestNotANetns(t *testing.T) {
+	requireRoot(t)
+	path := filepath.Join(t.TempDir(), "cni-1")
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	err := netnsFor(xtables.Auto, nil).Cleanup(context.Background(), path)
+	if !errors.Is(err, ErrOpenNetns) || !strings.Contains(err.Error(), "not a namespace") {
+		t.Errorf("Cleanup of a plain file = %v, want ErrOpenNetns", err)
+	}
+}
+
 // TestEverySpecReadsBack programs every example spec in a fresh namespace:
 // Program compares iptables-save's output with the rendered rules, so this
 // proves each rule shape prints back exactly as rendered, on both backends.

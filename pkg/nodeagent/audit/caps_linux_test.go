@@ -39,8 +39,8 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 	}{
 		{xtables.NFT, "net_admin,net_raw,sys_admin", ""},
 		{xtables.Legacy, "net_admin,net_raw,sys_admin", ""},
-		{xtables.NFT, "net_admin,net_raw", "switching to ns"}, // no setns
-		{xtables.Legacy, "net_admin,net_raw", "switching to ns"},
+		{xtables.NFT, "net_admin,net_raw", "entering the network namespace: operation not permitted"}, // no setns
+		{xtables.Legacy, "net_admin,net_raw", "entering the network namespace: operation not permitted"},
 		{xtables.NFT, "net_raw,sys_admin", "Permission denied"}, // no iptables
 		{xtables.Legacy, "net_raw,sys_admin", "unable to initialize table"},
 		{xtables.NFT, "net_admin,sys_admin", ""},

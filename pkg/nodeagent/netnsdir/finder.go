@@ -20,12 +20,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/nsthread"
 )
 
 // NSFile is one sandbox's network namespace, as the file the runtime
@@ -79,7 +80,10 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
 	}
 	owners := map[netip.Addr][]NSFile{}
-	err = onOneThread(func() {
+	// One thread moves from namespace to namespace: one setns and one
+	// socket a file (a netlink handle made at each namespace switched six
+	// times and opened three sockets).
+	err = nsthread.Run(func() error {
 		for _, e := range entries {
 			if e.IsDir() {
 				continue
@@ -95,6 +99,7 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 				owners[a] = append(owners[a], ns)
 			}
 		}
+		return nil
 	})
 	if err != nil {
 		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
@@ -158,71 +163,10 @@ func matchAll(ips []netip.Addr, owners map[netip.Addr][]NSFile) (*NSFile, bool) 
 	return match, false
 }
 
-// home is the agent's own network namespace, opened while the packages
-// initialize, on the main thread, before anything can have moved a
-// thread. Not /proc/self/ns/net later: that follows the main thread,
-// which Go parks, not ends, when a goroutine locked to it exits, in
-// whatever namespace it was left.
-var home = openHome()
-
-type homeNS struct {
-	fd  int
-	ino uint64
-	err error
-}
-
-func openHome() homeNS {
-	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return homeNS{fd: -1, err: fmt.Errorf("opening the agent's own network namespace: %w", err)}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		_ = unix.Close(fd)
-		return homeNS{fd: -1, err: fmt.Errorf("the agent's own network namespace: %w", err)}
-	}
-	return homeNS{fd: fd, ino: st.Ino}
-}
-
-// atHome reports whether the calling thread is in the agent's namespace.
-func atHome() bool {
-	var st unix.Stat_t
-	return unix.Stat("/proc/thread-self/ns/net", &st) == nil && st.Ino == home.ino
-}
-
-// onOneThread runs scan on a locked OS thread that read may move from
-// namespace to namespace: one setns and one socket a file (a netlink
-// handle made at each namespace switched six times and opened three
-// sockets). The thread is handed back only once it is home again;
-// otherwise it ends with its goroutine. A panic in scan is an error, not
-// the agent's end.
-func onOneThread(scan func()) error {
-	if home.err != nil {
-		return home.err
-	}
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		restored := false
-		defer func() {
-			if r := recover(); r != nil {
-				errc <- fmt.Errorf("panic: %v", r)
-			}
-			if restored {
-				runtime.UnlockOSThread()
-			}
-		}()
-		scan()
-		restored = unix.Setns(home.fd, unix.CLONE_NEWNET) == nil && atHome()
-		errc <- nil
-	}()
-	return <-errc
-}
-
 // read opens one file: a namespace's inode and the addresses on its
 // interfaces, or ok=false for anything else (a file whose namespace is
 // gone, or one this view does not see bound: stale). It leaves the calling
-// thread in that namespace (onOneThread).
+// thread in that namespace (nsthread.Run brings it home).
 func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/nsthread"
 )
 
 // sandbox is a real network namespace bound into dir under name, as the
@@ -198,83 +199,16 @@ func TestFindLeavesEveryThreadHome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The main thread TestMain parked abroad never runs anything again.
-	mainThread := fmt.Sprintf("/proc/self/task/%d/ns/net", os.Getpid())
+	home, err := nsthread.HomeInode()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, task := range tasks {
 		var st unix.Stat_t
-		if task != mainThread && unix.Stat(task, &st) == nil && st.Ino != home.ino {
+		if unix.Stat(task, &st) == nil && st.Ino != home {
 			ns, _ := os.Readlink(task)
 			t.Errorf("%s is in %s, not the agent's namespace", task, ns)
 		}
-	}
-}
-
-// panickedOnMain is what a scan that panicked in a namespace of its own
-// returned; TestMain ran it from the main goroutine, so on the main
-// thread, which Go then parks in that namespace instead of ending it.
-var panickedOnMain error
-
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		panickedOnMain = onOneThread(func() {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				panic(err)
-			}
-			panic("a bug in the scan")
-		})
-	}
-	os.Exit(m.Run())
-}
-
-// A scan that panics in a namespace of its own leaves its thread there,
-// locked, to end (or, the main thread, to be parked); the scans after it
-// still return their threads to the agent's namespace, not to wherever
-// the main thread was left. Fresh threads the scheduler hands out
-// afterwards are all at home.
-func TestPanickedScansLeaveNoThreadAbroad(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-	if panickedOnMain == nil || !strings.Contains(panickedOnMain.Error(), "a bug in the scan") {
-		t.Fatalf("the main thread's scan: %v", panickedOnMain)
-	}
-	dir := t.TempDir()
-	sandbox(t, dir, "cni-a", "198.51.100.30/24")
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for range 25 {
-				err := onOneThread(func() {
-					if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-						panic(err)
-					}
-					panic("a bug in the scan")
-				})
-				if err == nil || !strings.Contains(err.Error(), "a bug in the scan") {
-					t.Errorf("a panicking scan: %v", err)
-				}
-				if _, err := (Finder{Dir: dir}).Find(map[string][]netip.Addr{"a": addrs("198.51.100.30")}); err != nil {
-					t.Errorf("Find: %v", err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	abroad := make(chan string, 40)
-	for range 40 {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			if !atHome() {
-				ns, _ := os.Readlink("/proc/thread-self/ns/net")
-				abroad <- ns
-			}
-		})
-	}
-	wg.Wait()
-	close(abroad)
-	for ns := range abroad {
-		t.Errorf("a thread the scheduler handed out is in %s, not the agent's namespace", ns)
 	}
 }
 

@@ -1,0 +1,92 @@
+// Package nsthread runs code on an OS thread that may enter other network
+// namespaces, and hands the thread back to the scheduler only once it is in
+// the process's own namespace again: a thread left abroad would give any
+// goroutine scheduled on it later sockets in a pod's namespace.
+//
+// containernetworking's ns.Do runs its function on a fresh goroutine whose
+// thread always ends with it, and reads the thread's namespace from /proc
+// each time; the runtime then makes a new thread for the next call, about
+// 50 µs of an ADD the node agent runs. Here a thread that made it home is
+// reused, and home is a descriptor opened once.
+package nsthread
+
+import (
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// home is the process's own network namespace, opened while the packages
+// initialize, on the main thread, before anything can have moved a
+// thread. Not /proc/self/ns/net later: that follows the main thread,
+// which Go parks, not ends, when a goroutine locked to it exits, in
+// whatever namespace it was left.
+var home = openHome()
+
+type homeNS struct {
+	fd  int
+	ino uint64
+	err error
+}
+
+func openHome() homeNS {
+	fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return homeNS{fd: -1, err: fmt.Errorf("opening the process's own network namespace: %w", err)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return homeNS{fd: -1, err: fmt.Errorf("the process's own network namespace: %w", err)}
+	}
+	return homeNS{fd: fd, ino: st.Ino}
+}
+
+// HomeInode is the inode of the process's own network namespace.
+func HomeInode() (uint64, error) { return home.ino, home.err }
+
+// AtHome reports whether the calling thread is in the process's own
+// network namespace.
+func AtHome() bool {
+	var st unix.Stat_t
+	return home.err == nil && unix.Stat("/proc/thread-self/ns/net", &st) == nil && st.Ino == home.ino
+}
+
+// Run runs fn on a locked OS thread that fn may move into any network
+// namespace (with setns). The thread then returns home and goes back to
+// the scheduler; if it cannot, it ends with its goroutine. A panic in fn
+// is an error, not the process's end.
+func Run(fn func() error) error {
+	if home.err != nil {
+		return home.err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		restored := false
+		defer func() {
+			if r := recover(); r != nil {
+				errc <- fmt.Errorf("panic: %v", r)
+			}
+			if restored {
+				runtime.UnlockOSThread()
+			}
+		}()
+		err := fn()
+		restored = unix.Setns(home.fd, unix.CLONE_NEWNET) == nil && AtHome()
+		errc <- err
+	}()
+	return <-errc
+}
+
+// In runs fn on a locked OS thread inside the network namespace open at
+// fd (Run); processes fn starts are born there too.
+func In(fd int, fn func() error) error {
+	return Run(func() error {
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("entering the network namespace: %w", err)
+		}
+		return fn()
+	})
+}
