@@ -119,7 +119,7 @@ func paritySpecs() map[string]iptables.Spec {
 	}}
 	s.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd10::/64")}
 	specs["prefix-shapes"] = s
-	// More messages than a default socket buffer holds acks for.
+	// More messages than a default socket buffer holds replies for.
 	many := iptables.DefaultSpec()
 	many.InboundPorts = iptables.Ports{}
 	for p := uint16(1000); p < 1400; p++ {
@@ -191,6 +191,56 @@ func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
 	}
 	if after := read(t, n, iptables.IPv4); after != before {
 		t.Errorf("a refused transaction changed the namespace\n%s", lineDiff(after.kernel, before.kernel))
+	}
+}
+
+// Only the last message asks for an ack: a refusal of that very message,
+// and of one before it, is still seen, and nothing is committed.
+func TestWriteSeesEveryRefusal(t *testing.T) {
+	requireLayout(t)
+	for name, at := range map[string]int{"the last message": -1, "a message in the middle": 3} {
+		t.Run(name, func(t *testing.T) {
+			n := newNS(t)
+			rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+			bad := iptables.Rule{Table: "nat", Chain: iptables.Output, Target: iptables.Jump{Chain: "ISTIO_UNDECLARED"}}
+			if at < 0 {
+				rs.Rules = append(rs.Rules, bad)
+			} else {
+				rs.Rules = append(rs.Rules[:at:at], append([]iptables.Rule{bad}, rs.Rules[at:]...)...)
+			}
+			err := write(n, &rs)
+			var kerr *nfnl.KernelError
+			if !errors.As(err, &kerr) || !strings.Contains(kerr.Op, "ISTIO_UNDECLARED") {
+				t.Fatalf("got %v, want the kernel's refusal of the jump to ISTIO_UNDECLARED", err)
+			}
+			if got := read(t, n, iptables.IPv4); strings.Contains(got.kernel, "ISTIO") {
+				t.Errorf("a refused transaction wrote rules:\n%s", got.kernel)
+			}
+		})
+	}
+}
+
+// BenchmarkWrite is one pod's IPv4 rules written into a fresh namespace.
+func BenchmarkWrite(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to create network namespaces")
+	}
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	for b.Loop() {
+		b.StopTimer()
+		n, err := testutils.NewNS()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		err = write(n, &rs)
+		b.StopTimer()
+		_ = n.Close()
+		_ = testutils.UnmountNS(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
 	}
 }
 

@@ -82,27 +82,35 @@ var ErrUnknownOutcome = errors.New("nf_tables transaction: outcome unknown")
 
 // transact sends msgs as one nf_tables transaction: all of them apply, or
 // none. nfnetlink processes a batch inside the sending call, so when
-// sendto returns every reply is queued: an ack for each message (each
-// asks for one), and any error, including those the kernel addresses to
-// the batch as a whole (a failed commit, a missing capability, memory).
-// They are read without blocking; success is an ack of every message and
-// no error.
+// sendto returns every reply is queued: any error, including those the
+// kernel addresses to the batch as a whole (a failed commit, a missing
+// capability, memory), and an ack of the last message, the only one that
+// asks for it. The kernel reads a batch message by message to its end and
+// reports every failing one, so that ack and no error mean every message
+// applied and the batch committed; an ack per message cost the kernel an
+// ack each and us a receive each, about 35 µs for a pod's rules
+// (iptables-nft asks for none, and takes silence as success). The replies
+// are read without blocking.
 func (c *conn) transact(msgs []msg, ops []func() string) error {
 	const seq0 = 1
+	last := len(msgs) - 1
 	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
 	for i, m := range msgs {
-		b = frame(b, unix.NFNL_SUBSYS_NFTABLES<<8|m.typ, unix.NLM_F_REQUEST|unix.NLM_F_ACK|m.flags,
+		flags := unix.NLM_F_REQUEST | m.flags
+		if i == last {
+			flags |= unix.NLM_F_ACK
+		}
+		b = frame(b, unix.NFNL_SUBSYS_NFTABLES<<8|m.typ, flags,
 			uint32(seq0+1+i), m.family, 0, m.attrs) // #nosec G115 -- a few hundred messages
 	}
 	b = frame(b, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, uint32(seq0+1+len(msgs)), unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil) // #nosec G115 -- a few hundred messages
-	// Room for every ack: each is a buffer of its own in the socket's
-	// queue, about 1 KiB, and the default holds some 200.
+	// Room for an error from every message: each is a buffer of its own
+	// in the socket's queue, about 1 KiB, and the default holds some 200.
 	_ = unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, (len(msgs)+64)*2048)
 	if err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
 	}
-	acked := make([]bool, len(msgs))
-	pending := len(msgs)
+	lastAcked := false
 	var errs []error
 	buf := make([]byte, 1<<16)
 	for {
@@ -134,9 +142,8 @@ func (c *conn) transact(msgs []msg, ops []func() string) error {
 				errs = append(errs, &KernelError{Op: "the transaction", Err: errno, Ext: extAck(nm)})
 				continue
 			}
-			if !acked[i] {
-				acked[i] = true
-				pending--
+			if i == last && errno == 0 {
+				lastAcked = true
 			}
 			if errno != 0 {
 				errs = append(errs, &KernelError{Op: ops[i](), Err: errno, Ext: extAck(nm)})
@@ -146,8 +153,8 @@ func (c *conn) transact(msgs []msg, ops []func() string) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if pending > 0 {
-		return fmt.Errorf("%w: %d of %d messages unacknowledged", ErrUnknownOutcome, pending, len(msgs))
+	if !lastAcked {
+		return fmt.Errorf("%w: no ack of the transaction's last message", ErrUnknownOutcome)
 	}
 	return nil
 }
