@@ -1,10 +1,12 @@
 package applied
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,6 +111,61 @@ func TestWriteNeverMakesTheDirectory(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(parent); len(left) != 0 {
 		t.Errorf("Write made %v", left)
+	}
+}
+
+// Write follows no symlink planted in the store (at the pod's directory,
+// the temp name or the record's name) and is not held by a FIFO at the
+// temp name: it fails, or replaces the link, and writes nothing outside.
+func TestWriteFollowsNothingPlanted(t *testing.T) {
+	for name, plant := range map[string]func(dir, outside string) error{
+		"a symlink for the pod's directory": func(dir, outside string) error { return os.Symlink(outside, filepath.Join(dir, "uid")) },
+		"a symlink at the temp name": func(dir, outside string) error {
+			return errors.Join(os.Mkdir(filepath.Join(dir, "uid"), 0o700), os.Symlink(filepath.Join(outside, "f"), filepath.Join(dir, "uid", ".c1.tmp")))
+		},
+		"a FIFO at the temp name": func(dir, _ string) error {
+			return errors.Join(os.Mkdir(filepath.Join(dir, "uid"), 0o700), syscall.Mkfifo(filepath.Join(dir, "uid", ".c1.tmp"), 0o600))
+		},
+		"a symlink at the record's name": func(dir, outside string) error {
+			return errors.Join(os.Mkdir(filepath.Join(dir, "uid"), 0o700), os.Symlink(filepath.Join(outside, "f"), filepath.Join(dir, "uid", "c1.json")))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, outside := Store{Dir: t.TempDir()}, t.TempDir()
+			if err := plant(s.Dir, outside); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- s.Write(sample("uid", "c1")) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Write is held by what was planted")
+			}
+			if left, _ := os.ReadDir(outside); len(left) != 0 {
+				t.Errorf("Write wrote outside the store: %v", left)
+			}
+			if err == nil {
+				// Only a link at the record's name may be replaced.
+				if got, rerr := s.ForPod("uid"); rerr != nil || len(got) != 1 {
+					t.Errorf("Write succeeded, but the record reads %+v, %v", got, rerr)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkWrite is the record each ADD writes, for a pod new to the
+// store (run with TMPDIR on a tmpfs, as /var/run is on a node).
+func BenchmarkWrite(b *testing.B) {
+	s := Store{Dir: b.TempDir()}
+	r := sample("", "c1")
+	for i := 0; b.Loop(); i++ {
+		r.PodUID = fmt.Sprint("uid-", i)
+		if err := s.Write(r); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
