@@ -93,56 +93,92 @@ func validID(s string) bool {
 }
 
 // Write stores r atomically (a temp file renamed into place) under the
-// store's directory. It never makes that directory: the installer does,
-// and the uninstall removes it, so an ADD that outlives the uninstall
-// cannot leave records behind. It does not follow symlinks inside the
-// directory: each name is one component, opened relative to its parent
-// without following one, which is what os.Root would guarantee here in
-// about half the system calls (the record is on every ADD's path).
+// store's directory: Stage, then Commit.
 func (s Store) Write(r Record) error {
+	st, err := s.Stage(r)
+	if err != nil {
+		return err
+	}
+	return st.Commit()
+}
+
+// Staged is a record written under a temp name in its pod's directory,
+// not yet in place: Commit puts it there, Discard removes it. ADD stages
+// its record while the pod's rules are written, and commits it once they
+// are.
+type Staged struct {
+	pod            int // the pod's directory, open
+	tmp, name, dir string
+}
+
+// Stage writes r under a temp name. It never makes the store's
+// directory: the installer does, and the uninstall removes it, so an ADD
+// that outlives the uninstall cannot leave records behind. It does not
+// follow symlinks inside the directory: each name is one component,
+// opened relative to its parent without following one, which is what
+// os.Root would guarantee here in about half the system calls (the record
+// is on every ADD's path).
+func (s Store) Stage(r Record) (*Staged, error) {
 	if !validID(r.PodUID) || !validID(r.Container) {
-		return fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
+		return nil, fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
 	}
 	r.Version = Version
 	data, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	fail := func(op, path string, err error) error {
-		return fmt.Errorf("records: %w", &fs.PathError{Op: op, Path: filepath.Join(s.Dir, path), Err: err})
-	}
+	st := &Staged{pod: -1, tmp: "." + r.Container + ".tmp", name: r.Container + ".json", dir: filepath.Join(s.Dir, r.PodUID)}
 	dir, err := unix.Open(s.Dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fail("open", "", err)
+		return nil, st.fail("open", s.Dir, err)
 	}
 	defer func() { _ = unix.Close(dir) }()
 	if err := unix.Mkdirat(dir, r.PodUID, 0o700); err != nil && err != unix.EEXIST {
-		return fail("mkdir", r.PodUID, err)
+		return nil, st.fail("mkdir", st.dir, err)
 	}
-	pod, err := unix.Openat(dir, r.PodUID, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fail("open", r.PodUID, err)
+	if st.pod, err = unix.Openat(dir, r.PodUID, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, st.fail("open", st.dir, err)
 	}
-	defer func() { _ = unix.Close(pod) }()
-	name, tmp := r.Container+".json", "."+r.Container+".tmp"
 	// Nor a FIFO planted at the temp name, which would hold ADD in open.
-	f, err := unix.Openat(pod, tmp, unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	f, err := unix.Openat(st.pod, st.tmp, unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fail("open", filepath.Join(r.PodUID, tmp), err)
+		_ = unix.Close(st.pod)
+		return nil, st.fail("open", filepath.Join(st.dir, st.tmp), err)
 	}
 	n, werr := unix.Write(f, data)
 	if werr == nil && n < len(data) {
 		werr = io.ErrShortWrite
 	}
 	if err := errors.Join(werr, unix.Close(f)); err != nil {
-		_ = unix.Unlinkat(pod, tmp, 0)
-		return fail("write", filepath.Join(r.PodUID, tmp), err)
+		st.Discard()
+		return nil, st.fail("write", filepath.Join(st.dir, st.tmp), err)
 	}
-	if err := unix.Renameat(pod, tmp, pod, name); err != nil {
-		_ = unix.Unlinkat(pod, tmp, 0)
-		return fail("rename", filepath.Join(r.PodUID, name), err)
+	return st, nil
+}
+
+func (st *Staged) fail(op, path string, err error) error {
+	return fmt.Errorf("records: %w", &fs.PathError{Op: op, Path: path, Err: err})
+}
+
+// Commit renames the staged record into place, replacing the sandbox's
+// earlier record; a failed rename discards it.
+func (st *Staged) Commit() error {
+	err := unix.Renameat(st.pod, st.tmp, st.pod, st.name)
+	if err != nil {
+		st.Discard()
+		return st.fail("rename", filepath.Join(st.dir, st.name), err)
 	}
+	_ = unix.Close(st.pod)
 	return nil
+}
+
+// Discard removes the staged record, and the pod's directory if that is
+// then empty (Stage made it for a pod new to the store); the sandbox's
+// earlier record, if any, stays.
+func (st *Staged) Discard() {
+	_ = unix.Unlinkat(st.pod, st.tmp, 0)
+	_ = unix.Close(st.pod)
+	_ = unix.Rmdir(st.dir) // only succeeds once empty
 }
 
 // Remove deletes a sandbox's record, and its pod's directory once empty.

@@ -156,6 +156,48 @@ func TestWriteFollowsNothingPlanted(t *testing.T) {
 	}
 }
 
+// A staged record is no record until committed; discarded, it leaves
+// the sandbox's earlier record as it was, and no directory for a pod new
+// to the store.
+func TestStageCommitDiscard(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	st, err := s.Stage(sample("new", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.ForPod("new"); len(got) != 0 {
+		t.Errorf("a staged record reads as %+v", got)
+	}
+	st.Discard()
+	if left, _ := os.ReadDir(s.Dir); len(left) != 0 {
+		t.Errorf("a discarded record left %v", left)
+	}
+	if err := s.Write(sample("uid", "c1")); err != nil {
+		t.Fatal(err)
+	}
+	again := sample("uid", "c1")
+	again.NetnsInode = 43
+	if st, err = s.Stage(again); err != nil {
+		t.Fatal(err)
+	}
+	st.Discard()
+	if got, _ := s.ForPod("uid"); len(got) != 1 || got[0].NetnsInode != 42 {
+		t.Errorf("after a discard: %+v, want the earlier record", got)
+	}
+	if st, err = s.Stage(again); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.ForPod("uid"); len(got) != 1 || got[0].NetnsInode != 43 {
+		t.Errorf("after a commit: %+v, want the new record", got)
+	}
+	if names, _ := os.ReadDir(filepath.Join(s.Dir, "uid")); len(names) != 1 {
+		t.Errorf("the pod's directory holds %v, want only the record", names)
+	}
+}
+
 // BenchmarkWrite is the record each ADD writes, for a pod new to the
 // store (run with TMPDIR on a tmpfs, as /var/run is on a node).
 func BenchmarkWrite(b *testing.B) {

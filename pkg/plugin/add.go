@@ -65,6 +65,14 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// The families are read in the namespace the rules go into, in the
 	// same entry: nothing is written until they are known.
 	var stackErr error
+	// The record is staged once the rules are planned (stageRecord).
+	var rec *record
+	committed := false
+	defer func() {
+		if !committed {
+			rec.discard() // a failure, a hand-back or a panic: no record
+		}
+	}()
 	err = p.deps.NewPodNetwork(conf).ProgramFrom(ctx, args.Netns, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
 		if stackErr = p.stack(conf, out, &pl, hasIPv6); stackErr != nil {
 			return iptables.Model{}, stackErr
@@ -74,6 +82,7 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 				return iptables.Model{}, stackErr
 			}
 		}
+		rec = p.stageRecord(conf, args, out, pl)
 		return pl.model(), nil
 	})
 	out.netnsTime = p.deps.Now().Sub(start)
@@ -85,7 +94,8 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		return netnsError(out.pod, "programming the redirect", err)
 	}
 	out.rulesBy = conf.writer.by()
-	p.record(conf, args, out, pl)
+	committed = true
+	rec.commit(out)
 	return nil
 }
 

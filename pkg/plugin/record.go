@@ -13,18 +13,60 @@ import (
 // Without a record the audit checks the pod against its annotations as
 // they are then, which is what ADD used, so a failed write costs nothing
 // but that guard against later edits: it is logged, ADD stands.
-func (p *Plugin) record(conf *Config, args *skel.CmdArgs, out *outcome, pl plan) {
+//
+// It is staged (encoded, written under a temp name) on another thread
+// while the rules go in, from the moment they are planned, and put in
+// place, a rename, once they are in: ADD does not wait for the write.
+type record struct {
+	done   chan struct{}
+	staged *applied.Staged
+	err    error
+}
+
+// stageRecord starts staging the record of the planned rules; nil when
+// ADD keeps none. Call commit or discard on what it returns, exactly once.
+func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl plan) *record {
 	if conf.RecordsDir == "" || out.podUID == "" {
-		return
-	}
-	backend, err := conf.parsed.Backend.Resolve()
-	if err != nil {
-		backend = "" // the agent then uses the node's
+		return nil
 	}
 	r := applied.Record{PodUID: out.podUID, Pod: out.pod, Container: args.ContainerID,
-		NetnsInode: netnsInode(args.Netns), Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, Backend: backend, At: p.deps.Now()}
-	if err := (applied.Store{Dir: conf.RecordsDir}).Write(r); err != nil {
+		Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, At: p.deps.Now()}
+	store, backend, netns := applied.Store{Dir: conf.RecordsDir}, conf.parsed.Backend, args.Netns
+	rec := &record{done: make(chan struct{})}
+	go func() {
+		defer close(rec.done)
+		r.NetnsInode = netnsInode(netns)
+		if r.Backend, rec.err = backend.Resolve(); rec.err != nil {
+			r.Backend = "" // the agent then uses the node's
+		}
+		rec.staged, rec.err = store.Stage(r)
+	}()
+	return rec
+}
+
+// commit puts the staged record in place.
+func (rec *record) commit(out *outcome) {
+	if rec == nil {
+		return
+	}
+	<-rec.done
+	err := rec.err
+	if err == nil {
+		err = rec.staged.Commit()
+	}
+	if err != nil {
 		out.warnings = append(out.warnings, "recording the applied rules: "+err.Error())
+	}
+}
+
+// discard removes the staged record: the rules did not go in.
+func (rec *record) discard() {
+	if rec == nil {
+		return
+	}
+	<-rec.done
+	if rec.err == nil {
+		rec.staged.Discard()
 	}
 }
 
