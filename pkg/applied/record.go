@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,9 +110,16 @@ func (s Store) Write(r Record) error {
 type Staged struct {
 	pod            int // the pod's directory, open
 	tmp, name, dir string
+	made           bool // Stage made the pod's directory
 }
 
-// Stage writes r under a temp name. It never makes the store's
+// staged numbers this process's temp names: two stages of one sandbox (the
+// agent's ADD and the plugin's, when the shim stopped waiting) never share
+// one, so neither's Discard removes the other's file nor do their writes
+// interleave.
+var staged atomic.Uint64
+
+// Stage writes r under a temp name of its own. It never makes the store's
 // directory: the installer does, and the uninstall removes it, so an ADD
 // that outlives the uninstall cannot leave records behind. It does not
 // follow symlinks inside the directory: each name is one component,
@@ -127,23 +135,37 @@ func (s Store) Stage(r Record) (*Staged, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Staged{pod: -1, tmp: "." + r.Container + ".tmp", name: r.Container + ".json", dir: filepath.Join(s.Dir, r.PodUID)}
+	st := &Staged{pod: -1, name: r.Container + ".json", dir: filepath.Join(s.Dir, r.PodUID),
+		tmp: fmt.Sprintf(".%s.%d.%d.tmp", r.Container, os.Getpid(), staged.Add(1))}
 	dir, err := unix.Open(s.Dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, st.fail("open", s.Dir, err)
 	}
 	defer func() { _ = unix.Close(dir) }()
-	if err := unix.Mkdirat(dir, r.PodUID, 0o700); err != nil && err != unix.EEXIST {
-		return nil, st.fail("mkdir", st.dir, err)
-	}
-	if st.pod, err = unix.Openat(dir, r.PodUID, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return nil, st.fail("open", st.dir, err)
-	}
-	// Nor a FIFO planted at the temp name, which would hold ADD in open.
-	f, err := unix.Openat(st.pod, st.tmp, unix.O_CREAT|unix.O_TRUNC|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		_ = unix.Close(st.pod)
-		return nil, st.fail("open", filepath.Join(st.dir, st.tmp), err)
+	// Again if the directory went: another sandbox's Discard, or a DEL,
+	// of the same pod removes it once empty, which it may be between its
+	// making and this temp file's.
+	var f int
+	for try := 0; ; try++ {
+		err := unix.Mkdirat(dir, r.PodUID, 0o700)
+		if err != nil && err != unix.EEXIST {
+			return nil, st.fail("mkdir", st.dir, err)
+		}
+		st.made = err == nil
+		if st.pod, err = unix.Openat(dir, r.PodUID, unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			if err == unix.ENOENT && try < 2 {
+				continue
+			}
+			return nil, st.fail("open", st.dir, err)
+		}
+		// O_EXCL: nor a FIFO or anything else planted at the name.
+		if f, err = unix.Openat(st.pod, st.tmp, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600); err == nil {
+			break
+		}
+		st.close()
+		if err != unix.ENOENT || try >= 2 {
+			return nil, st.fail("open", filepath.Join(st.dir, st.tmp), err)
+		}
 	}
 	n, werr := unix.Write(f, data)
 	if werr == nil && n < len(data) {
@@ -172,13 +194,20 @@ func (st *Staged) Commit() error {
 	return nil
 }
 
-// Discard removes the staged record, and the pod's directory if that is
-// then empty (Stage made it for a pod new to the store); the sandbox's
-// earlier record, if any, stays.
+// Discard removes the staged record; the sandbox's earlier record, if
+// any, stays.
 func (st *Staged) Discard() {
 	_ = unix.Unlinkat(st.pod, st.tmp, 0)
+	st.close()
+}
+
+// close closes the pod's directory, and removes it when Stage made it and
+// it is empty again: a pod new to the store leaves nothing.
+func (st *Staged) close() {
 	_ = unix.Close(st.pod)
-	_ = unix.Rmdir(st.dir) // only succeeds once empty
+	if st.made {
+		_ = unix.Rmdir(st.dir) // only succeeds once empty
+	}
 }
 
 // Remove deletes a sandbox's record, and its pod's directory once empty.

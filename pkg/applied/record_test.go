@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,16 +115,17 @@ func TestWriteNeverMakesTheDirectory(t *testing.T) {
 	}
 }
 
-// Write follows no symlink planted in the store (at the pod's directory,
-// the temp name or the record's name) and is not held by a FIFO at the
-// temp name: it fails, or replaces the link, and writes nothing outside.
+// Write follows no symlink planted in the store (at the pod's directory
+// or the record's name) and is not held by a FIFO or a symlink where a
+// temp file was once: it fails, or replaces the link, and writes nothing
+// outside.
 func TestWriteFollowsNothingPlanted(t *testing.T) {
 	for name, plant := range map[string]func(dir, outside string) error{
 		"a symlink for the pod's directory": func(dir, outside string) error { return os.Symlink(outside, filepath.Join(dir, "uid")) },
-		"a symlink at the temp name": func(dir, outside string) error {
+		"a symlink at a temp name": func(dir, outside string) error {
 			return errors.Join(os.Mkdir(filepath.Join(dir, "uid"), 0o700), os.Symlink(filepath.Join(outside, "f"), filepath.Join(dir, "uid", ".c1.tmp")))
 		},
-		"a FIFO at the temp name": func(dir, _ string) error {
+		"a FIFO at a temp name": func(dir, _ string) error {
 			return errors.Join(os.Mkdir(filepath.Join(dir, "uid"), 0o700), syscall.Mkfifo(filepath.Join(dir, "uid", ".c1.tmp"), 0o600))
 		},
 		"a symlink at the record's name": func(dir, outside string) error {
@@ -147,12 +149,70 @@ func TestWriteFollowsNothingPlanted(t *testing.T) {
 				t.Errorf("Write wrote outside the store: %v", left)
 			}
 			if err == nil {
-				// Only a link at the record's name may be replaced.
 				if got, rerr := s.ForPod("uid"); rerr != nil || len(got) != 1 {
 					t.Errorf("Write succeeded, but the record reads %+v, %v", got, rerr)
 				}
 			}
 		})
+	}
+}
+
+// Two stages of one sandbox (the agent's ADD and the plugin's, when the
+// shim stopped waiting) have temp files of their own: one's Discard
+// leaves the other's to commit, and their writes never mix.
+func TestStagesOfOneSandboxKeepApart(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	plugin, err := s.Stage(sample("uid", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := s.Stage(sample("uid", "c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.Discard()
+	if err := plugin.Commit(); err != nil {
+		t.Fatalf("the plugin's commit after the agent's discard: %v", err)
+	}
+	long := sample("uid", "c1")
+	long.Pod = "default/" + strings.Repeat("a-long-name-", 20)
+	for i := range 300 {
+		var wg sync.WaitGroup
+		for _, r := range []Record{long, sample("uid", "c1")} {
+			wg.Go(func() {
+				if err := s.Write(r); err != nil {
+					t.Errorf("round %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if got, _ := s.ForPod("uid"); len(got) != 1 {
+			t.Fatalf("round %d: %d readable records, want 1", i, len(got))
+		}
+	}
+}
+
+// Another sandbox of the pod discarding its stage (or a DEL) removes the
+// pod's directory once empty; a stage between its making and its temp
+// file makes it again rather than fail.
+func TestStageOutlivesAnotherSandboxsDiscard(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	for i := range 300 {
+		other, err := s.Stage(sample("uid", "cB"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := s.Write(sample("uid", "cA")); err != nil {
+				t.Errorf("round %d: %v", i, err)
+			}
+		})
+		wg.Go(other.Discard)
+		wg.Wait()
+		if err := s.Remove("uid", "cA"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 
@@ -14,7 +15,7 @@ import (
 // they are then, which is what ADD used, so a failed write costs nothing
 // but that guard against later edits: it is logged, ADD stands.
 //
-// It is staged (encoded, written under a temp name) on another thread
+// It is staged (encoded, written under a temp name) on another goroutine
 // while the rules go in, from the moment they are planned, and put in
 // place, a rename, once they are in: ADD does not wait for the write.
 type record struct {
@@ -35,6 +36,13 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 	rec := &record{done: make(chan struct{})}
 	go func() {
 		defer close(rec.done)
+		// A bug here must cost this record, not the node agent: RunAdd's
+		// recover does not reach this goroutine.
+		defer func() {
+			if p := recover(); p != nil {
+				rec.staged, rec.err = nil, fmt.Errorf("staging the record panicked: %v", p)
+			}
+		}()
 		r.NetnsInode = netnsInode(netns)
 		if r.Backend, rec.err = backend.Resolve(); rec.err != nil {
 			r.Backend = "" // the agent then uses the node's
