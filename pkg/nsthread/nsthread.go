@@ -3,14 +3,14 @@
 // the process's own namespace again: a thread left abroad would give any
 // goroutine scheduled on it later sockets in a pod's namespace.
 //
-// containernetworking's ns.Do runs its function on a fresh goroutine whose
-// thread always ends with it, and reads the thread's namespace from /proc
-// each time; the runtime then makes a new thread for the next call, about
-// 50 µs of an ADD the node agent runs. Here a thread that made it home is
-// reused, and home is a descriptor opened once.
+// containernetworking's ns.Do does the same, but opens the calling and
+// the new thread's namespaces from /proc on every call to know where home
+// is: ns.GetNS and Do took 36 µs a call here, In 8 µs (BenchmarkIn), on
+// every ADD the node agent runs. Here home is a descriptor opened once.
 package nsthread
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 
@@ -55,8 +55,9 @@ func AtHome() bool {
 
 // Run runs fn on a locked OS thread that fn may move into any network
 // namespace (with setns). The thread then returns home and goes back to
-// the scheduler; if it cannot, it ends with its goroutine. A panic in fn
-// is an error, not the process's end.
+// the scheduler; if it cannot, it ends with its goroutine. A panic in fn,
+// or fn ending its goroutine (runtime.Goexit), is an error, not the
+// process's end or a caller waiting for good.
 func Run(fn func() error) error {
 	if home.err != nil {
 		return home.err
@@ -64,16 +65,19 @@ func Run(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		restored := false
+		restored, returned := false, false
 		defer func() {
 			if r := recover(); r != nil {
 				errc <- fmt.Errorf("panic: %v", r)
+			} else if !returned {
+				errc <- errors.New("the function ended its goroutine")
 			}
 			if restored {
 				runtime.UnlockOSThread()
 			}
 		}()
 		err := fn()
+		returned = true
 		restored = unix.Setns(home.fd, unix.CLONE_NEWNET) == nil && AtHome()
 		errc <- err
 	}()

@@ -9,9 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/test/poll"
 )
 
 func requireRoot(t testing.TB) {
@@ -65,8 +68,9 @@ func abroad(t *testing.T) []string {
 }
 
 // panickedOnMain is what a Run that panicked in a namespace of its own
-// returned; TestMain ran it from the main goroutine, so on the main
-// thread, which Go then parks in that namespace instead of ending it.
+// returned. TestMain ran it while the main goroutine waited, so most
+// likely on the main thread, which Go then parks in that namespace
+// instead of ending it: the tests' check of every thread leaves it out.
 var panickedOnMain error
 
 func TestMain(m *testing.M) {
@@ -104,7 +108,7 @@ func TestInLeavesEveryThreadHome(t *testing.T) {
 }
 
 // A thread that made it home is reused: sequential Ins run on a handful
-// of threads, not one new thread each (as with ns.Do).
+// of threads, not one new thread each.
 func TestInReusesItsThreads(t *testing.T) {
 	requireRoot(t)
 	fd, _ := netns(t)
@@ -188,6 +192,68 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 	for _, a := range abroad(t) {
 		t.Errorf("%s, not the process's namespace", a)
 	}
+}
+
+// Threads that panicked abroad are never handed out again, with nothing
+// between the panics and the threads the scheduler hands out next.
+func TestPanickedThreadsAreNotHandedOut(t *testing.T) {
+	requireRoot(t)
+	for range 20 {
+		if err := Run(func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				panic(err)
+			}
+			panic("a bug in fn")
+		}); err == nil {
+			t.Fatal("a panicking Run returned no error")
+		}
+	}
+	out := make(chan string, 50)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if !AtHome() {
+				ns, _ := os.Readlink("/proc/thread-self/ns/net")
+				out <- ns
+			}
+		})
+	}
+	wg.Wait()
+	close(out)
+	for ns := range out {
+		t.Errorf("a thread the scheduler handed out is in %s", ns)
+	}
+}
+
+// fn ending its goroutine (t.FailNow does) is an error, not a Run that
+// never returns; the thread, wherever fn left it, ends.
+func TestGoexitIsAnError(t *testing.T) {
+	requireRoot(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return err
+			}
+			runtime.Goexit()
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "ended its goroutine") {
+			t.Errorf("got %v, want an error saying fn ended its goroutine", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after fn's Goexit")
+	}
+	// The thread ends just after Run has its answer.
+	poll.Until(t, 10*time.Second, "the Goexit's thread ending", func() (bool, string) {
+		left := abroad(t)
+		return len(left) == 0, fmt.Sprint(left)
+	})
 }
 
 // BenchmarkIn is one entry into a pod's namespace and back.
