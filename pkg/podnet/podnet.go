@@ -48,10 +48,12 @@ const rollbackBudget = 10 * time.Second
 
 // do runs fn inside the namespace at path, on a locked OS thread; iptables
 // processes started there inherit the namespace. The thread is the
-// scheduler's again once it is home (pkg/nsthread): the node agent runs
-// an ADD for every pod, and a new thread each cost it about 50 µs.
+// scheduler's again once it is home (pkg/nsthread, which knows home
+// without reading /proc each time: the node agent runs an ADD for every
+// pod).
 func do(path string, fn func() error) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// O_NONBLOCK: a FIFO at the path must not hold the caller in open.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("%s: %w", path, ErrNoNetns)
 	}

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
@@ -409,16 +411,29 @@ func TestMissingNetns(t *testing.T) {
 }
 
 // A path that is no namespace (a plain file, say: a runtime's netns
-// directory after a restart) is refused before anything runs.
+// directory after a restart; or a FIFO, which must not hold the caller in
+// open) is refused before anything runs.
 func TestNotANetns(t *testing.T) {
 	requireRoot(t)
-	path := filepath.Join(t.TempDir(), "cni-1")
-	if err := os.WriteFile(path, nil, 0o444); err != nil {
+	dir := t.TempDir()
+	file, fifo := filepath.Join(dir, "cni-1"), filepath.Join(dir, "cni-2")
+	if err := os.WriteFile(file, nil, 0o444); err != nil {
 		t.Fatal(err)
 	}
-	err := netnsFor(xtables.Auto, nil).Cleanup(context.Background(), path)
-	if !errors.Is(err, ErrOpenNetns) || !strings.Contains(err.Error(), "not a namespace") {
-		t.Errorf("Cleanup of a plain file = %v, want ErrOpenNetns", err)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{file, fifo} {
+		done := make(chan error, 1)
+		go func() { done <- netnsFor(xtables.Auto, nil).Cleanup(context.Background(), path) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrOpenNetns) || !strings.Contains(err.Error(), "not a namespace") {
+				t.Errorf("Cleanup of %s = %v, want ErrOpenNetns", path, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Cleanup of %s is held in open", path)
+		}
 	}
 }
 

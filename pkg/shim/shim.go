@@ -153,7 +153,8 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	if req.Netns == "" {
 		return handoff.Response{}, "no CNI_NETNS", false
 	}
-	fd, err := unix.Open(req.Netns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// O_NONBLOCK: a FIFO at the path must not hold the shim in open.
+	fd, err := unix.Open(req.Netns, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return handoff.Response{}, fmt.Sprintf("opening CNI_NETNS: %v", err), false
 	}

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/version"
 
@@ -234,6 +236,26 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		if e.path != "/opt/cni/bin/"+FullBinary || string(e.stdin) != c.stdin || !strings.Contains(reason, c.why) || !slices.Contains(e.env, "CNI_COMMAND=ADD") {
 			t.Errorf("%s: exec %s stdin %q, %s %q; want %s with the runtime's stdin and environment, the reason %q", name, e.path, e.stdin, env, reason, FullBinary, c.why)
 		}
+	}
+}
+
+// A FIFO at CNI_NETNS does not hold the shim in open: the agent is
+// handed its descriptor and refuses it (it is no namespace).
+func TestAddFIFOAsNetnsDoesNotHang(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "netns")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{env: addEnv(fifo), stdin: nodeWithNFT(t, nfnl.Layout), answer: handoff.Response{HandBack: "not a namespace"}}
+	done := make(chan struct{})
+	go func() { defer close(done); h.run(t) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shim is held opening a FIFO at CNI_NETNS")
+	}
+	if len(h.hands) != 1 || len(h.execs) != 1 {
+		t.Errorf("handed off %d times, execs %v: want the agent asked, then the full plugin", len(h.hands), h.execs)
 	}
 }
 
