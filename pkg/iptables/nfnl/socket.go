@@ -85,12 +85,13 @@ var ErrUnknownOutcome = errors.New("nf_tables transaction: outcome unknown")
 // sendto returns every reply is queued: any error, including those the
 // kernel addresses to the batch as a whole (a failed commit, a missing
 // capability, memory), and an ack of the last message, the only one that
-// asks for it. The kernel reads a batch message by message to its end and
-// reports every failing one, so that ack and no error mean every message
-// applied and the batch committed; an ack per message cost the kernel an
-// ack each and us a receive each, about 35 µs for a pod's rules
-// (iptables-nft asks for none, and takes silence as success). The replies
-// are read without blocking.
+// asks for it. The kernel reads a batch message by message to its end
+// (BATCH_END, which every batch here carries: one without it is only
+// validated, and acked) and reports every failing one, so that ack and no
+// error mean every message applied and the batch committed (outcome). An
+// ack per message cost the kernel an ack each and us a receive each,
+// about 35 µs for a pod's rules; iptables-nft asks for none and takes
+// silence as success. The replies are read without blocking.
 func (c *conn) transact(msgs []msg, ops []func() string) error {
 	const seq0 = 1
 	last := len(msgs) - 1
@@ -110,8 +111,7 @@ func (c *conn) transact(msgs []msg, ops []func() string) error {
 	if err := unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
 	}
-	lastAcked := false
-	var errs []error
+	var replies []reply
 	buf := make([]byte, 1<<16)
 	for {
 		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
@@ -122,41 +122,64 @@ func (c *conn) transact(msgs []msg, ops []func() string) error {
 			break
 		}
 		if err != nil { // ENOBUFS: replies were dropped
-			return errors.Join(append(errs, fmt.Errorf("%w: %w", ErrUnknownOutcome, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)))...)
+			return errors.Join(outcomeErrors(replies, len(msgs), ops), fmt.Errorf("%w: %w", ErrUnknownOutcome, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)))
 		}
 		nms, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
 			return fmt.Errorf("%w: a malformed reply: %w", ErrUnknownOutcome, err)
 		}
 		for _, nm := range nms {
-			if nm.Header.Type != unix.NLMSG_ERROR || len(nm.Data) < 4 {
-				continue
-			}
-			errno := errnoOf(nm.Data)
-			i := int(nm.Header.Seq) - seq0 - 1
-			if i < 0 || i >= len(msgs) {
-				// The batch as a whole: nothing was committed.
-				if errno == 0 {
-					errno = unix.EPROTO
-				}
-				errs = append(errs, &KernelError{Op: "the transaction", Err: errno, Ext: extAck(nm)})
-				continue
-			}
-			if i == last && errno == 0 {
-				lastAcked = true
-			}
-			if errno != 0 {
-				errs = append(errs, &KernelError{Op: ops[i](), Err: errno, Ext: extAck(nm)})
+			if nm.Header.Type == unix.NLMSG_ERROR && len(nm.Data) >= 4 {
+				replies = append(replies, reply{i: int(nm.Header.Seq) - seq0 - 1, errno: errnoOf(nm.Data), ext: extAck(nm)})
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	return outcome(replies, len(msgs), ops)
+}
+
+// reply is one of the kernel's NLMSG_ERRORs: an ack (errno 0) or an
+// error, for the message at index i of the transaction (the batch's own
+// messages are outside 0..n-1).
+type reply struct {
+	i     int
+	errno unix.Errno
+	ext   string
+}
+
+// outcome judges a transaction of n messages by the kernel's replies: any
+// error fails it (nothing was committed); otherwise the last message's ack
+// says every message applied and the batch committed; without it the
+// outcome is unknown.
+func outcome(replies []reply, n int, ops []func() string) error {
+	if err := outcomeErrors(replies, n, ops); err != nil {
+		return err
 	}
-	if !lastAcked {
-		return fmt.Errorf("%w: no ack of the transaction's last message", ErrUnknownOutcome)
+	for _, r := range replies {
+		if r.i == n-1 && r.errno == 0 {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: no ack of the transaction's last message", ErrUnknownOutcome)
+}
+
+// outcomeErrors is the replies' errors, named.
+func outcomeErrors(replies []reply, n int, ops []func() string) error {
+	var errs []error
+	for _, r := range replies {
+		i := r.i
+		switch {
+		case i < 0 || i >= n:
+			// The batch as a whole: nothing was committed.
+			errno := r.errno
+			if errno == 0 {
+				errno = unix.EPROTO
+			}
+			errs = append(errs, &KernelError{Op: "the transaction", Err: errno, Ext: r.ext})
+		case r.errno != 0:
+			errs = append(errs, &KernelError{Op: ops[i](), Err: r.errno, Ext: r.ext})
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // errnoOf reads an NLMSG_ERROR's error: 0 for an ack, else the negated
