@@ -13,16 +13,42 @@ suite=bullseye
 # change of test.
 packages=(iptables=1.8.7-1 libxtables12=1.8.7-1 libip4tc2=1.8.7-1 libip6tc2=1.8.7-1 libnftnl11=1.1.9-1)
 
-# The machine's Debian mirror: the first main archive (not security) in
-# its deb822 sources or its one-line sources.list.
-mirror=$(
-	{
-		awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true
-		awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) { print $i; break } }' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true
-	} | grep -E '/debian/?$' | head -n 1
-)
+# The machine's Debian mirror: the URI of the source that serves its own
+# release's main suite (deb822 stanzas not disabled, or one-line entries),
+# whatever the URI looks like; a mirror+file: list gives its first mirror.
+. /etc/os-release
+codename=${VERSION_CODENAME:-}
+if [ "${ID:-}" != debian ] || [ -z "$codename" ]; then
+	echo "fetch.sh: needs a Debian machine (its archive keyring and mirror); this is ${PRETTY_NAME:-unknown}" >&2
+	exit 1
+fi
+mirror=""
+for f in /etc/apt/sources.list.d/*.sources; do
+	[ -r "$f" ] || continue
+	mirror=$(awk -v suite="$codename" '
+		function flush() { if (uris != "" && enabled && index(" " suites " ", " " suite " ")) { split(uris, u, " "); print u[1]; found = 1; exit } }
+		BEGIN { enabled = 1 }
+		/^[[:space:]]*$/ { flush(); uris = ""; suites = ""; enabled = 1; next }
+		/^#/ { next }
+		tolower($1) == "uris:" { $1 = ""; uris = $0 }
+		tolower($1) == "suites:" { $1 = ""; suites = $0 }
+		tolower($1) == "enabled:" { enabled = (tolower($2) != "no") }
+		END { if (!found) flush() }' "$f")
+	[ -n "$mirror" ] && break
+done
 if [ -z "$mirror" ]; then
-	echo "fetch.sh: no Debian main archive in /etc/apt/sources.list{,.d}" >&2
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -r "$f" ] || continue
+		mirror=$(awk -v suite="$codename" '
+			$1 == "deb" { i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i + 1) == suite) { print $i; exit } }' "$f")
+		[ -n "$mirror" ] && break
+	done
+fi
+case "$mirror" in
+mirror+file:*) mirror=$(grep -m1 -v '^[[:space:]]*\(#\|$\)' "${mirror#mirror+file:}" | awk '{print $1}') ;;
+esac
+if [ -z "$mirror" ]; then
+	echo "fetch.sh: no source in /etc/apt/sources.list{,.d} serves $codename's main suite" >&2
 	exit 1
 fi
 
