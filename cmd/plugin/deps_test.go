@@ -24,6 +24,7 @@ var pluginPackages = []string{
 	"pkg/iptables/xtables",
 	"pkg/kube",
 	"pkg/kube/apilookup",
+	"pkg/nsthread",
 	"pkg/plugin",
 	"pkg/pluginconf",
 	"pkg/podnet",
