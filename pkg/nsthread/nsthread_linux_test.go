@@ -67,6 +67,39 @@ func abroad(t *testing.T) []string {
 	return out
 }
 
+// panicAbroad moves its thread into a namespace of its own and panics
+// there: a bug in a Run's function at its worst.
+func panicAbroad() error {
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		panic(err)
+	}
+	panic("a bug in fn")
+}
+
+// handedOutAbroad locks n goroutines to the threads the scheduler hands
+// them at once and lists the namespaces of those not home.
+func handedOutAbroad(n int) []string {
+	out := make(chan string, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if !AtHome() {
+				ns, _ := os.Readlink("/proc/thread-self/ns/net")
+				out <- ns
+			}
+		})
+	}
+	wg.Wait()
+	close(out)
+	var abroad []string
+	for ns := range out {
+		abroad = append(abroad, ns)
+	}
+	return abroad
+}
+
 // panickedOnMain is what a Run that panicked in a namespace of its own
 // returned. TestMain ran it while the main goroutine waited, so most
 // likely on the main thread, which Go then parks in that namespace
@@ -75,12 +108,7 @@ var panickedOnMain error
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() == 0 {
-		panickedOnMain = Run(func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				panic(err)
-			}
-			panic("a bug in fn")
-		})
+		panickedOnMain = Run(panicAbroad)
 	}
 	os.Exit(m.Run())
 }
@@ -156,12 +184,7 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 	for range 4 {
 		wg.Go(func() {
 			for range 25 {
-				err := Run(func() error {
-					if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-						panic(err)
-					}
-					panic("a bug in fn")
-				})
+				err := Run(panicAbroad)
 				if err == nil || !strings.Contains(err.Error(), "a bug in fn") {
 					t.Errorf("a panicking Run: %v", err)
 				}
@@ -173,20 +196,7 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	out := make(chan string, 40)
-	for range 40 {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			if !AtHome() {
-				ns, _ := os.Readlink("/proc/thread-self/ns/net")
-				out <- ns
-			}
-		})
-	}
-	wg.Wait()
-	close(out)
-	for ns := range out {
+	for _, ns := range handedOutAbroad(40) {
 		t.Errorf("a thread the scheduler handed out is in %s, not the process's namespace", ns)
 	}
 	for _, a := range abroad(t) {
@@ -199,30 +209,11 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 func TestPanickedThreadsAreNotHandedOut(t *testing.T) {
 	requireRoot(t)
 	for range 20 {
-		if err := Run(func() error {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				panic(err)
-			}
-			panic("a bug in fn")
-		}); err == nil {
+		if err := Run(panicAbroad); err == nil {
 			t.Fatal("a panicking Run returned no error")
 		}
 	}
-	out := make(chan string, 50)
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Go(func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			if !AtHome() {
-				ns, _ := os.Readlink("/proc/thread-self/ns/net")
-				out <- ns
-			}
-		})
-	}
-	wg.Wait()
-	close(out)
-	for ns := range out {
+	for _, ns := range handedOutAbroad(50) {
 		t.Errorf("a thread the scheduler handed out is in %s", ns)
 	}
 }

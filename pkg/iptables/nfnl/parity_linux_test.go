@@ -73,19 +73,43 @@ func read(t *testing.T, n ns.NetNS, f iptables.Family) state {
 		if err != nil {
 			return err
 		}
-		var lines []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if !strings.HasPrefix(l, "#") {
-				lines = append(lines, l)
-			}
-		}
-		s.save = strings.Join(lines, "\n")
+		s.save = withoutComments(out)
 		s.kernel, err = nfnl.Dump(familyOf(f))
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// withoutComments is iptables-save's text without its comment lines,
+// which carry the time and the release.
+func withoutComments(out []byte) string {
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// writtenBothWays runs check for every parity spec and family on two
+// fresh namespaces holding its rules, one written by iptables-nft-restore,
+// one over netlink.
+func writtenBothWays(t *testing.T, check func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS)) {
+	for name, spec := range paritySpecs() {
+		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
+			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
+				byRestore, byNetlink := newNS(t), newNS(t)
+				restore(t, byRestore, rs)
+				if err := write(byNetlink, rs); err != nil {
+					t.Fatal(err)
+				}
+				check(t, rs, byRestore, byNetlink)
+			})
+		}
+	}
 }
 
 func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
@@ -131,24 +155,15 @@ func paritySpecs() map[string]iptables.Spec {
 
 func TestWriteMatchesRestore(t *testing.T) {
 	requireLayout(t)
-	for name, spec := range paritySpecs() {
-		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
-			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
-				byRestore, byNetlink := newNS(t), newNS(t)
-				restore(t, byRestore, rs)
-				if err := write(byNetlink, rs); err != nil {
-					t.Fatal(err)
-				}
-				want, got := read(t, byRestore, rs.Family), read(t, byNetlink, rs.Family)
-				if got.save != want.save {
-					t.Errorf("iptables-save differs\n--- netlink\n%s\n--- restore\n%s", got.save, want.save)
-				}
-				if got.kernel != want.kernel {
-					t.Errorf("kernel dump differs\n%s", lineDiff(got.kernel, want.kernel))
-				}
-			})
+	writtenBothWays(t, func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS) {
+		want, got := read(t, byRestore, rs.Family), read(t, byNetlink, rs.Family)
+		if got.save != want.save {
+			t.Errorf("iptables-save differs\n--- netlink\n%s\n--- restore\n%s", got.save, want.save)
 		}
-	}
+		if got.kernel != want.kernel {
+			t.Errorf("kernel dump differs\n%s", lineDiff(got.kernel, want.kernel))
+		}
+	})
 }
 
 func lineDiff(got, want string) string {
