@@ -44,17 +44,7 @@ func TestCacheReadsWhatIsOnDiskNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited := strings.Replace(string(data), `"netnsInode":43`, `"netnsInode":44`, 1)
-	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
+	edited := editInPlace(t, path, fi, `"netnsInode":43`, `"netnsInode":44`)
 	if got := inode(); got != 44 {
 		t.Errorf("after an edit in place: inode %d, want 44", got)
 	}
@@ -186,17 +176,7 @@ func TestCacheSeesASettledRecordChangedInPlace(t *testing.T) {
 	for time.Since(time.Unix(changed.Sec, changed.Nsec)) < 50*time.Millisecond {
 		time.Sleep(5 * time.Millisecond)
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited := strings.Replace(string(data), `"netnsInode":42`, `"netnsInode":24`, 1)
-	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
+	editInPlace(t, path, fi, `"netnsInode":42`, `"netnsInode":24`)
 	if got, err := s.ForPod("uid"); err != nil || len(got) != 1 || got[0].NetnsInode != 24 {
 		t.Errorf("after an edit in place: %+v, %v, want inode 24", got, err)
 	}
@@ -226,4 +206,23 @@ func TestAFIFOIsNoRecord(t *testing.T) {
 			t.Fatal("ForPod is still opening the FIFO")
 		}
 	}
+}
+
+// editInPlace replaces old with new in the file at path, keeping its inode
+// and the modification time it had (fi): an edit only the size or the
+// change time can tell. It returns the edited content.
+func editInPlace(t *testing.T, path string, fi os.FileInfo, old, new string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), old, new, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	return edited
 }

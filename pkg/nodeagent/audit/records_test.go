@@ -141,11 +141,7 @@ func TestNeverProgramsANamespaceRecordedForAnotherPod(t *testing.T) {
 		NetnsInode: h.ns[string(stale.UID)].Inode, Passed: true}); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for range 3 {
-		h.a.fullPass(ctx)
-		h.clock.advance(3 * time.Second)
-	}
+	h.passesPastConfirm()
 	if len(h.net.programmed) != 0 {
 		t.Errorf("programmed the plain pod's namespace for the meshed pod")
 	}
@@ -204,11 +200,7 @@ func TestUnreadableRecordsNoRepair(t *testing.T) {
 				c.edit(p)
 			}
 			h.a.deps.Records = c.records(h.records)
-			ctx := context.Background()
-			for range 3 {
-				h.a.fullPass(ctx)
-				h.clock.advance(3 * time.Second)
-			}
+			h.passesPastConfirm()
 			if len(h.net.programmed) != 0 {
 				t.Errorf("programmed a namespace whose records could not be read")
 			}
@@ -234,11 +226,7 @@ func TestAddressClaimedByTwoPodsIsNotChecked(t *testing.T) {
 	plain.Annotations = nil
 	plain.Status.PodIPs = stale.Status.PodIPs
 	h.pods.pods = append(h.pods.pods, plain)
-	ctx := context.Background()
-	for range 3 {
-		h.a.fullPass(ctx)
-		h.clock.advance(3 * time.Second)
-	}
+	h.passesPastConfirm()
 	if len(h.net.programmed) != 0 {
 		t.Error("programmed a namespace that cannot be proven the pod's")
 	}
