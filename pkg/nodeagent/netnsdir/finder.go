@@ -62,9 +62,6 @@ type Result struct {
 	Stale int
 }
 
-// nsfsMagic is the file system of a bound namespace (NSFS_MAGIC).
-const nsfsMagic = 0x6e736673
-
 // Find maps each pod (UID → its addresses, as the API reports them) to the
 // one namespace in Dir that holds all of them. Pods without addresses are
 // left out. pods should hold every pod on the node that may hold an
@@ -178,7 +175,7 @@ func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool
 	if unix.Fstatfs(fd, &sfs) != nil || unix.Fstat(fd, &st) != nil {
 		return ns, nil, false, false
 	}
-	if sfs.Type != nsfsMagic {
+	if sfs.Type != unix.NSFS_MAGIC { // not a bound namespace
 		mtime := time.Unix(st.Mtim.Unix())
 		return ns, nil, !f.Since.IsZero() && mtime.After(f.Since), false
 	}
