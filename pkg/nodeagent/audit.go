@@ -14,6 +14,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
@@ -37,6 +38,9 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 		backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		log.Info("the node's iptables backend, from the host's rules", "backend", string(backend))
 	}
+	// A state of a pod's rules iptables-save has printed as its model is
+	// read back over netlink after that (one socket, not a process a pod).
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
@@ -45,7 +49,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 	}, audit.Deps{
 		Namespaces: netnsdir.Finder{Dir: cfg.Install.NetnsDir, Since: time.Now()},
 		Network: func(b xtables.Backend) audit.Network {
-			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
+			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b, Confirmed: confirmed}}
 		},
 		Pods:    pods,
 		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},

@@ -300,6 +300,71 @@ func TestCheckDetectsTampering(t *testing.T) {
 	})
 }
 
+// countingSaves runs every command for real and counts iptables-saves.
+type countingSaves struct {
+	xtables.ExecRunner
+	saves atomic.Int32
+}
+
+func (c *countingSaves) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.HasSuffix(name, "-save") {
+		c.saves.Add(1)
+	}
+	return c.ExecRunner.Run(ctx, stdin, name, args...)
+}
+
+// With Confirmed, a check runs iptables-save only for a state it has not
+// seen printed as the model: the second pod in the first pod's state is
+// read over netlink, however its rules were written, and a tampered one is
+// read with iptables-save and its difference found.
+func TestCheckOfAConfirmedState(t *testing.T) {
+	requireRoot(t)
+	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
+	run := &countingSaves{}
+	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT,
+		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint)}}
+	check := func(n ns.NetNS) ([]string, int32) {
+		t.Helper()
+		run.saves.Store(0)
+		d, err := net.Check(ctx, n.Path(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, run.saves.Load()
+	}
+	first, second := newNS(t), newNS(t)
+	for _, n := range []ns.NetNS{first, second} {
+		if err := net.Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, saves := check(first); len(d) > 0 || saves != 2 {
+		t.Fatalf("first pod: %v after %d saves, want no difference after one a family", d, saves)
+	}
+	if d, saves := check(second); len(d) > 0 || saves != 0 {
+		t.Errorf("second pod: %v after %d saves, want no difference after none", d, saves)
+	}
+	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && nfnl.WritesLayoutOf(v) {
+		byNetlink := newNS(t)
+		writer := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT, Netlink: nfnl.Write}}
+		if err := writer.Program(ctx, byNetlink.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		if d, saves := check(byNetlink); len(d) > 0 || saves != 0 {
+			t.Errorf("a pod written over netlink: %v after %d saves, want no difference after none", d, saves)
+		}
+	}
+	ipt(t, second, xtables.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// IPv4 is read with iptables-save; IPv6 is still in a confirmed state.
+	if d, saves := check(second); len(d) != 1 || !strings.Contains(d[0], "missing rule") || saves != 1 {
+		t.Errorf("tampered pod: %v after %d saves, want its missing rule after one", d, saves)
+	}
+}
+
 // failingRestore runs every command for real but reports the restores of
 // one program numbered in fail as failed, as if iptables-restore died after
 // committing. Families are programmed concurrently, hence the lock.

@@ -2,11 +2,8 @@ package nfnl
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +37,7 @@ func Dump(family uint8) (string, error) {
 		}
 		for _, m := range msgs {
 			sb.WriteString(what.name)
-			for _, a := range parseAttrs(m) {
+			for _, a := range parseAttrs(m.attrs) {
 				if what.skip[a.typ] {
 					continue
 				}
@@ -102,41 +99,4 @@ func valueString(v []byte) string {
 		return fmt.Sprintf("%q", t)
 	}
 	return hex.EncodeToString(v)
-}
-
-// dump runs one NLM_F_DUMP request and returns each reply's attributes.
-func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
-	req := frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, 1, family, 0, nil)
-	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
-	}
-	var out [][]byte
-	buf := make([]byte, 1<<16)
-	for {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, os.NewSyscallError("recvfrom(NETLINK_NETFILTER)", err)
-		}
-		nms, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return nil, err
-		}
-		for _, nm := range nms {
-			switch nm.Header.Type {
-			case unix.NLMSG_DONE:
-				return out, nil
-			case unix.NLMSG_ERROR:
-				if errno := errnoOf(nm.Data); errno != 0 {
-					return nil, errno
-				}
-				return out, nil
-			}
-			if len(nm.Data) >= nfgenLen {
-				out = append(out, append([]byte(nil), nm.Data[nfgenLen:]...))
-			}
-		}
-	}
 }

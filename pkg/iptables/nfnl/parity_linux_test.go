@@ -163,6 +163,10 @@ func TestWriteMatchesRestore(t *testing.T) {
 		if got.kernel != want.kernel {
 			t.Errorf("kernel dump differs\n%s", lineDiff(got.kernel, want.kernel))
 		}
+		// So a state confirmed once is known either way it was written.
+		if fingerprint(t, byRestore, rs.Family) != fingerprint(t, byNetlink, rs.Family) {
+			t.Error("fingerprints differ")
+		}
 	})
 }
 
@@ -276,14 +280,23 @@ func TestWrittenRedirectRedirects(t *testing.T) {
 	if err := write(n, &rs); err != nil {
 		t.Fatal(err)
 	}
-	err := n.Do(func(ns.NetNS) error {
-		lo, err := netlink.LinkByName("lo")
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetUp(lo); err != nil {
-			return err
-		}
+	if err := n.Do(func(ns.NetNS) error { return dialThroughRedirect() }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dialThroughRedirect dials an address nothing answers at from the calling
+// thread's namespace, which holds DefaultSpec's IPv4 rules, and fails
+// unless the proxy's port takes the connection.
+func dialThroughRedirect() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return err
+	}
+	if _, err := netlink.LinkByName("eth0"); err != nil {
 		eth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "peer0"}
 		if err := netlink.LinkAdd(eth); err != nil {
 			return err
@@ -297,29 +310,26 @@ func TestWrittenRedirectRedirects(t *testing.T) {
 		if peer, err := netlink.LinkByName("peer0"); err != nil || netlink.LinkSetUp(peer) != nil {
 			return fmt.Errorf("bringing up the veth's peer: %w", err)
 		}
-		proxy, err := net.Listen("tcp4", "127.0.0.1:15001")
-		if err != nil {
-			return err
-		}
-		defer proxy.Close()
-		accepted := make(chan error, 1)
-		go func() {
-			c, err := proxy.Accept()
-			if err == nil {
-				c.Close()
-			}
-			accepted <- err
-		}()
-		c, err := net.DialTimeout("tcp4", "192.0.2.10:8080", 10*time.Second)
-		if err != nil {
-			return fmt.Errorf("dialing 192.0.2.10:8080 (nothing listens there; only the redirect answers): %w", err)
-		}
-		c.Close()
-		return <-accepted
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
+	proxy, err := net.Listen("tcp4", "127.0.0.1:15001")
+	if err != nil {
+		return err
+	}
+	defer proxy.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := proxy.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	c, err := net.DialTimeout("tcp4", "192.0.2.10:8080", 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("dialing 192.0.2.10:8080 (nothing listens there; only the redirect answers): %w", err)
+	}
+	c.Close()
+	return <-accepted
 }
 
 func TestUnsupportedSendsNothing(t *testing.T) {

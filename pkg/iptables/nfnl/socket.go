@@ -38,7 +38,10 @@ func frame(b []byte, typ, flags uint16, seq uint32, family uint8, resID uint16, 
 
 // conn is a NETLINK_NETFILTER socket. It belongs to the network namespace
 // of the thread that opened it, for its whole life.
-type conn struct{ fd int }
+type conn struct {
+	fd  int
+	buf []byte // a dump's receive buffer, made at its first
+}
 
 func dial() (*conn, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
@@ -48,6 +51,10 @@ func dial() (*conn, error) {
 	// Acks carry only the failing message's header, and errors say why.
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	// Only dumps wait for replies; the kernel always answers them, but a
+	// reader on a pod's thread must never hang there.
+	tv := unix.NsecToTimeval(dumpTimeout.Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		_ = unix.Close(fd)
 		return nil, os.NewSyscallError("bind(NETLINK_NETFILTER)", err)

@@ -40,6 +40,9 @@ type Programmer struct {
 	// not be the node's, so it hands anything the batch cannot do back to
 	// the plugin, which runs on the node.
 	NetlinkOnly bool
+	// Confirmed, if set, lets Check skip iptables-save for a family whose
+	// nf_tables state it has seen iptables-save print as the ruleset.
+	Confirmed *Confirmed
 }
 
 // ErrNotWritten: with NetlinkOnly, the batch was refused, not encodable,
@@ -120,12 +123,45 @@ func (p *Programmer) writeFresh(rs *iptables.Ruleset) (bool, error) {
 func (p *Programmer) Check(ctx context.Context, m iptables.Model) ([]string, error) {
 	var diffs []string
 	for _, rs := range m.Rulesets() {
-		observed, err := p.Read(ctx, rs.Family)
+		d, err := p.checkFamily(ctx, rs)
 		if err != nil {
 			return nil, err
 		}
-		for _, d := range iptables.Diff(rs, observed) {
+		for _, d := range d {
 			diffs = append(diffs, rs.Family.String()+": "+d)
+		}
+	}
+	return diffs, nil
+}
+
+// checkFamily is Check for one family: a state Confirmed has seen
+// iptables-save print as the ruleset holds it; any other is read with
+// iptables-save, and confirmed if it is the ruleset and did not change
+// while it was read. A fingerprint that cannot be read costs only the
+// shortcut.
+func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]string, error) {
+	var key string
+	var before nfnl.Fingerprint
+	fingerprinted := false
+	if p.Confirmed != nil {
+		if b, err := p.Backend.ResolveFamily(rs.Family); err == nil && b == NFT {
+			key = confirmKey(p.Backend.CommandsFor(rs.Family).Save, rs)
+			if fp, err := p.Confirmed.read(rs.Family); err == nil {
+				if p.Confirmed.known(key, fp) {
+					return nil, nil
+				}
+				before, fingerprinted = fp, true
+			}
+		}
+	}
+	observed, err := p.Read(ctx, rs.Family)
+	if err != nil {
+		return nil, err
+	}
+	diffs := iptables.Diff(rs, observed)
+	if len(diffs) == 0 && fingerprinted {
+		if after, err := p.Confirmed.read(rs.Family); err == nil && after == before {
+			p.Confirmed.add(key, before)
 		}
 	}
 	return diffs, nil

@@ -1,0 +1,220 @@
+package nfnl
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"hash"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// Fingerprint identifies, as the kernel holds it, everything in one
+// family of a namespace that a check of the rule model reads: our chains
+// with all their rules, and every rule elsewhere that names one of our
+// chains or carries our tag (iptables.RuleTag), each with its chain's and
+// table's attributes. Handles, positions, use counts and counter values
+// are left out. Rules of others, in chains of others, are not part of it.
+//
+// Two states with one fingerprint print alike in any one iptables-save,
+// as far as a check of the model can see: a state iptables-save was once
+// seen to print as the model (pkg/iptables/xtables.Confirmed) need not be
+// printed again. The converse does not hold: one model's rules written by
+// two iptables releases print alike with two fingerprints.
+type Fingerprint [sha256.Size]byte
+
+// readAttempts bounds retries of a fingerprint whose dumps straddled a
+// commit (a busy namespace).
+const readAttempts = 3
+
+// ReadFingerprint takes a family's Fingerprint in the calling thread's
+// network namespace. Its dumps are one state of the namespace: they are
+// taken again if the ruleset's generation moved while they were taken.
+func ReadFingerprint(f iptables.Family) (Fingerprint, error) {
+	c, err := dial()
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	defer c.close()
+	for range readAttempts - 1 {
+		fp, err := c.fingerprint(nfproto(f))
+		if !errors.Is(err, errChanged) {
+			return fp, err
+		}
+	}
+	return c.fingerprint(nfproto(f))
+}
+
+func nfproto(f iptables.Family) uint8 {
+	if f == iptables.IPv6 {
+		return unix.NFPROTO_IPV6
+	}
+	return unix.NFPROTO_IPV4
+}
+
+// fingerprint dumps the family's tables, chains and rules between two
+// reads of the generation, and hashes what of them is ours.
+func (c *conn) fingerprint(family uint8) (Fingerprint, error) {
+	gen, err := c.generation()
+	if err != nil {
+		return Fingerprint{}, err
+	}
+	var dumps [3][]dumped
+	for i, typ := range []uint16{unix.NFT_MSG_GETTABLE, unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
+		if dumps[i], err = c.dump(typ, family); err != nil {
+			return Fingerprint{}, err
+		}
+	}
+	if after, err := c.generation(); err != nil {
+		return Fingerprint{}, err
+	} else if after != gen {
+		return Fingerprint{}, errChanged
+	}
+	return fingerprintOf(dumps[0], dumps[1], dumps[2]), nil
+}
+
+// An object's attributes that name its identity or usage, never hashed.
+var (
+	tableVolatile = map[uint16]bool{unix.NFTA_TABLE_USE: true, nftaTableHandle: true}
+	chainVolatile = map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true, unix.NFTA_CHAIN_COUNTERS: true}
+	ruleVolatile  = map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}
+)
+
+// section is what a fingerprint holds of one chain: the chain, if it is
+// ours or holds a rule of ours, and those rules in order.
+type section struct {
+	table, chain string
+	attrs        []byte // the chain's, without volatile ones; nil: not dumped
+	rules        [][]byte
+}
+
+// fingerprintOf is the pure part of ReadFingerprint: the dumps' replies
+// in, the hash out.
+func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
+	sections := map[[2]string]*section{}
+	get := func(table, chain string) *section {
+		k := [2]string{table, chain}
+		if sections[k] == nil {
+			sections[k] = &section{table: table, chain: chain}
+		}
+		return sections[k]
+	}
+	for _, d := range rules {
+		table, chain, norm := normalize(d.attrs, ruleVolatile, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN)
+		if owned(chain) || mentionsOurs(d.attrs) {
+			s := get(table, chain)
+			s.rules = append(s.rules, norm)
+		}
+	}
+	for _, d := range chains {
+		table, chain, norm := normalize(d.attrs, chainVolatile, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME)
+		if owned(chain) || sections[[2]string{table, chain}] != nil {
+			get(table, chain).attrs = norm
+		}
+	}
+	tableAttrs := map[string][]byte{}
+	for _, d := range tables {
+		table, _, norm := normalize(d.attrs, tableVolatile, unix.NFTA_TABLE_NAME, 0)
+		tableAttrs[table] = norm
+	}
+	ordered := make([]*section, 0, len(sections))
+	for _, s := range sections {
+		ordered = append(ordered, s)
+	}
+	slices.SortFunc(ordered, func(a, b *section) int {
+		return cmp.Or(cmp.Compare(a.table, b.table), cmp.Compare(a.chain, b.chain))
+	})
+	h := sha256.New()
+	lastTable := ""
+	for i, s := range ordered {
+		if i == 0 || s.table != lastTable {
+			lastTable = s.table
+			field(h, 't', []byte(s.table))
+			field(h, 'T', tableAttrs[s.table]) // nil (absent) differs from empty
+		}
+		field(h, 'c', []byte(s.chain))
+		field(h, 'C', s.attrs)
+		for _, r := range s.rules {
+			field(h, 'r', r)
+		}
+	}
+	var fp Fingerprint
+	h.Sum(fp[:0])
+	return fp
+}
+
+// field hashes one length-prefixed value; a nil value hashes apart from
+// an empty one.
+func field(h hash.Hash, kind byte, v []byte) {
+	var hdr [9]byte
+	hdr[0] = kind
+	n := uint64(len(v)) + 1
+	if v == nil {
+		n = 0
+	}
+	binary.BigEndian.PutUint64(hdr[1:], n)
+	h.Write(hdr[:])
+	h.Write(v)
+}
+
+// normalize returns an object's attributes without the volatile ones,
+// its rules' counters without their values, and the names held in the
+// nameA and nameB attributes (0: none).
+func normalize(b []byte, volatile map[uint16]bool, nameA, nameB uint16) (a, bName string, out []byte) {
+	out = []byte{}
+	for _, at := range parseAttrs(b) {
+		switch {
+		case volatile[at.typ]:
+			continue
+		case at.typ == nameA:
+			a = string(trimNul(at.value))
+		case nameB != 0 && at.typ == nameB:
+			bName = string(trimNul(at.value))
+		}
+		v := at.value
+		if nameA == unix.NFTA_RULE_TABLE && at.typ == unix.NFTA_RULE_EXPRESSIONS {
+			v = withoutCounts(v)
+		}
+		out = binary.BigEndian.AppendUint16(out, at.typ)
+		out = binary.BigEndian.AppendUint32(out, uint32(len(v))) // #nosec G115 -- an attribute is under 64 KiB
+		out = append(out, v...)
+	}
+	return a, bName, out
+}
+
+// withoutCounts is a rule's expressions with every counter's values
+// dropped: traffic moves them.
+func withoutCounts(b []byte) []byte {
+	var out []byte
+	for _, elem := range parseAttrs(b) {
+		isCounter := false
+		for _, a := range parseAttrs(elem.value) {
+			if a.typ == unix.NFTA_EXPR_NAME && string(trimNul(a.value)) == "counter" {
+				isCounter = true
+			}
+		}
+		if isCounter {
+			out = append(out, 0, 0, 0, 0) // no other element is empty
+			continue
+		}
+		out = binary.BigEndian.AppendUint32(out, uint32(len(elem.value))) // #nosec G115 -- an attribute is under 64 KiB
+		out = append(out, elem.value...)
+	}
+	return out
+}
+
+func owned(chain string) bool { return strings.HasPrefix(chain, iptables.ChainPrefix) }
+
+// mentionsOurs: a rule whose encoding holds our chain prefix (a jump into
+// one of our chains names it) or our tag (a comment holds it) may be one
+// of ours, which is all a check needs: it holds more than the check reads,
+// never less.
+func mentionsOurs(rule []byte) bool {
+	return bytes.Contains(rule, []byte(iptables.ChainPrefix)) || bytes.Contains(rule, []byte(iptables.RuleTag))
+}
