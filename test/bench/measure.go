@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
@@ -28,7 +29,10 @@ type bench struct {
 	// for the ADD rows that report.
 	agentSocket string
 	uids        map[string]string // bench pod name -> uid
-	n           int
+	// records is the agent's records directory, when the bench runs the
+	// agent: each sample's sandbox is torn down there (tornDown).
+	records string
+	n       int
 }
 
 // sample is one timed run, and the peak RSS of the process in KiB and its
@@ -47,6 +51,8 @@ type sample struct {
 	miss string
 	// rulesBy is what wrote the rules ("netlink", "iptables-restore").
 	rulesBy string
+	// sandbox is the CNI_CONTAINERID the plugin ran with.
+	sandbox string
 }
 
 // The primary CNI's results for an IPv4 and a dual-stack pod.
@@ -77,9 +83,10 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 	// Each sample is a new sandbox, as a runtime's would be: a container
 	// ID ADD has recorded before is a repeated ADD, which reads its rules
 	// back.
+	sandbox := fmt.Sprintf("bench-%d", sandboxes.Add(1))
 	for i, kv := range cmd.Env {
 		if strings.HasPrefix(kv, "CNI_CONTAINERID=") {
-			cmd.Env[i] = fmt.Sprintf("CNI_CONTAINERID=bench-%d", sandboxes.Add(1))
+			cmd.Env[i] = "CNI_CONTAINERID=" + sandbox
 		}
 	}
 	var rssFile string
@@ -103,7 +110,7 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 	if err != nil {
 		return sample{}, fmt.Errorf("%s: %w\n%s%s", command, err, out.Bytes(), errb.Bytes())
 	}
-	s := sample{d: d}
+	s := sample{d: d, sandbox: sandbox}
 	if rss {
 		kib, err := os.ReadFile(rssFile)
 		if err != nil {
@@ -267,9 +274,23 @@ func (b *bench) addWith(backend xtables.Backend, pod string, stdin []byte, check
 			if err == nil && check {
 				err = verify(n, backend, want)
 			}
+			if err == nil && b.records != "" {
+				err = b.tornDown(pod, s.sandbox)
+			}
 			return s, err
 		})
 	}
+}
+
+// tornDown leaves the agent's records as a runtime's teardown of the
+// sample's sandbox would (DEL removes its record; its namespace goes with
+// withNetns). DEL itself is not run: its processes would add to the load
+// the ADDs at once are measured under, which the floor does not bear. Not
+// torn down, every sample would stay one more sandbox of the one bench
+// pod, hundreds by the end, which the agent's audit reads for that pod on
+// every pass, as no node's pod has them.
+func (b *bench) tornDown(pod, sandbox string) error {
+	return applied.Store{Dir: b.records}.Remove(b.uids[pod], sandbox)
 }
 
 // verify makes sure the timed ADD really programmed the rules.
