@@ -199,9 +199,12 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 	for _, ns := range handedOutAbroad(40) {
 		t.Errorf("a thread the scheduler handed out is in %s, not the process's namespace", ns)
 	}
-	for _, a := range abroad(t) {
-		t.Errorf("%s, not the process's namespace", a)
-	}
+	// A panicked thread ends just after its Run has returned (CI saw
+	// one still listed, once): wait for them all to end.
+	poll.Until(t, 10*time.Second, "the panicked threads ending", func() (bool, string) {
+		left := abroad(t)
+		return len(left) == 0, fmt.Sprint(left)
+	})
 }
 
 // Threads that panicked abroad are never handed out again, with nothing
