@@ -40,7 +40,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 	}
 	// A state of a pod's rules iptables-save has printed as its model is
 	// read back over netlink after that (one socket, not a process a pod).
-	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,

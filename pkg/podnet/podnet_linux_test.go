@@ -322,7 +322,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
 	run := &countingSaves{}
 	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT,
-		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint)}}
+		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)}}
 	check := func(n ns.NetNS) ([]string, int32) {
 		t.Helper()
 		run.saves.Store(0)
@@ -362,6 +362,56 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	// IPv4 is read with iptables-save; IPv6 is still in a confirmed state.
 	if d, saves := check(second); len(d) != 1 || !strings.Contains(d[0], "missing rule") || saves != 1 {
 		t.Errorf("tampered pod: %v after %d saves, want its missing rule after one", d, saves)
+	}
+}
+
+// hidingSaves runs every command for real, but hides one rule of ours
+// from each iptables-save: it deletes the rule just before and puts it back
+// just after, as a writer racing the audit could.
+type hidingSaves struct{ xtables.ExecRunner }
+
+func (h hidingSaves) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if !strings.HasSuffix(name, "-save") {
+		return h.ExecRunner.Run(ctx, stdin, name, args...)
+	}
+	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-nft", "-t", "nat", "-D", iptables.ChainOutput, "1"); err != nil {
+		return nil, err
+	}
+	out, err := h.ExecRunner.Run(ctx, stdin, name, args...)
+	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-nft", "-t", "nat", "-I", iptables.ChainOutput, "1", "-j", "RETURN"); err != nil {
+		return nil, err
+	}
+	return out, err
+}
+
+// A state changed and changed back while iptables-save read it is not
+// confirmed, though its fingerprint is the same before and after: another
+// pod in that state is read with iptables-save, and its bypass found.
+func TestCheckConfirmsNoStateChangedDuringTheRead(t *testing.T) {
+	requireRoot(t)
+	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, false)
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)
+	bypassed := func() ns.NetNS {
+		n := newNS(t)
+		if err := netnsFor(xtables.NFT, nil).Program(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		ipt(t, n, xtables.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+			if err := i.Insert("nat", iptables.ChainOutput, 1, "-j", "RETURN"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return n
+	}
+	racing := &Network{Programmer: &xtables.Programmer{Runner: hidingSaves{}, Backend: xtables.NFT, Confirmed: confirmed}}
+	if d, err := racing.Check(ctx, bypassed().Path(), m); err != nil || len(d) > 0 {
+		t.Fatalf("the racing check: %v %v; want no difference (the rule was hidden)", d, err)
+	}
+	run := &countingSaves{}
+	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT, Confirmed: confirmed}}
+	d, err := checker.Check(ctx, bypassed().Path(), m)
+	if err != nil || len(d) == 0 || !strings.Contains(d[0], `rule 1 is "-j RETURN"`) || run.saves.Load() != 1 {
+		t.Errorf("a pod in the raced state: %v %v after %d saves; want its RETURN first, read with iptables-save", d, err, run.saves.Load())
 	}
 }
 

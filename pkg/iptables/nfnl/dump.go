@@ -56,6 +56,12 @@ func (c *conn) request(typ uint16, family uint8, flags uint16) ([]dumped, error)
 			interrupted = interrupted || nm.Header.Flags&unix.NLM_F_DUMP_INTR != 0
 			switch nm.Header.Type {
 			case unix.NLMSG_DONE:
+				// A dump that failed part-way says so here.
+				if len(nm.Data) >= 4 {
+					if errno := errnoOf(nm.Data); errno != 0 {
+						return nil, errno
+					}
+				}
 				if interrupted {
 					return nil, errChanged
 				}

@@ -16,11 +16,12 @@ import (
 )
 
 // Fingerprint identifies, as the kernel holds it, everything in one
-// family of a namespace that a check of the rule model reads: our chains
-// with all their rules, and every rule elsewhere that names one of our
-// chains or carries our tag (iptables.RuleTag), each with its chain's and
-// table's attributes. Handles, positions, use counts and counter values
-// are left out. Rules of others, in chains of others, are not part of it.
+// family of a namespace that a check of the rule model reads: every table
+// that holds one of our chains, or a rule elsewhere that names one or
+// carries our tag (iptables.RuleTag), with all its chains and rules, ours
+// and others' (iptables-save prints a table only if all of it is what
+// iptables writes). Handles, positions, use counts and counter values are
+// left out; tables that hold nothing of ours are not part of it.
 //
 // Two states with one fingerprint print alike in any one iptables-save,
 // as far as a check of the model can see: a state iptables-save was once
@@ -34,21 +35,34 @@ type Fingerprint [sha256.Size]byte
 const readAttempts = 3
 
 // ReadFingerprint takes a family's Fingerprint in the calling thread's
-// network namespace. Its dumps are one state of the namespace: they are
-// taken again if the ruleset's generation moved while they were taken.
-func ReadFingerprint(f iptables.Family) (Fingerprint, error) {
+// network namespace, and the ruleset generation it is of. Its dumps are
+// one state of the namespace: they are taken again if the generation moved
+// while they were taken.
+func ReadFingerprint(f iptables.Family) (Fingerprint, uint32, error) {
 	c, err := dial()
 	if err != nil {
-		return Fingerprint{}, err
+		return Fingerprint{}, 0, err
 	}
 	defer c.close()
 	for range readAttempts - 1 {
-		fp, err := c.fingerprint(nfproto(f))
+		fp, gen, err := c.fingerprint(nfproto(f))
 		if !errors.Is(err, errChanged) {
-			return fp, err
+			return fp, gen, err
 		}
 	}
 	return c.fingerprint(nfproto(f))
+}
+
+// Generation reads the calling thread's namespace's ruleset generation,
+// which every committed transaction advances: a state read at one
+// generation is still there while it is the same.
+func Generation() (uint32, error) {
+	c, err := dial()
+	if err != nil {
+		return 0, err
+	}
+	defer c.close()
+	return c.generation()
 }
 
 func nfproto(f iptables.Family) uint8 {
@@ -60,23 +74,23 @@ func nfproto(f iptables.Family) uint8 {
 
 // fingerprint dumps the family's tables, chains and rules between two
 // reads of the generation, and hashes what of them is ours.
-func (c *conn) fingerprint(family uint8) (Fingerprint, error) {
+func (c *conn) fingerprint(family uint8) (Fingerprint, uint32, error) {
 	gen, err := c.generation()
 	if err != nil {
-		return Fingerprint{}, err
+		return Fingerprint{}, 0, err
 	}
 	var dumps [3][]dumped
 	for i, typ := range []uint16{unix.NFT_MSG_GETTABLE, unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
 		if dumps[i], err = c.dump(typ, family); err != nil {
-			return Fingerprint{}, err
+			return Fingerprint{}, 0, err
 		}
 	}
 	if after, err := c.generation(); err != nil {
-		return Fingerprint{}, err
+		return Fingerprint{}, 0, err
 	} else if after != gen {
-		return Fingerprint{}, errChanged
+		return Fingerprint{}, 0, errChanged
 	}
-	return fingerprintOf(dumps[0], dumps[1], dumps[2]), nil
+	return fingerprintOf(dumps[0], dumps[1], dumps[2]), gen, nil
 }
 
 // An object's attributes that name its identity or usage, never hashed.
@@ -86,8 +100,8 @@ var (
 	ruleVolatile  = map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}
 )
 
-// section is what a fingerprint holds of one chain: the chain, if it is
-// ours or holds a rule of ours, and those rules in order.
+// section is what a fingerprint holds of one chain: its attributes and
+// its rules in order.
 type section struct {
 	table, chain string
 	attrs        []byte // the chain's, without volatile ones; nil: not dumped
@@ -97,6 +111,27 @@ type section struct {
 // fingerprintOf is the pure part of ReadFingerprint: the dumps' replies
 // in, the hash out.
 func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
+	type normalized struct {
+		table, chain string
+		attrs        []byte
+	}
+	ruleList := make([]normalized, 0, len(rules))
+	ours := map[string]bool{} // tables holding anything of ours
+	for _, d := range rules {
+		table, chain, norm := normalize(d.attrs, ruleVolatile, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN)
+		ruleList = append(ruleList, normalized{table, chain, norm})
+		if owned(chain) || mentionsOurs(d.attrs) {
+			ours[table] = true
+		}
+	}
+	chainList := make([]normalized, 0, len(chains))
+	for _, d := range chains {
+		table, chain, norm := normalize(d.attrs, chainVolatile, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME)
+		chainList = append(chainList, normalized{table, chain, norm})
+		if owned(chain) {
+			ours[table] = true
+		}
+	}
 	sections := map[[2]string]*section{}
 	get := func(table, chain string) *section {
 		k := [2]string{table, chain}
@@ -105,17 +140,15 @@ func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
 		}
 		return sections[k]
 	}
-	for _, d := range rules {
-		table, chain, norm := normalize(d.attrs, ruleVolatile, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN)
-		if owned(chain) || mentionsOurs(d.attrs) {
-			s := get(table, chain)
-			s.rules = append(s.rules, norm)
+	for _, r := range ruleList {
+		if ours[r.table] {
+			s := get(r.table, r.chain)
+			s.rules = append(s.rules, r.attrs)
 		}
 	}
-	for _, d := range chains {
-		table, chain, norm := normalize(d.attrs, chainVolatile, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME)
-		if owned(chain) || sections[[2]string{table, chain}] != nil {
-			get(table, chain).attrs = norm
+	for _, c := range chainList {
+		if ours[c.table] {
+			get(c.table, c.chain).attrs = c.attrs
 		}
 	}
 	tableAttrs := map[string][]byte{}
@@ -213,8 +246,8 @@ func owned(chain string) bool { return strings.HasPrefix(chain, iptables.ChainPr
 
 // mentionsOurs: a rule whose encoding holds our chain prefix (a jump into
 // one of our chains names it) or our tag (a comment holds it) may be one
-// of ours, which is all a check needs: it holds more than the check reads,
-// never less.
+// of ours, which is all a check needs: its table is then in the
+// fingerprint, whole.
 func mentionsOurs(rule []byte) bool {
 	return bytes.Contains(rule, []byte(iptables.ChainPrefix)) || bytes.Contains(rule, []byte(iptables.RuleTag))
 }

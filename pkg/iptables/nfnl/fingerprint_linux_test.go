@@ -16,7 +16,7 @@ func fingerprint(t *testing.T, n ns.NetNS, f iptables.Family) nfnl.Fingerprint {
 	t.Helper()
 	var fp nfnl.Fingerprint
 	if err := n.Do(func(ns.NetNS) (err error) {
-		fp, err = nfnl.ReadFingerprint(f)
+		fp, _, err = nfnl.ReadFingerprint(f)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -56,9 +56,12 @@ func saveWithCounters(t *testing.T, n ns.NetNS) string {
 func TestFingerprintChangesWithWhatACheckReads(t *testing.T) {
 	v4 := iptables.IPv4
 	for name, mutate := range map[string][]string{
-		"a rule of our chain removed":         {"-t", "nat", "-D", "ISTIO_INBOUND", "1"},
-		"a rule appended to our chain":        {"-t", "nat", "-A", "ISTIO_OUTPUT", "-j", "RETURN"},
-		"our jump removed from a base chain":  {"-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"},
+		"a rule of our chain removed":        {"-t", "nat", "-D", "ISTIO_INBOUND", "1"},
+		"a rule appended to our chain":       {"-t", "nat", "-A", "ISTIO_OUTPUT", "-j", "RETURN"},
+		"our jump removed from a base chain": {"-t", "nat", "-D", "PREROUTING", "-p", "tcp", "-j", "ISTIO_INBOUND"},
+		// iptables-save prints a table only if all of it is iptables'.
+		"another's rule in a table of ours":   {"-t", "nat", "-I", "PREROUTING", "-p", "udp", "--dport", "53", "-j", "ACCEPT"},
+		"another's chain in a table of ours":  {"-t", "nat", "-N", "CNI-HOSTPORT-DNAT"},
 		"a second jump into our chain":        {"-t", "nat", "-I", "OUTPUT", "-p", "udp", "-j", "ISTIO_OUTPUT"},
 		"a tagged rule in a base chain":       {"-t", "nat", "-A", "PREROUTING", "-i", "eth9", "-m", "comment", "--comment", iptables.RuleTag, "-j", "RETURN"},
 		"a chain of ours in another table":    {"-t", "mangle", "-N", "ISTIO_DIVERT"},
@@ -94,17 +97,17 @@ func TestFingerprintIgnoresOthersAndCounters(t *testing.T) {
 	if saveWithCounters(t, n) == counted {
 		t.Fatal("the dial moved no counter: the test proves nothing")
 	}
-	// Others' rules and chains, in our tables and theirs; the other family.
-	ipt(t, n, v4, "-t", "nat", "-I", "PREROUTING", "-p", "udp", "--dport", "53", "-j", "ACCEPT")
-	ipt(t, n, v4, "-t", "nat", "-N", "CNI-HOSTPORT-DNAT")
-	ipt(t, n, v4, "-t", "nat", "-A", "CNI-HOSTPORT-DNAT", "-p", "tcp", "--dport", "8080", "-j", "RETURN")
-	ipt(t, n, v4, "-t", "nat", "-A", "OUTPUT", "-j", "CNI-HOSTPORT-DNAT")
+	// Others' rules and chains in tables holding nothing of ours; the
+	// other family.
+	ipt(t, n, v4, "-t", "filter", "-N", "CNI-FORWARD")
+	ipt(t, n, v4, "-t", "filter", "-A", "CNI-FORWARD", "-p", "tcp", "--dport", "8080", "-j", "RETURN")
 	ipt(t, n, v4, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
+	ipt(t, n, v4, "-t", "mangle", "-A", "OUTPUT", "-j", "MARK", "--set-mark", "7")
 	v6 := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
 	restore(t, n, &v6)
 
 	if fingerprint(t, n, v4) != before {
-		t.Error("counters, others' rules or the other family changed the fingerprint")
+		t.Error("counters, others' tables or the other family changed the fingerprint")
 	}
 }
 
@@ -140,7 +143,7 @@ func BenchmarkReadFingerprint(b *testing.B) {
 		b.Fatal(err)
 	}
 	for name, read := range map[string]func() error{
-		"fingerprint": func() error { _, err := nfnl.ReadFingerprint(iptables.IPv4); return err },
+		"fingerprint": func() error { _, _, err := nfnl.ReadFingerprint(iptables.IPv4); return err },
 		"iptables-save": func() error {
 			_, err := xtables.ExecRunner{}.Run(b.Context(), nil, "iptables-nft-save")
 			return err

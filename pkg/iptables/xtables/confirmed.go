@@ -16,13 +16,16 @@ import (
 // models and one writer's layout.
 //
 // A state is confirmed only by iptables-save itself, with the namespace
-// unchanged across the read (the same fingerprint before and after), so
-// nothing is taken on trust from the writer: a netlink write whose
+// unchanged across the read (no commit at all: the ruleset's generation
+// is the same after it as when the fingerprint was taken; an equal
+// fingerprint after would not do, as a change and its undo during the
+// read would leave it), so nothing is taken on trust from the writer: a netlink write whose
 // encoding iptables-save would print as other rules is never confirmed.
 // It holds for nf_tables backends only; legacy tables have no
 // fingerprint.
 type Confirmed struct {
-	read func(iptables.Family) (nfnl.Fingerprint, error)
+	read       func(iptables.Family) (nfnl.Fingerprint, uint32, error)
+	generation func() (uint32, error)
 
 	mu     sync.Mutex
 	states map[string]map[nfnl.Fingerprint]bool // by confirmKey
@@ -35,10 +38,11 @@ const (
 	maxStatesPerModel  = 4
 )
 
-// NewConfirmed returns an empty memory whose fingerprints come from read
-// (nfnl.ReadFingerprint, or a test's).
-func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, error)) *Confirmed {
-	return &Confirmed{read: read, states: map[string]map[nfnl.Fingerprint]bool{}}
+// NewConfirmed returns an empty memory whose fingerprints and generations
+// come from read and generation (nfnl.ReadFingerprint and nfnl.Generation,
+// or a test's).
+func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, uint32, error), generation func() (uint32, error)) *Confirmed {
+	return &Confirmed{read: read, generation: generation, states: map[string]map[nfnl.Fingerprint]bool{}}
 }
 
 func (c *Confirmed) known(key string, fp nfnl.Fingerprint) bool {

@@ -9,25 +9,38 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
-// fingerprints answers Confirmed's reads from a scripted list (the last
-// repeats) and counts them.
+// fingerprints answers Confirmed's reads from scripted lists (the last of
+// each repeats) and counts them. A fingerprint's read and a generation's
+// each take the next generation.
 type fingerprints struct {
 	next  []nfnl.Fingerprint
+	gens  []uint32
 	err   error
 	reads int
 }
 
-func (f *fingerprints) read(iptables.Family) (nfnl.Fingerprint, error) {
+func next[T any](l *[]T) T {
+	var v T
+	if len(*l) > 0 {
+		v = (*l)[0]
+	}
+	if len(*l) > 1 {
+		*l = (*l)[1:]
+	}
+	return v
+}
+
+func (f *fingerprints) read(iptables.Family) (nfnl.Fingerprint, uint32, error) {
 	f.reads++
 	if f.err != nil {
-		return nfnl.Fingerprint{}, f.err
+		return nfnl.Fingerprint{}, 0, f.err
 	}
-	fp := f.next[0]
-	if len(f.next) > 1 {
-		f.next = f.next[1:]
-	}
-	return fp, nil
+	return next(&f.next), next(&f.gens), nil
 }
+
+func (f *fingerprints) generation() (uint32, error) { return next(&f.gens), f.err }
+
+func (f *fingerprints) confirmed() *Confirmed { return NewConfirmed(f.read, f.generation) }
 
 func fp(b byte) nfnl.Fingerprint { return nfnl.Fingerprint{b} }
 
@@ -55,7 +68,7 @@ func TestCheckReadsAConfirmedStateOverNetlinkOnly(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	prints := &fingerprints{next: []nfnl.Fingerprint{fp(1)}}
-	p := &Programmer{Runner: f, Backend: NFT, Confirmed: NewConfirmed(prints.read)}
+	p := &Programmer{Runner: f, Backend: NFT, Confirmed: prints.confirmed()}
 
 	if d := check(t, p, rs); len(d) > 0 || saves(f) != 1 {
 		t.Fatalf("first check: diffs %v after %d saves, want none after 1", d, saves(f))
@@ -89,16 +102,19 @@ func TestCheckConfirmsOnlyWhatIptablesSavePrintsAsTheModel(t *testing.T) {
 	for name, tc := range map[string]struct {
 		saved  string
 		prints []nfnl.Fingerprint
+		gens   []uint32
 		err    error
 	}{
-		"a state that differs":       {saved: "*nat\nCOMMIT\n", prints: []nfnl.Fingerprint{fp(1)}},
-		"a state changed in reading": {saved: saveOf(&rs), prints: []nfnl.Fingerprint{fp(1), fp(2), fp(1)}},
-		"no fingerprint":             {saved: saveOf(&rs), err: errors.New("no socket")},
+		"a state that differs": {saved: "*nat\nCOMMIT\n", prints: []nfnl.Fingerprint{fp(1)}},
+		// A commit between the fingerprint and the read's end, even one
+		// that put the state back (same fingerprint), confirms nothing.
+		"a commit during the read": {saved: saveOf(&rs), prints: []nfnl.Fingerprint{fp(1)}, gens: []uint32{1, 2}},
+		"no fingerprint":           {saved: saveOf(&rs), err: errors.New("no socket")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeRunner{saves: []string{tc.saved}}
-			prints := &fingerprints{next: tc.prints, err: tc.err}
-			p := &Programmer{Runner: f, Backend: NFT, Confirmed: NewConfirmed(prints.read)}
+			prints := &fingerprints{next: tc.prints, gens: tc.gens, err: tc.err}
+			p := &Programmer{Runner: f, Backend: NFT, Confirmed: prints.confirmed()}
 			first := check(t, p, rs)
 			if second := check(t, p, rs); len(second) != len(first) {
 				t.Errorf("second check: %v, first: %v", second, first)
@@ -114,7 +130,7 @@ func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	prints := &fingerprints{next: []nfnl.Fingerprint{fp(1)}}
-	p := &Programmer{Runner: f, Backend: Legacy, Confirmed: NewConfirmed(prints.read)}
+	p := &Programmer{Runner: f, Backend: Legacy, Confirmed: prints.confirmed()}
 	check(t, p, rs)
 	check(t, p, rs)
 	if saves(f) != 2 || prints.reads != 0 {
@@ -123,7 +139,7 @@ func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
 }
 
 func TestConfirmedIsBounded(t *testing.T) {
-	c := NewConfirmed(nil)
+	c := NewConfirmed(nil, nil)
 	for i := range maxConfirmedModels + 1 {
 		c.add(string(rune(i)), fp(1))
 	}

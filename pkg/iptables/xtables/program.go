@@ -136,21 +136,23 @@ func (p *Programmer) Check(ctx context.Context, m iptables.Model) ([]string, err
 
 // checkFamily is Check for one family: a state Confirmed has seen
 // iptables-save print as the ruleset holds it; any other is read with
-// iptables-save, and confirmed if it is the ruleset and did not change
-// while it was read. A fingerprint that cannot be read costs only the
+// iptables-save, and confirmed if it is the ruleset and nothing was
+// committed in the namespace from the fingerprint to the read's end. A fingerprint that cannot be read costs only the
 // shortcut.
 func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]string, error) {
 	var key string
-	var before nfnl.Fingerprint
+	var fp nfnl.Fingerprint
+	var gen uint32
 	fingerprinted := false
 	if p.Confirmed != nil {
 		if b, err := p.Backend.ResolveFamily(rs.Family); err == nil && b == NFT {
 			key = confirmKey(p.Backend.CommandsFor(rs.Family).Save, rs)
-			if fp, err := p.Confirmed.read(rs.Family); err == nil {
+			var err error
+			if fp, gen, err = p.Confirmed.read(rs.Family); err == nil {
 				if p.Confirmed.known(key, fp) {
 					return nil, nil
 				}
-				before, fingerprinted = fp, true
+				fingerprinted = true
 			}
 		}
 	}
@@ -160,8 +162,8 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	}
 	diffs := iptables.Diff(rs, observed)
 	if len(diffs) == 0 && fingerprinted {
-		if after, err := p.Confirmed.read(rs.Family); err == nil && after == before {
-			p.Confirmed.add(key, before)
+		if after, err := p.Confirmed.generation(); err == nil && after == gen {
+			p.Confirmed.add(key, fp)
 		}
 	}
 	return diffs, nil
