@@ -46,10 +46,15 @@ type NSFile struct {
 type Finder struct {
 	Dir string
 	// Since is when the agent started: a file in Dir that is not a
-	// namespace and is newer means the agent's view of Dir no longer
-	// receives the host's mounts (Stale).
+	// namespace, is newer and was not bound within bindGrace means the
+	// agent's view of Dir no longer receives the host's mounts (Stale).
 	Since time.Time
 }
+
+// bindGrace is how long a new file may stay unbound before it means a
+// stale view: a runtime creates a namespace's file and binds the namespace
+// to it just after, and a scan can fall between.
+const bindGrace = 10 * time.Second
 
 // Result is what one scan found.
 type Result struct {
@@ -177,7 +182,7 @@ func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool
 	}
 	if sfs.Type != unix.NSFS_MAGIC { // not a bound namespace
 		mtime := time.Unix(st.Mtim.Unix())
-		return ns, nil, !f.Since.IsZero() && mtime.After(f.Since), false
+		return ns, nil, !f.Since.IsZero() && mtime.After(f.Since) && time.Since(mtime) > bindGrace, false
 	}
 	if unix.Setns(fd, unix.CLONE_NEWNET) != nil {
 		return ns, nil, false, false
