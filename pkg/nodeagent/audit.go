@@ -40,14 +40,14 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 	}
 	// A state of a pod's rules iptables-save has printed as its model is
 	// read back over netlink after that (one socket, not a process a pod).
-	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
 		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
 		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
-		Namespaces: netnsdir.Finder{Dir: cfg.Install.NetnsDir, Since: time.Now()},
+		Namespaces: netnsdir.NewFinder(cfg.Install.NetnsDir, time.Now()),
 		Network: func(b xtables.Backend) audit.Network {
 			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b, Confirmed: confirmed}}
 		},

@@ -322,7 +322,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
 	run := &countingSaves{}
 	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT,
-		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)}}
+		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint)}}
 	check := func(n ns.NetNS) ([]string, int32) {
 		t.Helper()
 		run.saves.Store(0)
@@ -390,7 +390,7 @@ func (h hidingSaves) Run(ctx context.Context, stdin []byte, name string, args ..
 func TestCheckConfirmsNoStateChangedDuringTheRead(t *testing.T) {
 	requireRoot(t)
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, false)
-	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, nfnl.Generation)
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
 	bypassed := func() ns.NetNS {
 		n := newNS(t)
 		if err := netnsFor(xtables.NFT, nil).Program(ctx, n.Path(), m); err != nil {

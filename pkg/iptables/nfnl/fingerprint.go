@@ -53,18 +53,6 @@ func ReadFingerprint(f iptables.Family) (Fingerprint, uint32, error) {
 	return c.fingerprint(nfproto(f))
 }
 
-// Generation reads the calling thread's namespace's ruleset generation,
-// which every committed transaction advances: a state read at one
-// generation is still there while it is the same.
-func Generation() (uint32, error) {
-	c, err := dial()
-	if err != nil {
-		return 0, err
-	}
-	defer c.close()
-	return c.generation()
-}
-
 func nfproto(f iptables.Family) uint8 {
 	if f == iptables.IPv6 {
 		return unix.NFPROTO_IPV6

@@ -16,16 +16,15 @@ import (
 // models and one writer's layout.
 //
 // A state is confirmed only by iptables-save itself, with the namespace
-// unchanged across the read (no commit at all: the ruleset's generation
-// is the same after it as when the fingerprint was taken; an equal
-// fingerprint after would not do, as a change and its undo during the
-// read would leave it), so nothing is taken on trust from the writer: a netlink write whose
-// encoding iptables-save would print as other rules is never confirmed.
-// It holds for nf_tables backends only; legacy tables have no
-// fingerprint.
+// unchanged across the read: the same ruleset generation after it (every
+// commit advances it, so a change undone during the read shows) and the
+// same fingerprint (a table flagged as owned by a socket goes when the
+// socket closes, with no commit). So nothing is taken on trust from the
+// writer: a netlink write whose encoding iptables-save would print as
+// other rules is never confirmed. It holds for nf_tables backends only;
+// legacy tables have no fingerprint.
 type Confirmed struct {
-	read       func(iptables.Family) (nfnl.Fingerprint, uint32, error)
-	generation func() (uint32, error)
+	read func(iptables.Family) (nfnl.Fingerprint, uint32, error)
 
 	mu     sync.Mutex
 	states map[string]map[nfnl.Fingerprint]bool // by confirmKey
@@ -38,11 +37,14 @@ const (
 	maxStatesPerModel  = 4
 )
 
-// NewConfirmed returns an empty memory whose fingerprints and generations
-// come from read and generation (nfnl.ReadFingerprint and nfnl.Generation,
-// or a test's).
-func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, uint32, error), generation func() (uint32, error)) *Confirmed {
-	return &Confirmed{read: read, generation: generation, states: map[string]map[nfnl.Fingerprint]bool{}}
+// NewConfirmed returns an empty memory whose fingerprints, with the
+// generation each is of, come from read (nfnl.ReadFingerprint, or a
+// test's).
+func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, uint32, error)) *Confirmed {
+	if read == nil {
+		panic("xtables.NewConfirmed: nil read")
+	}
+	return &Confirmed{read: read, states: map[string]map[nfnl.Fingerprint]bool{}}
 }
 
 func (c *Confirmed) known(key string, fp nfnl.Fingerprint) bool {

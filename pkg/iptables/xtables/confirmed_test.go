@@ -9,9 +9,9 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 )
 
-// fingerprints answers Confirmed's reads from scripted lists (the last of
-// each repeats) and counts them. A fingerprint's read and a generation's
-// each take the next generation.
+// fingerprints answers Confirmed's reads from scripted lists of
+// fingerprints and their generations (the last of each repeats), and
+// counts them.
 type fingerprints struct {
 	next  []nfnl.Fingerprint
 	gens  []uint32
@@ -38,9 +38,7 @@ func (f *fingerprints) read(iptables.Family) (nfnl.Fingerprint, uint32, error) {
 	return next(&f.next), next(&f.gens), nil
 }
 
-func (f *fingerprints) generation() (uint32, error) { return next(&f.gens), f.err }
-
-func (f *fingerprints) confirmed() *Confirmed { return NewConfirmed(f.read, f.generation) }
+func (f *fingerprints) confirmed() *Confirmed { return NewConfirmed(f.read) }
 
 func fp(b byte) nfnl.Fingerprint { return nfnl.Fingerprint{b} }
 
@@ -109,7 +107,9 @@ func TestCheckConfirmsOnlyWhatIptablesSavePrintsAsTheModel(t *testing.T) {
 		// A commit between the fingerprint and the read's end, even one
 		// that put the state back (same fingerprint), confirms nothing.
 		"a commit during the read": {saved: saveOf(&rs), prints: []nfnl.Fingerprint{fp(1)}, gens: []uint32{1, 2}},
-		"no fingerprint":           {saved: saveOf(&rs), err: errors.New("no socket")},
+		// A table owned by a socket goes when it closes: no commit.
+		"a change without a commit": {saved: saveOf(&rs), prints: []nfnl.Fingerprint{fp(1), fp(2), fp(1)}},
+		"no fingerprint":            {saved: saveOf(&rs), err: errors.New("no socket")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeRunner{saves: []string{tc.saved}}
@@ -139,7 +139,7 @@ func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
 }
 
 func TestConfirmedIsBounded(t *testing.T) {
-	c := NewConfirmed(nil, nil)
+	c := NewConfirmed((&fingerprints{}).read)
 	for i := range maxConfirmedModels + 1 {
 		c.add(string(rune(i)), fp(1))
 	}

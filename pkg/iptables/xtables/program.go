@@ -136,8 +136,8 @@ func (p *Programmer) Check(ctx context.Context, m iptables.Model) ([]string, err
 
 // checkFamily is Check for one family: a state Confirmed has seen
 // iptables-save print as the ruleset holds it; any other is read with
-// iptables-save, and confirmed if it is the ruleset and nothing was
-// committed in the namespace from the fingerprint to the read's end. A fingerprint that cannot be read costs only the
+// iptables-save, and confirmed if it is the ruleset and the namespace did
+// not change from the fingerprint to the read's end. A fingerprint that cannot be read costs only the
 // shortcut.
 func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]string, error) {
 	var key string
@@ -162,7 +162,9 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	}
 	diffs := iptables.Diff(rs, observed)
 	if len(diffs) == 0 && fingerprinted {
-		if after, err := p.Confirmed.generation(); err == nil && after == gen {
+		// Unchanged across the read: no commit (a change undone is two),
+		// and no table gone with its owner's socket (not a commit).
+		if fpAfter, genAfter, err := p.Confirmed.read(rs.Family); err == nil && genAfter == gen && fpAfter == fp {
 			p.Confirmed.add(key, fp)
 		}
 	}

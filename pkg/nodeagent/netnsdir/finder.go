@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,9 +47,49 @@ type NSFile struct {
 type Finder struct {
 	Dir string
 	// Since is when the agent started: a file in Dir that is not a
-	// namespace, is newer and was not bound within bindGrace means the
-	// agent's view of Dir no longer receives the host's mounts (Stale).
+	// namespace, is newer, was not bound within bindGrace and is still
+	// unbound at the next scan means the agent's view of Dir no longer
+	// receives the host's mounts (Stale).
 	Since time.Time
+	// unbound are the files the last scan found so (NewFinder); nil: a
+	// file counts at its first scan.
+	unbound *unboundFiles
+}
+
+// NewFinder returns a Finder that remembers, from one scan to the next,
+// the files it found unbound: a runtime tearing a sandbox down unbinds its
+// namespace and then removes the file, and a scan can fall between.
+func NewFinder(dir string, since time.Time) Finder {
+	return Finder{Dir: dir, Since: since, unbound: &unboundFiles{}}
+}
+
+type unboundFiles struct {
+	mu   sync.Mutex
+	last map[string]fileKey // by path
+}
+
+// fileKey tells one file from another made at the same path since.
+type fileKey struct {
+	ino   uint64
+	mtime time.Time
+}
+
+// stale counts the files found unbound now that the last scan found
+// unbound too, and remembers now's.
+func (u *unboundFiles) stale(now map[string]fileKey) int {
+	if u == nil {
+		return len(now)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for path, k := range now {
+		if u.last[path] == k {
+			n++
+		}
+	}
+	u.last = now
+	return n
 }
 
 // bindGrace is how long a new file may stay unbound before it means a
@@ -82,6 +123,7 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
 	}
 	owners := map[netip.Addr][]NSFile{}
+	unbound := map[string]fileKey{}
 	// One thread moves from namespace to namespace: one setns and one
 	// socket a file (a netlink handle made at each namespace switched six
 	// times and opened three sockets).
@@ -90,9 +132,10 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 			if e.IsDir() {
 				continue
 			}
-			ns, addrs, stale, ok := f.read(filepath.Join(f.Dir, e.Name()))
-			if stale {
-				res.Stale++
+			path := filepath.Join(f.Dir, e.Name())
+			ns, addrs, key, ok := f.read(path)
+			if key != nil {
+				unbound[path] = *key
 			}
 			if !ok {
 				continue
@@ -106,6 +149,7 @@ func (f Finder) Find(pods map[string][]netip.Addr) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("reading %s: %w", f.Dir, err)
 	}
+	res.Stale = f.unbound.stale(unbound)
 	res.Ambiguous = ClaimedTwice(pods)
 	for uid, ips := range pods {
 		if _, ok := res.Ambiguous[uid]; ok || len(ips) == 0 {
@@ -167,41 +211,45 @@ func matchAll(ips []netip.Addr, owners map[netip.Addr][]NSFile) (*NSFile, bool) 
 
 // read opens one file: a namespace's inode and the addresses on its
 // interfaces, or ok=false for anything else (a file whose namespace is
-// gone, or one this view does not see bound: stale). It leaves the calling
-// thread in that namespace (nsthread.Run brings it home).
-func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, stale, ok bool) {
+// gone, or one this view does not see bound: unbound says which file, if
+// it may mean a stale view). It leaves the calling thread in that
+// namespace (nsthread.Run brings it home).
+func (f Finder) read(path string) (ns NSFile, addrs []netip.Addr, unbound *fileKey, ok bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return ns, nil, false, false
+		return ns, nil, nil, false
 	}
 	defer func() { _ = unix.Close(fd) }()
 	var sfs unix.Statfs_t
 	var st unix.Stat_t
 	if unix.Fstatfs(fd, &sfs) != nil || unix.Fstat(fd, &st) != nil {
-		return ns, nil, false, false
+		return ns, nil, nil, false
 	}
 	if sfs.Type != unix.NSFS_MAGIC { // not a bound namespace
 		mtime := time.Unix(st.Mtim.Unix())
-		return ns, nil, !f.Since.IsZero() && mtime.After(f.Since) && time.Since(mtime) > bindGrace, false
+		if !f.Since.IsZero() && mtime.After(f.Since) && time.Since(mtime) > bindGrace {
+			return ns, nil, &fileKey{ino: st.Ino, mtime: mtime}, false
+		}
+		return ns, nil, nil, false
 	}
 	if unix.Setns(fd, unix.CLONE_NEWNET) != nil {
-		return ns, nil, false, false
+		return ns, nil, nil, false
 	}
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return ns, nil, false, false
+		return ns, nil, nil, false
 	}
 	defer h.Close()
 	list, err := h.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return ns, nil, false, false
+		return ns, nil, nil, false
 	}
 	for _, a := range list {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
 			addrs = append(addrs, ip.Unmap())
 		}
 	}
-	return NSFile{Path: path, Inode: st.Ino}, addrs, false, true
+	return NSFile{Path: path, Inode: st.Ino}, addrs, nil, true
 }
 
 // Inode is the inode of an open namespace file, for callers that hold one

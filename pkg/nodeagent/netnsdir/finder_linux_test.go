@@ -154,9 +154,27 @@ func TestFindStale(t *testing.T) {
 	// just after creating it, and a scan can fall between (a burst of pod
 	// starts has many): not stale yet.
 	at("cni-binding", 0)
-	res, err := Finder{Dir: dir, Since: time.Now().Add(-time.Minute)}.Find(nil)
+	// Unbound by a sandbox's teardown, which removes the file just after:
+	// gone by the next scan, never stale.
+	at("cni-unbinding", 30*time.Second)
+	f := NewFinder(dir, time.Now().Add(-time.Minute))
+	if res, err := f.Find(nil); err != nil || res.Stale != 0 {
+		t.Errorf("first scan: %+v, %v; want none stale until a second scan finds the same file unbound", res, err)
+	}
+	if err := os.Remove(filepath.Join(dir, "cni-unbinding")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.Find(nil)
 	if err != nil || res.Stale != 1 || len(res.Found) != 0 {
-		t.Errorf("Find = %+v, %v; want 1 stale", res, err)
+		t.Errorf("second scan: %+v, %v; want 1 stale", res, err)
+	}
+	// Another file made at the same path since is not the same file.
+	if err := os.Remove(filepath.Join(dir, "cni-new")); err != nil {
+		t.Fatal(err)
+	}
+	at("cni-new", 20*time.Second)
+	if res, err := f.Find(nil); err != nil || res.Stale != 0 {
+		t.Errorf("a file made anew: %+v, %v; want not stale at its first scan", res, err)
 	}
 	if res, err := (Finder{Dir: filepath.Join(dir, "absent")}).Find(nil); err != nil || len(res.Found) != 0 {
 		t.Errorf("a missing directory: %+v, %v; want nothing found and no error (no sandbox yet)", res, err)
