@@ -28,7 +28,7 @@ func Diff(desired *Ruleset, observed *Observed) []string {
 		}
 		for _, chain := range sortedKeys(chains) {
 			have := obs.Rules[chain]
-			if !owned(chain) {
+			if !Owned(chain) {
 				have = oursIn(have)
 			} else if !slices.Contains(obs.Chains, chain) && exp.chains[chain] {
 				out = append(out, fmt.Sprintf("%s %s: chain missing", table, chain))

@@ -49,7 +49,7 @@ func checkOnlyOurs(t *testing.T, plan []byte, observed *Observed) {
 		case len(f) == 0:
 		case strings.HasPrefix(f[0], "*"):
 			table = f[0][1:]
-		case (f[0] == "-F" || f[0] == "-X") && (len(f) != 2 || !owned(f[1])):
+		case (f[0] == "-F" || f[0] == "-X") && (len(f) != 2 || !Owned(f[1])):
 			t.Fatalf("the plan flushes or removes a chain that is not ours: %q\n%s", line, plan)
 		case f[0] == "-D":
 			n, err := strconv.Atoi(f[len(f)-1])

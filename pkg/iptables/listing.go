@@ -67,7 +67,7 @@ func (o *Observed) OursListing() []string {
 		sortChains(chains)
 		for _, chain := range chains {
 			for _, spec := range t.Rules[chain] {
-				if owned(chain) || ours(spec) {
+				if Owned(chain) || ours(spec) {
 					out = append(out, table+" -A "+chain+" "+spec)
 				}
 			}

@@ -60,7 +60,7 @@ func Plan(desired *Ruleset, observed *Observed) ([]byte, error) {
 func removals(t *ObservedTable, keep map[string]bool) []string {
 	var dels, flush, drop []string
 	for _, chain := range t.Chains {
-		if owned(chain) {
+		if Owned(chain) {
 			if !keep[chain] {
 				flush = append(flush, "-F "+chain)
 				drop = append(drop, "-X "+chain)
@@ -110,7 +110,7 @@ func hasOurs(t *ObservedTable) bool {
 	}
 	for chain, rules := range t.Rules {
 		for _, r := range rules {
-			if !owned(chain) && ours(r) {
+			if !Owned(chain) && ours(r) {
 				return true
 			}
 		}

@@ -95,13 +95,14 @@ func splitQuoted(s string) []string {
 }
 
 // owned reports whether a chain is ours.
-func owned(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
+// Owned reports whether a chain is one of ours (ChainPrefix).
+func Owned(chain string) bool { return strings.HasPrefix(chain, ChainPrefix) }
 
 // ours reports whether an observed rule in a chain that is not ours is one
 // of ours: it jumps into one of our chains, or carries our Tag.
 func ours(spec string) bool {
 	toks := splitQuoted(spec)
-	if owned(jumpTarget(toks)) {
+	if Owned(jumpTarget(toks)) {
 		return true
 	}
 	for i := 0; i+1 < len(toks); i++ {
@@ -116,7 +117,7 @@ func ours(spec string) bool {
 func (t *ObservedTable) OwnedChains() []string {
 	var out []string
 	for _, c := range t.Chains {
-		if owned(c) {
+		if Owned(c) {
 			out = append(out, c)
 		}
 	}

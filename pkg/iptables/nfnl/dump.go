@@ -18,23 +18,20 @@ var errChanged = errors.New("nf_tables changed during the dump")
 // dumpTimeout bounds a dump's wait for the kernel (SO_RCVTIMEO).
 const dumpTimeout = 5 * time.Second
 
-// dumped is one reply of a request: its attributes.
-type dumped struct{ attrs []byte }
-
-// dump runs one NLM_F_DUMP request and returns each reply. A dump the
+// dump runs one NLM_F_DUMP request and returns each reply's attributes. A dump the
 // kernel flags as interrupted by a change (NLM_F_DUMP_INTR) is errChanged.
-func (c *conn) dump(typ uint16, family uint8) ([]dumped, error) {
+func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
 	return c.request(typ, family, unix.NLM_F_DUMP)
 }
 
 // request sends one request and returns its replies up to the dump's end
 // or the ack (a request that is not a dump must ask for one).
-func (c *conn) request(typ uint16, family uint8, flags uint16) ([]dumped, error) {
+func (c *conn) request(typ uint16, family uint8, flags uint16) ([][]byte, error) {
 	req := frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|flags, 1, family, 0, nil)
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
 	}
-	var out []dumped
+	var out [][]byte
 	interrupted := false
 	if c.buf == nil {
 		// The kernel fills a dump's datagrams up to 32 KiB.
@@ -73,7 +70,7 @@ func (c *conn) request(typ uint16, family uint8, flags uint16) ([]dumped, error)
 				return out, nil
 			}
 			if len(nm.Data) >= nfgenLen {
-				out = append(out, dumped{attrs: append([]byte(nil), nm.Data[nfgenLen:]...)})
+				out = append(out, append([]byte(nil), nm.Data[nfgenLen:]...))
 			}
 		}
 	}
@@ -87,7 +84,7 @@ func (c *conn) generation() (uint32, error) {
 		return 0, fmt.Errorf("reading the ruleset generation: %w", err)
 	}
 	for _, m := range msgs {
-		for _, a := range parseAttrs(m.attrs) {
+		for _, a := range parseAttrs(m) {
 			if a.typ == unix.NFTA_GEN_ID && len(a.value) == 4 {
 				return binary.BigEndian.Uint32(a.value), nil
 			}

@@ -37,7 +37,7 @@ func Dump(family uint8) (string, error) {
 		}
 		for _, m := range msgs {
 			sb.WriteString(what.name)
-			for _, a := range parseAttrs(m.attrs) {
+			for _, a := range parseAttrs(m) {
 				if what.skip[a.typ] {
 					continue
 				}

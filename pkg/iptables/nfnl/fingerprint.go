@@ -8,7 +8,6 @@ import (
 	"errors"
 	"hash"
 	"slices"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -67,7 +66,7 @@ func (c *conn) fingerprint(family uint8) (Fingerprint, uint32, error) {
 	if err != nil {
 		return Fingerprint{}, 0, err
 	}
-	var dumps [3][]dumped
+	var dumps [3][][]byte
 	for i, typ := range []uint16{unix.NFT_MSG_GETTABLE, unix.NFT_MSG_GETCHAIN, unix.NFT_MSG_GETRULE} {
 		if dumps[i], err = c.dump(typ, family); err != nil {
 			return Fingerprint{}, 0, err
@@ -81,11 +80,21 @@ func (c *conn) fingerprint(family uint8) (Fingerprint, uint32, error) {
 	return fingerprintOf(dumps[0], dumps[1], dumps[2]), gen, nil
 }
 
-// An object's attributes that name its identity or usage, never hashed.
+// kind says how one kind of object's attributes are read: which name its
+// table and chain (0: none), which holds its expressions (0: none), and
+// which name its identity or usage, never hashed.
+type kind struct {
+	table, chain, exprs uint16
+	volatile            map[uint16]bool
+}
+
 var (
-	tableVolatile = map[uint16]bool{unix.NFTA_TABLE_USE: true, nftaTableHandle: true}
-	chainVolatile = map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true, unix.NFTA_CHAIN_COUNTERS: true}
-	ruleVolatile  = map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}
+	tableKind = kind{table: unix.NFTA_TABLE_NAME,
+		volatile: map[uint16]bool{unix.NFTA_TABLE_USE: true, nftaTableHandle: true}}
+	chainKind = kind{table: unix.NFTA_CHAIN_TABLE, chain: unix.NFTA_CHAIN_NAME,
+		volatile: map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true, unix.NFTA_CHAIN_COUNTERS: true}}
+	ruleKind = kind{table: unix.NFTA_RULE_TABLE, chain: unix.NFTA_RULE_CHAIN, exprs: unix.NFTA_RULE_EXPRESSIONS,
+		volatile: map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}}
 )
 
 // section is what a fingerprint holds of one chain: its attributes and
@@ -98,7 +107,7 @@ type section struct {
 
 // fingerprintOf is the pure part of ReadFingerprint: the dumps' replies
 // in, the hash out.
-func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
+func fingerprintOf(tables, chains, rules [][]byte) Fingerprint {
 	type normalized struct {
 		table, chain string
 		attrs        []byte
@@ -106,17 +115,17 @@ func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
 	ruleList := make([]normalized, 0, len(rules))
 	ours := map[string]bool{} // tables holding anything of ours
 	for _, d := range rules {
-		table, chain, norm := normalize(d.attrs, ruleVolatile, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN)
+		table, chain, norm := ruleKind.normalize(d)
 		ruleList = append(ruleList, normalized{table, chain, norm})
-		if owned(chain) || mentionsOurs(d.attrs) {
+		if iptables.Owned(chain) || mentionsOurs(d) {
 			ours[table] = true
 		}
 	}
 	chainList := make([]normalized, 0, len(chains))
 	for _, d := range chains {
-		table, chain, norm := normalize(d.attrs, chainVolatile, unix.NFTA_CHAIN_TABLE, unix.NFTA_CHAIN_NAME)
+		table, chain, norm := chainKind.normalize(d)
 		chainList = append(chainList, normalized{table, chain, norm})
-		if owned(chain) {
+		if iptables.Owned(chain) {
 			ours[table] = true
 		}
 	}
@@ -141,7 +150,7 @@ func fingerprintOf(tables, chains, rules []dumped) Fingerprint {
 	}
 	tableAttrs := map[string][]byte{}
 	for _, d := range tables {
-		table, _, norm := normalize(d.attrs, tableVolatile, unix.NFTA_TABLE_NAME, 0)
+		table, _, norm := tableKind.normalize(d)
 		tableAttrs[table] = norm
 	}
 	ordered := make([]*section, 0, len(sections))
@@ -184,29 +193,29 @@ func field(h hash.Hash, kind byte, v []byte) {
 	h.Write(v)
 }
 
-// normalize returns an object's attributes without the volatile ones,
-// its rules' counters without their values, and the names held in the
-// nameA and nameB attributes (0: none).
-func normalize(b []byte, volatile map[uint16]bool, nameA, nameB uint16) (a, bName string, out []byte) {
+// normalize returns an object's attributes without the volatile ones, its
+// expressions' counters without their values, and its table's and
+// chain's names.
+func (k kind) normalize(b []byte) (table, chain string, out []byte) {
 	out = []byte{}
 	for _, at := range parseAttrs(b) {
-		switch {
-		case volatile[at.typ]:
+		if k.volatile[at.typ] {
 			continue
-		case at.typ == nameA:
-			a = string(trimNul(at.value))
-		case nameB != 0 && at.typ == nameB:
-			bName = string(trimNul(at.value))
 		}
 		v := at.value
-		if nameA == unix.NFTA_RULE_TABLE && at.typ == unix.NFTA_RULE_EXPRESSIONS {
+		switch {
+		case at.typ == k.table:
+			table = string(trimNul(v))
+		case k.chain != 0 && at.typ == k.chain:
+			chain = string(trimNul(v))
+		case k.exprs != 0 && at.typ == k.exprs:
 			v = withoutCounts(v)
 		}
 		out = binary.BigEndian.AppendUint16(out, at.typ)
 		out = binary.BigEndian.AppendUint32(out, uint32(len(v))) // #nosec G115 -- an attribute is under 64 KiB
 		out = append(out, v...)
 	}
-	return a, bName, out
+	return table, chain, out
 }
 
 // withoutCounts is a rule's expressions with every counter's values
@@ -229,8 +238,6 @@ func withoutCounts(b []byte) []byte {
 	}
 	return out
 }
-
-func owned(chain string) bool { return strings.HasPrefix(chain, iptables.ChainPrefix) }
 
 // mentionsOurs: a rule whose encoding holds our chain prefix (a jump into
 // one of our chains names it) or our tag (a comment holds it) may be one

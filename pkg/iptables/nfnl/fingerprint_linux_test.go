@@ -1,11 +1,9 @@
 package nfnl_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
@@ -130,14 +128,7 @@ func TestFingerprintOfNothingOurs(t *testing.T) {
 // BenchmarkReadFingerprint is the audit's read of one family of a pod
 // holding the default rules, beside the iptables-save it replaces.
 func BenchmarkReadFingerprint(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to create network namespaces")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	n := newNS(b)
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	if err := write(n, &rs); err != nil {
 		b.Fatal(err)

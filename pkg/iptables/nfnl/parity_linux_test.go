@@ -28,7 +28,7 @@ import (
 // node's iptables-save prints and what the kernel holds, expression by
 // expression.
 
-func newNS(t *testing.T) ns.NetNS {
+func newNS(t testing.TB) ns.NetNS {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
