@@ -21,6 +21,7 @@ var pluginPackages = []string{
 	"pkg/decision",
 	"pkg/iptables",
 	"pkg/iptables/nfnl",
+	"pkg/iptables/release",
 	"pkg/iptables/xtables",
 	"pkg/kube",
 	"pkg/kube/apilookup",
@@ -38,17 +39,19 @@ var pluginPackages = []string{
 // needs and no more.
 var shimPackages = []string{
 	"cmd/plugin",
-	"pkg/iptables",
-	"pkg/iptables/nfnl",
-	"pkg/iptables/xtables",
+	"pkg/iptables/release",
 	"pkg/shim",
 	"pkg/wire/handoff",
 }
 
 // shimForbidden: besides the plugin's, what the shim leaves to
 // istio-cni-full: CNI's skel and types (a regexp compiled at start), the
-// netlink library, the logger.
-var shimForbidden = append([]string{"github.com/containernetworking/", "github.com/vishvananda/", "log/slog", "regexp"}, forbidden...)
+// netlink library, the logger; and what costs a Go program's start most
+// for what the shim would use of it, linked or not (BENCHMARKS.md, "The
+// shim's start"): JSON, crypto (the audit's fingerprints), net/netip (the
+// rule model), os/exec.
+var shimForbidden = append([]string{"github.com/containernetworking/", "github.com/vishvananda/", "log/slog", "regexp",
+	"encoding/json", "crypto", "net/netip", "os/exec"}, forbidden...)
 
 // forbidden are packages the plugin must never link: a Kubernetes client
 // and the API types cost megabytes and milliseconds at every pod start;

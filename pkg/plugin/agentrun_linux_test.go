@@ -21,7 +21,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
@@ -36,8 +36,8 @@ func requireNFTLayout(t testing.TB) {
 		t.Skip("needs root (network namespaces)")
 	}
 	v, err := xtables.NFTVersion("iptables-nft-restore")
-	if err != nil || !nfnl.WritesLayoutOf(v) {
-		t.Skipf("iptables-nft %q (%v) is not %s", v, err, nfnl.Layout)
+	if err != nil || v != release.Layout {
+		t.Skipf("iptables-nft %q (%v) is not %s", v, err, release.Layout)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
@@ -32,10 +33,10 @@ func TestNetlinkWriterDecides(t *testing.T) {
 		return c
 	}
 	v4 := iptables.IPv4
-	fakeRestore(t, nfnl.Layout)
+	fakeRestore(t, release.Layout)
 	cache := t.TempDir()
 	if err := newNetlinkWriter(conf(cache, xtables.NFT)).usable(v4); err != nil {
-		t.Errorf("iptables-nft %s: %v, want netlink", nfnl.Layout, err)
+		t.Errorf("iptables-nft %s: %v, want netlink", release.Layout, err)
 	}
 	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
 		t.Errorf("the version was not cached: %v", err)
@@ -73,7 +74,7 @@ func TestNetlinkFallbackWarnings(t *testing.T) {
 // on legacy keeps IPv6 off netlink while IPv4 uses it.
 func TestNetlinkWriterDecidesPerFamily(t *testing.T) {
 	dir := t.TempDir()
-	nft := "#!/bin/sh\necho 'iptables-restore v" + nfnl.Layout + " (nf_tables)'\n"
+	nft := "#!/bin/sh\necho 'iptables-restore v" + release.Layout + " (nf_tables)'\n"
 	for name, target := range map[string]string{"iptables-restore": "xtables-nft-multi", "ip6tables-restore": "xtables-legacy-multi"} {
 		if err := os.WriteFile(filepath.Join(dir, target), []byte(nft), 0o755); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Status reports whether ADD can work on this node (CNI 1.1.0): the
@@ -31,7 +31,7 @@ func (p *Plugin) Status(args *skel.CmdArgs) error {
 	}
 	cmds := conf.parsed.Backend.CommandsFor(iptables.IPv4)
 	for _, name := range []string{cmds.Restore, cmds.Save} {
-		if _, err := xtables.LookPath(name); err != nil {
+		if _, err := release.LookPath(name); err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 		}
 	}

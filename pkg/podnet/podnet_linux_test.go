@@ -24,6 +24,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
@@ -80,7 +81,7 @@ func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f fun
 	if fam == iptables.IPv6 {
 		proto, name = goipt.ProtocolIPv6, "ip6tables-"+string(b)
 	}
-	path, err := xtables.LookPath(name)
+	path, err := release.LookPath(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		if err := n.Do(func(ns.NetNS) error {
-			restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+			restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
 			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "--noflush")
 			return err
 		}); err != nil {
@@ -244,7 +245,7 @@ func TestCleanupKeepsForeignRules(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()
 		r := xtables.ExecRunner{}
-		restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+		restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
 		if err := n.Do(func(ns.NetNS) error {
 			_, err := r.Run(ctx, []byte(foreign), restore, "--noflush")
 			return err
@@ -344,7 +345,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	if d, saves := check(second); len(d) > 0 || saves != 0 {
 		t.Errorf("second pod: %v after %d saves, want no difference after none", d, saves)
 	}
-	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && nfnl.WritesLayoutOf(v) {
+	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && v == release.Layout {
 		byNetlink := newNS(t)
 		writer := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT, Netlink: nfnl.Write}}
 		if err := writer.Program(ctx, byNetlink.Path(), m); err != nil {
@@ -574,8 +575,8 @@ func TestEverySpecReadsBack(t *testing.T) {
 // iptables-restore and still holds exactly the model.
 func TestEverySpecOverNetlink(t *testing.T) {
 	requireRoot(t)
-	if v, err := xtables.NFTVersion("iptables-nft-restore"); err != nil || !nfnl.WritesLayoutOf(v) {
-		t.Skipf("iptables-nft %q (%v) writes another layout than %s", v, err, nfnl.Layout)
+	if v, err := xtables.NFTVersion("iptables-nft-restore"); err != nil || v != release.Layout {
+		t.Skipf("iptables-nft %q (%v) writes another layout than %s", v, err, release.Layout)
 	}
 	for name, spec := range iptablestest.Specs() {
 		t.Run(name, func(t *testing.T) {

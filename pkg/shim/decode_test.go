@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,6 +33,47 @@ func checkDecodeEntry(t *testing.T, in []byte) {
 	case err == nil && !reflect.DeepEqual(got, want):
 		t.Errorf("%q: decodeEntry read %+v, Unmarshal %+v", in, got, want)
 	}
+	// A failed exec's error names the cniVersion Unmarshal reads on past
+	// values of the wrong type.
+	var typeErr *json.UnmarshalTypeError
+	wantVersion := "1.0.0"
+	if (wantErr == nil || errors.As(wantErr, &typeErr)) && want.CNIVersion != "" {
+		wantVersion = want.CNIVersion
+	}
+	if v := cniVersion(in); v != wantVersion {
+		t.Errorf("%q: cniVersion %q, Unmarshal reads %q (%v)", in, v, wantVersion, wantErr)
+	}
+}
+
+// The shim's error message is JSON that reads back as json.Marshal's.
+func TestQuoteIsMarshal(t *testing.T) {
+	for _, s := range quoteSeeds {
+		checkQuote(t, s)
+	}
+}
+
+func FuzzQuote(f *testing.F) {
+	for _, s := range quoteSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(checkQuote)
+}
+
+var quoteSeeds = []string{"", "plain", "a \"b\" \\ c", "\x00\x01\n\t\x1f\x7f", "é ü 😀", "\xff\xfe bad", "\xed\xa0\x80", "<&> \u2028", "x\xc3"}
+
+func checkQuote(t *testing.T, s string) {
+	q := quote(s)
+	var got, want string
+	if err := json.Unmarshal([]byte(q), &got); err != nil {
+		t.Fatalf("quote(%q) = %s, not a JSON string: %v", s, q, err)
+	}
+	m, _ := json.Marshal(s)
+	if err := json.Unmarshal(m, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("quote(%q) reads back as %q, json.Marshal's as %q", s, got, want)
+	}
 }
 
 var decodeSeeds = []string{
@@ -45,6 +87,11 @@ var decodeSeeds = []string{
 	`{"prevResult":{"ips":[]}}`, `{"prevResult":{"ips":null}}`, `{"prevResult":null}`, `{"prevResult":{}}`,
 	`null`, ``, ` `, `{}`, `[]`, `"x"`, `1`, `{"a":1e400}`, `{"pod_socket":1}`, `{"prevResult":[]}`,
 	`{"prevResult":{"ips":[1]}}`, `{"prevResult":{"ips":{}}}`, `{"x":{"pod_socket":"/nested"}}`,
+	`{"cniVersion":1,"cniVersion":"0.4.0","pod_socket":[]}`, `{"cniVersion":"0.4.0","prevResult":{"ips":[1,{"address":5}]}}`,
+	`{"cniVersion":"0.4.0"`, `{"cniVersion":"0.4.0",}`, `{"cni\u0056ersion":"0.3.1","POD_SOCKET":"\ud83d\ude00\ud83d"}`,
+	`{"pod_socket":"\ud800\u0041"}`, `{"pod_socket":"\uDFFF\uD800\uDC00"}`, "{\"pod_socket\":\"a\xffb\xed\xa0\x80\"}",
+	`{"a":-0.5e+10,"b":-01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`, `{"a":"\u12"}`,
+	"{\"a\":\"\t\"}", `{"a":[1,]}`, `{"a":[,1]}`, `[1,2]`, `{"a":1}}`, `{"prevResult":{"ips":[{"address":"a"}]},"prevResult":{"ips":"x"}}`,
 	`{"a":1} {}`, `{"a":1}x`, `{"a":1}  `, `{"a":"\ud800"}`, `{"pod_socket":"\u00e9\n"}`, `{"a":[{"b":[1,{"c":null}]}]}`,
 	`{"a" 1}`, `{"a":}`, `{,}`, `{"a":1,}`,
 	`{"prevResult":{"ips":[{"address":"10.0.0.1/32"}]},"prevResult":{"ips":[]},"prevResult":{"ips":[{}]}}`,

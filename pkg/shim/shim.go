@@ -6,14 +6,15 @@
 // execs the full plugin, istio-cni-full, installed beside it, with the
 // same arguments, environment and stdin.
 //
-// It links little (no CNI skel, no netlink library, no logger), so
-// that its start costs little more than an empty Go program's: a pod's ADD
-// is then this start and one local round trip. It never decides anything
+// It links little (no CNI skel, no netlink library, no logger, no rule
+// model, and neither encoding/json, crypto nor os/exec: what a Go program
+// links costs its start, used or not), so that its start costs little
+// more than an empty Go program's: a pod's ADD is then this start and one
+// local round trip. It never decides anything
 // about a pod: the plugin's code does, in the agent or in istio-cni-full.
 package shim
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 )
 
@@ -67,21 +67,31 @@ type prevIP struct {
 	Address string `json:"address"`
 }
 
+// family is one whose iptables the shim checks: its name on the wire
+// (iptables.Family's String, which the agent reads) and whether it is
+// IPv6.
+type family struct {
+	name string
+	ipv6 bool
+}
+
+var ipv4, ipv6 = family{"ipv4", false}, family{"ipv6", true}
+
 // families are those whose iptables the shim checks: IPv6 only when the
 // pod may have it (a primary's result with an IPv6 address, or none to
 // tell). The agent hands back an ADD that needs a family it was not told
 // of, so this only spares IPv4-only pods a check.
-func (c entry) families() []iptables.Family {
+func (c entry) families() []family {
 	if c.PrevResult != nil && len(c.PrevResult.IPs) > 0 {
 		v6 := false
 		for _, ip := range c.PrevResult.IPs {
 			v6 = v6 || strings.Contains(ip.Address, ":")
 		}
 		if !v6 {
-			return []iptables.Family{iptables.IPv4}
+			return []family{ipv4}
 		}
 	}
-	return []iptables.Family{iptables.IPv4, iptables.IPv6}
+	return []family{ipv4, ipv6}
 }
 
 // VersionInfo is the full plugin's answer to VERSION: skel's encoding of
@@ -138,14 +148,14 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	req := handoff.Request{ContainerID: e.Getenv("CNI_CONTAINERID"), Netns: e.Getenv("CNI_NETNS"),
 		IfName: e.Getenv("CNI_IFNAME"), Args: e.Getenv("CNI_ARGS"), Path: e.Getenv("CNI_PATH"), Stdin: stdin}
 	var off []string
-	if b, err := xtables.ParseBackend(conf.IptablesBackend); err == nil {
-		for _, f := range conf.families() {
-			if err := xtables.NetlinkWritable(b, f, conf.CacheDir, false); err != nil {
-				off = append(off, err.Error())
-				continue
-			}
-			req.Netlink = append(req.Netlink, f.String())
+	for _, f := range conf.families() {
+		// Never run here: a release not remembered yet is the plugin's
+		// to read, and this ADD's to hand over.
+		if err := release.Writable(conf.IptablesBackend, f.ipv6, conf.CacheDir, nil); err != nil {
+			off = append(off, err.Error())
+			continue
 		}
+		req.Netlink = append(req.Netlink, f.name)
 	}
 	if len(req.Netlink) == 0 {
 		return handoff.Response{}, fmt.Sprintf("no family goes over netlink on this node: %v", off), false
@@ -181,11 +191,10 @@ func (e Env) full(stdin []byte, why string) int {
 	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", path, err))
 }
 
+// cniVersion is the config's cniVersion, read on past a field of the
+// wrong type, as Unmarshal reads it: only an exec that failed gets here.
 func cniVersion(stdin []byte) string {
-	// Unmarshal, which reads on past a field of the wrong type: only an
-	// exec that failed gets here.
-	var conf entry
-	_ = json.Unmarshal(stdin, &conf)
+	conf, _ := decode(stdin) // none on a syntax error
 	if conf.CNIVersion == "" {
 		return "1.0.0"
 	}
@@ -197,12 +206,7 @@ func (e Env) fail(version string, err error) int {
 	if version == "" {
 		version = "1.0.0"
 	}
-	b, _ := json.Marshal(struct {
-		CNIVersion string `json:"cniVersion"`
-		Code       uint   `json:"code"`
-		Msg        string `json:"msg"`
-	}{version, 999, "istio-cni: " + err.Error()})
-	_, _ = e.Stdout.Write(append(b, '\n'))
+	_, _ = io.WriteString(e.Stdout, `{"cniVersion":`+quote(version)+`,"code":999,"msg":`+quote("istio-cni: "+err.Error())+"}\n")
 	return 1
 }
 

@@ -16,7 +16,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/version"
 
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 )
@@ -71,10 +72,10 @@ func (h *harness) run(t *testing.T) int {
 
 // nodeWithNFT makes the node's iptables-nft the release the agent writes,
 // remembered in a cache dir, and returns an entry naming it.
-func nodeWithNFT(t *testing.T, release string) string {
+func nodeWithNFT(t *testing.T, version string) string {
 	t.Helper()
 	bin := t.TempDir()
-	script := "#!/bin/sh\necho 'iptables-nft-restore v" + release + " (nf_tables)'\n"
+	script := "#!/bin/sh\necho 'iptables-nft-restore v" + version + " (nf_tables)'\n"
 	for _, name := range []string{"iptables-nft-restore", "ip6tables-nft-restore"} {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
@@ -94,7 +95,7 @@ func nodeWithNFT(t *testing.T, release string) string {
 
 // withRelease is entry with a cache dir remembering the node's iptables
 // as another release.
-func withRelease(t *testing.T, entry, release string) string {
+func withRelease(t *testing.T, entry, version string) string {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(entry), &m); err != nil {
@@ -107,7 +108,7 @@ func withRelease(t *testing.T, entry, release string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b = bytes.Replace(b, []byte("\n"+nfnl.Layout+"\n"), []byte("\n"+release+"\n"), 1)
+		b = bytes.Replace(b, []byte("\n"+release.Layout+"\n"), []byte("\n"+version+"\n"), 1)
 		if err := os.WriteFile(filepath.Join(to, filepath.Base(f)), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +145,7 @@ func TestAddTheAgentRan(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, nfnl.Layout),
+	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, release.Layout),
 		answer: handoff.Response{Done: true, Stdout: []byte(`{"cniVersion":"1.0.0"}`), Stderr: []byte("log line\n")}}
 	if code := h.run(t); code != 0 || len(h.execs) != 0 {
 		t.Fatalf("exit %d, execs %v; want 0 and none", code, h.execs)
@@ -165,7 +166,7 @@ func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	entry := nodeWithNFT(t, nfnl.Layout)
+	entry := nodeWithNFT(t, release.Layout)
 	withPrev := func(prev string) string { return strings.TrimSuffix(entry, "}") + `,"prevResult":` + prev + "}" }
 	for prev, want := range map[string][]string{
 		`{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}`:                          {"ipv4"},
@@ -182,6 +183,16 @@ func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 	}
 }
 
+// The families go on the wire by the names the agent reads
+// (iptables.Family's), for the programs xtables names.
+func TestFamiliesAreTheAgents(t *testing.T) {
+	for f, want := range map[family]iptables.Family{ipv4: iptables.IPv4, ipv6: iptables.IPv6} {
+		if f.name != want.String() || f.ipv6 != (want == iptables.IPv6) {
+			t.Errorf("%+v, want %s", f, want)
+		}
+	}
+}
+
 // Whatever keeps the agent from running the ADD, the full plugin runs it
 // with the same stdin, told why.
 func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
@@ -189,7 +200,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nft := nodeWithNFT(t, nfnl.Layout)
+	nft := nodeWithNFT(t, release.Layout)
 	other := withRelease(t, nft, "1.8.10")
 	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
 	legacy := strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1)
@@ -246,7 +257,7 @@ func TestAddFIFOAsNetnsDoesNotHang(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{env: addEnv(fifo), stdin: nodeWithNFT(t, nfnl.Layout), answer: handoff.Response{HandBack: "not a namespace"}}
+	h := &harness{env: addEnv(fifo), stdin: nodeWithNFT(t, release.Layout), answer: handoff.Response{HandBack: "not a namespace"}}
 	done := make(chan struct{})
 	go func() { defer close(done); h.run(t) }()
 	select {

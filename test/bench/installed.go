@@ -23,7 +23,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -284,7 +284,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		if version, err = xtables.NFTVersion(backend.CommandsFor(iptables.IPv4).Restore); err != nil {
 			return err
 		}
-		if nfnl.WritesLayoutOf(version) {
+		if version == release.Layout {
 			wantBy = "netlink"
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
 )
@@ -165,7 +166,7 @@ func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
 
 // floorRun is floorOnce, under GNU time with rss (for its page faults).
 func floorRun(backend xtables.Backend, text []byte, rss bool) (sample, error) {
-	restore, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Restore)
+	restore, err := release.LookPath(backend.CommandsFor(iptables.IPv4).Restore)
 	if err != nil {
 		return sample{}, err
 	}
@@ -295,7 +296,7 @@ func (b *bench) tornDown(pod, sandbox string) error {
 
 // verify makes sure the timed ADD really programmed the rules.
 func verify(n ns.NetNS, backend xtables.Backend, want string) error {
-	save, err := xtables.LookPath(backend.CommandsFor(iptables.IPv4).Save)
+	save, err := release.LookPath(backend.CommandsFor(iptables.IPv4).Save)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
@@ -203,7 +203,7 @@ func assertRedirected(t *testing.T, p cluster.Pod) {
 // reproduces over netlink (this machine's Debian 1.8.9).
 func nodeWritesNetlink() bool {
 	v, err := xtables.NFTVersion("iptables-restore")
-	return err == nil && nfnl.WritesLayoutOf(v)
+	return err == nil && v == release.Layout
 }
 
 // addLine is the plugin's log line of a successful ADD.

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 )
@@ -60,7 +61,7 @@ func TestMeshedPodLifecycle(t *testing.T) {
 func tamper(t *testing.T, path string, b xtables.Backend) {
 	t.Helper()
 	rules := "*nat\n-D ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"
-	restore, _ := xtables.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+	restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
 	runIn(t, path, rules, restore, "--noflush")
 }
 

@@ -127,8 +127,9 @@ func tablesOf(rs *iptables.Ruleset) []string {
 }
 
 // Write adds a family's ruleset to the calling thread's network namespace
-// in one nf_tables transaction, laid out as iptables-nft 1.8.9 writes it,
-// so the node's iptables-save prints it as iptables-restore's. It is for
+// in one nf_tables transaction, laid out as iptables-nft 1.8.9
+// (release.Layout) writes it, so the node's iptables-save prints it as
+// iptables-restore's. It is for
 // a namespace that holds none of the ruleset's own chains: otherwise, as
 // when the kernel refuses anything, nothing is written and the error says
 // why. An error wrapping ErrUnsupported means nothing was sent; one
@@ -149,14 +150,3 @@ func Write(rs *iptables.Ruleset) error {
 	defer c.close()
 	return c.transact(msgs, ops)
 }
-
-// Layout is the iptables-nft release whose encoding Write reproduces.
-// Releases encode some matches differently (1.8.8 and 1.8.10 changed
-// ports, protocols and address order), and an iptables-save of one
-// release can silently misprint another's encoding, so Write is for nodes
-// whose iptables is this release.
-const Layout = "1.8.9"
-
-// WritesLayoutOf reports whether Write's rules are exactly what the given
-// iptables-nft version (as "1.8.9") writes itself.
-func WritesLayoutOf(version string) bool { return version == Layout }

@@ -20,7 +20,7 @@ const oldReaderEnv = "ISTIO_CNI_OLD_IPTABLES"
 // oldReaderRelease is the release test/oldiptables/fetch.sh pins.
 const oldReaderRelease = "v1.8.7"
 
-// oldReader is an iptables-nft older than Layout, run from where it was
+// oldReader is an iptables-nft older than release.Layout, run from where it was
 // unpacked with its own libraries and extensions: what a user's debug
 // image or an older node tool would print for a pod's rules.
 type oldReader struct{ multi, libs, exts string }
@@ -83,7 +83,7 @@ func (r oldReader) save(t *testing.T, n ns.NetNS, f iptables.Family) string {
 
 // The oldest iptables 1.8 Debian serves prints the netlink writer's rules
 // exactly as it prints what the node's iptables-nft-restore writes, for
-// every golden spec and family. Older releases decode some of Layout's
+// every golden spec and family. Older releases decode some of release.Layout's
 // encodings wrongly (1.8.7 prints "-p tcp --dport 15008" as "-p tcp"):
 // the same wrong text for both writers is what "no difference" means
 // here; the kernel-level parity is TestWriteMatchesRestore's.

@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
@@ -56,8 +57,8 @@ func requireLayout(t *testing.T) {
 	if err != nil {
 		t.Skipf("no iptables-nft: %v", err)
 	}
-	if !nfnl.WritesLayoutOf(v) {
-		t.Skipf("iptables-nft %s writes another layout than %s", v, nfnl.Layout)
+	if v != release.Layout {
+		t.Skipf("iptables-nft %s writes another layout than %s", v, release.Layout)
 	}
 }
 

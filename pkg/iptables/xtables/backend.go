@@ -3,12 +3,11 @@ package xtables
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Backend selects the iptables implementation.
@@ -23,9 +22,9 @@ import (
 type Backend string
 
 const (
-	Auto   Backend = "auto"
-	Legacy Backend = "legacy"
-	NFT    Backend = "nft"
+	Auto   Backend = release.Auto
+	Legacy Backend = release.Legacy
+	NFT    Backend = release.NFT
 )
 
 // Backends lists the valid values, for error messages.
@@ -50,35 +49,8 @@ type Commands struct {
 
 // CommandsFor names the restore and save programs of a family.
 func (b Backend) CommandsFor(f iptables.Family) Commands {
-	base := "iptables"
-	if f == iptables.IPv6 {
-		base = "ip6tables"
-	}
-	switch b {
-	case Legacy:
-		base += "-legacy"
-	case NFT:
-		base += "-nft"
-	}
-	return Commands{Restore: base + "-restore", Save: base + "-save"}
-}
-
-// sbinDirs are searched after PATH: container runtimes may exec plugins with
-// a PATH that lacks the sbin directories where iptables lives.
-var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
-
-// LookPath finds a program in PATH or the sbin directories.
-func LookPath(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range sbinDirs {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found in PATH or %v", name, sbinDirs)
+	restore, save := release.Programs(string(b), f == iptables.IPv6)
+	return Commands{Restore: restore, Save: save}
 }
 
 // Resolve says which implementation Auto is on this host: where the
@@ -95,7 +67,7 @@ func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if b != Auto {
 		return b, nil
 	}
-	path, err := LookPath(b.CommandsFor(f).Restore)
+	path, err := release.LookPath(b.CommandsFor(f).Restore)
 	if err != nil {
 		return "", err
 	}
@@ -103,24 +75,7 @@ func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", path, err)
 	}
-	return backendAt(path, real), nil
-}
-
-// backendAt is the implementation of the program at path, which leads to
-// real: its names say, else a link to a name with nft in it; else legacy.
-func backendAt(path, real string) Backend {
-	for _, name := range []string{filepath.Base(path), filepath.Base(real)} {
-		switch {
-		case strings.Contains(name, "nft"):
-			return NFT
-		case strings.Contains(name, "legacy"):
-			return Legacy
-		}
-	}
-	if link, err := os.Readlink(path); err == nil && strings.Contains(link, "nft") {
-		return NFT
-	}
-	return Legacy
+	return Backend(release.BackendAt(path, real)), nil
 }
 
 // Detect picks the backend the node uses from the rules in the calling

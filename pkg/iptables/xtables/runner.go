@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Runner runs a command: the seam between the rule logic and the OS, so tests
@@ -21,10 +23,10 @@ type Runner interface {
 // ExecRunner runs commands for real, on the calling OS thread's namespaces.
 type ExecRunner struct{}
 
-// Run executes name (found with LookPath) with args, feeding stdin; the
+// Run executes name (found with release.LookPath) with args, feeding stdin; the
 // error carries stderr.
 func (ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	path, err := LookPath(name)
+	path, err := release.LookPath(name)
 	if err != nil {
 		return nil, err
 	}

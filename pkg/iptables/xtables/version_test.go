@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // fakeIptables puts a program printing version into a PATH directory of
@@ -74,7 +74,7 @@ func TestNFTVersionRefusesLegacyAndNoise(t *testing.T) {
 // remembered for the program as it was before a change, is a no; the
 // plugin's check remembers it.
 func TestNetlinkWritableWithoutRunning(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
 	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestNetlinkWritableWithoutRunning(t *testing.T) {
 // time, the release is not remembered; pointed at a legacy one, Auto says
 // so without running it.
 func TestNetlinkWritableFollowsTheLink(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
 	script, err := os.ReadFile(filepath.Join(dir, "iptables-restore"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 // its release is read is not remembered either; a cache file that is a
 // FIFO is no answer, never a hang.
 func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+nfnl.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
 	prog := filepath.Join(dir, "iptables-restore")
 	cache := t.TempDir()
 	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
@@ -173,7 +173,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rewritten := strings.Replace(string(old), nfnl.Layout, "1.8.1", 1) // same length
+	rewritten := strings.Replace(string(old), release.Layout, "1.8.1", 1) // same length
 	f, err := os.OpenFile(prog, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +194,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.WriteFile(other, []byte("#!/bin/sh\necho 'iptables-restore v1.8.9 (legacy)'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	switching := "#!/bin/sh\necho x >> " + runs + "\n/bin/ln -sf " + other + " " + filepath.Join(dir, "iptables-nft-restore") + "\necho 'iptables-restore v" + nfnl.Layout + " (nf_tables)'\n"
+	switching := "#!/bin/sh\necho x >> " + runs + "\n/bin/ln -sf " + other + " " + filepath.Join(dir, "iptables-nft-restore") + "\necho 'iptables-restore v" + release.Layout + " (nf_tables)'\n"
 	if err := os.WriteFile(prog, []byte(switching), 0o755); err != nil {
 		t.Fatal(err)
 	}
