@@ -46,12 +46,13 @@ var shimPackages = []string{
 
 // shimForbidden: besides the plugin's, what the shim leaves to
 // istio-cni-full: CNI's skel and types (a regexp compiled at start), the
-// netlink library, the logger; and what costs a Go program's start most
-// for what the shim would use of it, linked or not (BENCHMARKS.md, "The
-// shim's start"): JSON, crypto (the audit's fingerprints), net/netip (the
-// rule model), os/exec.
+// netlink library, the logger; and what costs a Go program's start,
+// linked whether used or not (BENCHMARKS.md, "The shim's start"): JSON,
+// crypto (the audit's fingerprints), net/netip (the rule model), os/exec,
+// and internal/godebug's start, which time brings, and with it os, fmt,
+// path/filepath and x/sys/unix.
 var shimForbidden = append([]string{"github.com/containernetworking/", "github.com/vishvananda/", "log/slog", "regexp",
-	"encoding/json", "crypto", "net/netip", "os/exec"}, forbidden...)
+	"encoding/json/", "crypto/", "net/netip/", "os/", "internal/godebug/", "time/", "fmt/", "path/filepath/", "golang.org/x/sys/"}, forbidden...)
 
 // forbidden are packages the plugin must never link: a Kubernetes client
 // and the API types cost megabytes and milliseconds at every pod start;

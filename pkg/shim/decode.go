@@ -17,7 +17,7 @@ func decodeEntry(stdin []byte) (entry, error) {
 
 // decode reads stdin into an entry. A syntax error returns no entry; a
 // value of the wrong type returns its error with the entry read on past
-// it, as Unmarshal fills one.
+// it, as Unmarshal fills one (FuzzDecodeEntry holds the two equal).
 func decode(stdin []byte) (entry, error) {
 	var e entry
 	r := &reader{b: stdin}
@@ -50,25 +50,23 @@ func decode(stdin []byte) (entry, error) {
 
 // readPrevResult reads the primary's result into *p: null sets it nil, an
 // object fills the one there (a repeated key's earlier fields stay, as
-// Unmarshal keeps them).
+// Unmarshal keeps them); Unmarshal makes one before it reads the value,
+// so a value of the wrong type leaves an empty one.
 func readPrevResult(r *reader, p **prevResult) error {
 	if null, err := r.null(); null {
 		*p = nil
 		return err
 	}
-	cur := *p
-	if cur == nil {
-		cur = &prevResult{}
+	if *p == nil {
+		*p = &prevResult{}
 	}
-	open, err := r.object(func(key string) error {
+	cur := *p
+	_, err := r.object(func(key string) error {
 		if !strings.EqualFold(key, "ips") {
 			return r.skip()
 		}
 		return readIPs(r, &cur.IPs)
 	})
-	if open {
-		*p = cur
-	}
 	return err
 }
 

@@ -33,9 +33,14 @@ func checkDecodeEntry(t *testing.T, in []byte) {
 	case err == nil && !reflect.DeepEqual(got, want):
 		t.Errorf("%q: decodeEntry read %+v, Unmarshal %+v", in, got, want)
 	}
-	// A failed exec's error names the cniVersion Unmarshal reads on past
-	// values of the wrong type.
+	// Past values of the wrong type, decode reads on as Unmarshal does:
+	// a failed exec's error names the cniVersion it reads.
 	var typeErr *json.UnmarshalTypeError
+	if errors.As(wantErr, &typeErr) {
+		if got, err := decode(in); err == nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: decode read %+v (%v) past a wrong type, Unmarshal %+v", in, got, err, want)
+		}
+	}
 	wantVersion := "1.0.0"
 	if (wantErr == nil || errors.As(wantErr, &typeErr)) && want.CNIVersion != "" {
 		wantVersion = want.CNIVersion
@@ -88,6 +93,7 @@ var decodeSeeds = []string{
 	`null`, ``, ` `, `{}`, `[]`, `"x"`, `1`, `{"a":1e400}`, `{"pod_socket":1}`, `{"prevResult":[]}`,
 	`{"prevResult":{"ips":[1]}}`, `{"prevResult":{"ips":{}}}`, `{"x":{"pod_socket":"/nested"}}`,
 	`{"cniVersion":1,"cniVersion":"0.4.0","pod_socket":[]}`, `{"cniVersion":"0.4.0","prevResult":{"ips":[1,{"address":5}]}}`,
+	`{"prevResult":1,"cniVersion":"0.3.0"}`, `{"prevResult":[1],"pod_socket":"/a"}`, `{"prevResult":{"ips":[{"address":"a"}]},"prevResult":"x"}`,
 	`{"cniVersion":"0.4.0"`, `{"cniVersion":"0.4.0",}`, `{"cni\u0056ersion":"0.3.1","POD_SOCKET":"\ud83d\ude00\ud83d"}`,
 	`{"pod_socket":"\ud800\u0041"}`, `{"pod_socket":"\uDFFF\uD800\uDC00"}`, "{\"pod_socket\":\"a\xffb\xed\xa0\x80\"}",
 	`{"a":-0.5e+10,"b":-01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`, `{"a":1e}`, `{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`, `{"a":"\u12"}`,

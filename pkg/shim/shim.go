@@ -6,22 +6,22 @@
 // execs the full plugin, istio-cni-full, installed beside it, with the
 // same arguments, environment and stdin.
 //
-// It links little (no CNI skel, no netlink library, no logger, no rule
-// model, and neither encoding/json, crypto nor os/exec: what a Go program
-// links costs its start, used or not), so that its start costs little
-// more than an empty Go program's: a pod's ADD is then this start and one
-// local round trip. It never decides anything
+// It links little: no CNI skel, no netlink library, no logger, no rule
+// model, no encoding/json, crypto or os/exec, and not even os, fmt or
+// time (process.go has the process's side in plain system calls), since
+// what a Go program links costs its start, used or not. Its start then
+// costs little more than an empty Go program's, and a pod's ADD is that
+// start and one local round trip. It never decides anything
 // about a pod: the plugin's code does, in the agent or in istio-cni-full.
 package shim
 
 import (
 	"errors"
-	"fmt"
 	"io"
-	"path/filepath"
+	"path"
+	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
@@ -37,11 +37,11 @@ type Env struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// Exe is the shim's own path (the full plugin is beside it), asked
-	// only to exec it; Args its arguments.
+	// Exe is the shim's own path (the full plugin is beside it) and Args
+	// its arguments, asked only to exec it.
 	Exe  func() string
-	Args []string
-	// Exec replaces the process with path (unix.Exec), stdin the
+	Args func() []string
+	// Exec replaces the process with path (syscall.Exec), stdin the
 	// process's fd 0 from then on; it returns only on failure.
 	Exec func(path string, argv, envv []string, stdin []byte) error
 	// HandOff is handoff.Send.
@@ -115,7 +115,7 @@ func Run(e Env) int {
 	}
 	stdin, err := readAll(e.Stdin)
 	if err != nil {
-		return e.fail("", fmt.Errorf("reading stdin: %w", err))
+		return e.fail("", errors.New("reading stdin: "+err.Error()))
 	}
 	resp, why, asked := e.handOff(stdin)
 	if why != "" {
@@ -136,7 +136,7 @@ func Run(e Env) int {
 // whether the agent got the request (it may then have written rules).
 func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked bool) {
 	if len(stdin) > handoff.MaxRequest/2 {
-		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2), false
+		return handoff.Response{}, "stdin is " + strconv.Itoa(len(stdin)) + " bytes, over the hand-off's " + strconv.Itoa(handoff.MaxRequest/2), false
 	}
 	conf, err := decodeEntry(stdin)
 	if err != nil {
@@ -158,17 +158,17 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 		req.Netlink = append(req.Netlink, f.name)
 	}
 	if len(req.Netlink) == 0 {
-		return handoff.Response{}, fmt.Sprintf("no family goes over netlink on this node: %v", off), false
+		return handoff.Response{}, "no family goes over netlink on this node: [" + strings.Join(off, " ") + "]", false
 	}
 	if req.Netns == "" {
 		return handoff.Response{}, "no CNI_NETNS", false
 	}
 	// O_NONBLOCK: a FIFO at the path must not hold the shim in open.
-	fd, err := unix.Open(req.Netns, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := syscall.Open(req.Netns, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return handoff.Response{}, fmt.Sprintf("opening CNI_NETNS: %v", err), false
+		return handoff.Response{}, "opening CNI_NETNS: " + err.Error(), false
 	}
-	defer func() { _ = unix.Close(fd) }()
+	defer func() { _ = syscall.Close(fd) }()
 	resp, err = e.HandOff(conf.PodSocket, req, fd)
 	switch {
 	case err != nil:
@@ -182,13 +182,17 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 // full execs the full plugin, with why (NAME=reason) added to its
 // environment when set; stdin nil leaves fd 0 as the runtime passed it.
 func (e Env) full(stdin []byte, why string) int {
-	path := filepath.Join(filepath.Dir(e.Exe()), FullBinary)
+	full := path.Join(path.Dir(e.Exe()), FullBinary)
 	env := e.Environ
 	if why != "" {
 		env = append(append([]string(nil), env...), why)
 	}
-	err := e.Exec(path, append([]string{path}, e.Args[1:]...), env, stdin)
-	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", path, err))
+	argv := []string{full}
+	if args := e.Args(); len(args) > 1 {
+		argv = append(argv, args[1:]...)
+	}
+	err := e.Exec(full, argv, env, stdin)
+	return e.fail(cniVersion(stdin), errors.New("running "+full+": "+err.Error()))
 }
 
 // cniVersion is the config's cniVersion, read on past a field of the
@@ -214,22 +218,22 @@ func (e Env) fail(version string, err error) int {
 // through a memory file, since the runtime's pipe was read to the end.
 func Exec(path string, argv, envv []string, stdin []byte) error {
 	if stdin != nil {
-		fd, err := unix.MemfdCreate("istio-cni-stdin", 0)
+		fd, err := memfd("istio-cni-stdin")
 		if err != nil {
-			return fmt.Errorf("passing stdin on: %w", err)
+			return errors.New("passing stdin on: " + err.Error())
 		}
 		if err := writeAll(fd, stdin); err != nil {
-			return fmt.Errorf("passing stdin on: %w", err)
+			return errors.New("passing stdin on: " + err.Error())
 		}
-		if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
-			return fmt.Errorf("passing stdin on: %w", err)
+		if _, err := syscall.Seek(fd, 0, io.SeekStart); err != nil {
+			return errors.New("passing stdin on: " + err.Error())
 		}
-		if err := unix.Dup3(fd, 0, 0); err != nil {
-			return fmt.Errorf("passing stdin on: %w", err)
+		if err := syscall.Dup3(fd, 0, 0); err != nil {
+			return errors.New("passing stdin on: " + err.Error())
 		}
-		_ = unix.Close(fd)
+		_ = syscall.Close(fd)
 	}
-	return unix.Exec(path, argv, envv)
+	return syscall.Exec(path, argv, envv)
 }
 
 // readAll is io.ReadAll from a buffer an entry and its prevResult fit
@@ -253,8 +257,8 @@ func readAll(r io.Reader) ([]byte, error) {
 
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Write(fd, b)
-		if errors.Is(err, unix.EINTR) {
+		n, err := syscall.Write(fd, b)
+		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {

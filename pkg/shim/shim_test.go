@@ -55,7 +55,7 @@ func (h *harness) run(t *testing.T) int {
 		Stdout:  &h.stdout,
 		Stderr:  &h.stderr,
 		Exe:     func() string { return "/opt/cni/bin/istio-cni" },
-		Args:    []string{"/opt/cni/bin/istio-cni"},
+		Args:    func() []string { return []string{"/opt/cni/bin/istio-cni"} },
 		Exec: func(path string, argv, envv []string, stdin []byte) error {
 			h.execs = append(h.execs, execCall{path, argv, envv, stdin})
 			if h.execErr != nil {
@@ -342,7 +342,7 @@ func TestVersionReadsNoStdin(t *testing.T) {
 	e := Env{
 		Getenv: func(k string) string { return map[string]string{"CNI_COMMAND": "VERSION"}[k] },
 		Stdin:  iotest.ErrReader(errors.New("stdin read")),
-		Stdout: &out, Stderr: &out, Exe: func() string { return "/opt/cni/bin/istio-cni" }, Args: []string{"istio-cni"},
+		Stdout: &out, Stderr: &out, Exe: func() string { return "/opt/cni/bin/istio-cni" }, Args: func() []string { return []string{"istio-cni"} },
 		Exec: func(string, []string, []string, []byte) error { t.Fatal("VERSION exec'd"); return nil },
 		HandOff: func(string, handoff.Request, int) (handoff.Response, error) {
 			t.Fatal("VERSION handed off")

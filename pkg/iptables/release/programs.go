@@ -1,12 +1,10 @@
 package release
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
+	"errors"
+	"path"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // sbinDirs are searched after PATH: container runtimes may exec plugins
@@ -15,49 +13,59 @@ var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
 
 // LookPath finds a program in PATH as exec.LookPath does (a name with a
 // slash is itself; the search ends, refused, at a match in a relative
-// directory), or else in the sbin directories. It is
-// written out because os/exec costs every process that links it about
-// 25 µs of start-up (BENCHMARKS.md).
+// directory), or else in the sbin directories. It is written out, with
+// plain system calls, because os/exec, and even os, cost every process
+// that links them start-up time (BENCHMARKS.md, "The shim's start").
 func LookPath(name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if executable(name) {
 			return name, nil
 		}
-		return "", fmt.Errorf("%s is not an executable file", name)
+		return "", errors.New(name + " is not an executable file")
 	}
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		if dir == "" {
-			dir = "."
-		}
-		if p := filepath.Join(dir, name); executable(p) {
-			if !filepath.IsAbs(p) {
-				break // exec.LookPath's ErrDot
+	if env, _ := syscall.Getenv("PATH"); env != "" {
+		for _, dir := range strings.Split(env, ":") {
+			if dir == "" {
+				dir = "."
 			}
-			return p, nil
+			if p := path.Join(dir, name); executable(p) {
+				if !path.IsAbs(p) {
+					break // exec.LookPath's ErrDot
+				}
+				return p, nil
+			}
 		}
 	}
 	for _, dir := range sbinDirs {
-		if p := filepath.Join(dir, name); executable(p) {
+		if p := path.Join(dir, name); executable(p) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%s not found in PATH or %v", name, sbinDirs)
+	return "", errors.New(name + " not found in PATH or " + strings.Join(sbinDirs, ", "))
 }
 
-// executable: a file, not a directory, that someone may execute.
-func executable(path string) bool {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
+// executable is exec.LookPath's test: a file, not a directory, that this
+// process may execute, as the kernel says (a noexec mount, or another
+// user's mode bits, is a no); the mode bits only where the kernel cannot
+// say (ENOSYS, or EPERM from a seccomp filter).
+func executable(p string) bool {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil || st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return false
 	}
-	return st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Mode&0o111 != 0
+	const atFDCWD, xOK, atEAccess = -100, 1, 0x200 // <fcntl.h>, <unistd.h>: the same on every Linux
+	err := syscall.Faccessat(atFDCWD, p, xOK, atEAccess)
+	if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EPERM) {
+		return st.Mode&0o111 != 0
+	}
+	return err == nil
 }
 
-// BackendAt is the implementation of the program at path, which leads to
+// BackendAt is the implementation of the program at p, which leads to
 // real: its names say (xtables-nft-multi, iptables-legacy-restore, ...),
 // else a link to a name with nft in it; else legacy (iptables before 1.8).
-func BackendAt(path, real string) string {
-	for _, name := range []string{filepath.Base(path), filepath.Base(real)} {
+func BackendAt(p, real string) string {
+	for _, name := range []string{path.Base(p), path.Base(real)} {
 		switch {
 		case strings.Contains(name, "nft"):
 			return NFT
@@ -65,7 +73,8 @@ func BackendAt(path, real string) string {
 			return Legacy
 		}
 	}
-	if link, err := os.Readlink(path); err == nil && strings.Contains(link, "nft") {
+	buf := make([]byte, 4096)
+	if n, err := syscall.Readlink(p, buf); err == nil && strings.Contains(string(buf[:n]), "nft") {
 		return NFT
 	}
 	return Legacy

@@ -6,14 +6,16 @@
 // (through a Reader it passes in).
 //
 // The shim asks before every hand-off, so this package links nothing
-// whose start a process pays for: no os/exec, no rule model, no crypto,
-// no JSON (cmd/plugin's dependency test holds it to that).
+// whose start a process pays for: plain system calls, not os, fmt or
+// time (which cost a Go program's start even unused), let alone os/exec,
+// crypto, JSON or the rule model (cmd/plugin's dependency test holds it
+// to that).
 package release
 
 import (
 	"errors"
-	"fmt"
-	"path/filepath"
+	"path"
+	"strconv"
 )
 
 // Layout is the iptables-nft release whose encoding nfnl.Write
@@ -46,17 +48,18 @@ func Programs(backend string, ipv6 bool) (restore, save string) {
 	return base + "-restore", base + "-save"
 }
 
-// Reader runs the program name, found at path, for its release, and
-// remembers it in cacheFile under key, the identity the program had
-// before it ran (Key); it returns the release.
-type Reader func(cacheFile, name, path, key string) (string, error)
+// A Miss is asked about the program name, found at path, when cacheFile
+// remembers no release for key, the identity it has now (Key): it says
+// why the program is not one to write for (not nf_tables, say), or reads
+// its release and remembers it, or returns "" for no answer yet.
+type Miss func(cacheFile, name, path, key string) (string, error)
 
 // Writable says why a family's rules cannot be written over netlink on
 // this node, or nil: the backend resolves to nf_tables, at Layout's
 // release, so that iptables-save prints them as iptables-restore wrote
-// them. The release is remembered in cacheDir; a release not remembered
-// is read with read, or is a no when read is nil.
-func Writable(backend string, ipv6 bool, cacheDir string, read Reader) error {
+// them. The release is remembered in cacheDir; on a miss, miss is asked,
+// and a nil miss is a no.
+func Writable(backend string, ipv6 bool, cacheDir string, miss Miss) error {
 	family := "ipv4"
 	if ipv6 {
 		family = "ipv6"
@@ -65,44 +68,33 @@ func Writable(backend string, ipv6 bool, cacheDir string, read Reader) error {
 	case cacheDir == "":
 		return errors.New("no cache_dir")
 	case backend == Legacy:
-		return fmt.Errorf("%s backend %s", family, backend)
+		return errors.New(family + " backend " + backend)
 	case backend == "":
 		backend = Auto
 	case backend != Auto && backend != NFT:
-		return fmt.Errorf("unknown iptables backend %q: want %s, %s or %s", backend, Auto, Legacy, NFT)
+		return errors.New("unknown iptables backend " + strconv.Quote(backend) + ": want " + Auto + ", " + Legacy + " or " + NFT)
 	}
 	// The shim and ADD ask on every pod: a remembered release costs a
 	// lookup on PATH, a stat and a small read (only an nf_tables
 	// program's release is remembered); the symlinks are walked, to tell
-	// the backend, only when it is not.
+	// the backend, only on a miss.
 	name, _ := Programs(backend, ipv6)
-	path, err := LookPath(name)
+	p, err := LookPath(name)
 	if err != nil {
 		return err
 	}
-	cacheFile := filepath.Join(cacheDir, name+".version")
-	v, key, err := Remembered(cacheFile, name, path)
-	if err == nil && v == "" {
-		real, lerr := filepath.EvalSymlinks(path)
-		if lerr != nil {
-			return fmt.Errorf("resolving %s: %w", path, lerr)
-		}
-		if r := BackendAt(path, real); backend == Auto && r != NFT {
-			return fmt.Errorf("%s backend %s", family, r)
-		}
-		if read != nil {
-			// Remembered under the identity taken before the backend
-			// was told: a switch since is caught after the run.
-			v, err = read(cacheFile, name, path, key)
-		}
+	cacheFile := path.Join(cacheDir, name+".version")
+	v, key, err := Remembered(cacheFile, name, p)
+	if err == nil && v == "" && miss != nil {
+		v, err = miss(cacheFile, name, p, key)
 	}
 	switch {
 	case err != nil:
 		return err
 	case v == "":
-		return fmt.Errorf("%s's release is not in %s yet", name, cacheDir)
+		return errors.New(name + "'s release is not in " + cacheDir + " (the plugin remembers an nf_tables program's when it runs)")
 	case v != Layout:
-		return fmt.Errorf("%s is iptables %s, whose layout is not %s's", name, v, Layout)
+		return errors.New(name + " is iptables " + v + ", whose layout is not " + Layout + "'s")
 	}
 	return nil
 }

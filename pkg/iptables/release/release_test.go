@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -78,5 +79,45 @@ func TestWritableRefusals(t *testing.T) {
 		if err := Writable(c.backend, false, c.cacheDir, nil); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Writable(%q, %q) = %v, want an error saying %q", c.backend, c.cacheDir, err, c.want)
 		}
+	}
+}
+
+// A program the kernel will not run for this process (here on a noexec
+// mount, its mode bits 0755) is passed over, as exec.LookPath passes it:
+// the runner would fail to exec it. The test re-runs itself in a mount
+// namespace of its own.
+func TestLookPathSkipsWhatTheKernelWontRun(t *testing.T) {
+	if os.Getenv("RELEASE_TEST_NOEXEC") == "" {
+		if os.Geteuid() != 0 {
+			t.Skip("mounting needs root")
+		}
+		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestLookPathSkipsWhatTheKernelWontRun$", "-test.v")
+		cmd.Env = append(os.Environ(), "RELEASE_TEST_NOEXEC=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // mounts made private
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS") {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		return
+	}
+	noexec, plain := t.TempDir(), t.TempDir()
+	if err := syscall.Mount("tmpfs", noexec, "tmpfs", syscall.MS_NOEXEC, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(noexec, syscall.MNT_DETACH) })
+	for _, dir := range []string{noexec, plain} {
+		if err := os.WriteFile(filepath.Join(dir, "prog"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", noexec+":"+plain)
+	want := filepath.Join(plain, "prog")
+	if p, err := exec.LookPath("prog"); err != nil || p != want {
+		t.Fatalf("exec.LookPath: %q, %v; want %s", p, err, want)
+	}
+	if p, err := LookPath("prog"); err != nil || p != want {
+		t.Errorf("LookPath: %q, %v; want %s, as exec.LookPath", p, err, want)
+	}
+	if p, err := LookPath(filepath.Join(noexec, "prog")); err == nil {
+		t.Errorf("LookPath of the noexec program by its path: %q, want refused", p)
 	}
 }

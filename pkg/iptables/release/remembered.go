@@ -2,12 +2,9 @@ package release
 
 import (
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // A cache file holds two lines: the program's Key, then its release
@@ -31,24 +28,9 @@ func Remembered(cacheFile, name, path string) (release, key string, err error) {
 	return "", key, nil
 }
 
-// Remember writes release into cacheFile under key, atomically: a reader
-// sees the old file or the new one.
-func Remember(cacheFile, key, release string) error {
-	f, err := os.CreateTemp(filepath.Dir(cacheFile), "."+filepath.Base(cacheFile)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(key + "\n" + release + "\n")
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), cacheFile)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+// File is what a cache file holds for release remembered under key.
+func File(key, release string) []byte {
+	return []byte(key + "\n" + release + "\n")
 }
 
 // Key is the cache key of the program name found at path: the file the
@@ -56,34 +38,35 @@ func Remember(cacheFile, key, release string) error {
 // and change times: a rewrite in place changes its change time, whatever
 // it does to the rest).
 func Key(name, path string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return "", &os.PathError{Op: "stat", Path: path, Err: err}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "", errors.New("stat " + path + ": " + err.Error())
 	}
-	return fmt.Sprintf("%s %s %d:%d %d %d %d", name, path, st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano()), nil
+	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+	i := func(v int64) string { return strconv.FormatInt(v, 10) }
+	return name + " " + path + " " + u(st.Dev) + ":" + u(st.Ino) + " " + i(st.Size) + " " + i(st.Mtim.Nano()) + " " + i(st.Ctim.Nano()), nil
 }
 
-// readSmall reads a file of at most 4 KiB with plain system calls: in the
-// shim, os.Open would start Go's poller for this one read.
+// readSmall reads a file of at most 4 KiB with plain system calls.
 func readSmall(path string) ([]byte, error) {
 	// Not a FIFO to wait on, nor a link to follow out of cache_dir.
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = unix.Close(fd) }()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	defer func() { _ = syscall.Close(fd) }()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
 		return nil, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s is not a regular file", path)
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return nil, errors.New(path + " is not a regular file")
 	}
 	buf := make([]byte, 4<<10)
 	n := 0
 	for n < len(buf) {
-		m, err := unix.Read(fd, buf[n:])
-		if errors.Is(err, unix.EINTR) {
+		m, err := syscall.Read(fd, buf[n:])
+		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
@@ -94,5 +77,5 @@ func readSmall(path string) ([]byte, error) {
 		}
 		n += m
 	}
-	return nil, fmt.Errorf("%s is over %d bytes", path, len(buf))
+	return nil, errors.New(path + " is over 4096 bytes")
 }

@@ -3,7 +3,9 @@ package xtables
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -85,8 +87,7 @@ func CachedNFTVersion(cacheFile, name string) (string, error) {
 // rememberNFTVersion runs NFTVersion and remembers its answer under key,
 // the identity the program had before it ran; a program that changed
 // while it ran (the alternatives switched) is an error, never
-// remembered: the answer may be the other file's. It is the
-// release.Reader the plugin's check passes.
+// remembered: the answer may be the other file's.
 func rememberNFTVersion(cacheFile, name, path, key string) (string, error) {
 	v, err := NFTVersion(name)
 	if err != nil {
@@ -100,18 +101,47 @@ func rememberNFTVersion(cacheFile, name, path, key string) (string, error) {
 		return "", fmt.Errorf("%s changed while its release was read", path)
 	}
 	// A failed write only costs the next call a run.
-	_ = release.Remember(cacheFile, key, v)
+	_ = writeAtomic(cacheFile, release.File(key, v))
 	return v, nil
 }
 
-// NetlinkWritable says why a family's rules cannot be written over
-// netlink (pkg/iptables/nfnl) on this node, or nil (release.Writable);
-// run=false never runs the program, and a release not remembered is a
-// no.
-func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) error {
-	var read release.Reader
-	if run {
-		read = rememberNFTVersion
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
 	}
-	return release.Writable(string(b), f == iptables.IPv6, cacheDir, read)
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
+}
+
+// NetlinkWritable says why a family's rules cannot be written over
+// netlink (pkg/iptables/nfnl) on this node, or nil (release.Writable).
+// On a release not remembered, the symlinks are walked to tell the
+// backend: Auto leading to legacy says so; then run=false never runs the
+// program, and is a no, while run=true reads the release and remembers it.
+func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) error {
+	return release.Writable(string(b), f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return "", fmt.Errorf("resolving %s: %w", path, err)
+		}
+		if r := release.BackendAt(path, real); b != NFT && r != release.NFT {
+			return "", fmt.Errorf("%s backend %s", f, r)
+		}
+		if !run {
+			return "", nil
+		}
+		// Remembered under the identity taken before the backend was
+		// told: a switch since is caught after the run.
+		return rememberNFTVersion(cacheFile, name, path, key)
+	})
 }

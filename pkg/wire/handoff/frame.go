@@ -3,7 +3,7 @@ package handoff
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"strconv"
 )
 
 // A hand-off travels as one binary frame each way, not JSON: the shim is a
@@ -32,7 +32,7 @@ func (r Request) MarshalBinary() ([]byte, error) {
 	}
 	b = appendBytes(b, r.Stdin)
 	if len(b) > MaxRequest {
-		return nil, fmt.Errorf("the request is %d bytes, over %d", len(b), MaxRequest)
+		return nil, errors.New("the request is " + itoa(len(b)) + " bytes, over " + itoa(MaxRequest))
 	}
 	return b, nil
 }
@@ -49,7 +49,7 @@ func (r *Request) UnmarshalBinary(b []byte) error {
 	}
 	n := d.u32()
 	if n > 2 {
-		d.fail(fmt.Errorf("%d families", n))
+		d.fail(errors.New(utoa(n) + " families"))
 	}
 	r.Netlink = nil
 	for i := uint32(0); i < n && d.err == nil; i++ {
@@ -72,7 +72,7 @@ func (r Response) MarshalBinary() ([]byte, error) {
 	b = appendBytes(b, r.Stdout)
 	b = appendBytes(b, r.Stderr)
 	if len(b) > MaxResponse {
-		return nil, fmt.Errorf("the answer is %d bytes, over %d", len(b), MaxResponse)
+		return nil, errors.New("the answer is " + itoa(len(b)) + " bytes, over " + itoa(MaxResponse))
 	}
 	return b, nil
 }
@@ -84,7 +84,7 @@ func (r *Response) UnmarshalBinary(b []byte) error {
 	switch done := d.byte(); {
 	case d.err != nil:
 	case done > 1:
-		d.fail(fmt.Errorf("done is %d", done))
+		d.fail(errors.New("done is " + utoa(uint32(done))))
 	default:
 		r.Done = done == 1
 	}
@@ -172,17 +172,17 @@ func (d *decoder) u64() uint64 {
 func (d *decoder) bytes() []byte {
 	n := d.u32()
 	if n > MaxRequest && d.err == nil {
-		d.fail(fmt.Errorf("a field of %d bytes, over %d", n, MaxRequest))
+		d.fail(errors.New("a field of " + utoa(n) + " bytes, over " + itoa(MaxRequest)))
 	}
 	return d.take(int(n))
 }
 
 func (d *decoder) end(what string) error {
 	if d.err == nil && len(d.b) > 0 {
-		d.fail(fmt.Errorf("%d bytes after the %s", len(d.b), what))
+		d.fail(errors.New(itoa(len(d.b)) + " bytes after the " + what))
 	}
 	if d.err != nil {
-		return fmt.Errorf("a hand-off %s: %w", what, d.err)
+		return wrap("a hand-off "+what, d.err)
 	}
 	return nil
 }
@@ -191,5 +191,22 @@ func (d *decoder) end(what string) error {
 type VersionError struct{ Got int }
 
 func (e *VersionError) Error() string {
-	return fmt.Sprintf("version %d, not %d", e.Got, Version)
+	return "version " + itoa(e.Got) + ", not " + itoa(Version)
 }
+
+// The package writes its errors without fmt, which would cost the shim's
+// start (BENCHMARKS.md, "The shim's start").
+
+func itoa(n int) string    { return strconv.Itoa(n) }
+func utoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// wrap is fmt.Errorf("%s: %w", msg, err).
+func wrap(msg string, err error) error { return &wrapped{msg, err} }
+
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg + ": " + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }

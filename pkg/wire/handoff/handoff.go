@@ -15,10 +15,7 @@ package handoff
 
 import (
 	"errors"
-	"fmt"
-	"time"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // Version is the wire format's version (frame.go); a reader refuses
@@ -36,8 +33,11 @@ const (
 
 // Budget bounds a hand-off, connecting included: far above an ADD's
 // milliseconds on a loaded node, far below the runtime's two-minute
-// request timeout, which a hand-back still has to fit in.
-const Budget = 2 * time.Second
+// request timeout, which a hand-back still has to fit in. It is in
+// nanoseconds, untyped, so a time.Duration where one is wanted: the
+// shim's side links neither time nor os, which cost a Go program's start
+// even unused (BENCHMARKS.md, "The shim's start").
+const Budget = 2_000_000_000
 
 // Limits: the request carries the runtime's stdin (the entry and the
 // primary's prevResult); the response the plugin's result and log line.
@@ -84,37 +84,37 @@ type Response struct {
 var ErrNotTaken = errors.New("the agent closed without an answer (an agent of another version?)")
 
 // Send hands req to the agent listening at socket, with the namespace's
-// descriptor, within budget. It uses blocking system calls on one
-// thread: the shim's whole run is this exchange, and Go's poller would
-// add threads and wake-ups to it. Any error means: run the plugin.
-func Send(socket string, req Request, netnsFD int, budget time.Duration) (Response, error) {
-	deadline := time.Now().Add(budget)
-	req.Deadline = deadline.UnixNano()
+// descriptor, within budget nanoseconds. It uses blocking system calls
+// on one thread: the shim's whole run is this exchange, and Go's poller
+// would add threads and wake-ups to it. Any error means: run the plugin.
+func Send(socket string, req Request, netnsFD int, budget int64) (Response, error) {
+	deadline := now() + budget
+	req.Deadline = deadline
 	b, err := req.MarshalBinary()
 	if err != nil {
 		return Response{}, err
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return Response{}, fmt.Errorf("socket: %w", err)
+		return Response{}, wrap("socket", err)
 	}
-	defer func() { _ = unix.Close(fd) }()
-	if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() error { return unix.Connect(fd, &unix.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, unix.EISCONN) {
-		return Response{}, fmt.Errorf("connecting to %s: %w", socket, err)
+	defer func() { _ = syscall.Close(fd) }()
+	if err := retry(fd, syscall.SO_SNDTIMEO, deadline, func() error { return syscall.Connect(fd, &syscall.SockaddrUnix{Name: socket}) }); err != nil && !errors.Is(err, syscall.EISCONN) {
+		return Response{}, wrap("connecting to "+socket, err)
 	}
 	if err := send(fd, b, netnsFD, deadline); err != nil {
-		return Response{}, fmt.Errorf("sending to %s: %w", socket, err)
+		return Response{}, wrap("sending to "+socket, err)
 	}
 	data, err := readAll(fd, deadline)
 	if err != nil {
-		return Response{}, fmt.Errorf("reading from %s: %w", socket, err)
+		return Response{}, wrap("reading from "+socket, err)
 	}
 	if len(data) == 0 {
 		return Response{}, ErrNotTaken
 	}
 	var resp Response
 	if err := resp.UnmarshalBinary(data); err != nil {
-		return Response{}, fmt.Errorf("the agent's answer: %w", err)
+		return Response{}, wrap("the agent's answer", err)
 	}
 	if !resp.Done && resp.HandBack == "" {
 		return Response{}, errors.New("the agent's answer: neither done nor handed back")
@@ -122,34 +122,42 @@ func Send(socket string, req Request, netnsFD int, budget time.Duration) (Respon
 	return resp, nil
 }
 
+// now is the node's clock in Unix nanoseconds, as time.Now().UnixNano()
+// reads it on the agent's side.
+func now() int64 {
+	var tv syscall.Timeval
+	_ = syscall.Gettimeofday(&tv)
+	return tv.Nano()
+}
+
 // send writes b, the descriptor riding with its first byte, then closes
 // the writing side: the agent reads to the end.
-func send(fd int, b []byte, netnsFD int, deadline time.Time) error {
+func send(fd int, b []byte, netnsFD int, deadline int64) error {
 	var n int
-	if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() (err error) {
-		n, err = unix.SendmsgN(fd, b, unix.UnixRights(netnsFD), nil, 0)
+	if err := retry(fd, syscall.SO_SNDTIMEO, deadline, func() (err error) {
+		n, err = syscall.SendmsgN(fd, b, syscall.UnixRights(netnsFD), nil, 0)
 		return err
 	}); err != nil {
 		return err
 	}
 	for b = b[n:]; len(b) > 0; b = b[n:] {
-		if err := retry(fd, unix.SO_SNDTIMEO, deadline, func() (err error) {
-			n, err = unix.Write(fd, b)
+		if err := retry(fd, syscall.SO_SNDTIMEO, deadline, func() (err error) {
+			n, err = syscall.Write(fd, b)
 			return err
 		}); err != nil {
 			return err
 		}
 	}
-	return unix.Shutdown(fd, unix.SHUT_WR)
+	return syscall.Shutdown(fd, syscall.SHUT_WR)
 }
 
-func readAll(fd int, deadline time.Time) ([]byte, error) {
+func readAll(fd int, deadline int64) ([]byte, error) {
 	var data []byte
 	buf := make([]byte, 16<<10)
 	for {
 		var n int
-		if err := retry(fd, unix.SO_RCVTIMEO, deadline, func() (err error) {
-			n, err = unix.Read(fd, buf)
+		if err := retry(fd, syscall.SO_RCVTIMEO, deadline, func() (err error) {
+			n, err = syscall.Read(fd, buf)
 			return err
 		}); err != nil {
 			return nil, err
@@ -158,7 +166,7 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 			return data, nil
 		}
 		if data = append(data, buf[:n]...); len(data) > MaxResponse {
-			return nil, fmt.Errorf("the answer is over %d bytes", MaxResponse)
+			return nil, errors.New("the answer is over " + itoa(MaxResponse) + " bytes")
 		}
 	}
 }
@@ -167,22 +175,22 @@ func readAll(fd int, deadline time.Time) ([]byte, error) {
 // its socket timeout (opt: SO_SNDTIMEO for connecting and sending,
 // SO_RCVTIMEO for reading), again when a signal interrupted it (Go's
 // runtime sends them). A socket timeout is EAGAIN.
-func retry(fd, opt int, deadline time.Time, call func() error) error {
+func retry(fd, opt int, deadline int64, call func() error) error {
 	for {
-		left := time.Until(deadline)
+		left := deadline - now()
 		if left <= 0 {
 			return errors.New("no answer within the budget")
 		}
-		tv := unix.NsecToTimeval(left.Nanoseconds())
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-			return fmt.Errorf("socket timeout: %w", err)
+		tv := syscall.NsecToTimeval(left)
+		if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, opt, &tv); err != nil {
+			return wrap("socket timeout", err)
 		}
 		err := call()
 		switch {
-		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, syscall.EINTR):
 			continue
-		case errors.Is(err, unix.EAGAIN):
-			return fmt.Errorf("no answer within the budget: %w", err)
+		case errors.Is(err, syscall.EAGAIN):
+			return wrap("no answer within the budget", err)
 		}
 		return err
 	}

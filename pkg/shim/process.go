@@ -1,0 +1,114 @@
+package shim
+
+import (
+	"errors"
+	"io"
+	"runtime"
+	"strings"
+	"syscall"
+	"unsafe"
+)
+
+// The real process's side of Env, with plain system calls: the shim links
+// no os (nor time, which os imports), since what a Go program links costs
+// its start, used or not (BENCHMARKS.md, "The shim's start").
+
+// FD reads and writes a descriptor of the process (0, 1, 2).
+type FD int
+
+// Read reads once, again after a signal; io.EOF at the end.
+func (f FD) Read(b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(f), b)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// Write writes all of b.
+func (f FD) Write(b []byte) (int, error) {
+	if err := writeAll(int(f), b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// Getenv is os.Getenv.
+func Getenv(key string) string {
+	v, _ := syscall.Getenv(key)
+	return v
+}
+
+// Exe is the running binary's path, as os.Executable reads it on Linux.
+func Exe() string {
+	buf := make([]byte, 4096)
+	n, err := syscall.Readlink("/proc/self/exe", buf)
+	if err != nil || n == len(buf) {
+		return ""
+	}
+	return string(buf[:n])
+}
+
+// Args is the process's arguments (os.Args), read from the kernel.
+func Args() []string {
+	fd, err := syscall.Open("/proc/self/cmdline", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = syscall.Close(fd) }()
+	b, err := readAll(FD(fd))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+}
+
+// memfdCreate is memfd_create's number, which package syscall lacks on
+// some architectures (x/sys/unix has it, but links time). A switch, not
+// a map: a map would be built at every start.
+func memfdCreate() uintptr {
+	switch runtime.GOARCH {
+	case "amd64":
+		return 319
+	case "386":
+		return 356
+	case "arm":
+		return 385
+	case "arm64", "riscv64", "loong64":
+		return 279
+	case "ppc64", "ppc64le":
+		return 360
+	case "s390x":
+		return 350
+	case "mips", "mipsle":
+		return 4354
+	case "mips64", "mips64le":
+		return 5314
+	}
+	return 0
+}
+
+// memfd is a new memory file (memfd_create), close-on-exec.
+func memfd(name string) (int, error) {
+	nr := memfdCreate()
+	if nr == 0 {
+		return -1, errors.New("memfd_create's number is unknown on " + runtime.GOARCH)
+	}
+	p, err := syscall.BytePtrFromString(name)
+	if err != nil {
+		return -1, err
+	}
+	const mfdCloexec = 1
+	fd, _, errno := syscall.Syscall(nr, uintptr(unsafe.Pointer(p)), mfdCloexec, 0) // #nosec G103 -- the name, a C string the call only reads
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), nil
+}
