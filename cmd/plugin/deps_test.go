@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -108,5 +109,21 @@ func checkDeps(t *testing.T, pkg, name string, ours, forbidden []string) {
 				t.Errorf("%s links %s (imported by %v): none of %v", name, dep, entries, forbidden)
 			}
 		}
+	}
+}
+
+// The shim is written in package syscall's terms, whose types differ by
+// architecture (Stat_t's fields are 32 bits wide on some): it builds for
+// the architectures Kubernetes nodes run, and for 32-bit ones.
+func TestShimBuildsForOtherArchitectures(t *testing.T) {
+	for _, arch := range []string{"arm64", "ppc64le", "s390x", "386", "mips"} {
+		t.Run(arch, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), "go", "build", "-o", os.DevNull, ".")
+			cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("GOARCH=%s: %v\n%s", arch, err, out)
+			}
+		})
 	}
 }

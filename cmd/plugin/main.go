@@ -5,6 +5,7 @@
 package main
 
 import (
+	"path"
 	"syscall"
 
 	"istio-cni.local/istio-cni/pkg/shim"
@@ -22,12 +23,13 @@ func main() {
 }
 
 // exe is the shim's path, asked only when it execs the full plugin beside
-// it: an ADD the agent runs never needs it.
+// it: an ADD the agent runs never needs it. Both ways read /proc; without
+// it the shim looks on CNI_PATH (shim.Env.Exe).
 func exe() string {
 	if p := shim.Exe(); p != "" {
 		return p
 	}
-	if args := shim.Args(); len(args) > 0 {
+	if args := shim.Args(); len(args) > 0 && path.IsAbs(args[0]) {
 		return args[0]
 	}
 	return ""

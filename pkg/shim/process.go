@@ -16,12 +16,19 @@ import (
 // FD reads and writes a descriptor of the process (0, 1, 2).
 type FD int
 
-// Read reads once, again after a signal; io.EOF at the end.
+// Read reads once, again after a signal, and waits on a descriptor the
+// runtime left non-blocking (os would wait in Go's poller); io.EOF at the
+// end.
 func (f FD) Read(b []byte) (int, error) {
 	for {
 		n, err := syscall.Read(int(f), b)
 		switch {
 		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EAGAIN):
+			if err := wait(int(f), pollIn); err != nil {
+				return 0, err
+			}
 			continue
 		case err != nil:
 			return 0, err
@@ -111,4 +118,28 @@ func memfd(name string) (int, error) {
 		return -1, errno
 	}
 	return int(fd), nil
+}
+
+const (
+	pollIn  = 0x1 // <poll.h>, the same on every Linux
+	pollOut = 0x4
+)
+
+// wait blocks until fd is ready for events, or hung up (the read or
+// write that follows then says so).
+func wait(fd int, events int16) error {
+	p := struct {
+		fd              int32
+		events, revents int16
+	}{int32(fd), events, 0} // #nosec G115 -- a descriptor
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&p)), 1, 0, 0, 0, 0) // #nosec G103 -- the kernel reads and writes p
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		}
+		return errno
+	}
 }

@@ -52,3 +52,58 @@ func TestFDThroughAPipe(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A runtime may leave the pipes non-blocking: FD waits on them as os
+// did, instead of failing with EAGAIN. Writing: the pipe is filled first,
+// so the write must wait; reading: the pipe is empty when the read may
+// begin.
+func TestFDWaitsOnANonBlockingPipe(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	r, w := p[0], p[1]
+	defer unix.Close(r)
+	defer unix.Close(w)
+	full := 0
+	for {
+		n, err := unix.Write(w, make([]byte, 4096))
+		if err != nil {
+			break // EAGAIN: full
+		}
+		full += n
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := FD(w).Write([]byte("after the full pipe"))
+		wrote <- err
+	}()
+	got := make([]byte, 0, full+64)
+	buf := make([]byte, 64<<10)
+	for len(got) < full+len("after the full pipe") {
+		n, err := FD(r).Read(buf)
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", len(got), err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if err := <-wrote; err != nil || string(got[full:]) != "after the full pipe" {
+		t.Errorf("write into a full non-blocking pipe: %v; its tail read %q", err, got[full:])
+	}
+
+	read := make(chan string, 1)
+	go func() {
+		n, err := FD(r).Read(buf)
+		if err != nil {
+			read <- err.Error()
+			return
+		}
+		read <- string(buf[:n])
+	}()
+	if _, err := unix.Write(w, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-read; got != "late" {
+		t.Errorf("read from an empty non-blocking pipe: %q, want late", got)
+	}
+}

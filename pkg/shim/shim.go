@@ -37,8 +37,9 @@ type Env struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// Exe is the shim's own path (the full plugin is beside it) and Args
-	// its arguments, asked only to exec it.
+	// Exe is the shim's own path (the full plugin is beside it; "" if
+	// unknown) and Args its arguments (none if unknown), asked only to
+	// exec it.
 	Exe  func() string
 	Args func() []string
 	// Exec replaces the process with path (syscall.Exec), stdin the
@@ -182,7 +183,10 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 // full execs the full plugin, with why (NAME=reason) added to its
 // environment when set; stdin nil leaves fd 0 as the runtime passed it.
 func (e Env) full(stdin []byte, why string) int {
-	full := path.Join(path.Dir(e.Exe()), FullBinary)
+	full, err := e.fullPath()
+	if err != nil {
+		return e.fail(cniVersion(stdin), err)
+	}
 	env := e.Environ
 	if why != "" {
 		env = append(append([]string(nil), env...), why)
@@ -191,8 +195,24 @@ func (e Env) full(stdin []byte, why string) int {
 	if args := e.Args(); len(args) > 1 {
 		argv = append(argv, args[1:]...)
 	}
-	err := e.Exec(full, argv, env, stdin)
+	err = e.Exec(full, argv, env, stdin)
 	return e.fail(cniVersion(stdin), errors.New("running "+full+": "+err.Error()))
+}
+
+// fullPath is the full plugin's path: beside the shim. Without the
+// shim's own path (no /proc), it is looked for on CNI_PATH, where the
+// runtime found the shim; never relative to the working directory.
+func (e Env) fullPath() (string, error) {
+	if exe := e.Exe(); path.IsAbs(exe) {
+		return path.Join(path.Dir(exe), FullBinary), nil
+	}
+	for _, dir := range strings.Split(e.Getenv("CNI_PATH"), ":") {
+		var st syscall.Stat_t
+		if p := path.Join(dir, FullBinary); path.IsAbs(dir) && syscall.Stat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			return p, nil
+		}
+	}
+	return "", errors.New("finding " + FullBinary + ": the shim's own path is unknown (no /proc/self/exe) and CNI_PATH has none")
 }
 
 // cniVersion is the config's cniVersion, read on past a field of the
@@ -258,7 +278,13 @@ func readAll(r io.Reader) ([]byte, error) {
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
 		n, err := syscall.Write(fd, b)
-		if errors.Is(err, syscall.EINTR) {
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EAGAIN): // a non-blocking stdout
+			if err := wait(fd, pollOut); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {

@@ -272,6 +272,38 @@ func TestAddFIFOAsNetnsDoesNotHang(t *testing.T) {
 
 // A full plugin that cannot run fails the ADD with a CNI error naming it:
 // the pod does not start unredirected.
+// Without /proc the shim knows neither its path nor its arguments: it
+// finds the full plugin on CNI_PATH, never relative to the working
+// directory, and fails with a CNI error if it is not there.
+func TestNoProcFindsTheFullPluginOnCNIPath(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, FullBinary), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(bin) // a relative lookup would find it here
+	for cniPath, want := range map[string]string{
+		"relative:" + bin + ":/opt/cni/bin": filepath.Join(bin, FullBinary),
+		".:relative":                        "",
+	} {
+		h := &harness{env: map[string]string{"CNI_COMMAND": "DEL", "CNI_PATH": cniPath}, stdin: `{"cniVersion":"0.4.0"}`}
+		e := h.env
+		code := Run(Env{
+			Getenv: func(k string) string { return e[k] }, Stdin: strings.NewReader(h.stdin), Stdout: &h.stdout, Stderr: &h.stderr,
+			Exe: func() string { return "" }, Args: func() []string { return nil },
+			Exec: func(path string, argv, envv []string, stdin []byte) error {
+				h.execs = append(h.execs, execCall{path, argv, envv, stdin})
+				return errors.New("exec'd")
+			},
+		})
+		switch {
+		case want == "" && (len(h.execs) != 0 || code != 1 || !strings.Contains(h.stdout.String(), "CNI_PATH")):
+			t.Errorf("CNI_PATH %q: execs %+v, exit %d, %s; want a CNI error naming CNI_PATH", cniPath, h.execs, code, h.stdout.String())
+		case want != "" && (len(h.execs) != 1 || h.execs[0].path != want || !slices.Equal(h.execs[0].argv, []string{want})):
+			t.Errorf("CNI_PATH %q: execs %+v, want %s", cniPath, h.execs, want)
+		}
+	}
+}
+
 func TestFullPluginMissingFailsWithACNIError(t *testing.T) {
 	h := &harness{env: map[string]string{"CNI_COMMAND": "ADD"}, stdin: `{"cniVersion":"0.4.0","name":"k8s"}`, execErr: os.ErrNotExist}
 	if code := h.run(t); code != 1 {

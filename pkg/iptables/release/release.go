@@ -92,7 +92,7 @@ func Writable(backend string, ipv6 bool, cacheDir string, miss Miss) error {
 	case err != nil:
 		return err
 	case v == "":
-		return errors.New(name + "'s release is not in " + cacheDir + " (the plugin remembers an nf_tables program's when it runs)")
+		return errors.New("no nf_tables release of " + name + " is remembered in " + cacheDir + " (the plugin remembers one once it finds the program is nf_tables)")
 	case v != Layout:
 		return errors.New(name + " is iptables " + v + ", whose layout is not " + Layout + "'s")
 	}

@@ -42,10 +42,13 @@ func Key(name, path string) (string, error) {
 	if err := syscall.Stat(path, &st); err != nil {
 		return "", errors.New("stat " + path + ": " + err.Error())
 	}
-	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	return name + " " + path + " " + u(st.Dev) + ":" + u(st.Ino) + " " + i(st.Size) + " " + i(st.Mtim.Nano()) + " " + i(st.Ctim.Nano()), nil
 }
+
+// u prints a Stat_t field whose width is the architecture's (Dev is a
+// uint32 on mips).
+func u[T ~uint32 | ~uint64](v T) string { return strconv.FormatUint(uint64(v), 10) }
 
 // readSmall reads a file of at most 4 KiB with plain system calls.
 func readSmall(path string) ([]byte, error) {

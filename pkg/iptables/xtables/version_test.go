@@ -142,7 +142,7 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 		t.Fatalf("remembered: %v", err)
 	}
 	link("xtables-nft-multi.new")
-	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "not in") {
+	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
 		t.Errorf("another file of the same size and time: %v, want not remembered", err)
 	}
 	link("xtables-legacy-multi")

@@ -16,6 +16,7 @@ package handoff
 import (
 	"errors"
 	"syscall"
+	"unsafe"
 )
 
 // Version is the wire format's version (frame.go); a reader refuses
@@ -88,8 +89,10 @@ var ErrNotTaken = errors.New("the agent closed without an answer (an agent of an
 // on one thread: the shim's whole run is this exchange, and Go's poller
 // would add threads and wake-ups to it. Any error means: run the plugin.
 func Send(socket string, req Request, netnsFD int, budget int64) (Response, error) {
-	deadline := now() + budget
-	req.Deadline = deadline
+	// The agent reads the deadline on its wall clock; the shim bounds its
+	// own waits on the monotonic one, which a clock step cannot stretch.
+	req.Deadline = wallNow() + budget
+	deadline := monoNow() + budget
 	b, err := req.MarshalBinary()
 	if err != nil {
 		return Response{}, err
@@ -122,12 +125,18 @@ func Send(socket string, req Request, netnsFD int, budget int64) (Response, erro
 	return resp, nil
 }
 
-// now is the node's clock in Unix nanoseconds, as time.Now().UnixNano()
-// reads it on the agent's side.
-func now() int64 {
+// wallNow is the node's clock in Unix nanoseconds, as
+// time.Now().UnixNano() reads it on the agent's side; monoNow the
+// monotonic clock in nanoseconds. Variables for the tests.
+var wallNow, monoNow = func() int64 {
 	var tv syscall.Timeval
 	_ = syscall.Gettimeofday(&tv)
 	return tv.Nano()
+}, func() int64 {
+	const clockMonotonic = 1 // <time.h>, the same on every Linux
+	var ts syscall.Timespec
+	_, _, _ = syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0) // #nosec G103 -- the kernel writes ts
+	return ts.Nano()
 }
 
 // send writes b, the descriptor riding with its first byte, then closes
@@ -171,13 +180,14 @@ func readAll(fd int, deadline int64) ([]byte, error) {
 	}
 }
 
-// retry runs a blocking call on fd with what is left of the budget as
-// its socket timeout (opt: SO_SNDTIMEO for connecting and sending,
-// SO_RCVTIMEO for reading), again when a signal interrupted it (Go's
-// runtime sends them). A socket timeout is EAGAIN.
+// retry runs a blocking call on fd with what is left of the budget
+// (deadline, on the monotonic clock) as its socket timeout (opt:
+// SO_SNDTIMEO for connecting and sending, SO_RCVTIMEO for reading), again
+// when a signal interrupted it (Go's runtime sends them). A socket
+// timeout is EAGAIN.
 func retry(fd, opt int, deadline int64, call func() error) error {
 	for {
-		left := deadline - now()
+		left := deadline - monoNow()
 		if left <= 0 {
 			return errors.New("no answer within the budget")
 		}
