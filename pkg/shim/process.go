@@ -47,6 +47,27 @@ func (f FD) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// writeAll writes all of b to fd, waiting on one left non-blocking.
+func writeAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EAGAIN): // a non-blocking stdout
+			if err := wait(fd, pollOut); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // Getenv is os.Getenv.
 func Getenv(key string) string {
 	v, _ := syscall.Getenv(key)

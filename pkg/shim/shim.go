@@ -274,23 +274,3 @@ func readAll(r io.Reader) ([]byte, error) {
 		}
 	}
 }
-
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, err := syscall.Write(fd, b)
-		switch {
-		case errors.Is(err, syscall.EINTR):
-			continue
-		case errors.Is(err, syscall.EAGAIN): // a non-blocking stdout
-			if err := wait(fd, pollOut); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
-}

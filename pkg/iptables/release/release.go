@@ -32,6 +32,9 @@ const (
 	NFT    = "nft"
 )
 
+// Backends lists the valid values, for error messages.
+const Backends = Auto + ", " + Legacy + " or " + NFT
+
 // Programs names a family's restore and save programs for a backend:
 // Auto's are the node's own iptables-restore and iptables-save.
 func Programs(backend string, ipv6 bool) (restore, save string) {
@@ -72,7 +75,7 @@ func Writable(backend string, ipv6 bool, cacheDir string, miss Miss) error {
 	case backend == "":
 		backend = Auto
 	case backend != Auto && backend != NFT:
-		return errors.New("unknown iptables backend " + strconv.Quote(backend) + ": want " + Auto + ", " + Legacy + " or " + NFT)
+		return errors.New("unknown iptables backend " + strconv.Quote(backend) + ": want " + Backends)
 	}
 	// The shim and ADD ask on every pod: a remembered release costs a
 	// lookup on PATH, a stat and a small read (only an nf_tables

@@ -28,7 +28,7 @@ const (
 )
 
 // Backends lists the valid values, for error messages.
-const Backends = "auto, legacy or nft"
+const Backends = release.Backends
 
 // ParseBackend validates a configured backend; "" means Auto.
 func ParseBackend(s string) (Backend, error) {
@@ -71,6 +71,12 @@ func (b Backend) ResolveFamily(f iptables.Family) (Backend, error) {
 	if err != nil {
 		return "", err
 	}
+	return backendAt(path)
+}
+
+// backendAt is the implementation the program at path leads to, through
+// its symlinks (release.BackendAt).
+func backendAt(path string) (Backend, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return "", fmt.Errorf("resolving %s: %w", path, err)

@@ -68,7 +68,7 @@ func firstLine(b []byte) string {
 	return string(b)
 }
 
-// CachedNFTVersion is NFTVersion remembered in cacheFile (release.Remember),
+// CachedNFTVersion is NFTVersion remembered in cacheFile (release.File),
 // keyed by the program's path and the identity of the file it leads to
 // (release.Key), so that only the first call after the node's iptables
 // changes runs it. An unreadable or stale file is rewritten.
@@ -130,11 +130,11 @@ func writeAtomic(path string, data []byte) error {
 // program, and is a no, while run=true reads the release and remembers it.
 func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) error {
 	return release.Writable(string(b), f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
-		real, err := filepath.EvalSymlinks(path)
+		r, err := backendAt(path)
 		if err != nil {
-			return "", fmt.Errorf("resolving %s: %w", path, err)
+			return "", err
 		}
-		if r := release.BackendAt(path, real); b != NFT && r != release.NFT {
+		if b != NFT && r != NFT {
 			return "", fmt.Errorf("%s backend %s", f, r)
 		}
 		if !run {

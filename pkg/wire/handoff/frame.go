@@ -32,7 +32,7 @@ func (r Request) MarshalBinary() ([]byte, error) {
 	}
 	b = appendBytes(b, r.Stdin)
 	if len(b) > MaxRequest {
-		return nil, errors.New("the request is " + itoa(len(b)) + " bytes, over " + itoa(MaxRequest))
+		return nil, errors.New("the request is " + strconv.Itoa(len(b)) + " bytes, over " + strconv.Itoa(MaxRequest))
 	}
 	return b, nil
 }
@@ -72,7 +72,7 @@ func (r Response) MarshalBinary() ([]byte, error) {
 	b = appendBytes(b, r.Stdout)
 	b = appendBytes(b, r.Stderr)
 	if len(b) > MaxResponse {
-		return nil, errors.New("the answer is " + itoa(len(b)) + " bytes, over " + itoa(MaxResponse))
+		return nil, errors.New("the answer is " + strconv.Itoa(len(b)) + " bytes, over " + strconv.Itoa(MaxResponse))
 	}
 	return b, nil
 }
@@ -172,14 +172,14 @@ func (d *decoder) u64() uint64 {
 func (d *decoder) bytes() []byte {
 	n := d.u32()
 	if n > MaxRequest && d.err == nil {
-		d.fail(errors.New("a field of " + utoa(n) + " bytes, over " + itoa(MaxRequest)))
+		d.fail(errors.New("a field of " + utoa(n) + " bytes, over " + strconv.Itoa(MaxRequest)))
 	}
 	return d.take(int(n))
 }
 
 func (d *decoder) end(what string) error {
 	if d.err == nil && len(d.b) > 0 {
-		d.fail(errors.New(itoa(len(d.b)) + " bytes after the " + what))
+		d.fail(errors.New(strconv.Itoa(len(d.b)) + " bytes after the " + what))
 	}
 	if d.err != nil {
 		return wrap("a hand-off "+what, d.err)
@@ -191,13 +191,12 @@ func (d *decoder) end(what string) error {
 type VersionError struct{ Got int }
 
 func (e *VersionError) Error() string {
-	return "version " + itoa(e.Got) + ", not " + itoa(Version)
+	return "version " + strconv.Itoa(e.Got) + ", not " + strconv.Itoa(Version)
 }
 
 // The package writes its errors without fmt, which would cost the shim's
 // start (BENCHMARKS.md, "The shim's start").
 
-func itoa(n int) string    { return strconv.Itoa(n) }
 func utoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 
 // wrap is fmt.Errorf("%s: %w", msg, err).

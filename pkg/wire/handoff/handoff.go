@@ -15,6 +15,7 @@ package handoff
 
 import (
 	"errors"
+	"strconv"
 	"syscall"
 	"unsafe"
 )
@@ -175,7 +176,7 @@ func readAll(fd int, deadline int64) ([]byte, error) {
 			return data, nil
 		}
 		if data = append(data, buf[:n]...); len(data) > MaxResponse {
-			return nil, errors.New("the answer is over " + itoa(MaxResponse) + " bytes")
+			return nil, errors.New("the answer is over " + strconv.Itoa(MaxResponse) + " bytes")
 		}
 	}
 }
