@@ -16,10 +16,9 @@ import (
 
 // fakeAPI answers pod lookups from a map, or with err.
 type fakeAPI struct {
-	pods     map[string]*kube.Pod
-	err      error
-	checkErr error // from Check: the kubeconfig or the helper
-	calls    int
+	pods  map[string]*kube.Pod
+	err   error
+	calls int
 }
 
 func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, error) {
@@ -32,8 +31,6 @@ func (f *fakeAPI) GetPod(_ context.Context, ns, name, _ string) (*kube.Pod, erro
 	}
 	return nil, &kube.APIError{Kind: kube.NotFound, Pod: ns + "/" + name, Err: errors.New("404")}
 }
-
-func (f *fakeAPI) Check(context.Context) error { return f.checkErr }
 
 // fakeNet records what would be programmed in which namespace.
 type fakeNet struct {

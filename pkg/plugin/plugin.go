@@ -25,8 +25,6 @@ import (
 // PodGetter reads one pod from the API.
 type PodGetter interface {
 	GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error)
-	// Check says whether a pod could be read: the kubeconfig loads.
-	Check(ctx context.Context) error
 }
 
 // PodNetwork is the OS step: a pod's network namespace.

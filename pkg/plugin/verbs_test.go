@@ -218,19 +218,44 @@ func TestDelAlwaysSucceeds(t *testing.T) {
 	}
 }
 
-func TestStatus(t *testing.T) {
-	h := newHarness()
+// TestStatusNeedsOnlyWhatPlainPodsNeed: containerd turns a STATUS error
+// into NetworkReady=false and kubelet into a NotReady node, which starts
+// no pod at all. So STATUS fails only for what would fail a plain pod's ADD
+// too (a config that does not parse), never for what only injected pods
+// need: the kubeconfig (gone from its tmpfs after a reboot until the agent
+// writes it again), the API lookup helper, the API server, the iptables
+// programs.
+func TestStatusNeedsOnlyWhatPlainPodsNeed(t *testing.T) {
 	c := `{"cniVersion":"1.1.0","name":"k8s","type":"istio-cni"}`
-	if err := h.p.Status(cmdArgs(c, "")); err != nil {
-		t.Fatalf("STATUS with a kubeconfig: %v", err)
+	t.Setenv("PATH", t.TempDir()) // no iptables programs either
+	for name, breakIt := range map[string]func(h *harness){
+		"all in place": func(*harness) {},
+		"no kubeconfig": func(h *harness) {
+			h.getterErr = errors.New("loading kubeconfig: open /var/run/istio-cni/istio-cni-kubeconfig: no such file or directory")
+		},
+		"no API lookup helper":  func(h *harness) { h.getterErr = errors.New("locating istio-cni-apilookup: no such file or directory") },
+		"the API server is out": func(h *harness) { h.api.err = errors.New("dial tcp 10.96.0.1:443: connect: connection refused") },
+	} {
+		h := newHarness()
+		breakIt(h)
+		if err := h.p.Status(cmdArgs(c, "")); err != nil {
+			t.Errorf("%s: STATUS = %v, want success: plain pods start without any of it", name, err)
+		}
+		if h.api.calls != 0 {
+			t.Errorf("%s: STATUS read a pod", name)
+		}
+		if err := h.p.GC(cmdArgs(c, "")); err != nil {
+			t.Errorf("%s: GC = %v", name, err)
+		}
 	}
-	h.api.checkErr = errors.New("the API lookup helper /opt/cni/bin/istio-cni-apilookup: no such file or directory")
-	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
-	h.api.checkErr = nil
-	h.getterErr = errors.New("loading kubeconfig: no such file")
-	wantCode(t, h.p.Status(cmdArgs(c, "")), types.ErrPluginNotAvailable)
-	if err := h.p.GC(cmdArgs(c, "")); err != nil {
-		t.Errorf("GC: %v", err)
+	h := newHarness()
+	for _, bad := range []string{`{"cniVersion":"1.1.0","name":"k8s","type":"istio-cni","log_level":"loud"}`, `{"cniVersion":`} {
+		if err := h.p.Status(cmdArgs(bad, "")); err == nil {
+			t.Errorf("STATUS of %s succeeded: a config ADD cannot parse fails plain pods too", bad)
+		}
+		if err := h.p.GC(cmdArgs(bad, "")); err == nil {
+			t.Errorf("GC of %s succeeded", bad)
+		}
 	}
 }
 
