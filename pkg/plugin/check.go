@@ -8,6 +8,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
@@ -27,11 +28,22 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	}
 	// The rules ADD recorded are the expectation; the pod's annotations
 	// may have changed since (they take effect only at ADD).
+	// A sandbox ADD passed through passes, with no lookup: a plain pod's
+	// CHECK never depends on the API or the agent. One whose record a later
+	// build wrote (this plugin was rolled back) is not held to what this
+	// build would apply: it passes, saying it was not checked.
 	var m iptables.Model
 	if ref, isPod, _ := podID(args.Args); isPod {
 		if r, ok := recorded(conf, args, ref.uid); ok {
 			out.pod, out.podUID = ref.String(), ref.uid
-			out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+			out.decision = decision.Decision{Redirect: !r.Passed, Reason: decision.Recorded}
+			switch {
+			case r.Newer():
+				out.warnings = append(out.warnings, fmt.Sprintf("not checked: a newer istio-cni recorded this sandbox (record version %d; this plugin reads up to %d)", r.Version, applied.Version))
+				return nil
+			case r.Passed:
+				return nil
+			}
 			out.families = decision.FamilyNames(r.IPv4, r.IPv6)
 			m = r.Model()
 		}

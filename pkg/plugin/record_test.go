@@ -1,6 +1,9 @@
 package plugin
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -81,5 +84,50 @@ func TestDelRemovesAnExcludedNamespacesRecord(t *testing.T) {
 	}
 	if recs, _ := store.ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666"); len(recs) != 0 {
 		t.Errorf("DEL left %d record(s) of an excluded-namespace sandbox", len(recs))
+	}
+}
+
+// TestCheckUnderCNI11NeedsNoMeshForAPlainPod: CHECK with a 1.1.0 config
+// and prevResult. A sandbox ADD passed through passes with no lookup, so
+// no plain pod's CHECK depends on the API or the agent; a meshed one is
+// held to its record; one whose record a later build wrote (this plugin
+// rolled back) passes, saying it was not checked.
+func TestCheckUnderCNI11NeedsNoMeshForAPlainPod(t *testing.T) {
+	const prev11 = `{"cniVersion":"1.1.0","interfaces":[{"name":"eth0"}],"ips":[{"address":"10.1.0.5/24","interface":0}]}`
+	dir := t.TempDir()
+	c := strings.TrimSuffix(conf("1.1.0", prev11), "}") + `,"records_dir":"` + dir + `"}`
+	h := newHarness()
+	plain := meshedPod(nil)
+	plain.Metadata.Annotations = nil
+	plain.Spec.Containers = plain.Spec.Containers[:1]
+	h.api.pods["team-a/web-1"] = plain
+	if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	h.api.err = errors.New("dial tcp 10.96.0.1:443: connect: connection refused")
+	calls := h.api.calls
+	if err := h.p.Check(cmdArgs(c, podArgsUID)); err != nil || h.api.calls != calls {
+		t.Errorf("CHECK of a plain pod with the API away: %v, %d lookups; want success and none", err, h.api.calls-calls)
+	}
+
+	h = newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	h.api.err = errors.New("the API is away")
+	if err := h.p.Check(cmdArgs(c, podArgsUID)); err != nil {
+		t.Errorf("CHECK of a meshed pod against its record: %v", err)
+	}
+	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: missing rule 3"}
+	wantCode(t, h.p.Check(cmdArgs(c, podArgsUID)), ErrRulesMismatch)
+
+	uid := "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+	newer := `{"version":99,"podUID":"` + uid + `","pod":"team-a/web-1","container":"c1","spec":"of tomorrow"}`
+	if err := os.WriteFile(filepath.Join(dir, uid, "c1.json"), []byte(newer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.Check(cmdArgs(c, podArgsUID)); err != nil || !strings.Contains(h.stderr.String(), "not checked: a newer istio-cni") {
+		t.Errorf("CHECK of a sandbox a newer build recorded: %v\n%s", err, h.stderr)
 	}
 }
