@@ -34,8 +34,15 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
-// Version is the records' format; a record of another version is ignored
-// (the audit then falls back to the pod's annotations, and says so).
+// Version is the records' format. Two builds share the records while one
+// replaces the other (an upgrade, a rollback), so each reads every version
+// up to its own, an older record as that version wrote it, and a newer
+// record only for its header (version, podUID, pod, container,
+// netnsInode: fields whose meaning no version changes), acting on nothing
+// else in it: a field it does not know may be a rule it would strip. The
+// audit leaves such a sandbox alone and says so. Any change to what a
+// record holds takes a new version: format_test.go ties each version to
+// its fields.
 const Version = 1
 
 // Record is what ADD programmed in one sandbox.
@@ -59,10 +66,15 @@ type Record struct {
 	At      time.Time       `json:"at"`
 }
 
+// Newer reports that a later build wrote the record: only its header was
+// read, and what it applied is unknown here.
+func (r Record) Newer() bool { return r.Version > Version }
+
 // Model is the rule model the record stands for: none for a sandbox ADD
-// passed through.
+// passed through. A Newer record has none either; callers check Newer
+// first, as its sandbox may hold any rules.
 func (r Record) Model() iptables.Model {
-	if r.Passed {
+	if r.Passed || r.Newer() {
 		return iptables.Model{}
 	}
 	return iptables.Build(r.Spec, r.IPv4, r.IPv6)
@@ -240,8 +252,8 @@ func (s Store) Remove(podUID, container string) error {
 	return nil
 }
 
-// ForPod returns the records of a pod's sandboxes (usually one). A record
-// that cannot be read or is of another version is skipped. Records from a
+// ForPod returns the records of a pod's sandboxes (usually one), Newer
+// ones with their header only. A record that cannot be read is skipped. Records from a
 // Cache are shared: callers read them, never change them.
 func (s Store) ForPod(podUID string) ([]Record, error) {
 	if !validID(podUID) {
@@ -311,10 +323,27 @@ func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool, ioErr
 	return r, statID(&st), ok, nil
 }
 
-// decode reads a record that this plugin could have written.
+// header is what every version of a record holds, with the same meaning.
+type header struct {
+	Version    int    `json:"version"`
+	PodUID     string `json:"podUID"`
+	Pod        string `json:"pod"`
+	Container  string `json:"container"`
+	NetnsInode uint64 `json:"netnsInode"`
+}
+
+// decode reads a record that this plugin, or a later build of it, could
+// have written: a later build's for its header only (Version).
 func decode(data []byte) (Record, bool) {
+	var h header
+	if len(data) > maxRecord || json.Unmarshal(data, &h) != nil || h.Version < 1 {
+		return Record{}, false
+	}
+	if h.Version > Version {
+		return Record{Version: h.Version, PodUID: h.PodUID, Pod: h.Pod, Container: h.Container, NetnsInode: h.NetnsInode}, true
+	}
 	var r Record
-	if len(data) > maxRecord || json.Unmarshal(data, &r) != nil || r.Version != Version {
+	if json.Unmarshal(data, &r) != nil {
 		return Record{}, false
 	}
 	// Names reach rules: only what ParseIfName accepts (the plugin made

@@ -8,7 +8,8 @@ import (
 )
 
 // A cache file holds two lines: the program's Key, then its release
-// ("1.8.9"). Only an nf_tables program's release is ever remembered, so
+// ("1.8.9"). That is its format's version 1, which carries no number
+// (format_test.go): anything else is a miss. Only an nf_tables program's release is ever remembered, so
 // a hit also says the program is nf_tables.
 
 // Remembered returns the release remembered in cacheFile for the program
@@ -21,11 +22,21 @@ func Remembered(cacheFile, name, path string) (release, key string, err error) {
 		return "", "", err
 	}
 	if b, err := readSmall(cacheFile); err == nil {
-		if k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key && v != "" {
+		if v, ok := parseCache(b, key); ok {
 			return v, key, nil
 		}
 	}
 	return "", key, nil
+}
+
+// parseCache reads a cache file's release for key: exactly the two lines
+// File writes, else a miss (another program, or another format).
+func parseCache(b []byte, key string) (string, bool) {
+	k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if !ok || k != key || v == "" || strings.Contains(v, "\n") {
+		return "", false
+	}
+	return v, true
 }
 
 // File is what a cache file holds for release remembered under key.

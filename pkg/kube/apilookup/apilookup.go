@@ -20,14 +20,38 @@ import (
 // Binary is the helper's file name, in the plugin's directory.
 const Binary = "istio-cni-apilookup"
 
+// Version is the format of the request and the reply. The agent replaces
+// the plugin and its helper one file after the other, so a plugin of one
+// build may run the helper of another: each side refuses a newer version
+// than its own rather than read part of it. Version 1 is sent without "v":
+// the builds before versions were numbered sent none, and their helper
+// refuses any field it does not know, so a "v" of 1 would fail them. Any
+// change to either side's fields takes a new version (format_test.go).
+const Version = 1
+
+// wireVersion is what "v" holds for Version: nothing for 1.
+func wireVersion() int {
+	if Version == 1 {
+		return 0
+	}
+	return Version
+}
+
+// newer says whether v, a "v" read, is a version after this build's.
+func newer(v int) bool { return max(v, 1) > Version }
+
 // Request is one lookup, sent as JSON on the helper's stdin: the plugin
 // then parses no command line (the flag package's init would be every pod
 // start's).
 type Request struct {
+	V          int           `json:"v,omitempty"`
 	Kubeconfig string        `json:"kubeconfig"`
 	Timeouts   kube.Timeouts `json:"timeouts"`
-	// Check only loads the kubeconfig (the plugin's STATUS); no pod is
-	// read.
+	// Check only loads the kubeconfig; no pod is read. The plugin's
+	// STATUS asked it up to be8eded; this build's never does (STATUS
+	// must not depend on what only injected pods need), but a plugin of
+	// the previous build may run beside this helper while the agent
+	// swaps the binaries, and must keep getting its answer.
 	Check     bool   `json:"check,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
 	Name      string `json:"name,omitempty"`
@@ -37,6 +61,8 @@ type Request struct {
 // validate names the field a request lacks.
 func (r Request) validate() error {
 	switch {
+	case newer(r.V):
+		return fmt.Errorf("v: version %d, from a newer plugin; this helper reads up to %d", r.V, Version)
 	case r.Kubeconfig == "":
 		return errors.New("kubeconfig: required")
 	case r.Timeouts.Attempt <= 0 || r.Timeouts.Total <= 0:
@@ -51,6 +77,7 @@ func (r Request) validate() error {
 
 // reply is the helper's one line of output.
 type reply struct {
+	V     int         `json:"v,omitempty"`
 	Pod   *kube.Pod   `json:"pod,omitempty"`
 	Error *replyError `json:"error,omitempty"`
 }

@@ -24,7 +24,7 @@ type Helper struct {
 // from the API, *ConfigError for a kubeconfig that does not load, or
 // *HelperError.
 func (h Helper) GetPod(ctx context.Context, namespace, name, uid string) (*kube.Pod, error) {
-	rep, err := h.run(ctx, Request{Kubeconfig: h.Kubeconfig, Timeouts: h.Timeouts, Namespace: namespace, Name: name, UID: uid})
+	rep, err := h.run(ctx, Request{V: wireVersion(), Kubeconfig: h.Kubeconfig, Timeouts: h.Timeouts, Namespace: namespace, Name: name, UID: uid})
 	if err != nil {
 		return nil, err
 	}
@@ -37,12 +37,6 @@ func (h Helper) GetPod(ctx context.Context, namespace, name, uid string) (*kube.
 			namespace, name, uid, m.Metadata.Namespace, m.Metadata.Name, m.Metadata.UID)}
 	}
 	return rep.Pod, nil
-}
-
-// Check says whether the kubeconfig loads (STATUS).
-func (h Helper) Check(ctx context.Context) error {
-	_, err := h.run(ctx, Request{Kubeconfig: h.Kubeconfig, Timeouts: h.Timeouts, Check: true})
-	return err
 }
 
 func (h Helper) run(ctx context.Context, r Request) (*reply, error) {
@@ -70,6 +64,9 @@ func (h Helper) run(ctx context.Context, r Request) (*reply, error) {
 	var rep reply
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		return nil, &HelperError{Path: h.Path, Err: fmt.Errorf("reading its reply: %w", err), Stderr: head(stderr.String(), 500)}
+	}
+	if newer(rep.V) {
+		return nil, &HelperError{Path: h.Path, Err: fmt.Errorf("its reply is of version %d, from a newer helper; this plugin reads up to %d", rep.V, Version)}
 	}
 	if e := rep.Error; e != nil {
 		if e.Kind == configKind {

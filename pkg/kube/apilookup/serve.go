@@ -32,6 +32,7 @@ func Serve(stdin io.Reader, stdout, stderr io.Writer, open func(kubeconfig strin
 		return 2
 	}
 	rep := lookup(r, open)
+	rep.V = wireVersion()
 	if err := json.NewEncoder(stdout).Encode(rep); err != nil {
 		_, _ = fmt.Fprintf(stderr, "%s: writing the reply: %v\n", Binary, err)
 		return 1

@@ -52,6 +52,10 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		a.notChecked(c.pod, why, listed)
 		return false
 	}
+	if r, ok := newerRecord(c.records, ns.Inode); ok {
+		a.leftToANewerBuild(c.pod, r)
+		return false
+	}
 	st := a.pods[uid]
 	if st == nil || st.inode != ns.Inode {
 		st = &podState{inode: ns.Inode}

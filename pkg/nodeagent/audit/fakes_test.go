@@ -51,6 +51,7 @@ type fakeNetwork struct {
 	redirected map[uint64]bool
 	programmed []iptables.Model
 	programErr error
+	checked    int // namespaces read
 }
 
 func inodeOf(path string) uint64 {
@@ -64,6 +65,7 @@ func inodeOf(path string) uint64 {
 func (f *fakeNetwork) Check(_ context.Context, path string, _ iptables.Model) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.checked++
 	if f.redirected[inodeOf(path)] {
 		return nil, nil
 	}

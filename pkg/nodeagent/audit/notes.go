@@ -80,3 +80,30 @@ func (a *Auditor) notChecked(pod *corev1.Pod, why string, listed map[string]*cor
 }
 
 const noteNotChecked = "not checked: "
+
+// newerRecord is the sandbox's record when a later build wrote it.
+func newerRecord(recs []applied.Record, ino uint64) (applied.Record, bool) {
+	for _, r := range recs {
+		if r.NetnsInode == ino && r.Newer() {
+			return r, true
+		}
+	}
+	return applied.Record{}, false
+}
+
+// leftToANewerBuild says, once per pod, that the audit leaves a sandbox
+// alone whose record a later build wrote (this agent was rolled back): what
+// that build applied is not known here, and a repair to what this build
+// would apply could strip what it added. The pod counts as unchecked; no
+// Event, since a rollback would put one on every meshed pod.
+func (a *Auditor) leftToANewerBuild(pod *corev1.Pod, r applied.Record) {
+	uid := string(pod.UID)
+	if a.notes[uid] == noteNewerRecord {
+		return
+	}
+	a.notes[uid] = noteNewerRecord
+	a.deps.Log.Warn("audit: not checking the pod: its sandbox's record was written by a newer istio-cni, whose rules this agent cannot know; it is left as it is until that version runs again or the pod restarts",
+		"pod", podName(pod), "uid", uid, "container", r.Container, "record_version", r.Version, "reads_up_to", applied.Version)
+}
+
+const noteNewerRecord = "newer record"

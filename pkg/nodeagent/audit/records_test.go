@@ -3,6 +3,10 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -258,5 +262,49 @@ func TestPassedSandboxIsHeldToNothingOutLoud(t *testing.T) {
 	}
 	if evs := h.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], ReasonSettingsChanged) || !strings.Contains(evs[0], "meshed now") {
 		t.Errorf("events %q: want one %s saying the pod is meshed now", evs, ReasonSettingsChanged)
+	}
+}
+
+// TestNewerRecordIsLeftAlone: an agent rolled back to an older build meets
+// a record a newer build wrote. It cannot know what that build applied (a
+// field it does not know may be the rule it would strip), so it neither
+// reads nor repairs the sandbox, emits no Event, and counts the pod
+// unchecked; the log says why, once.
+func TestNewerRecordIsLeftAlone(t *testing.T) {
+	for _, action := range []Action{Repair, Delete, Label} {
+		t.Run(string(action), func(t *testing.T) {
+			h := newHarness(t, action)
+			var logged strings.Builder
+			h.a.deps.Log = slog.New(slog.NewTextHandler(&logged, nil))
+			p := meshed("from-the-future")
+			h.add(p, false) // what this build would call unredirected
+			newer := fmt.Sprintf(`{"version":%d,"podUID":%q,"pod":"default/from-the-future","container":"sandbox-1","netnsInode":%d,`+
+				`"spec":{"someFieldOfTomorrow":true},"ipv4":true,"at":"2026-12-01T00:00:00Z"}`, applied.Version+1, p.UID, h.ns[string(p.UID)].Inode)
+			writeRecordFile(t, h.records.Dir, string(p.UID), "sandbox-1", newer)
+			h.passesPastConfirm()
+			if len(h.net.programmed) != 0 || h.net.checked != 0 || len(h.actions.deleted) != 0 || len(h.actions.labelled) != 0 {
+				t.Errorf("programmed %d, checked %d, deleted %v, labelled %v: want the pod left alone",
+					len(h.net.programmed), h.net.checked, h.actions.deleted, h.actions.labelled)
+			}
+			if evs := h.drainEvents(); len(evs) != 0 {
+				t.Errorf("events %q: want none", evs)
+			}
+			if u := testutil.ToFloat64(h.metrics.Unchecked); u != 1 {
+				t.Errorf("unchecked = %v, want 1", u)
+			}
+			if n := strings.Count(logged.String(), "newer"); n != 1 {
+				t.Errorf("log said it %d times, want once:\n%s", n, logged.String())
+			}
+		})
+	}
+}
+
+func writeRecordFile(t *testing.T, dir, uid, container, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dir, uid), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, uid, container+".json"), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -89,6 +89,9 @@ type Report struct {
 	// sandbox; SettingsChanged says how the pod's settings now differ.
 	Recorded        bool
 	SettingsChanged string
+	// NewerRecord is the version of the sandbox's record when a later
+	// build wrote it: what ADD applied is unknown to this one.
+	NewerRecord int
 	// Notes are things to know about the pod (decision.IPv6ProxyNote).
 	Notes []string
 	// Want and Have are the tables in iptables-save form: Have only the
@@ -106,7 +109,7 @@ type Report struct {
 // Consistent is true when the pod is as the plugin would leave it:
 // redirected with exactly its rules, or not redirected and free of ours.
 func (r Report) Consistent() bool {
-	if r.Invalid != "" || r.NetnsErr != "" || (r.Injection != nil && r.Injection.Missed()) {
+	if r.Invalid != "" || r.NetnsErr != "" || r.NewerRecord != 0 || (r.Injection != nil && r.Injection.Missed()) {
 		return false
 	}
 	if r.Redirect {
@@ -198,6 +201,10 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 		for _, rec := range recs {
 			if rec.NetnsInode != ns.Inode {
 				continue
+			}
+			if rec.Newer() {
+				r.Recorded, r.NewerRecord = true, rec.Version
+				return iptables.Model{}, false, nil
 			}
 			if rec.Passed {
 				r.Redirect, r.Recorded = false, true

@@ -214,3 +214,31 @@ func TestMissedInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestNewerRecordIsNotJudged: a sandbox a later build recorded (this agent
+// rolled back) is neither held to this build's rules nor called ok:
+// inspect says who can judge it.
+func TestNewerRecordIsNotJudged(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "u1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	newer := `{"version":2,"podUID":"u1","pod":"default/web-0","container":"c1","netnsInode":7,"spec":{"tomorrow":1}}`
+	if err := os.WriteFile(filepath.Join(dir, "u1", "c1.json"), []byte(newer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := deps(pod(map[string]string{decision.StatusAnnotation: "{}"}), "*nat\nCOMMIT\n", nil)
+	d.Records = applied.Store{Dir: dir}
+	d.Check = func(context.Context, string, iptables.Model) ([]string, error) {
+		t.Error("checked against this build's model")
+		return nil, nil
+	}
+	r, err := Run(context.Background(), opts(configDir(t, true)), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	if r.Consistent() || r.NewerRecord != 2 || !strings.Contains(out, "verdict:   unknown: a newer istio-cni") || !strings.Contains(out, "record version 2") {
+		t.Errorf("consistent %v; report:\n%s", r.Consistent(), out)
+	}
+}

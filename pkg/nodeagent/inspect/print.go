@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"istio-cni.local/istio-cni/pkg/applied"
 )
 
 // Print writes the report for a human.
@@ -20,6 +22,8 @@ func (r Report) Print(w io.Writer) error {
 		line("cni:       %s (the runtime's config) does NOT chain istio-cni: pods started now are not redirected", r.Config)
 	}
 	switch {
+	case r.NewerRecord != 0:
+		line("decision:  recorded for this sandbox by a newer istio-cni (record version %d; this build reads up to %d): run that version's inspect", r.NewerRecord, applied.Version)
 	case r.Invalid != "":
 		line("decision:  must be redirected, but its settings are refused (ADD fails): %s", r.Invalid)
 	case r.Recorded && !r.Redirect:
@@ -65,6 +69,8 @@ func (r Report) Print(w io.Writer) error {
 
 func (r Report) verdict() string {
 	switch {
+	case r.NewerRecord != 0:
+		return "unknown: a newer istio-cni applied this sandbox's rules; this build does not judge them"
 	case r.Invalid != "":
 		return "NOT REDIRECTED: the plugin refuses this pod's settings"
 	case r.Injection != nil && r.Injection.Missed():

@@ -13,10 +13,11 @@ import (
 	"unicode/utf8"
 )
 
-// Version is the wire format's version, sent as "v". The format grows only
-// by adding fields: a reader ignores fields it does not know, and a field it
-// knows never changes meaning. A change that cannot be made that way takes
-// a new version.
+// Version is the wire format's version, sent as "v". A plugin of one build
+// reports to the agent of another while one replaces the other: the agent
+// reads every version up to its own and drops a newer one rather than read
+// half of it. Any change to the fields takes a new version
+// (format_test.go).
 const Version = 1
 
 // MaxDatagram bounds an encoded event. Send shortens the long strings (in
@@ -130,16 +131,24 @@ func truncate(s string, n int) string {
 	return s[:n] + cutMark
 }
 
-// decode parses one datagram. Unknown fields are ignored (a newer plugin may
-// send more); a datagram that is not a JSON object, or lacks the version,
-// is not an event.
+// decode parses one datagram. A datagram that is not a JSON object, lacks
+// the version, or is of a newer version, is not an event this agent reads.
 func decode(b []byte) (Report, error) {
+	var v struct {
+		V int `json:"v"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return Report{}, fmt.Errorf("not a report: %w", err)
+	}
+	switch {
+	case v.V < 1:
+		return Report{}, fmt.Errorf("not a report: no version (\"v\")")
+	case v.V > Version:
+		return Report{}, fmt.Errorf("a report of version %d, from a newer plugin; this agent reads up to %d", v.V, Version)
+	}
 	var ev Report
 	if err := json.Unmarshal(b, &ev); err != nil {
 		return Report{}, fmt.Errorf("not a report: %w", err)
-	}
-	if ev.V < 1 {
-		return Report{}, fmt.Errorf("not a report: no version (\"v\")")
 	}
 	return ev, nil
 }

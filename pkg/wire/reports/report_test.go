@@ -49,13 +49,18 @@ func TestEncodeWireFormat(t *testing.T) {
 	}
 }
 
-// TestDecodeIgnoresUnknownFields: a newer plugin may add fields.
-func TestDecodeIgnoresUnknownFields(t *testing.T) {
-	ev, err := decode([]byte(`{"v":2,"verb":"DEL","container":"c9","new_field":{"x":1}}`))
-	if err != nil || ev.Verb != "DEL" || ev.Container != "c9" {
+// TestDecodeRefusesNewerVersions: a newer plugin's report (an agent rolled
+// back while the node runs the newer plugin) is dropped, whatever it
+// holds, rather than read for the fields this agent knows; a field of a
+// different type is no report either.
+func TestDecodeRefusesNewerVersions(t *testing.T) {
+	if ev, err := decode([]byte(`{"v":1,"verb":"DEL","container":"c9"}`)); err != nil || ev.Verb != "DEL" || ev.Container != "c9" {
 		t.Errorf("decode = %+v, %v", ev, err)
 	}
-	for _, bad := range []string{``, `not json`, `[1]`, `{"verb":"ADD"}`, `{"v":"1"}`} {
+	if _, err := decode([]byte(`{"v":2,"verb":"DEL","container":"c9","new_field":{"x":1}}`)); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("a version 2 report: %v, want refused as newer", err)
+	}
+	for _, bad := range []string{``, `not json`, `[1]`, `{"verb":"ADD"}`, `{"v":"1"}`, `{"v":1,"redirect":"yes"}`} {
 		if _, err := decode([]byte(bad)); err == nil {
 			t.Errorf("decode(%q): no error", bad)
 		}

@@ -1,0 +1,20 @@
+package pluginconf
+
+import (
+	"testing"
+
+	"istio-cni.local/istio-cni/test/formats"
+)
+
+// TestEntryKeysAreVersion1: the conflist entry the agent writes and the
+// plugin of either build reads while binaries and config are swapped. It
+// carries no version of its own, and must not: the runtime passes it for
+// every pod, and a plugin that refused it would fail plain pods' ADD and
+// STATUS, and with STATUS the node. So its keys only grow, each new key
+// one that an older plugin may ignore and still write what it wrote
+// before (its default is the older behaviour), and no key changes its
+// meaning or its values' types. A change here is to be read against that
+// rule before this golden's version is bumped.
+func TestEntryKeysAreVersion1(t *testing.T) {
+	formats.Check(t, "conflist-entry", 1, formats.JSON(Entry{}))
+}
