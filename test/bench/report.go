@@ -31,6 +31,15 @@ func (b *bench) version() error {
 		return err
 	}
 	row("VERSION", s)
+	// STATUS, as a runtime asks it of a chain whose conflist says 1.1.0:
+	// containerd does each time kubelet asks for the runtime's status.
+	s, err = collect(b.n, 1, func() (sample, error) {
+		return b.execPlugin("STATUS", "bench", "", []byte(strings.Replace(string(b.stdin("auto", "null")), `"1.0.0"`, `"1.1.0"`, 1)), false)
+	})
+	if err != nil {
+		return err
+	}
+	row("STATUS (CNI 1.1.0)", s)
 	return nil
 }
 
