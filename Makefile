@@ -9,12 +9,12 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOLANGCI_LINT_VERSION := v2.15.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
-# time (the bench's peak-RSS probe), the real node's runc and reference
-# CNI plugins (bridge, host-local, portmap, loopback), and promtool
+# time (the bench's peak-RSS probe), the real node's runc, and promtool
 # (prometheus) for the chart's alert rules' tests. The node's containerd
 # is built (kube-binaries): Kubernetes 1.36 needs containerd 2, and
-# Debian's is 1.6.
-APT_PACKAGES := iptables etcd-server util-linux iproute2 time runc containernetworking-plugins prometheus
+# Debian's is 1.6. So are its reference CNI plugins (cni-plugins):
+# Debian's (1.1.1) speak CNI only up to 1.0.0.
+APT_PACKAGES := iptables etcd-server util-linux iproute2 time runc prometheus
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
@@ -34,7 +34,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries helm istio-binaries old-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries cni-plugins helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -102,6 +102,19 @@ $(addprefix $(BIN)/,$(NODE_BINARIES)) &: test/kube/go.mod test/kube/go.sum
 		-o $(CURDIR)/$(BIN)/ $(addprefix k8s.io/kubernetes/cmd/,$(KUBE_BINARIES)) \
 		$(addprefix github.com/containerd/containerd/v2/cmd/,$(CONTAINERD_BINARIES))
 
+## cni-plugins: the node's primary CNI, the reference plugins bridge,
+## host-local, portmap and loopback, built (static) from
+## github.com/containernetworking/plugins at the version go.mod requires
+## (test/cluster/tools.go keeps them in the module's graph): a primary
+## that speaks CNI 1.1.0, whose STATUS containerd 2 calls.
+CNI_PLUGINS := $(TOOLS)/cni-plugins
+CNI_PLUGIN_PACKAGES := main/bridge ipam/host-local meta/portmap main/loopback
+cni-plugins: $(addprefix $(CNI_PLUGINS)/,$(notdir $(CNI_PLUGIN_PACKAGES)))
+
+$(addprefix $(CNI_PLUGINS)/,$(notdir $(CNI_PLUGIN_PACKAGES))) &: go.mod go.sum
+	$(GO) build -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$$($(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)" \
+		-o $(CURDIR)/$(CNI_PLUGINS)/ $(addprefix github.com/containernetworking/plugins/plugins/,$(CNI_PLUGIN_PACKAGES))
+
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(FILL) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -125,6 +138,17 @@ $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
 	test/oldiptables/fetch.sh $(CURDIR)/$(OLD_IPTABLES)
 	touch $@
 
+## newer-iptables: Debian trixie's iptables 1.8.11, with its own glibc,
+## unpacked (not installed) for the audit's cross-release test: the
+## agent's iptables-save reads what other releases' restore wrote
+## (test/oldiptables/fetch.sh; pkg/iptables/xtables).
+NEWER_IPTABLES := $(TOOLS)/iptables-1.8.11
+newer-iptables: $(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi
+
+$(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
+	test/oldiptables/fetch.sh $(CURDIR)/$(NEWER_IPTABLES) trixie
+	touch $@
+
 ## lint: gofmt and golangci-lint (.golangci.yml; go vet is its govet).
 # go vet runs inside golangci-lint: its govet linter runs go vet's default
 # analyzers (less loopclosure, a no-op since Go 1.22; plus inline), over
@@ -141,7 +165,7 @@ lint: $(TOOLS)/golangci-lint
 # the tests share its modules' packages (test/gomodules), and two go
 # builds at once each compile the packages neither has finished yet.
 # A build beside the tests starved them (BENCHMARKS.md, cold29).
-test: deps kube-binaries istio-binaries image helm old-iptables
+test: deps kube-binaries cni-plugins istio-binaries image helm old-iptables newer-iptables
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
@@ -161,24 +185,24 @@ test-e2e:
 # after test/cluster's own nodes are down, so that at most two clusters
 # share the cores (the single-node e2e's and one of these).
 test-packages:
-	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) ISTIO_CNI_NEWER_IPTABLES=$(CURDIR)/$(NEWER_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
 	$(FILL) $(GO) test -count=1 -timeout 20m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
-e2e: deps kube-binaries image helm
+e2e: deps kube-binaries cni-plugins image helm
 	$(GO) test -count=1 -timeout 20m -v ./test/e2e
 
 ## e2e-multinode: only the multi-node tests (test/e2e/multinode): a fleet
 ## of NODES nodes (3 by default) on this machine, each a containerd and a
 ## kubelet in namespaces of its own, one control plane (docs/testing.md).
-e2e-multinode: deps kube-binaries image
+e2e-multinode: deps kube-binaries cni-plugins image
 	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
 ## 50 perturbations while meshed pods come and go; figures in
 ## $(OUT)/chaos.json (BENCHMARKS.md).
 CHAOS_ITERATIONS ?= 50
-chaos: deps kube-binaries image
+chaos: deps kube-binaries cni-plugins image
 	$(GO) test -count=1 -timeout 90m -v -run 'TestChaos' ./test/e2e -args -chaos.iterations=$(CHAOS_ITERATIONS) -chaos.report=$(CURDIR)/$(OUT)/chaos.json
 
 ## unit: the package tests (the real-namespace ones need root).
@@ -231,14 +255,14 @@ $(TOOLS)/pilot-agent: test/upstream/go.mod test/upstream/go.sum
 ## bench-node: pod starts on a real node, meshed against plain; then what
 ## the agents cost the control plane and their nodes on fleets of 1 to
 ## NODES nodes (3 by default) (BENCHMARKS.md).
-bench-node: deps kube-binaries image
+bench-node: deps kube-binaries cni-plugins image
 	$(GO) run ./test/bench -node -pods 50 -burst 108
 	$(GO) run ./test/bench -fleet $(or $(NODES),3)
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).
 ## NODES=3: the same on a fleet of 3 nodes, in the foreground until Ctrl-C.
-demo: deps kube-binaries image
+demo: deps kube-binaries cni-plugins image
 	$(GO) run ./test/demo -nodes $(or $(NODES),1)
 
 ## demo-down: stop the demo node (every process it started, by PID).

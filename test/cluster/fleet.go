@@ -188,7 +188,9 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	// registry entry, its cgroup root. Deleting it (cleanHost, also a
 	// killed run's sweep) unlinks the node at once.
 	hostLink := fmt.Sprintf("icnifv%d", i)
-	opts := NodeOptions{Dir: dir, Bridge: podBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout}
+	// The fleet's primaries say CNI 1.0.0: the runtime never calls
+	// STATUS there, the case single nodes (1.1.0) no longer cover.
+	opts := NodeOptions{Dir: dir, Bridge: podBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout, PrimaryCNIVersion: "1.0.0"}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

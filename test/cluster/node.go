@@ -26,7 +26,16 @@ type NodeOptions struct {
 	Detach bool
 	// StartTimeout bounds start-up until the node is Ready; default 3m.
 	StartTimeout time.Duration
+	// PrimaryCNIVersion is the cniVersion of the primary's conflist:
+	// "1.1.0" by default, as current clusters' primaries say, which makes
+	// containerd 2 call every chained plugin's STATUS each time kubelet
+	// asks for the runtime's status (an error: NetworkReady false, the
+	// Node NotReady); "1.0.0" for a node whose runtime never calls it.
+	PrimaryCNIVersion string
 }
+
+// DefaultPrimaryCNIVersion is NodeOptions.PrimaryCNIVersion's default.
+const DefaultPrimaryCNIVersion = "1.1.0"
 
 // Node is a real single-node cluster: etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, containerd and kubelet, with a
@@ -184,7 +193,7 @@ func (n *Node) installPrimaryCNI(o NodeOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
+	for _, p := range referencePlugins {
 		data, err := os.ReadFile(filepath.Join(src, p)) // #nosec G304 -- the reference plugins
 		if err != nil {
 			return fmt.Errorf("primary CNI: %w", err)
@@ -193,8 +202,12 @@ func (n *Node) installPrimaryCNI(o NodeOptions) error {
 			return err
 		}
 	}
+	version := o.PrimaryCNIVersion
+	if version == "" {
+		version = DefaultPrimaryCNIVersion
+	}
 	conf := map[string]any{
-		"cniVersion": "1.0.0",
+		"cniVersion": version,
 		"name":       "k8s-pod-network",
 		"plugins": []any{
 			map[string]any{

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 )
@@ -49,17 +48,23 @@ func builtBinary(name string) (string, error) {
 	return path, nil
 }
 
-// referencePluginDir holds the CNI reference plugins: Debian's
-// containernetworking-plugins package installs them in /usr/lib/cni.
+// referencePlugins are the node's primary CNI.
+var referencePlugins = []string{"bridge", "host-local", "portmap", "loopback"}
+
+// referencePluginDir holds the CNI reference plugins `make cni-plugins`
+// builds from the github.com/containernetworking/plugins version go.mod
+// requires: they speak CNI 1.1.0 (STATUS, GC), which Debian's
+// containernetworking-plugins (1.1.1) do not.
 func referencePluginDir() (string, error) {
-	const dir = "/usr/lib/cni"
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
-		if err := checkExecutable(filepath.Join(dir, p)); err != nil {
-			return "", fmt.Errorf("CNI reference plugin %s: %w; install containernetworking-plugins (make deps)", p, err)
-		}
-	}
-	if _, err := os.Stat(dir); err != nil {
+	root, err := repoRoot()
+	if err != nil {
 		return "", err
+	}
+	dir := filepath.Join(root, "_output", "tools", "cni-plugins")
+	for _, p := range referencePlugins {
+		if err := checkExecutable(filepath.Join(dir, p)); err != nil {
+			return "", fmt.Errorf("CNI reference plugin %s: %w; run `make cni-plugins`", p, err)
+		}
 	}
 	return dir, nil
 }

@@ -40,7 +40,23 @@ func builds(t *testing.T, root string) []build {
 		{"upstream istio-cni", "test/upstream", []string{"istio.io/istio/cni/cmd/istio-cni"}},
 		{"helm", "test/helm", []string{"helm.sh/helm/v3/cmd/helm"}},
 		{"test node", "test/kube", nodeCommands(t, root)},
+		{"the node's primary CNI", ".", cniPlugins(t, makefile)},
 	}
+}
+
+// cniPlugins are the reference plugins `make cni-plugins` builds in the
+// main module (CNI_PLUGIN_PACKAGES).
+func cniPlugins(t *testing.T, makefile []byte) []string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^CNI_PLUGIN_PACKAGES := (.+)$`).FindSubmatch(makefile)
+	if m == nil {
+		t.Fatal("the Makefile has no CNI_PLUGIN_PACKAGES: the list here is out of date")
+	}
+	var pkgs []string
+	for _, p := range strings.Fields(string(m[1])) {
+		pkgs = append(pkgs, "github.com/containernetworking/plugins/plugins/"+p)
+	}
+	return pkgs
 }
 
 // nodeCommands are the test node's commands, as test/kube/tools.go pins
