@@ -35,22 +35,10 @@ func TestNoAgentAndNoToken(t *testing.T) {
 	assertNodeStartsPlainPods(t, "plain-no-agent")
 	meshed := meshedPod(t, "meshed-no-agent")
 	createPod(t, meshed)
-	poll.Until(t, time.Minute, "the meshed pod failing closed at its sandbox", func() (bool, string) {
-		ev := env.node.PodEvents(t.Context(), "default", meshed.Name)
-		return strings.Contains(ev, "FailedCreatePodSandBox") && strings.Contains(ev, "istio-cni"), ev
-	})
-	if p, found, err := env.node.GetPod(t.Context(), "default", meshed.Name); err != nil || !found || p.Status.Phase != "Pending" || anyStarted(p) {
-		t.Fatalf("the meshed pod without its rules: %+v, %v: want Pending, no container started", p.Status, err)
-	}
+	assertFailsClosed(t, meshed)
 	restore()
 	requireInstalled(t)
-	ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
-	defer cancel()
-	p, err := env.node.WaitRunning(ctx, "default", meshed.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	assertRedirected(t, p)
+	assertRunsRedirected(t, meshed)
 }
 
 // 12b. The DaemonSet's nodeSelector changed to exclude the node (a chart
@@ -126,11 +114,14 @@ func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
 	reinstall(t)
 }
 
+// awaySelector is the DaemonSet's patch that keeps it off the node (no
+// node has the label); agentBack undoes it.
+const awaySelector = `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
+
 // agentAway keeps the agent off the node while its DaemonSet stays.
 func agentAway(t *testing.T) {
 	t.Helper()
-	away := `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
-	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", away); err != nil {
+	if _, err := env.node.Kubectl(t.Context(), "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", awaySelector); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, time.Minute, "no installer pod, not even a terminating one", func() (bool, string) {
