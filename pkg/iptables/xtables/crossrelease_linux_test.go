@@ -1,0 +1,263 @@
+package xtables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+)
+
+// The node agent audits each pod's rules with its image's iptables-save,
+// which is this machine's (the image ships its xtables-*-multi), while
+// the plugin wrote them with the node's own iptables-restore, whatever
+// release the node runs. These tests write every golden spec with other
+// Debian releases' iptables-restore, unpacked by test/oldiptables/fetch.sh,
+// and ask Check, the audit's own code, whether the namespace holds the
+// model: the audit never repairs rules the node's own release wrote.
+
+// auditRelease is the iptables the agent's image carries: bookworm's.
+const auditRelease = "1.8.9"
+
+// otherRelease is an iptables unpacked beside the machine's.
+type otherRelease struct {
+	version string
+	env     string // its directory; make test sets it, and then a missing release fails the test
+	target  string // the make target that unpacks it
+	// ownLibc: it needs a newer glibc than the machine's, and runs
+	// through its own glibc's loader.
+	ownLibc bool
+}
+
+func otherReleases() []otherRelease {
+	return []otherRelease{
+		{version: "1.8.7", env: "ISTIO_CNI_OLD_IPTABLES", target: "old-iptables"},                     // bullseye's
+		{version: "1.8.11", env: "ISTIO_CNI_NEWER_IPTABLES", target: "newer-iptables", ownLibc: true}, // trixie's
+	}
+}
+
+// unpackedRunner runs an unpacked release's programs, by the names
+// CommandsFor gives, with its own libraries and extension modules, never
+// the machine's.
+type unpackedRunner struct {
+	sbin, libs, exts string
+	loader           string // its own glibc's ld.so, or "" for the machine's glibc
+}
+
+func (r unpackedRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("%s: not a program name", name)
+	}
+	prog := filepath.Join(r.sbin, name)
+	var cmd *exec.Cmd
+	if r.loader == "" {
+		cmd = exec.CommandContext(ctx, prog, args...) // #nosec G204 -- the test's own unpacked binary
+		cmd.Env = []string{"LD_LIBRARY_PATH=" + r.libs, "XTABLES_LIBDIR=" + r.exts}
+	} else {
+		// argv[0] stays the program's name: xtables-*-multi dispatches on it.
+		cmd = exec.CommandContext(ctx, r.loader, append([]string{"--library-path", r.libs, "--argv0", name, prog}, args...)...) // #nosec G204 -- as above
+		cmd.Env = []string{"XTABLES_LIBDIR=" + r.exts}
+	}
+	return run(cmd, name, stdin)
+}
+
+// runner finds the release where its variable, or else `make`, put it,
+// and checks that both backends' programs are that release.
+func (rel otherRelease) runner(t *testing.T) unpackedRunner {
+	t.Helper()
+	dir, required := os.LookupEnv(rel.env)
+	if !required {
+		dir = filepath.Join("..", "..", "..", "_output", "tools", "iptables-"+rel.version)
+	}
+	missing := func(what string) {
+		t.Helper()
+		if required {
+			t.Fatalf("%s=%s holds no unpacked iptables %s (%s); run `make %s`", rel.env, dir, rel.version, what, rel.target)
+		}
+		t.Skipf("no iptables %s in %s (%s): run `make %s`", rel.version, dir, what, rel.target)
+	}
+	libs, _ := filepath.Glob(filepath.Join(dir, "usr", "lib", "*", "libxtables.so.12"))
+	if len(libs) != 1 {
+		missing(fmt.Sprintf("%d libxtables found", len(libs)))
+	}
+	lib := filepath.Dir(libs[0])
+	r := unpackedRunner{sbin: filepath.Join(dir, "usr", "sbin"), libs: lib, exts: filepath.Join(lib, "xtables")}
+	if rel.ownLibc {
+		lds, _ := filepath.Glob(filepath.Join(lib, "ld-linux*.so.*"))
+		if len(lds) != 1 {
+			missing(fmt.Sprintf("%d glibc loaders found", len(lds)))
+		}
+		r.loader = lds[0]
+	}
+	for b, kind := range map[Backend]string{NFT: "nf_tables", Legacy: "legacy"} {
+		name := b.CommandsFor(iptables.IPv4).Restore
+		out, err := r.Run(t.Context(), nil, name, "--version")
+		if v, k, ok := parseVersion(out); err != nil || !ok || v != rel.version || k != kind {
+			missing(fmt.Sprintf("%s --version: %q, %v; want v%s (%s)", name, out, err, rel.version, kind))
+		}
+	}
+	return r
+}
+
+func newNS(t *testing.T) ns.NetNS {
+	t.Helper()
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	return n
+}
+
+// requireAuditRelease skips unless this machine runs the agent image's
+// iptables (as root, to make namespaces).
+func requireAuditRelease(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	v, err := NFTVersion(NFT.CommandsFor(iptables.IPv4).Restore)
+	if err != nil {
+		t.Skipf("no iptables-nft: %v", err)
+	}
+	if v != auditRelease {
+		t.Skipf("this machine's iptables is %s, not the agent image's %s", v, auditRelease)
+	}
+}
+
+// writeAndCheck writes m into a fresh namespace as the plugin does with
+// writer, the node's iptables (a trusted restore per family), and returns
+// what Check reports when reader's iptables-save reads it. A namespace per
+// write, as a pod's: one reused would hold the last writer's tables.
+func writeAndCheck(t *testing.T, m iptables.Model, b Backend, writer, reader Runner) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var diffs []string
+	err := newNS(t).Do(func(ns.NetNS) error {
+		w := &Programmer{Runner: writer, Backend: b, TrustRestore: true}
+		for _, rs := range m.Rulesets() {
+			if err := w.Apply(ctx, rs); err != nil {
+				return fmt.Errorf("writing: %w", err)
+			}
+		}
+		// As the agent's, less Confirmed: that only skips iptables-save
+		// for a state iptables-save itself printed as the model.
+		var err error
+		diffs, err = (&Programmer{Runner: reader, Backend: b}).Check(ctx, m)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return diffs
+}
+
+// Every golden spec, both families, both backends: what iptables 1.8.7
+// and 1.8.11 write, the audit's 1.8.9 reads as exactly the model.
+func TestAuditReadsEveryReleasesRules(t *testing.T) {
+	requireAuditRelease(t)
+	specs := iptablestest.Specs()
+	names := slices.Sorted(maps.Keys(specs))
+	for _, rel := range otherReleases() {
+		t.Run("written-by-"+rel.version, func(t *testing.T) {
+			writer := rel.runner(t)
+			for _, b := range []Backend{NFT, Legacy} {
+				for _, name := range names {
+					t.Run(string(b)+"/"+name, func(t *testing.T) {
+						if d := writeAndCheck(t, iptables.Build(specs[name], true, true), b, writer, ExecRunner{}); len(d) > 0 {
+							t.Errorf("the audit's iptables %s reads %s's rules as other than the model, and would repair them:\n%s",
+								auditRelease, rel.version, strings.Join(d, "\n"))
+						}
+					})
+				}
+			}
+		})
+	}
+	// The control: the reader matters. The oldest release, reading what
+	// the audit's release writes, drops ports and marks from the rules,
+	// so the same Check by it reports differences for every spec.
+	t.Run("control/1.8.7-reads-"+auditRelease, func(t *testing.T) {
+		oldest := otherReleases()[0]
+		reader := oldest.runner(t)
+		dropped := map[string]bool{}
+		for _, name := range names {
+			d := writeAndCheck(t, iptables.Build(specs[name], true, true), NFT, ExecRunner{}, reader)
+			if err := misprints(d, dropped); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+		t.Logf("%s dropped %v", oldest.version, slices.Sorted(maps.Keys(dropped)))
+		if !dropped["--dport"] || !dropped["--mark"] {
+			t.Errorf("%s dropped %v, want --dport and --mark among them", oldest.version, slices.Sorted(maps.Keys(dropped)))
+		}
+	})
+}
+
+// misprinted is Diff's line for a rule read as other text.
+var misprinted = regexp.MustCompile(`^(ipv[46]): \S+ \S+: rule \d+ is (".*"), want (".*")$`)
+
+// misprints checks that diffs are a reader's misprints of both families'
+// rules: every rule read (none missing or unexpected), each as its own
+// text less some matches; it adds the options dropped to dropped.
+func misprints(diffs []string, dropped map[string]bool) error {
+	families := map[string]bool{}
+	var errs []error
+	for _, d := range diffs {
+		m := misprinted.FindStringSubmatch(d)
+		if m == nil {
+			errs = append(errs, fmt.Errorf("not a misprinted rule: %s", d))
+			continue
+		}
+		have, err1 := strconv.Unquote(m[2])
+		want, err2 := strconv.Unquote(m[3])
+		gone, ok := droppedFrom(strings.Fields(have), strings.Fields(want))
+		if err := errors.Join(err1, err2); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d, err))
+			continue
+		}
+		if !ok {
+			errs = append(errs, fmt.Errorf("not the rule less some matches: %s", d))
+			continue
+		}
+		families[m[1]] = true
+		for _, tok := range gone {
+			if strings.HasPrefix(tok, "--") {
+				dropped[tok] = true
+			}
+		}
+	}
+	if !families["ipv4"] || !families["ipv6"] {
+		errs = append(errs, fmt.Errorf("misprints in %v, want both families'", slices.Sorted(maps.Keys(families))))
+	}
+	return errors.Join(errs...)
+}
+
+// droppedFrom says whether have is want with some tokens left out, and
+// which.
+func droppedFrom(have, want []string) ([]string, bool) {
+	var gone []string
+	i := 0
+	for _, w := range want {
+		if i < len(have) && have[i] == w {
+			i++
+		} else {
+			gone = append(gone, w)
+		}
+	}
+	return gone, i == len(have) && len(gone) > 0
+}
