@@ -13,6 +13,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/cluster"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 var prevV4 = map[string]any{
@@ -118,18 +119,38 @@ func TestAddTwiceAndDelAnywhere(t *testing.T) {
 	assertNoRules(t, s.Path(), xtables.Auto)
 }
 
-// TestStatusAndGC: STATUS reports whether ADD can work; GC has nothing to do.
+// TestStatusAndGC: STATUS, through the shim and the full plugin as a
+// runtime runs them, fails only for what fails plain pods too: a config
+// that does not parse, no full plugin beside the shim. Never for a
+// kubeconfig that is not there (after a reboot, until the agent writes it):
+// containerd would make the node NotReady. GC has nothing to do.
 func TestStatusAndGC(t *testing.T) {
 	for _, tc := range []struct {
 		conf map[string]any
 		code uint
 	}{
 		{istioConf(nil), 0},
-		{istioConf(map[string]any{"kubeconfig": "/nonexistent/kubeconfig"}), types.ErrPluginNotAvailable},
+		{istioConf(map[string]any{"kubeconfig": "/nonexistent/kubeconfig"}), 0},
+		{istioConf(map[string]any{"log_level": "loud"}), types.ErrInvalidNetworkConfig},
 	} {
-		if r := execPlugin(t, "STATUS", pluginStdin(t, "1.1.0", tc.conf, nil), "", ""); r.code != tc.code {
-			t.Errorf("STATUS with %v: code %d %s, want %d", tc.conf["kubeconfig"], r.code, r.msg, tc.code)
+		for _, verb := range []string{"STATUS", "GC"} {
+			if r := execPlugin(t, verb, pluginStdin(t, "1.1.0", tc.conf, nil), "", ""); r.code != tc.code {
+				t.Errorf("%s with kubeconfig %v, log_level %v: code %d %s, want %d", verb, tc.conf["kubeconfig"], tc.conf["log_level"], r.code, r.msg, tc.code)
+			}
 		}
+	}
+	// The shim alone, its full plugin not installed beside it.
+	alone := filepath.Join(t.TempDir(), "istio-cni")
+	shim, err := os.ReadFile(filepath.Join(env.binDir, "istio-cni")) // #nosec G304 -- the built shim
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, shim, 0o755); err != nil { // #nosec G306 -- an executable
+		t.Fatal(err)
+	}
+	cmd := podsim.PluginCommand(alone, "STATUS", "", "", pluginStdin(t, "1.1.0", istioConf(nil), nil))
+	if out, err := cmd.Output(); err == nil || !strings.Contains(string(out), "istio-cni-full") {
+		t.Errorf("STATUS of a shim without its full plugin: %v, %s; want a CNI error naming istio-cni-full", err, out)
 	}
 	gc := istioConf(map[string]any{"cni.dev/valid-attachments": []any{}})
 	if r := execPlugin(t, "GC", pluginStdin(t, "1.1.0", gc, nil), "", ""); r.code != 0 {
