@@ -1,7 +1,17 @@
 package applied
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
 
 	"istio-cni.local/istio-cni/test/formats"
 )
@@ -11,15 +21,48 @@ import (
 // or an agent of the previous build would act on the part it knows.
 func TestRecordFormatIsItsVersion(t *testing.T) {
 	formats.Check(t, "record", Version, formats.JSON(Record{}))
+	// The header every version shares, whatever its number.
+	formats.Check(t, "record-header", 1, formats.JSON(header{}))
+}
+
+// TestRecordAsWrittenIsRead: a record as this version writes it, frozen,
+// is read back whole by this build: the bytes an older build of this
+// version left on the node, not only their shape.
+func TestRecordAsWrittenIsRead(t *testing.T) {
+	want := Record{Version: Version, PodUID: "u1", Pod: "ns/p", Container: "c1", NetnsInode: 7, IPv4: true, IPv6: true, Backend: "nft",
+		Spec: iptables.DefaultSpec(), At: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
+	want.Spec.InvalidDrop, want.Spec.DNSCapture, want.Spec.TProxy = true, true, true
+	want.Spec.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	want.Spec.ExcludeInterfaces = []iptables.IfName{"eth9"}
+	b, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	formats.Check(t, "record-sample", Version, string(b)+"\n")
+	frozen, err := os.ReadFile(filepath.Join("testdata", "formats", fmt.Sprintf("record-sample.v%d.txt", Version)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := decode(bytes.TrimSpace(frozen))
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("decode(the frozen record) = %+v, %v; want %+v", got, ok, want)
+	}
 }
 
 // TestNewerRecordIsReadForItsHeaderOnly: a record a later build wrote, in
 // whatever shape, is read for its header and nothing else; a record of no
 // version is none.
 func TestNewerRecordIsReadForItsHeaderOnly(t *testing.T) {
-	r, ok := decode([]byte(`{"version":2,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"passed":"maybe"}`))
-	if !ok || !r.Newer() || r.PodUID != "u1" || r.Container != "c1" || r.NetnsInode != 7 || r.Passed || r.Model().V4 != nil {
+	r, ok := decode([]byte(`{"version":2,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"ipv4":"both"}`))
+	if !ok || !r.Newer() || r.PodUID != "u1" || r.Container != "c1" || r.NetnsInode != 7 || r.Passed {
 		t.Errorf("decode = %+v, %v: want the header of a newer record", r, ok)
+	}
+	if m, known := r.Model(); known || m.V4 != nil {
+		t.Errorf("a newer record's model: %v: want unknown, not \"no rules\"", known)
+	}
+	// A sandbox a newer build passed through is one no build programmed.
+	if r, ok := decode([]byte(`{"version":2,"podUID":"u1","container":"c1","netnsInode":7,"passed":true,"spec":7}`)); !ok || !r.Passed || !r.Newer() {
+		t.Errorf("decode = %+v, %v: want a newer record that passed", r, ok)
 	}
 	for _, bad := range []string{`{"podUID":"u1","container":"c1"}`, `{"version":0}`, `{"version":"2"}`, `{"version":1,"spec":["x"]}`} {
 		if r, ok := decode([]byte(bad)); ok {

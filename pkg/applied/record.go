@@ -38,7 +38,7 @@ import (
 // replaces the other (an upgrade, a rollback), so each reads every version
 // up to its own, an older record as that version wrote it, and a newer
 // record only for its header (version, podUID, pod, container,
-// netnsInode: fields whose meaning no version changes), acting on nothing
+// netnsInode, passed: fields whose meaning no version changes), acting on nothing
 // else in it: a field it does not know may be a rule it would strip. The
 // audit leaves such a sandbox alone and says so. Any change to what a
 // record holds takes a new version: format_test.go ties each version to
@@ -71,13 +71,16 @@ type Record struct {
 func (r Record) Newer() bool { return r.Version > Version }
 
 // Model is the rule model the record stands for: none for a sandbox ADD
-// passed through. A Newer record has none either; callers check Newer
-// first, as its sandbox may hold any rules.
-func (r Record) Model() iptables.Model {
-	if r.Passed || r.Newer() {
-		return iptables.Model{}
+// passed through. ok is false for a Newer record: what its sandbox holds
+// is unknown here, which is not "no rules".
+func (r Record) Model() (m iptables.Model, ok bool) {
+	switch {
+	case r.Newer():
+		return iptables.Model{}, false
+	case r.Passed:
+		return iptables.Model{}, true
 	}
-	return iptables.Build(r.Spec, r.IPv4, r.IPv6)
+	return iptables.Build(r.Spec, r.IPv4, r.IPv6), true
 }
 
 // Has reports whether ADD left a record for this sandbox (a repeated ADD).
@@ -321,39 +324,6 @@ func readRecord(root *os.Root, name string) (r Record, id fileID, ok bool, ioErr
 	}
 	r, ok = decode(data)
 	return r, statID(&st), ok, nil
-}
-
-// header is what every version of a record holds, with the same meaning.
-type header struct {
-	Version    int    `json:"version"`
-	PodUID     string `json:"podUID"`
-	Pod        string `json:"pod"`
-	Container  string `json:"container"`
-	NetnsInode uint64 `json:"netnsInode"`
-}
-
-// decode reads a record that this plugin, or a later build of it, could
-// have written: a later build's for its header only (Version).
-func decode(data []byte) (Record, bool) {
-	var h header
-	if len(data) > maxRecord || json.Unmarshal(data, &h) != nil || h.Version < 1 {
-		return Record{}, false
-	}
-	if h.Version > Version {
-		return Record{Version: h.Version, PodUID: h.PodUID, Pod: h.Pod, Container: h.Container, NetnsInode: h.NetnsInode}, true
-	}
-	var r Record
-	if json.Unmarshal(data, &r) != nil {
-		return Record{}, false
-	}
-	// Names reach rules: only what ParseIfName accepts (the plugin made
-	// them so; a hand-edited record is not trusted further).
-	for _, n := range append(append([]iptables.IfName{}, r.Spec.ExcludeInterfaces...), r.Spec.RerouteInterfaces...) {
-		if _, err := iptables.ParseIfName(string(n)); err != nil {
-			return Record{}, false
-		}
-	}
-	return r, true
 }
 
 // Owners returns every record of the namespace with inode ino, of any pod:

@@ -194,7 +194,7 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 		}
 		// The plugin's own path, iptables-restore, into a second namespace.
 		_, restored := newNetns(t)
-		want := rec[len(rec)-1].Model()
+		want, _ := rec[len(rec)-1].Model()
 		restoreIn(t, restored, want)
 		for _, rs := range want.Rulesets() {
 			if got, want := saveIn(t, path, rs.Family), saveIn(t, restored, rs.Family); got != want {

@@ -37,15 +37,15 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		if r, ok := recorded(conf, args, ref.uid); ok {
 			out.pod, out.podUID = ref.String(), ref.uid
 			out.decision = decision.Decision{Redirect: !r.Passed, Reason: decision.Recorded}
-			switch {
-			case r.Newer():
+			var known bool
+			if m, known = r.Model(); !known {
 				out.warnings = append(out.warnings, fmt.Sprintf("not checked: a newer istio-cni recorded this sandbox (record version %d; this plugin reads up to %d)", r.Version, applied.Version))
 				return nil
-			case r.Passed:
+			}
+			if r.Passed {
 				return nil
 			}
 			out.families = decision.FamilyNames(r.IPv4, r.IPv6)
-			m = r.Model()
 		}
 	}
 	if m.V4 == nil && m.V6 == nil {

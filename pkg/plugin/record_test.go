@@ -31,7 +31,7 @@ func TestRecordLifecycle(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].Container != "c1" || recs[0].Pod != "team-a/web-1" || !recs[0].IPv4 || recs[0].IPv6 {
 		t.Fatalf("records %+v, %v", recs, err)
 	}
-	if got := recs[0].Model(); !reflect.DeepEqual(got, h.net.programmed["/var/run/netns/pod"]) {
+	if got, _ := recs[0].Model(); !reflect.DeepEqual(got, h.net.programmed["/var/run/netns/pod"]) {
 		t.Error("the record's model is not what ADD programmed")
 	}
 	// Annotations edited after the start (here: invalid now) do not

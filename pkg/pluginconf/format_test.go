@@ -1,7 +1,11 @@
 package pluginconf
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
 
 	"istio-cni.local/istio-cni/test/formats"
 )
@@ -17,4 +21,17 @@ import (
 // rule before this golden's version is bumped.
 func TestEntryKeysAreVersion1(t *testing.T) {
 	formats.Check(t, "conflist-entry", 1, formats.JSON(Entry{}))
+	// What each key accepts, as its refusal of a value out of range says:
+	// a value an older plugin refuses is a conflist it refuses whole.
+	var refusals []string
+	for _, probe := range []Entry{
+		{LogLevel: "loud"}, {IPv6Redirect: "sometimes"}, {IptablesBackend: "ebpf"},
+		{APITimeout: "61s"}, {APITimeout: "1s", APIAttemptTimeout: "2s"},
+		{TProxyMark: iptables.OutboundMark}, {TProxyRouteTable: 254},
+		{ExcludeNamespaces: []string{"Not_A_Namespace"}}, {LogFile: "relative"},
+	} {
+		_, err := probe.Normalize()
+		refusals = append(refusals, fmt.Sprint(err))
+	}
+	formats.Check(t, "conflist-entry-values", 1, strings.Join(refusals, "\n")+"\n")
 }

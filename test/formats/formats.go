@@ -55,7 +55,7 @@ func Check(t *testing.T, name string, version int, shape string) {
 }
 
 // JSON is the shape of values of v's type as encoding/json writes them:
-// one line per field path with its kind, sorted.
+// one line per field path, with its tag's options, and its kind, sorted.
 func JSON(v any) string {
 	var lines []string
 	walk(reflect.TypeOf(v), "", map[reflect.Type]bool{}, &lines)
@@ -94,7 +94,7 @@ func walk(t reflect.Type, path string, seen map[reflect.Type]bool, lines *[]stri
 		for i := range t.NumField() {
 			f := t.Field(i)
 			tag := f.Tag.Get("json")
-			name, _, _ := strings.Cut(tag, ",")
+			name, opts, _ := strings.Cut(tag, ",")
 			switch {
 			case tag == "-" || !f.IsExported():
 				continue
@@ -103,6 +103,11 @@ func walk(t reflect.Type, path string, seen map[reflect.Type]bool, lines *[]stri
 				continue
 			case name == "":
 				name = f.Name
+			}
+			if opts != "" {
+				// ",string" changes the encoding; ",omitempty" what an
+				// older reader sees of a zero value.
+				name += "," + opts
 			}
 			walk(f.Type, path+"."+name, seen, lines)
 		}

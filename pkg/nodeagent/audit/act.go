@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -22,7 +23,11 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 			// the next pass. Deleting or labelling is the operator's call.
 			if !st.acted {
 				st.acted = true
-				a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", c.err))
+				why := c.err
+				if why == nil {
+					why = errors.New("no rules are known for this sandbox")
+				}
+				a.failed(c.pod, log, fmt.Errorf("cannot repair in place: %w", why))
 			}
 			return
 		}

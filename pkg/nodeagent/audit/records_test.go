@@ -45,7 +45,7 @@ func TestRepairRestoresWhatADDApplied(t *testing.T) {
 	h.a.pass(ctx, nil)
 	h.clock.advance(3 * time.Second)
 	h.a.pass(ctx, nil)
-	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed[0], rec.Model()) {
+	if want, _ := rec.Model(); len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed[0], want) {
 		t.Fatalf("programmed %d models; want exactly the recorded one", len(h.net.programmed))
 	}
 	evs := h.drainEvents()
@@ -306,5 +306,22 @@ func writeRecordFile(t *testing.T, dir, uid, container, body string) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, uid, container+".json"), []byte(body), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewerPassedRecordOfAPlainPodIsNoCandidate: after a rollback, a plain
+// pod whose sandbox a newer build passed through is not a pod the audit
+// leaves unchecked: no build programmed it, so it is not counted or logged.
+func TestNewerPassedRecordOfAPlainPodIsNoCandidate(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("plain-from-the-future")
+	p.Annotations = nil
+	p.Spec.Containers = p.Spec.Containers[:1]
+	h.add(p, false)
+	writeRecordFile(t, h.records.Dir, string(p.UID), "sandbox-1", fmt.Sprintf(
+		`{"version":%d,"podUID":%q,"container":"sandbox-1","netnsInode":%d,"passed":true}`, applied.Version+1, p.UID, h.ns[string(p.UID)].Inode))
+	h.passesPastConfirm()
+	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 0 || h.net.checked != 0 {
+		t.Errorf("unchecked = %v, namespaces read %d: want a plain pod left out of the audit", u, h.net.checked)
 	}
 }

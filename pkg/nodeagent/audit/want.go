@@ -23,18 +23,24 @@ import (
 func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, xtables.Backend, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
-		if r.NetnsInode == ns.Inode && r.Passed {
-			a.noteSettingsChanged(c, r)
-			return iptables.Model{}, "", false, nil // ADD left this sandbox alone
+		if r.NetnsInode != ns.Inode {
+			continue
 		}
-		if r.NetnsInode == ns.Inode {
-			a.noteSettingsChanged(c, r)
-			b := a.cfg.Backend
-			if r.Backend == xtables.Legacy || r.Backend == xtables.NFT {
-				b = r.Backend
+		m, known := r.Model()
+		if !known || r.Passed {
+			// ADD left this sandbox alone, or a newer build recorded it
+			// (check leaves those to it before asking).
+			if known {
+				a.noteSettingsChanged(c, r)
 			}
-			return r.Model(), b, true, nil
+			return iptables.Model{}, "", false, nil
 		}
+		a.noteSettingsChanged(c, r)
+		b := a.cfg.Backend
+		if r.Backend == xtables.Legacy || r.Backend == xtables.NFT {
+			b = r.Backend
+		}
+		return m, b, true, nil
 	}
 	if !c.decision.Redirect && c.err == nil {
 		return iptables.Model{}, "", false, nil

@@ -202,7 +202,8 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 			if rec.NetnsInode != ns.Inode {
 				continue
 			}
-			if rec.Newer() {
+			m, known := rec.Model()
+			if !known {
 				r.Recorded, r.NewerRecord = true, rec.Version
 				return iptables.Model{}, false, nil
 			}
@@ -224,7 +225,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 			if err == nil && rec.IPv6 && stack.IPv4OnlyProxy {
 				r.Notes = append(r.Notes, decision.IPv6ProxyNote)
 			}
-			return rec.Model(), true, nil
+			return m, true, nil
 		}
 	}
 	if !dec.Redirect || r.Invalid != "" {
