@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-
 	"istio-cni.local/istio-cni/test/formats"
 )
 

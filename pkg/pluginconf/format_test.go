@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-
 	"istio-cni.local/istio-cni/test/formats"
 )
 

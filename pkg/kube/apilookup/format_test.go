@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/kube"
-
 	"istio-cni.local/istio-cni/test/formats"
 )
 
