@@ -91,12 +91,12 @@ func TestMissedInjection(t *testing.T) {
 	}
 	writes := filepath.Join(base, "optional", "audit-pod-writes.yaml")
 	kubectl(t, "apply", "-f", writes)
-	if err := setMissedMode(t.Context(), "restart"); err != nil {
+	if err := setAgentSetting(t.Context(), "MISSED_INJECTION", "restart"); err != nil {
 		t.Fatal(err)
 	}
 	requireInstalled(t)
 	t.Cleanup(func() {
-		if err := setMissedMode(context.Background(), "report"); err != nil {
+		if err := setAgentSetting(context.Background(), "MISSED_INJECTION", "report"); err != nil {
 			t.Error(err)
 		}
 		_, _ = env.node.Kubectl(context.Background(), "delete", "-f", writes, "--ignore-not-found")
@@ -175,9 +175,10 @@ func podsOf(t *testing.T, ns, selector string) []string {
 	return pods
 }
 
-// setMissedMode sets MISSED_INJECTION and restarts the agent with it.
-func setMissedMode(ctx context.Context, mode string) error {
-	patch, _ := json.Marshal(map[string]any{"data": map[string]string{"MISSED_INJECTION": mode}})
+// setAgentSetting sets one key of the agent's ConfigMap and restarts the
+// agent with it (settings are read at start).
+func setAgentSetting(ctx context.Context, key, value string) error {
+	patch, _ := json.Marshal(map[string]any{"data": map[string]string{key: value}})
 	for _, args := range [][]string{
 		{"-n", "istio-cni", "patch", "configmap", "istio-cni-config", "--type=merge", "-p", string(patch)},
 		{"-n", "istio-cni", "rollout", "restart", "daemonset/istio-cni-node"},

@@ -353,12 +353,12 @@ func restartMode(t *testing.T) {
 	writes := base + "/optional/audit-pod-writes.yaml"
 	kubectl(t, "apply", "-f", writes)
 	t.Cleanup(func() {
-		if err := setMissedMode(context.Background(), "report"); err != nil {
+		if err := setAgentSetting(context.Background(), "MISSED_INJECTION", "report"); err != nil {
 			t.Error(err)
 		}
 		_, _ = env.node.Kubectl(context.Background(), "delete", "-f", writes, "--ignore-not-found")
 	})
-	if err := setMissedMode(t.Context(), "restart"); err != nil {
+	if err := setAgentSetting(t.Context(), "MISSED_INJECTION", "restart"); err != nil {
 		t.Fatal(err)
 	}
 	requireInstalled(t)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -199,30 +198,15 @@ func auditDeletes(t *testing.T) {
 	writes := filepath.Join(base, "optional", "audit-pod-writes.yaml")
 	kubectl(t, "apply", "-f", writes)
 	t.Cleanup(func() {
-		if err := setAuditAction(context.Background(), "repair"); err != nil {
+		if err := setAgentSetting(context.Background(), "AUDIT_ACTION", "repair"); err != nil {
 			t.Error(err)
 		}
 		_, _ = env.node.Kubectl(context.Background(), "delete", "-f", writes, "--ignore-not-found")
 	})
-	if err := setAuditAction(t.Context(), "delete"); err != nil {
+	if err := setAgentSetting(t.Context(), "AUDIT_ACTION", "delete"); err != nil {
 		t.Fatal(err)
 	}
 	requireInstalled(t)
-}
-
-// setAuditAction sets AUDIT_ACTION and restarts the agent with it.
-func setAuditAction(ctx context.Context, action string) error {
-	patch, _ := json.Marshal(map[string]any{"data": map[string]string{"AUDIT_ACTION": action}})
-	for _, args := range [][]string{
-		{"-n", "istio-cni", "patch", "configmap", "istio-cni-config", "--type=merge", "-p", string(patch)},
-		{"-n", "istio-cni", "rollout", "restart", "daemonset/istio-cni-node"},
-		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"},
-	} {
-		if _, err := env.node.Kubectl(ctx, args...); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // waitAuditPasses waits until the running agent has finished n full
