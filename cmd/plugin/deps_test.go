@@ -14,8 +14,8 @@ const module = "istio-cni.local/istio-cni/"
 // istio-cni-full, may link. It runs for every pod the agent does not:
 // what it links is what each such pod start pays to load
 // (docs/perf-notes.md). The node agent's packages (pkg/nodeagent/...,
-// pkg/install/...) and the converter from client-go's Pod
-// (pkg/kube/apipod) belong to the long-running agent.
+// pkg/nodeagent/install/...) and the converter from client-go's Pod
+// (pkg/nodeagent/apipod) belong to the long-running agent.
 var pluginPackages = []string{
 	"cmd/plugin/full",
 	"pkg/applied",

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/lifecycle"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"

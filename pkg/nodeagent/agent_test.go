@@ -16,8 +16,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )

@@ -13,11 +13,11 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 	"istio-cni.local/istio-cni/pkg/podnet"

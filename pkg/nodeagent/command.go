@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 )
 
 // Main runs the agent: the DaemonSet's container command. It returns the

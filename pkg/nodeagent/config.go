@@ -1,5 +1,5 @@
 // Package nodeagent is the istio-cni DaemonSet's process on every node: it
-// runs the installer (pkg/install), and, with API access, the node audit
+// runs the installer (pkg/nodeagent/install), and, with API access, the node audit
 // (pkg/nodeagent/audit), the startup taint (pkg/nodeagent/taint), the plugin's reports
 // (pkg/wire/reports) and the uninstall check (pkg/nodeagent/lifecycle); it serves
 // /readyz, /healthz and /metrics. Its subcommands explain one pod
@@ -17,11 +17,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 )

@@ -19,15 +19,15 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/inspect"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )

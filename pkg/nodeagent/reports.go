@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"k8s.io/client-go/tools/record"
 
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"istio-cni.local/istio-cni/pkg/install"
-	"istio-cni.local/istio-cni/pkg/install/envflag"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/poll"
 )
 

@@ -21,10 +21,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"

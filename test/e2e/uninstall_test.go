@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )

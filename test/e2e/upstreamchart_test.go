@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/poll"
 )
 

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/install/kubeconfig"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/kubeconfig"
 )
 
 // selfSigned is a PEM certificate and key, standing for a CA or a client.

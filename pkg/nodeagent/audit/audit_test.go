@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )

@@ -8,7 +8,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 )
 
 // Which pods a pass looks at: the started pods the plugin must redirect

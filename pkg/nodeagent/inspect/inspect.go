@@ -13,10 +13,10 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/install"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
 

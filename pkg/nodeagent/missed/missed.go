@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 )
 

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 )
 
 // Pods is an informer over the pods bound to one node: the field selector

@@ -13,7 +13,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/kube"
-	"istio-cni.local/istio-cni/pkg/kube/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 )
 
 // The same pods through both paths the plugin reads a pod by: the API's

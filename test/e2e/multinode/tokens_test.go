@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
-	"istio-cni.local/istio-cni/pkg/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
 )
 
 // ReadConfDir reads a CNI config directory into the value pkg/chain

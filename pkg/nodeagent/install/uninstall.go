@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/hostfs"
-	"istio-cni.local/istio-cni/pkg/install/kubeconfig"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/kubeconfig"
 )
 
 // Uninstall removes what the installer put on the node, and only that:

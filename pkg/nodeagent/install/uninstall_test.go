@@ -121,7 +121,7 @@ func TestUninstallLeavesUpstreamsEntryInOurFileName(t *testing.T) {
 }
 
 // upstreamKubeconfig is the plugin kubeconfig upstream Istio's installer
-// writes at the same path as ours (cni/pkg/install/kubeconfig.go).
+// writes at the same path as ours (cni/pkg/nodeagent/install/kubeconfig.go).
 const upstreamKubeconfig = `apiVersion: v1
 clusters:
 - cluster:

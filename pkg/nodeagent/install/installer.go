@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/hostfs"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 

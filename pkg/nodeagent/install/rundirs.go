@@ -4,7 +4,7 @@ import (
 	"errors"
 	"slices"
 
-	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
 )
 
 // runDirs are the directories in RunDir that the plugin writes into but

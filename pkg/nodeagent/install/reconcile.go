@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/hostfs"
-	"istio-cni.local/istio-cni/pkg/install/kubeconfig"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/kubeconfig"
 )
 
 // trigger is why a reconcile runs.

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/install/envflag"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apilookup"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
 	"istio-cni.local/istio-cni/pkg/shim"
 )
 

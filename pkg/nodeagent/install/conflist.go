@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
 )
 
 // installConflist writes the chained conflist for the current primary,

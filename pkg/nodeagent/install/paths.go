@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"istio-cni.local/istio-cni/pkg/install/envflag"
+	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
 )
 
 // The node's directories istio-cni uses, as the node sees them: the one

@@ -11,7 +11,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"istio-cni.local/istio-cni/pkg/chain"
-	"istio-cni.local/istio-cni/pkg/hostfs"
+	"istio-cni.local/istio-cni/pkg/nodeagent/hostfs"
 )
 
 // serviceAccountData is the symlink kubelet swaps when it rotates the
