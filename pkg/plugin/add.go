@@ -23,20 +23,25 @@ const opBudget = 30 * time.Second
 // Add redirects the pod's traffic if it must be, then passes the previous
 // result through. It fails, and programs nothing, whenever it cannot be sure
 // a pod that must be redirected is.
-func (p *Plugin) Add(args *skel.CmdArgs) error {
-	return p.verb("ADD", args, func(conf *Config, out *outcome) error {
+func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
+
+// add is ADD on host h, in order: plan (the pod's decision and spec),
+// the way its rules are written, then, in the pod's namespace, its
+// families, the model and the write, and last the record.
+func (p *Plugin) add(args *skel.CmdArgs, h host) error {
+	return p.verb("ADD", args, h, func(conf *Config, out *outcome) error {
 		result, err := resultFor(conf)
 		if err != nil {
 			return err
 		}
-		if err := p.add(args, conf, out); err != nil {
+		if err := p.redirect(args, conf, h, out); err != nil {
 			return err
 		}
 		return result.PrintTo(p.deps.stdout())
 	})
 }
 
-func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
+func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome) error {
 	pl, ok, err := p.plan(args, conf, out)
 	if err != nil {
 		return err
@@ -45,23 +50,20 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		p.recordPassed(conf, args, out)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
-	defer cancel()
-	start := p.deps.Now()
-	// A restore is trusted without its read-back only when the agent's
+	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
 	// programmed: a repeated ADD (a runtime's retry, Multus chaining
 	// istio-cni twice) reads back, which also removes duplicate jumps.
 	// An ADD the agent handed back may have left rules (it ran out of
 	// time, or nf_tables refused a batch): read back.
-	conf.agentChecks = out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
-	conf.writer = newNetlinkWriter(conf)
-	if p.deps.agent != nil {
-		if !conf.agentChecks {
-			return handBack("a repeated ADD reads its rules back")
-		}
-		conf.writer.decide = p.deps.agent.usable
+	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
+	w, nw, err := h.write(conf, trusted)
+	if err != nil {
+		return err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
+	defer cancel()
+	start := p.deps.Now()
 	// The families are read in the namespace the rules go into, in the
 	// same entry: nothing is written until they are known.
 	var stackErr error
@@ -73,27 +75,25 @@ func (p *Plugin) add(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			rec.discard() // a failure, a hand-back or a panic: no record
 		}
 	}()
-	err = p.deps.NewPodNetwork(conf).ProgramFrom(ctx, args.Netns, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
+	err = p.deps.NewPodNetwork(conf).ProgramFrom(ctx, args.Netns, w, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
 		if stackErr = p.stack(conf, out, &pl, hasIPv6); stackErr != nil {
 			return iptables.Model{}, stackErr
 		}
-		if p.deps.agent != nil {
-			if stackErr = p.deps.agent.mayWrite(pl); stackErr != nil {
-				return iptables.Model{}, stackErr
-			}
+		if stackErr = h.mayWrite(pl); stackErr != nil {
+			return iptables.Model{}, stackErr
 		}
 		rec = p.stageRecord(conf, args, out, pl)
 		return pl.model(), nil
 	})
 	out.netnsTime = p.deps.Now().Sub(start)
-	out.warnings = append(out.warnings, conf.writer.warnings...)
+	out.warnings = append(out.warnings, nw.warnings...)
 	switch {
 	case err != nil && stackErr != nil:
 		return stackErr
 	case err != nil:
 		return netnsError(out.pod, "programming the redirect", err)
 	}
-	out.rulesBy = conf.writer.by()
+	out.rulesBy = nw.by()
 	committed = true
 	rec.commit(out)
 	return nil

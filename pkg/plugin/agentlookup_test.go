@@ -54,12 +54,13 @@ func TestAddAsksTheAgentFirst(t *testing.T) {
 				}
 				return lookups.Answer{Pod: tc.agent, ReadsBack: tc.readsBack}, tc.agentErr
 			}
-			newNet := h.p.deps.NewPodNetwork
-			var trusted bool
-			h.p.deps.NewPodNetwork = func(c *Config) PodNetwork { trusted = c.agentChecks; return newNet(c) }
 			if err := h.p.Add(cmdArgs(tc.conf, tc.args)); err != nil {
 				t.Fatal(err)
 			}
+			if len(h.net.writes) != 1 {
+				t.Fatalf("%d writes, want 1", len(h.net.writes))
+			}
+			trusted := h.net.writes[0].Trusted
 			// Only an agent that answered and whose audit reads back and
 			// repairs takes the read-back off the ADD.
 			if trusted != tc.trusted {
@@ -108,10 +109,7 @@ func TestRepeatedAddReadsBack(t *testing.T) {
 	h.p.deps.AskAgent = func(string, string, string) (lookups.Answer, error) {
 		return lookups.Answer{Pod: pod, ReadsBack: true}, nil
 	}
-	newNet := h.p.deps.NewPodNetwork
 	var trusted []bool
-	var last bool // the namespace programmer ADD built last: the one that programs
-	h.p.deps.NewPodNetwork = func(c *Config) PodNetwork { last = c.agentChecks; return newNet(c) }
 	netns := filepath.Join(t.TempDir(), "netns")
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -122,7 +120,7 @@ func TestRepeatedAddReadsBack(t *testing.T) {
 		if err := h.p.Add(args); err != nil {
 			t.Fatal(err)
 		}
-		trusted = append(trusted, last)
+		trusted = append(trusted, h.net.writes[len(h.net.writes)-1].Trusted)
 	}
 	if len(trusted) != 2 || !trusted[0] || trusted[1] {
 		t.Errorf("restore trusted on the first and second ADD: %v, want [true false]", trusted)

@@ -53,7 +53,8 @@ type AgentSide struct {
 	ReportsSocket string
 }
 
-// agentRun is the hand-off an ADD runs in the agent for.
+// agentRun is the hand-off an ADD runs in the agent for: the host
+// (host.go) that hands back whatever it cannot finish.
 type agentRun struct {
 	req     handoff.Request
 	side    AgentSide
@@ -114,13 +115,12 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 		NewPodGetter: func(*Config) (PodGetter, error) {
 			return nil, handBack("the agent does not hold the pod")
 		},
-		NewPodNetwork: func(c *Config) PodNetwork { return podNetwork(c, true) },
+		NewPodNetwork: podNetwork,
 		Stdout:        &stdout,
 		Stderr:        &stderr,
 		Now:           a.Now,
-		agent:         run,
 	})
-	if err := p.Add(args); err != nil {
+	if err := p.add(args, run); err != nil {
 		return handoff.Response{HandBack: reason(err)}, nil
 	}
 	line := stderr.Bytes()
@@ -175,10 +175,10 @@ func skelConfChecks(conf *Config) error {
 	return nil
 }
 
-// adapt fits a parsed entry to the agent: its paths to where the agent
+// admit fits a parsed entry to the agent: its paths to where the agent
 // sees them, and its rules to netlink in the families the shim found
 // nf_tables on the node.
-func (r *agentRun) adapt(conf *Config) error {
+func (r *agentRun) admit(conf *Config) error {
 	if err := skelConfChecks(conf); err != nil {
 		return err
 	}
@@ -214,14 +214,42 @@ func (r *agentRun) usable(f iptables.Family) error {
 	return nil
 }
 
-// mustHandBack makes any ADD error in the agent a hand-back: the agent
-// never fails a pod the plugin might set up.
-func (p *Plugin) mustHandBack(err error) error {
-	if p.deps.agent == nil || err == nil || errors.Is(err, errHandBack) {
+// handBack makes any ADD error in the agent a hand-back: the agent never
+// fails a pod the plugin might set up.
+func (r *agentRun) handBack(err error) error {
+	if err == nil || errors.Is(err, errHandBack) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", errHandBack, err)
 }
+
+// write is netlink only, and trusted: the agent runs no iptables-save for
+// an ADD, so one that must read back (a repeated ADD) is the plugin's.
+func (r *agentRun) write(conf *Config, trusted bool) (xtables.Write, *netlinkWriter, error) {
+	if !trusted {
+		return xtables.Write{}, nil, handBack("a repeated ADD reads its rules back")
+	}
+	nw := newNetlinkWriter(conf, r.usable)
+	return nw.use(true, true), nw, nil
+}
+
+// deliver sends the report once the shim has its answer (RunAdd's after).
+func (r *agentRun) deliver(send func()) { r.afterReply = send }
+
+// sendReport hands the report of an ADD whose entry names the agent's own
+// socket to the agent's handler, in its process.
+func (r *agentRun) sendReport(conf *Config, ev reports.Report) error {
+	if r.side.Report != nil && conf.ReportsSocket == r.side.ReportsSocket {
+		r.side.Report(ev)
+		return nil
+	}
+	return inPlugin{}.sendReport(conf, ev)
+}
+
+// netns is the node's path: args.Netns is the agent's descriptor.
+func (r *agentRun) netns(*skel.CmdArgs) string { return r.req.Netns }
+
+func (r *agentRun) name() string { return "agent" }
 
 // mayWrite hands back an ADD the agent cannot finish before it writes
 // anything: a family not over netlink (else one family's rules would be

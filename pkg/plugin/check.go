@@ -17,7 +17,7 @@ import (
 // its model says, reading them from its namespace. Pods that are not ours to
 // redirect pass.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
-	return p.verb("CHECK", args, func(conf *Config, out *outcome) error {
+	return p.verb("CHECK", args, inPlugin{}, func(conf *Config, out *outcome) error {
 		return p.check(args, conf, out)
 	})
 }

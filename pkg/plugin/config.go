@@ -23,12 +23,6 @@ type Config struct {
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Values
-	// agentChecks: the node agent answered this ADD's pod lookup, so its
-	// audit runs and the report wakes it for this pod; ADD then trusts a
-	// successful restore and leaves the read-back to it.
-	agentChecks bool
-	// writer, set by ADD, writes the rules over netlink where it can.
-	writer *netlinkWriter
 }
 
 const errPrefix = "istio-cni config"

@@ -44,7 +44,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		// Pods decided before the API are never programmed: nothing to undo.
 		if d, decided := decision.Namespace(ref.namespace, conf.ExcludeNamespaces); decided {
 			out.decision = d
-			p.finish(log, conf, "DEL", args, out, start, nil)
+			p.finish(log, conf, "DEL", args, inPlugin{}, out, start, nil)
 			return nil
 		}
 	}
@@ -57,10 +57,10 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	if err != nil {
 		log.Warn("DEL incomplete; succeeding anyway", "container", args.ContainerID, "pod", out.pod, "error", err.Error())
-		p.report(log, conf, "DEL", args, out, start, p.deps.Now(), err)
+		p.report(log, conf, "DEL", args, inPlugin{}, out, start, p.deps.Now(), err)
 		return nil
 	}
-	p.finish(log, conf, "DEL", args, out, start, nil)
+	p.finish(log, conf, "DEL", args, inPlugin{}, out, start, nil)
 	return nil
 }
 

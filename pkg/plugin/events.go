@@ -12,30 +12,22 @@ import (
 )
 
 // finish ends a verb: its one log line, then the same outcome to the agent.
-func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start time.Time, err error) {
+// The report wakes the audit: in the agent, it goes after the shim has
+// its answer (host.deliver), so that the audit's read-back does not
+// compete with the pod's start.
+func (p *Plugin) finish(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, h host, out outcome, start time.Time, err error) {
 	end := p.deps.Now()
 	logOutcome(log, verb, args, out, end.Sub(start), err)
-	if p.deps.agent != nil {
-		// The report wakes the audit: in the agent, it goes after the
-		// shim has its answer, so that the audit's read-back does not
-		// compete with the pod's start.
-		p.deps.agent.afterReply = func() { p.report(log, conf, verb, args, out, start, end, err) }
-		return
-	}
-	p.report(log, conf, verb, args, out, start, end, err)
+	h.deliver(func() { p.report(log, conf, verb, args, h, out, start, end, err) })
 }
 
 // report sends the outcome to the agent's socket when the config names one.
 // It cannot change the verb's result: an absent agent (the DaemonSet not yet
 // or no longer running) is silent, and any other failure, a full queue
 // included, is a debug line. It costs at most reports.SendTimeout.
-func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, out outcome, start, end time.Time, err error) {
+func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.CmdArgs, h host, out outcome, start, end time.Time, err error) {
 	if conf == nil || conf.ReportsSocket == "" {
 		return
-	}
-	netns := args.Netns
-	if p.deps.agent != nil {
-		netns = p.deps.agent.req.Netns // args.Netns is the agent's descriptor
 	}
 	ev := reports.Report{
 		Time:       end,
@@ -43,7 +35,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 		Pod:        out.pod,
 		PodUID:     out.podUID,
 		Container:  args.ContainerID,
-		Netns:      netns,
+		Netns:      h.netns(args),
 		Redirect:   out.decision.Redirect,
 		Reason:     string(out.decision.Reason),
 		Families:   out.families,
@@ -58,11 +50,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 			ev.Note = reports.NoteCredentialsRefused
 		}
 	}
-	if a := p.deps.agent; a != nil && a.side.Report != nil && conf.ReportsSocket == a.side.ReportsSocket {
-		a.side.Report(ev)
-		return
-	}
-	if sendErr := reports.Send(conf.ReportsSocket, ev); sendErr != nil && !errors.Is(sendErr, reports.ErrNoAgent) {
+	if sendErr := h.sendReport(conf, ev); sendErr != nil {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 )
 
@@ -37,6 +38,8 @@ type fakeNet struct {
 	programmed map[string]iptables.Model
 	cleaned    []string
 	programErr error
+	// writes are how each ProgramFrom was told to write.
+	writes     []xtables.Write
 	checkDiffs []string
 	cleanupErr error
 	hasIPv6    bool
@@ -61,7 +64,8 @@ func (f *fakeNet) Cleanup(_ context.Context, netns string) error {
 
 func (f *fakeNet) HasIPv6(string) (bool, error) { return f.hasIPv6, nil }
 
-func (f *fakeNet) ProgramFrom(ctx context.Context, netns string, plan func(func() (bool, error)) (iptables.Model, error)) error {
+func (f *fakeNet) ProgramFrom(ctx context.Context, netns string, w xtables.Write, plan func(func() (bool, error)) (iptables.Model, error)) error {
+	f.writes = append(f.writes, w)
 	m, err := plan(func() (bool, error) { return f.HasIPv6(netns) })
 	if err != nil {
 		return err

@@ -34,10 +34,20 @@ type netlinkWriter struct {
 	warnings []string
 }
 
-func newNetlinkWriter(conf *Config) *netlinkWriter {
-	w := &netlinkWriter{cacheDir: conf.CacheDir, backend: conf.parsed.Backend, off: map[iptables.Family]error{}}
-	w.decide = w.usable
+// newNetlinkWriter returns the writer for one ADD; decide, when not nil,
+// replaces usable (the agent decides from the shim's findings).
+func newNetlinkWriter(conf *Config, decide func(iptables.Family) error) *netlinkWriter {
+	w := &netlinkWriter{cacheDir: conf.CacheDir, backend: conf.parsed.Backend, off: map[iptables.Family]error{}, decide: decide}
+	if w.decide == nil {
+		w.decide = w.usable
+	}
 	return w
+}
+
+// use is the xtables.Write that writes through w (Write's fields say
+// what trusted and only mean).
+func (w *netlinkWriter) use(trusted, only bool) xtables.Write {
+	return xtables.Write{Netlink: w.write, Declined: w.fallback, Trusted: trusted, Only: only}
 }
 
 // usable says why a family's rules cannot go over netlink, or nil. The
@@ -50,7 +60,7 @@ func (w *netlinkWriter) usable(f iptables.Family) error {
 	return nil
 }
 
-// write is xtables.Programmer.Netlink; the families call it at once.
+// write is xtables.Write.Netlink; the families call it at once.
 func (w *netlinkWriter) write(rs *iptables.Ruleset) error {
 	w.mu.Lock()
 	off, decided := w.off[rs.Family]
@@ -73,7 +83,7 @@ func (w *netlinkWriter) write(rs *iptables.Ruleset) error {
 	return err
 }
 
-// fallback is xtables.Programmer.NetlinkFallback. Declining, and a
+// fallback is xtables.Write.Declined. Declining, and a
 // sandbox already holding our chains (a repeated ADD), are expected; any
 // other refusal is worth a warning: iptables-restore wrote instead.
 func (w *netlinkWriter) fallback(err error) {

@@ -35,7 +35,7 @@ func TestNetlinkWriterDecides(t *testing.T) {
 	v4 := iptables.IPv4
 	fakeRestore(t, release.Layout)
 	cache := t.TempDir()
-	if err := newNetlinkWriter(conf(cache, xtables.NFT)).usable(v4); err != nil {
+	if err := newNetlinkWriter(conf(cache, xtables.NFT), nil).usable(v4); err != nil {
 		t.Errorf("iptables-nft %s: %v, want netlink", release.Layout, err)
 	}
 	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
@@ -45,12 +45,12 @@ func TestNetlinkWriterDecides(t *testing.T) {
 		"no cache_dir": conf("", xtables.NFT),
 		"legacy":       conf(cache, xtables.Legacy),
 	} {
-		if err := newNetlinkWriter(c).usable(v4); !errors.Is(err, errNetlinkOff) {
+		if err := newNetlinkWriter(c, nil).usable(v4); !errors.Is(err, errNetlinkOff) {
 			t.Errorf("%s: %v, want netlink off", name, err)
 		}
 	}
 	fakeRestore(t, "1.8.10")
-	if err := newNetlinkWriter(conf(t.TempDir(), xtables.NFT)).usable(v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
+	if err := newNetlinkWriter(conf(t.TempDir(), xtables.NFT), nil).usable(v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
 		t.Errorf("iptables 1.8.10: %v, want netlink off naming the release", err)
 	}
 }
@@ -86,7 +86,7 @@ func TestNetlinkWriterDecidesPerFamily(t *testing.T) {
 	t.Setenv("PATH", dir)
 	c := &Config{}
 	c.CacheDir, c.parsed.Backend = t.TempDir(), xtables.Auto
-	w := newNetlinkWriter(c)
+	w := newNetlinkWriter(c, nil)
 	if err := w.usable(iptables.IPv4); err != nil {
 		t.Errorf("ipv4 on nft: %v, want netlink", err)
 	}

@@ -29,10 +29,10 @@ type PodGetter interface {
 
 // PodNetwork is the OS step: a pod's network namespace.
 type PodNetwork interface {
-	Program(ctx context.Context, netns string, m iptables.Model) error
-	// ProgramFrom is Program for the model plan returns, plan run in the
-	// namespace first with hasIPv6 reading it: one entry for both.
-	ProgramFrom(ctx context.Context, netns string, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error
+	// ProgramFrom programs the model plan returns, written as w says,
+	// plan run in the namespace first with hasIPv6 reading it: one entry
+	// for both (podnet.Network.ProgramFrom).
+	ProgramFrom(ctx context.Context, netns string, w xtables.Write, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Cleanup(ctx context.Context, netns string) error
 	HasIPv6(netns string) (bool, error)
@@ -57,9 +57,6 @@ type Deps struct {
 	// written rules, so ADD reads back. NotHandedOff is why the shim did
 	// not ask the agent. Both go into the log line.
 	HandedBack, NotHandedOff string
-
-	// agent is set when the node agent runs the verb (AgentSide.RunAdd).
-	agent *agentRun
 }
 
 func (d Deps) stdout() io.Writer {
@@ -94,7 +91,7 @@ func New() *Plugin {
 		AskAgent: func(socket, namespace, name string) (lookups.Answer, error) {
 			return lookups.Get(socket, namespace, name, AgentBudget)
 		},
-		NewPodNetwork: func(c *Config) PodNetwork { return podNetwork(c, false) },
+		NewPodNetwork: podNetwork,
 		Stdout:        os.Stdout,
 		Stderr:        os.Stderr,
 		Now:           time.Now,
@@ -103,16 +100,10 @@ func New() *Plugin {
 	})
 }
 
-// podNetwork is the namespace programmer for a config, writing over
-// netlink where its writer can. In the agent (netlinkOnly) a batch not
-// written is the answer, and a failure keeps what was written: the ADD is
-// handed back to the plugin, which reconciles.
-func podNetwork(c *Config, netlinkOnly bool) PodNetwork {
-	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, TrustRestore: c.agentChecks, NetlinkOnly: netlinkOnly}
-	if c.writer != nil {
-		prog.Netlink, prog.NetlinkFallback = c.writer.write, c.writer.fallback
-	}
-	return &podnet.Network{Programmer: prog, KeepOnError: netlinkOnly}
+// podNetwork is the namespace programmer for a config's backend; how an
+// ADD writes is the xtables.Write it passes.
+func podNetwork(c *Config) PodNetwork {
+	return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend}}
 }
 
 // NewWithDeps returns a plugin with the given seams (for tests).

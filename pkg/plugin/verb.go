@@ -44,31 +44,29 @@ type outcome struct {
 	ranIn, handedBack, notHandedOff string
 }
 
-// verb runs one verb with its config, logs its one line (pod, decision,
-// duration, error) and reports the same to the agent.
-func (p *Plugin) verb(name string, args *skel.CmdArgs, run func(*Config, *outcome) error) error {
+// verb runs one verb on host h with its config, logs its one line (pod,
+// decision, duration, error) and reports the same to the agent. A failure
+// h hands back is neither logged nor reported: the plugin runs the verb
+// again and does both.
+func (p *Plugin) verb(name string, args *skel.CmdArgs, h host, run func(*Config, *outcome) error) error {
 	start := p.deps.Now()
-	out := outcome{handedBack: p.deps.HandedBack, notHandedOff: p.deps.NotHandedOff}
+	out := outcome{handedBack: p.deps.HandedBack, notHandedOff: p.deps.NotHandedOff, ranIn: h.name()}
 	conf, err := parseConfig(args.StdinData)
-	if p.deps.agent != nil {
-		// In the agent, nothing is logged or reported but a finished ADD.
-		out.ranIn = "agent"
-		if err == nil {
-			err = p.deps.agent.adapt(conf)
-		}
-		if err != nil {
-			return p.mustHandBack(err)
-		}
+	if err == nil {
+		err = h.admit(conf)
+	}
+	if back := h.handBack(err); back != nil {
+		return back
 	}
 	log, closeLog := newLogger(conf, p.deps.Stderr)
 	defer closeLog()
 	if err == nil {
 		err = run(conf, &out)
 	}
-	if err != nil && p.deps.agent != nil {
-		return p.mustHandBack(err)
+	if back := h.handBack(err); back != nil {
+		return back
 	}
-	p.finish(log, conf, name, args, out, start, err)
+	p.finish(log, conf, name, args, h, out, start, err)
 	return err
 }
 

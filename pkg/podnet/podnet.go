@@ -18,13 +18,9 @@ import (
 	"istio-cni.local/istio-cni/pkg/nsthread"
 )
 
-// Netns programs pods' network namespaces with a Programmer.
+// Network programs pods' network namespaces with a Programmer.
 type Network struct {
 	Programmer *xtables.Programmer
-	// KeepOnError leaves what a failed Program wrote: the node agent,
-	// writing an ADD for the plugin's shim, hands a failure back to the
-	// plugin, which reconciles from what the namespace holds.
-	KeepOnError bool
 }
 
 // passthroughV6 is the source Envoy binds for IPv6 inbound passthrough.
@@ -90,7 +86,7 @@ func Enter(path string, fn func() error) error { return do(path, fn) }
 // from its own thread in the namespace: a dual-stack pod waits for one
 // restore and one read-back, not two of each.
 func (n *Network) Program(ctx context.Context, path string, m iptables.Model) error {
-	return n.ProgramFrom(ctx, path, func(func() (bool, error)) (iptables.Model, error) { return m, nil })
+	return n.ProgramFrom(ctx, path, xtables.Write{}, func(func() (bool, error)) (iptables.Model, error) { return m, nil })
 }
 
 // ProgramFrom is Program for a model that depends on the namespace: plan
@@ -100,7 +96,11 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model) er
 // plan that fails has written nothing, and its error is returned as is.
 // hasIPv6 reads the calling thread's namespace: plan calls it itself,
 // never from another goroutine.
-func (n *Network) ProgramFrom(ctx context.Context, path string, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error {
+//
+// w is how each family's rules go in (xtables.Write). With w.Only, what a
+// failure wrote stays: the node agent hands the ADD back to the plugin,
+// which reconciles from what the namespace holds.
+func (n *Network) ProgramFrom(ctx context.Context, path string, w xtables.Write, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error {
 	var rulesets []*iptables.Ruleset
 	var errs []error
 	planned := false
@@ -116,29 +116,30 @@ func (n *Network) ProgramFrom(ctx context.Context, path string, plan func(hasIPv
 		for i, rs := range rulesets {
 			if i > 0 {
 				wg.Go(func() {
-					errs[i] = do(path, func() error { return n.programFamily(ctx, rs) })
+					errs[i] = do(path, func() error { return n.programFamily(ctx, rs, w) })
 				})
 			}
 		}
 		if len(rulesets) > 0 {
-			errs[0] = n.programFamily(ctx, rulesets[0])
+			errs[0] = n.programFamily(ctx, rulesets[0], w)
 		}
 		return nil
 	})
-	if !planned {
+	err = errors.Join(append(errs, err)...)
+	if !planned || err == nil || w.Only {
 		return err
 	}
-	return n.rollbackOnError(ctx, path, rulesets, errors.Join(append(errs, err)...))
+	return n.rollback(ctx, path, rulesets, err)
 }
 
 // programFamily writes one family's ruleset from a thread in the namespace.
-func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset) error {
+func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset, w xtables.Write) error {
 	if rs.Family == iptables.IPv6 {
 		if err := addPassthroughV6(); err != nil {
 			return err
 		}
 	}
-	if err := n.Programmer.Apply(ctx, rs); err != nil {
+	if err := n.Programmer.Apply(ctx, rs, w); err != nil {
 		return err
 	}
 	if rs.Route != nil {
@@ -147,11 +148,8 @@ func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset) error
 	return nil
 }
 
-// rollbackOnError removes what a failed Program wrote, unless KeepOnError.
-func (n *Network) rollbackOnError(ctx context.Context, path string, rulesets []*iptables.Ruleset, err error) error {
-	if err == nil || n.KeepOnError {
-		return err
-	}
+// rollback removes what a failed Program wrote.
+func (n *Network) rollback(ctx context.Context, path string, rulesets []*iptables.Ruleset, err error) error {
 	var families []iptables.Family
 	for _, rs := range rulesets {
 		families = append(families, rs.Family)

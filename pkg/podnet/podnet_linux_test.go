@@ -74,6 +74,11 @@ func netnsFor(b xtables.Backend, r xtables.Runner) *Network {
 	return &Network{Programmer: &xtables.Programmer{Runner: r, Backend: b}}
 }
 
+// planned is a plan that needs nothing from the namespace.
+func planned(m iptables.Model) func(func() (bool, error)) (iptables.Model, error) {
+	return func(func() (bool, error)) (iptables.Model, error) { return m, nil }
+}
+
 // ipt is go-iptables in the namespace: an independent reader of the rules.
 func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f func(*goipt.IPTables)) {
 	t.Helper()
@@ -347,8 +352,8 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	}
 	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && v == release.Layout {
 		byNetlink := newNS(t)
-		writer := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT, Netlink: nfnl.Write}}
-		if err := writer.Program(ctx, byNetlink.Path(), m); err != nil {
+		writer := netnsFor(xtables.NFT, nil)
+		if err := writer.ProgramFrom(ctx, byNetlink.Path(), xtables.Write{Netlink: nfnl.Write}, planned(m)); err != nil {
 			t.Fatal(err)
 		}
 		if d, saves := check(byNetlink); len(d) > 0 || saves != 0 {
@@ -471,9 +476,8 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 func TestPanicFailsTheStep(t *testing.T) {
 	requireRoot(t)
 	n := newNS(t)
-	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT, TrustRestore: true, NetlinkOnly: true,
-		Netlink: func(*iptables.Ruleset) error { panic("the encoder's bug") }}
-	err := (&Network{Programmer: prog, KeepOnError: true}).Program(context.Background(), n.Path(), iptables.Build(iptables.DefaultSpec(), true, false))
+	w := xtables.Write{Trusted: true, Only: true, Netlink: func(*iptables.Ruleset) error { panic("the encoder's bug") }}
+	err := netnsFor(xtables.NFT, nil).ProgramFrom(context.Background(), n.Path(), w, planned(iptables.Build(iptables.DefaultSpec(), true, false)))
 	if !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), "the encoder's bug") {
 		t.Errorf("Program = %v, want the panic as an error", err)
 	}
@@ -570,7 +574,7 @@ func TestEverySpecReadsBack(t *testing.T) {
 }
 
 // The netlink writer, as the plugin wires it, programs every spec: without
-// TrustRestore Apply reads each family back and finds the model, and a
+// Write.Trusted Apply reads each family back and finds the model, and a
 // second Program into the same namespace (a repeated ADD) falls back to
 // iptables-restore and still holds exactly the model.
 func TestEverySpecOverNetlink(t *testing.T) {
@@ -582,17 +586,17 @@ func TestEverySpecOverNetlink(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n, ctx := newNS(t), context.Background()
 			var wrote, fellBack atomic.Int32 // the families run at once
-			net := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.NFT,
-				Netlink:         func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) },
-				NetlinkFallback: func(error) { fellBack.Add(1) }}}
+			net := netnsFor(xtables.NFT, nil)
+			w := xtables.Write{Netlink: func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) },
+				Declined: func(error) { fellBack.Add(1) }}
 			m := iptables.Build(spec, true, true)
-			if err := net.Program(ctx, n.Path(), m); err != nil {
+			if err := net.ProgramFrom(ctx, n.Path(), w, planned(m)); err != nil {
 				t.Fatal(err)
 			}
 			if wrote.Load() != 2 || fellBack.Load() != 0 {
 				t.Fatalf("%d netlink writes, %d fallbacks; want one write per family", wrote.Load(), fellBack.Load())
 			}
-			if err := net.Program(ctx, n.Path(), m); err != nil {
+			if err := net.ProgramFrom(ctx, n.Path(), w, planned(m)); err != nil {
 				t.Fatal(err)
 			}
 			if fellBack.Load() != 2 {
@@ -716,7 +720,7 @@ func TestProgramFrom(t *testing.T) {
 				}
 			}
 			var want iptables.Model
-			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
+			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), xtables.Write{}, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
 				v6, err := hasIPv6()
 				if err != nil {
 					return iptables.Model{}, err
@@ -749,7 +753,7 @@ func TestProgramFrom(t *testing.T) {
 			"fails":  func(func() (bool, error)) (iptables.Model, error) { return iptables.Model{}, refused },
 			"panics": func(func() (bool, error)) (iptables.Model, error) { panic("the plan's bug") },
 		} {
-			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), plan)
+			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), xtables.Write{}, plan)
 			if name == "fails" && !errors.Is(err, refused) {
 				t.Errorf("a plan that fails: %v, want its error as is", err)
 			}

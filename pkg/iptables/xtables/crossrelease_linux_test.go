@@ -149,9 +149,9 @@ func writeAndCheck(t *testing.T, m iptables.Model, b Backend, writer, reader Run
 	defer cancel()
 	var diffs []string
 	err := newNS(t).Do(func(ns.NetNS) error {
-		w := &Programmer{Runner: writer, Backend: b, TrustRestore: true}
+		w := &Programmer{Runner: writer, Backend: b}
 		for _, rs := range m.Rulesets() {
-			if err := w.Apply(ctx, rs); err != nil {
+			if err := w.Apply(ctx, rs, Write{Trusted: true}); err != nil {
 				return fmt.Errorf("writing: %w", err)
 			}
 		}

@@ -16,36 +16,39 @@ import (
 const LockWaitSeconds = 10
 
 // Programmer applies, verifies and removes rule models in the current
-// network namespace.
+// network namespace. It holds what lasts across calls; how one ADD writes
+// is the Write its caller passes.
 type Programmer struct {
-	// TrustRestore skips Apply's read-back after a successful restore
-	// into a fresh namespace: iptables-restore commits each table
-	// atomically, so success means the rules are in; whether they are
-	// exactly the model is then for someone else to check (the node
-	// agent, which checks every pod the plugin reports). CHECK, the audit
-	// and every reconcile still read back.
-	TrustRestore bool
-	Runner       Runner
-	Backend      Backend
-	// Netlink, if set, writes a ruleset into a namespace holding none of
-	// its chains in one nf_tables transaction, in place of Apply's first
-	// iptables-restore (nfnl.Write). When it fails, iptables-restore
-	// writes instead; when its outcome is unknown, Apply reads back and
-	// reconciles. NetlinkFallback hears why.
-	Netlink         func(*iptables.Ruleset) error
-	NetlinkFallback func(error)
-	// NetlinkOnly makes a batch that was not written Apply's answer: no
-	// iptables-restore, no read-back. The node agent sets it when it
-	// writes an ADD for the plugin's shim: its container's iptables need
-	// not be the node's, so it hands anything the batch cannot do back to
-	// the plugin, which runs on the node.
-	NetlinkOnly bool
+	Runner  Runner
+	Backend Backend
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
 }
 
-// ErrNotWritten: with NetlinkOnly, the batch was refused, not encodable,
+// Write is how Apply writes a ruleset into a namespace that holds none of
+// its chains, chosen once per ADD by the caller. The zero Write restores
+// and reads back, as CHECK, the audit and every reconcile do.
+type Write struct {
+	// Netlink, if set, writes the ruleset in one nf_tables transaction in
+	// place of the first iptables-restore (nfnl.Write). When it fails,
+	// iptables-restore writes instead; when its outcome is unknown, Apply
+	// reads back and reconciles. Declined hears why it did not write.
+	Netlink  func(*iptables.Ruleset) error
+	Declined func(error)
+	// Only makes a batch that was not written Apply's answer: no
+	// iptables-restore, no read-back. The node agent writes so for the
+	// plugin's shim: its container's iptables need not be the node's, so
+	// it hands anything the batch cannot do back to the plugin.
+	Only bool
+	// Trusted skips the read-back after a successful first write:
+	// iptables-restore commits each table atomically, so success means
+	// the rules are in; whether they are exactly the model is then the
+	// node agent's audit to check, off the pod's start-up path.
+	Trusted bool
+}
+
+// ErrNotWritten: with Write.Only, the batch was refused, not encodable,
 // declined, or its outcome is unknown.
 var ErrNotWritten = errors.New("netlink only")
 
@@ -55,9 +58,8 @@ var ErrNotWritten = errors.New("netlink only")
 // reconciles from what it read. The error says what still differs; removing
 // what was programmed is the caller's choice (see Cleanup).
 //
-// With TrustRestore, a successful first restore is the answer: the node
-// agent reads the rules back instead, off the pod's start-up path.
-func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
+// How the first attempt writes, and whether it reads back, is w's.
+func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) error {
 	var observed *iptables.Observed // nil: a fresh namespace
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -71,8 +73,8 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 		var restoreErr error
 		if attempt > 0 {
 			restoreErr = p.restore(ctx, rs.Family, text)
-		} else if wrote, err := p.writeFresh(rs); !wrote {
-			if p.NetlinkOnly {
+		} else if wrote, err := w.fresh(rs); !wrote {
+			if w.Only {
 				return fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(err, ErrNotWritten))
 			}
 			// Whether a lost transaction was committed is unknown:
@@ -83,7 +85,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 				restoreErr = p.restore(ctx, rs.Family, text)
 			}
 		}
-		if restoreErr == nil && p.TrustRestore && attempt == 0 {
+		if restoreErr == nil && w.Trusted && attempt == 0 {
 			return nil
 		}
 		if observed, err = p.Read(ctx, rs.Family); err != nil {
@@ -104,17 +106,17 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset) error {
 	return lastErr
 }
 
-// writeFresh tries the netlink writer and says whether it wrote the
-// ruleset, and if not why. Its failures leave the namespace as it was,
-// but for nfnl.ErrUnknownOutcome; either way the caller goes on with
-// iptables-restore and the read-back.
-func (p *Programmer) writeFresh(rs *iptables.Ruleset) (bool, error) {
-	if p.Netlink == nil {
+// fresh tries the netlink writer and says whether it wrote the ruleset,
+// and if not why. Its failures leave the namespace as it was, but for
+// nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
+// and the read-back, unless Only.
+func (w Write) fresh(rs *iptables.Ruleset) (bool, error) {
+	if w.Netlink == nil {
 		return false, nil
 	}
-	err := p.Netlink(rs)
-	if err != nil && p.NetlinkFallback != nil {
-		p.NetlinkFallback(err)
+	err := w.Netlink(rs)
+	if err != nil && w.Declined != nil {
+		w.Declined(err)
 	}
 	return err == nil, err
 }

@@ -58,7 +58,7 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	p := &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs); err != nil {
+	if err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"iptables-nft-restore --noflush --wait=10", "iptables-nft-save "}
@@ -67,13 +67,13 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	}
 }
 
-// TrustRestore: a successful restore is the answer (one exec); a failed
+// Write.Trusted: a successful restore is the answer (one exec); a failed
 // one still reads back and reconciles, as without it.
-func TestApplyTrustRestore(t *testing.T) {
+func TestApplyTrusted(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{}
-	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true}
-	if err := p.Apply(context.Background(), &rs); err != nil {
+	p := &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Trusted: true}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "iptables-nft-restore --noflush --wait=10"; strings.Join(f.calls, "|") != want {
@@ -81,7 +81,7 @@ func TestApplyTrustRestore(t *testing.T) {
 	}
 	f = &fakeRunner{saves: []string{saveOf(&rs)}, fail: errors.New("exit status 1")}
 	p.Runner = f
-	err := p.Apply(context.Background(), &rs)
+	err := p.Apply(context.Background(), &rs, Write{Trusted: true})
 	if err == nil || len(f.calls) < 2 || !strings.HasPrefix(f.calls[1], "iptables-nft-save") {
 		t.Errorf("a failed restore: %v after %q, want it read back", err, f.calls)
 	}
@@ -93,7 +93,7 @@ func TestApplyReconcilesARepeatedAdd(t *testing.T) {
 	dup := saveOf(&rs, "-p tcp -j ISTIO_INBOUND")
 	f := &fakeRunner{saves: []string{dup, saveOf(&rs)}}
 	p := &Programmer{Runner: f, Backend: Legacy}
-	if err := p.Apply(context.Background(), &rs); err != nil {
+	if err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.calls) != 4 || !strings.HasPrefix(f.calls[2], "iptables-legacy-restore") {
@@ -105,7 +105,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
 	empty := "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"
 	f := &fakeRunner{saves: []string{empty}}
-	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs)
+	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "ipv6 rules differ") || !strings.Contains(err.Error(), "chain missing") {
 		t.Fatalf("Apply = %v, want the differences", err)
 	}
@@ -117,7 +117,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 func TestApplyKeepsTheRestoreError(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{"*nat\nCOMMIT\n"}, fail: errors.New("iptables-restore: line 3 failed")}
-	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs)
+	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "line 3 failed") {
 		t.Fatalf("Apply = %v, want the restore's error", err)
 	}
@@ -146,7 +146,7 @@ func TestParseBackend(t *testing.T) {
 	}
 }
 
-// The netlink writer replaces the first restore only: with TrustRestore its
+// The netlink writer replaces the first restore only: with Write.Trusted its
 // success is the answer, without it the rules are read back; when it
 // fails, iptables-restore writes and the failure is reported.
 func TestApplyNetlinkFirst(t *testing.T) {
@@ -155,24 +155,22 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	ok := func(*iptables.Ruleset) error { wrote++; return nil }
 
 	f := &fakeRunner{}
-	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: ok}
-	if err := p.Apply(context.Background(), &rs); err != nil || wrote != 1 || len(f.calls) != 0 {
+	p := &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: ok}); err != nil || wrote != 1 || len(f.calls) != 0 {
 		t.Errorf("trusted: err %v, %d netlink writes, ran %q; want one write and nothing run", err, wrote, f.calls)
 	}
 
 	f = &fakeRunner{saves: []string{saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, Netlink: ok}
-	if err := p.Apply(context.Background(), &rs); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+	p = &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Netlink: ok}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("untrusted: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 
 	var heard []error
 	refused := errors.New("nf_tables refused it")
 	f = &fakeRunner{}
-	p = &Programmer{Runner: f, Backend: NFT, TrustRestore: true,
-		Netlink:         func(*iptables.Ruleset) error { return refused },
-		NetlinkFallback: func(err error) { heard = append(heard, err) }}
-	if err := p.Apply(context.Background(), &rs); err != nil {
+	p = &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: func(*iptables.Ruleset) error { return refused }, Declined: func(err error) { heard = append(heard, err) }}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" || len(heard) != 1 || !errors.Is(heard[0], refused) {
@@ -182,24 +180,23 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	// A read-back that differs reconciles with iptables-restore, not netlink.
 	wrote = 0
 	f = &fakeRunner{saves: []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND"), saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, Netlink: ok}
-	if err := p.Apply(context.Background(), &rs); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+	p = &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Netlink: ok}); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("reconcile: err %v, %d writes, ran %q; want save, restore, save", err, wrote, f.calls)
 	}
 }
 
-// NetlinkOnly: a batch not written is Apply's answer; nothing runs, so
+// Write.Only: a batch not written is Apply's answer; nothing runs, so
 // no iptables of the agent's container writes a node's pod.
-func TestApplyNetlinkOnly(t *testing.T) {
+func TestApplyOnlyNetlink(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	for name, err := range map[string]error{
 		"refused": errors.New("nf_tables refused it"),
 		"lost":    fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome),
 	} {
 		f := &fakeRunner{}
-		p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, NetlinkOnly: true,
-			Netlink: func(*iptables.Ruleset) error { return err }}
-		got := p.Apply(context.Background(), &rs)
+		p := &Programmer{Runner: f, Backend: NFT}
+		got := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: true, Netlink: func(*iptables.Ruleset) error { return err }})
 		if !errors.Is(got, ErrNotWritten) || !errors.Is(got, err) || len(f.calls) != 0 {
 			t.Errorf("%s: %v, ran %q; want the batch's error and nothing run", name, got, f.calls)
 		}
@@ -207,7 +204,7 @@ func TestApplyNetlinkOnly(t *testing.T) {
 }
 
 // A transaction whose replies were lost may have been committed: Apply
-// reads back and reconciles from what is there, even with TrustRestore,
+// reads back and reconciles from what is there, even with Write.Trusted,
 // and never restores a fresh namespace's rules on top.
 func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
@@ -216,14 +213,14 @@ func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	}
 	// It was committed: the read-back finds the model.
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
-	p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: lost}
-	if err := p.Apply(context.Background(), &rs); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+	p := &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: lost}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("committed: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 	// It was not: the read-back finds nothing, and a reconcile writes.
 	f = &fakeRunner{saves: []string{"*nat\nCOMMIT\n", saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, TrustRestore: true, Netlink: lost}
-	if err := p.Apply(context.Background(), &rs); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+	p = &Programmer{Runner: f, Backend: NFT}
+	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: lost}); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("not committed: err %v, ran %q; want save, restore, save", err, f.calls)
 	}
 }
@@ -242,8 +239,8 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 	} {
 		for _, only := range []bool{false, true} {
 			f := &fakeRunner{}
-			p := &Programmer{Runner: f, Backend: NFT, TrustRestore: true, NetlinkOnly: only && netlink != nil, Netlink: netlink}
-			err := p.Apply(context.Background(), &rs)
+			p := &Programmer{Runner: f, Backend: NFT}
+			err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && netlink != nil, Netlink: netlink})
 			if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 || wrote != 0 {
 				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)
 			}

@@ -1,7 +1,8 @@
 // Package handoff is how the plugin's shim, the small binary the runtime
-// runs as istio-cni, hands an ADD to the node agent: the wire format and
-// Send, the shim's side. The agent answers on its pod lookup socket
-// (pkg/wire/lookups), where it already holds every pod of the node, so an
+// runs as istio-cni, hands an ADD to the node agent: the wire format,
+// Send (the shim's side) and Answer (the agent's). The agent answers on
+// its pod lookup socket (pkg/wire/lookups' Server passes it the frames),
+// where it already holds every pod of the node, so an
 // ADD costs the shim's start, one local round trip and the agent's
 // nf_tables transaction (one a family) in the pod's namespace, instead of
 // the whole plugin's start, a lookup and its own namespace entry.

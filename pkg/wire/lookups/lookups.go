@@ -1,6 +1,9 @@
 // Package lookups answers the plugin's pod lookups from the node agent's
-// informer, over a unix socket in istio-cni's run directory: the wire
-// format, Serve (the agent) and Get (the plugin). The agent already watches
+// informer, over a unix socket in istio-cni's run directory (the entry's
+// pod_socket): the wire format, Serve (the agent) and Get (the plugin).
+// The same socket takes the shim's ADD hand-offs, which Serve tells from a
+// lookup by their first bytes and passes to pkg/wire/handoff's Answer
+// (that protocol's agent half). The agent already watches
 // every pod on its node, so a lookup costs a local round trip instead of a
 // TLS connection and an API GET per pod start. It is an optimisation only:
 // the plugin falls back to the API whenever the agent is absent, slow, or
@@ -15,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -25,6 +27,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
+	"istio-cni.local/istio-cni/pkg/wire/sockfile"
 )
 
 // Version is the wire format's version; a reader refuses another.
@@ -124,15 +127,13 @@ type Server struct {
 	// ReadsBack says whether the audit reads back what ADD programs; nil:
 	// never.
 	ReadsBack func() bool
-	// Add runs an ADD the plugin's shim hands over (pkg/wire/handoff)
-	// in the pod's network namespace, netns, which the server closes
-	// after; after, if not nil, runs once the answer is sent. Nil hands
-	// every ADD back.
-	Add func(req handoff.Request, netns int) (resp handoff.Response, after func())
+	// Add runs an ADD the plugin's shim hands over (handoff.Answer);
+	// nil hands every ADD back.
+	Add handoff.RunFunc
 
 	mu   sync.Mutex
 	ln   *net.UnixListener
-	file fs.FileInfo // the socket file as bound: tells ours from a replacement
+	file sockfile.File
 }
 
 // checkInterval is how often Serve looks whether the socket file at its
@@ -149,42 +150,19 @@ func Listen(path string, lookup Lookup, log *slog.Logger) (*Server, error) {
 	return &Server{path: path, ln: ln, file: file, lookup: lookup, log: log}, nil
 }
 
-// bind makes a listening socket at path under a temporary name renamed into
-// place, so the path is never missing and never has a wider mode.
-func bind(path string) (*net.UnixListener, fs.FileInfo, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, nil, fmt.Errorf("pod lookups: %s exists and is not a socket", path)
+// bind binds the stream socket at path (pkg/wire/sockfile).
+func bind(path string) (*net.UnixListener, sockfile.File, error) {
+	ln, file, err := sockfile.Bind(path, "unix", func(name string) (*net.UnixListener, error) {
+		ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err == nil {
+			ln.SetUnlinkOnClose(false) // the file is renamed; a successor may own path by then
 		}
-	}
-	tmp := path + ".new"
-	_ = os.Remove(tmp)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+		return ln, err
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("pod lookups: %w", err)
-	}
-	ln.SetUnlinkOnClose(false) // the file is renamed; a successor may own path by then
-	file, err := place(tmp, path)
-	if err != nil {
-		_ = ln.Close()
-		_ = os.Remove(tmp)
-		return nil, nil, err
+		return nil, file, fmt.Errorf("pod lookups: %w", err)
 	}
 	return ln, file, nil
-}
-
-func place(tmp, path string) (fs.FileInfo, error) {
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, fmt.Errorf("pod lookups: %w", err)
-	}
-	file, err := os.Lstat(tmp)
-	if err != nil {
-		return nil, fmt.Errorf("pod lookups: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, fmt.Errorf("pod lookups: %w", err)
-	}
-	return file, nil
 }
 
 // Serve answers until ctx ends, then waits for the connections in flight.
@@ -226,20 +204,10 @@ func (s *Server) Serve(ctx context.Context) {
 }
 
 // check binds a new socket when the file at the path is no longer ours and
-// nobody else listens there.
+// nobody else listens there (a newer agent's stays).
 func (s *Server) check(ctx context.Context) {
-	if ctx.Err() != nil {
-		return // stopping (an uninstall removes the socket next)
-	}
-	cur, err := os.Lstat(s.path)
-	if err == nil && os.SameFile(cur, s.file) {
-		return
-	}
-	if err == nil && cur.Mode().Type() == fs.ModeSocket {
-		if c, err := net.DialTimeout("unix", s.path, 50*time.Millisecond); err == nil {
-			_ = c.Close() // another agent's (a newer one): leave it
-			return
-		}
+	if ctx.Err() != nil || s.file.State() != sockfile.Lost {
+		return // stopping (an uninstall removes the socket next), or not ours to bind
 	}
 	ln, file, err := bind(s.path)
 	if err != nil {
@@ -276,7 +244,8 @@ func (s *Server) answer(conn *net.UnixConn) {
 		return
 	}
 	if bytes.HasPrefix(data, []byte(handoff.Magic)) {
-		s.handOff(conn, data, fds)
+		_ = conn.SetDeadline(time.Now().Add(handoff.Budget + serveTimeout))
+		handoff.Answer(conn, data, fds, s.Add)
 		return
 	}
 	var req struct {
@@ -297,37 +266,6 @@ func (s *Server) answer(conn *net.UnixConn) {
 		return
 	}
 	_, _ = conn.Write(b)
-}
-
-// handOff answers an ADD hand-off's frame.
-func (s *Server) handOff(conn *net.UnixConn, frame []byte, fds []int) {
-	_ = conn.SetDeadline(time.Now().Add(handoff.Budget + serveTimeout))
-	var req handoff.Request
-	var resp handoff.Response
-	var after func()
-	err := req.UnmarshalBinary(frame)
-	switch {
-	case err != nil:
-		resp.HandBack = "the agent cannot read the hand-off: " + err.Error()
-	case len(fds) != 1:
-		resp.HandBack = fmt.Sprintf("the request carries %d descriptors, want the pod's network namespace", len(fds))
-	case s.Add == nil:
-		resp.HandBack = "the agent runs no ADDs"
-	default:
-		resp, after = s.Add(req, fds[0])
-	}
-	b, err := resp.MarshalBinary()
-	if err != nil {
-		b, _ = handoff.Response{HandBack: err.Error()}.MarshalBinary()
-		after = nil
-	}
-	_, err = conn.Write(b)
-	_ = conn.Close()
-	// The shim has the answer: what waited for it may go. A shim that
-	// stopped waiting runs the plugin, which reports.
-	if err == nil && after != nil {
-		after()
-	}
 }
 
 // readRequest reads a request and the descriptors that came with its

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"sync"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/wire/sockfile"
 )
 
 // checkInterval is how often Run looks whether the socket file at its path
@@ -30,7 +31,7 @@ type Listener struct {
 
 	mu     sync.Mutex
 	conn   *net.UnixConn
-	file   fs.FileInfo // the socket file as bound: tells ours from a replacement
+	file   sockfile.File
 	closed bool
 	stats  Stats
 }
@@ -54,9 +55,7 @@ type Stats struct {
 
 // Listen binds a datagram socket at path, mode 0600; path's directory must
 // exist. A socket file already there (left by an agent that exited) is
-// replaced; any other kind of file is an error. The socket is bound under a
-// temporary name and renamed into place, so the path is never missing and
-// never has a wider mode.
+// replaced; any other kind of file is an error (pkg/wire/sockfile).
 func Listen(path string) (*Listener, error) {
 	conn, file, err := bind(path)
 	if err != nil {
@@ -65,59 +64,14 @@ func Listen(path string) (*Listener, error) {
 	return &Listener{path: path, interval: checkInterval, conn: conn, file: file}, nil
 }
 
-// bind makes a socket at path, replacing a socket file there.
-func bind(path string) (*net.UnixConn, fs.FileInfo, error) {
-	if err := replaceable(path); err != nil {
-		return nil, nil, err
-	}
-	tmp := path + ".new"
-	if err := replaceable(tmp); err != nil {
-		return nil, nil, err
-	}
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("plugin reports: %w", err)
-	}
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: tmp, Net: "unixgram"})
+func bind(path string) (*net.UnixConn, sockfile.File, error) {
+	conn, file, err := sockfile.Bind(path, "unixgram", func(name string) (*net.UnixConn, error) {
+		return net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("plugin reports: %w", err)
-	}
-	file, err := place(tmp, path)
-	if err != nil {
-		_ = conn.Close()
-		_ = os.Remove(tmp)
-		return nil, nil, err
+		return nil, file, fmt.Errorf("plugin reports: %w", err)
 	}
 	return conn, file, nil
-}
-
-// place sets the bound socket file's mode and renames it to path.
-func place(tmp, path string) (fs.FileInfo, error) {
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, fmt.Errorf("plugin reports: %w", err)
-	}
-	file, err := os.Lstat(tmp)
-	if err != nil {
-		return nil, fmt.Errorf("plugin reports: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, fmt.Errorf("plugin reports: %w", err)
-	}
-	return file, nil
-}
-
-// replaceable says whether bind may put a socket at path: nothing there,
-// or a socket.
-func replaceable(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return fmt.Errorf("plugin reports: %w", err)
-	case fi.Mode().Type() != fs.ModeSocket:
-		return fmt.Errorf("plugin reports: %s exists and is not a socket (%s); not replacing it", path, fi.Mode().Type())
-	}
-	return nil
 }
 
 // Stats returns the counters so far.
@@ -202,18 +156,13 @@ func (l *Listener) deliver(b []byte, handle func(Report)) {
 // check binds a new socket when the file at the path is no longer ours and
 // nobody else listens there.
 func (l *Listener) check() {
-	cur, err := os.Lstat(l.path)
+	state := l.file.State()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return
 	}
-	if err == nil && os.SameFile(cur, l.file) {
-		l.stats.Superseded = false
-		return
-	}
-	if err == nil && cur.Mode().Type() == fs.ModeSocket && listening(l.path) {
-		l.stats.Superseded = true
+	if l.stats.Superseded = state == sockfile.Superseded; state != sockfile.Lost {
 		return
 	}
 	conn, file, err := bind(l.path)
@@ -224,22 +173,12 @@ func (l *Listener) check() {
 	old := l.conn
 	l.conn, l.file = conn, file
 	l.stats.Recreated++
-	l.stats.RecreateError, l.stats.Superseded = nil, false
+	l.stats.RecreateError = nil
 	_ = old.Close()
 }
 
 // Listening says whether a process (an agent) listens at path.
-func Listening(path string) bool { return listening(path) }
-
-// listening says whether a process has a socket open at path.
-func listening(path string) bool {
-	c, err := net.DialTimeout("unixgram", path, SendTimeout)
-	if err != nil {
-		return false
-	}
-	_ = c.Close()
-	return true
-}
+func Listening(path string) bool { return sockfile.Listening("unixgram", path) }
 
 // Close closes the socket and removes its file if the file is still the
 // one Listen or Run bound (a newer agent's socket stays). Run returns.
@@ -250,8 +189,6 @@ func (l *Listener) Close() error {
 		return nil
 	}
 	l.closed = true
-	if cur, err := os.Lstat(l.path); err == nil && os.SameFile(cur, l.file) {
-		_ = os.Remove(l.path)
-	}
+	l.file.Remove()
 	return l.conn.Close()
 }
