@@ -4,6 +4,11 @@
 // win the runtime's lexical pick (OwnedName), and the checks that it still
 // does (Verify). Nothing here reads or writes the disk: it decides from a
 // Dir, the directory as the installer read it.
+//
+// It sits at the top of pkg/, beside pkg/iptables, rather than under
+// pkg/nodeagent: the design keeps the two models (a pod's rules, the node's
+// conflist) where both sides and their tests can read them, though only
+// the node agent writes conflists (docs/architecture.md).
 package chain
 
 import (

@@ -3,6 +3,10 @@
 // that programs the rules, the expectation that CHECK compares against, and the
 // cleanup. Only typed values (ports, prefixes, ids, validated names) are ever
 // rendered; nothing from an annotation reaches a rule as text.
+//
+// Both sides use the one model: the plugin's ADD and CHECK, and the node
+// agent's audit and inspect. Its subpackages run it (xtables, nfnl) and
+// find the node's iptables (release).
 package iptables
 
 import "net/netip"
