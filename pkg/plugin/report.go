@@ -29,7 +29,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 	if conf == nil || conf.ReportsSocket == "" {
 		return
 	}
-	ev := reports.Report{
+	rep := reports.Report{
 		Time:       end,
 		Verb:       verb,
 		Pod:        out.pod,
@@ -45,12 +45,12 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 		NetnsMS:    millis(out.netnsTime),
 	}
 	if err != nil {
-		ev.Error = err.Error()
+		rep.Error = err.Error()
 		if cniErr := (*types.Error)(nil); errors.As(err, &cniErr) && cniErr.Code == ErrAPIDenied {
-			ev.Note = reports.NoteCredentialsRefused
+			rep.Note = reports.NoteCredentialsRefused
 		}
 	}
-	if sendErr := h.sendReport(conf, ev); sendErr != nil {
+	if sendErr := h.sendReport(conf, rep); sendErr != nil {
 		log.Debug("cannot report to the agent", "verb", verb, "container", args.ContainerID, "error", sendErr.Error())
 	}
 }
