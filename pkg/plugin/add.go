@@ -25,9 +25,9 @@ const opBudget = 30 * time.Second
 // a pod that must be redirected is.
 func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
 
-// add is ADD on host h, in order: plan (the pod's decision and spec),
-// the way its rules are written, then, in the pod's namespace, its
-// families, the model and the write, and last the record.
+// add is ADD on host h. redirect's steps, in order: plan (the pod's
+// decision and spec), its families, whether h may write them, how (the
+// xtables.Write), the model written in the pod's namespace, the record.
 func (p *Plugin) add(args *skel.CmdArgs, h host) error {
 	return p.verb("ADD", args, h, func(conf *Config, out *outcome) error {
 		result, err := resultFor(conf)
@@ -50,6 +50,15 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 		p.recordPassed(conf, args, out)
 		return nil
 	}
+	network := p.deps.NewPodNetwork(conf)
+	start := p.deps.Now()
+	defer func() { out.netnsTime = p.deps.Now().Sub(start) }()
+	if err := p.stack(conf, out, &pl, func() (bool, error) { return network.HasIPv6(args.Netns) }); err != nil {
+		return err
+	}
+	if err := h.mayWrite(pl); err != nil {
+		return err
+	}
 	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
 	// programmed: a repeated ADD (a runtime's retry, Multus chaining
@@ -57,43 +66,27 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	// An ADD the agent handed back may have left rules (it ran out of
 	// time, or nf_tables refused a batch): read back.
 	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
-	w, nw, err := h.write(conf, trusted)
+	w, err := h.write(conf, pl, trusted)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
-	defer cancel()
-	start := p.deps.Now()
-	// The families are read in the namespace the rules go into, in the
-	// same entry: nothing is written until they are known.
-	var stackErr error
-	// The record is staged once the rules are planned (stageRecord).
-	var rec *record
+	// The record is staged while the rules go in, and put in place once
+	// they are.
+	rec := p.stageRecord(conf, args, out, pl)
 	committed := false
 	defer func() {
 		if !committed {
-			rec.discard() // a failure, a hand-back or a panic: no record
+			rec.discard() // a failure or a panic: no record
 		}
 	}()
-	err = p.deps.NewPodNetwork(conf).ProgramFrom(ctx, args.Netns, w, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
-		if stackErr = p.stack(conf, out, &pl, hasIPv6); stackErr != nil {
-			return iptables.Model{}, stackErr
-		}
-		if stackErr = h.mayWrite(pl); stackErr != nil {
-			return iptables.Model{}, stackErr
-		}
-		rec = p.stageRecord(conf, args, out, pl)
-		return pl.model(), nil
-	})
-	out.netnsTime = p.deps.Now().Sub(start)
-	out.warnings = append(out.warnings, nw.warnings...)
-	switch {
-	case err != nil && stackErr != nil:
-		return stackErr
-	case err != nil:
+	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
+	defer cancel()
+	written, err := network.Program(ctx, args.Netns, pl.model(), w)
+	out.warnings = append(out.warnings, netlinkWarnings(written)...)
+	if err != nil {
 		return netnsError(out.pod, "programming the redirect", err)
 	}
-	out.rulesBy = nw.by()
+	out.rulesBy = rulesBy(written)
 	committed = true
 	rec.commit(out)
 	return nil

@@ -202,18 +202,6 @@ func (r *agentRun) admit(conf *Config) error {
 	return nil
 }
 
-// usable is netlinkWriter.usable for the agent: the shim's findings, and
-// the shim still waiting (checked again right before each batch).
-func (r *agentRun) usable(f iptables.Family) error {
-	if !r.netlink[f] {
-		return handBack("the node's %s is not nf_tables in the layout the agent writes", f)
-	}
-	if r.late() {
-		return handBack("the shim stopped waiting")
-	}
-	return nil
-}
-
 // handBack makes any ADD error in the agent a hand-back: the agent never
 // fails a pod the plugin might set up.
 func (r *agentRun) handBack(err error) error {
@@ -223,14 +211,14 @@ func (r *agentRun) handBack(err error) error {
 	return fmt.Errorf("%w: %w", errHandBack, err)
 }
 
-// write is netlink only, and trusted: the agent runs no iptables-save for
-// an ADD, so one that must read back (a repeated ADD) is the plugin's.
-func (r *agentRun) write(conf *Config, trusted bool) (xtables.Write, *netlinkWriter, error) {
+// write is netlink only, in the families the shim found nf_tables in, and
+// trusted: the agent runs no iptables-save for an ADD, so one that must
+// read back (a repeated ADD) is the plugin's.
+func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error) {
 	if !trusted {
-		return xtables.Write{}, nil, handBack("a repeated ADD reads its rules back")
+		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
 	}
-	nw := newNetlinkWriter(conf, r.usable)
-	return nw.use(true, true), nw, nil
+	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true}, nil
 }
 
 // deliver sends the report once the shim has its answer (RunAdd's after).
@@ -252,17 +240,13 @@ func (r *agentRun) netns(*skel.CmdArgs) string { return r.req.Netns }
 func (r *agentRun) name() string { return "agent" }
 
 // mayWrite hands back an ADD the agent cannot finish before it writes
-// anything: a family not over netlink (else one family's rules would be
-// left for the plugin), or a shim that stopped waiting.
+// anything: a family the shim did not find nf_tables in (else one
+// family's rules would be left for the plugin), or a shim that stopped
+// waiting. It is the last step before the write.
 func (r *agentRun) mayWrite(pl plan) error {
-	for _, f := range []struct {
-		family iptables.Family
-		wanted bool
-	}{{iptables.IPv4, pl.v4}, {iptables.IPv6, pl.v6}} {
-		if f.wanted {
-			if err := r.usable(f.family); err != nil {
-				return err
-			}
+	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
+		if wanted && !r.netlink[f] {
+			return handBack("the node's %s is not nf_tables in the layout the agent writes", f)
 		}
 	}
 	if r.late() {

@@ -38,19 +38,20 @@ type fakeNet struct {
 	programmed map[string]iptables.Model
 	cleaned    []string
 	programErr error
-	// writes are how each ProgramFrom was told to write.
+	// writes are how each Program was told to write.
 	writes     []xtables.Write
 	checkDiffs []string
 	cleanupErr error
 	hasIPv6    bool
 }
 
-func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model) error {
+func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
+	f.writes = append(f.writes, w)
 	if f.programErr != nil {
-		return f.programErr
+		return nil, f.programErr
 	}
 	f.programmed[netns] = m
-	return nil
+	return nil, nil
 }
 
 func (f *fakeNet) Check(_ context.Context, _ string, _ iptables.Model) ([]string, error) {
@@ -63,15 +64,6 @@ func (f *fakeNet) Cleanup(_ context.Context, netns string) error {
 }
 
 func (f *fakeNet) HasIPv6(string) (bool, error) { return f.hasIPv6, nil }
-
-func (f *fakeNet) ProgramFrom(ctx context.Context, netns string, w xtables.Write, plan func(func() (bool, error)) (iptables.Model, error)) error {
-	f.writes = append(f.writes, w)
-	m, err := plan(func() (bool, error) { return f.HasIPv6(netns) })
-	if err != nil {
-		return err
-	}
-	return f.Program(ctx, netns, m)
-}
 
 type harness struct {
 	api       *fakeAPI

@@ -21,9 +21,9 @@ type host interface {
 	// the host hands it back to the plugin; nil where it is the verb's
 	// own to log and report.
 	handBack(err error) error
-	// write is how an ADD writes a fresh sandbox's rules; trusted: the
-	// agent's audit reads them back, so the ADD need not.
-	write(conf *Config, trusted bool) (xtables.Write, *netlinkWriter, error)
+	// write is how an ADD writes the planned rules into a fresh sandbox;
+	// trusted: the agent's audit reads them back, so the ADD need not.
+	write(conf *Config, pl plan, trusted bool) (xtables.Write, error)
 	// mayWrite refuses, before anything is written, an ADD the host
 	// cannot finish.
 	mayWrite(pl plan) error
@@ -49,9 +49,8 @@ func (inPlugin) deliver(send func())             { send() }
 func (inPlugin) name() string                    { return "" }
 func (inPlugin) netns(args *skel.CmdArgs) string { return args.Netns }
 
-func (inPlugin) write(conf *Config, trusted bool) (xtables.Write, *netlinkWriter, error) {
-	nw := newNetlinkWriter(conf, nil)
-	return nw.use(trusted, false), nw, nil
+func (inPlugin) write(conf *Config, pl plan, trusted bool) (xtables.Write, error) {
+	return xtables.Write{Netlink: netlinkFamilies(conf, pl), Trusted: trusted}, nil
 }
 
 // sendReport: an absent agent (the DaemonSet not yet or no longer

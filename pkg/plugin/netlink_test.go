@@ -26,7 +26,7 @@ func fakeRestore(t *testing.T, version string) {
 	t.Setenv("PATH", dir)
 }
 
-func TestNetlinkWriterDecides(t *testing.T) {
+func TestNetlinkOffDecides(t *testing.T) {
 	conf := func(cacheDir string, b xtables.Backend) *Config {
 		c := &Config{}
 		c.CacheDir, c.parsed.Backend = cacheDir, b
@@ -35,7 +35,7 @@ func TestNetlinkWriterDecides(t *testing.T) {
 	v4 := iptables.IPv4
 	fakeRestore(t, release.Layout)
 	cache := t.TempDir()
-	if err := newNetlinkWriter(conf(cache, xtables.NFT), nil).usable(v4); err != nil {
+	if err := netlinkOff(conf(cache, xtables.NFT), v4); err != nil {
 		t.Errorf("iptables-nft %s: %v, want netlink", release.Layout, err)
 	}
 	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
@@ -45,12 +45,12 @@ func TestNetlinkWriterDecides(t *testing.T) {
 		"no cache_dir": conf("", xtables.NFT),
 		"legacy":       conf(cache, xtables.Legacy),
 	} {
-		if err := newNetlinkWriter(c, nil).usable(v4); !errors.Is(err, errNetlinkOff) {
+		if err := netlinkOff(c, v4); !errors.Is(err, errNetlinkOff) {
 			t.Errorf("%s: %v, want netlink off", name, err)
 		}
 	}
 	fakeRestore(t, "1.8.10")
-	if err := newNetlinkWriter(conf(t.TempDir(), xtables.NFT), nil).usable(v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
+	if err := netlinkOff(conf(t.TempDir(), xtables.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
 		t.Errorf("iptables 1.8.10: %v, want netlink off naming the release", err)
 	}
 }
@@ -58,21 +58,26 @@ func TestNetlinkWriterDecides(t *testing.T) {
 // Only an unexpected refusal is a warning; declining and a sandbox that
 // already holds our chains are not.
 func TestNetlinkFallbackWarnings(t *testing.T) {
-	w := &netlinkWriter{}
-	w.fallback(errNetlinkOff)
-	w.fallback(&nfnl.KernelError{Op: "ipv4 chain nat ISTIO_INBOUND", Err: unix.EEXIST})
-	if len(w.warnings) != 0 || w.by() != "iptables-restore" {
-		t.Errorf("warnings %q, by %q", w.warnings, w.by())
+	written := map[iptables.Family]xtables.Written{
+		iptables.IPv4: {Refused: &nfnl.KernelError{Op: "ipv4 chain nat ISTIO_INBOUND", Err: unix.EEXIST}},
+		iptables.IPv6: {},
 	}
-	w.fallback(&nfnl.KernelError{Op: "ipv4 rule", Err: unix.EINVAL})
-	if len(w.warnings) != 1 || !strings.Contains(w.warnings[0], "invalid argument") {
-		t.Errorf("warnings %q, want the refusal", w.warnings)
+	if w := netlinkWarnings(written); len(w) != 0 || rulesBy(written) != "iptables-restore" {
+		t.Errorf("warnings %q, by %q", w, rulesBy(written))
+	}
+	written[iptables.IPv6] = xtables.Written{Refused: &nfnl.KernelError{Op: "ipv6 rule", Err: unix.EINVAL}}
+	if w := netlinkWarnings(written); len(w) != 1 || !strings.Contains(w[0], "invalid argument") {
+		t.Errorf("warnings %q, want the refusal", w)
+	}
+	written[iptables.IPv4] = xtables.Written{Netlink: true}
+	if by := rulesBy(written); by != "netlink,iptables-restore" {
+		t.Errorf("by %q, want both", by)
 	}
 }
 
 // With backend auto, each family follows its own alternative: ip6tables
 // on legacy keeps IPv6 off netlink while IPv4 uses it.
-func TestNetlinkWriterDecidesPerFamily(t *testing.T) {
+func TestNetlinkOffPerFamily(t *testing.T) {
 	dir := t.TempDir()
 	nft := "#!/bin/sh\necho 'iptables-restore v" + release.Layout + " (nf_tables)'\n"
 	for name, target := range map[string]string{"iptables-restore": "xtables-nft-multi", "ip6tables-restore": "xtables-legacy-multi"} {
@@ -86,11 +91,13 @@ func TestNetlinkWriterDecidesPerFamily(t *testing.T) {
 	t.Setenv("PATH", dir)
 	c := &Config{}
 	c.CacheDir, c.parsed.Backend = t.TempDir(), xtables.Auto
-	w := newNetlinkWriter(c, nil)
-	if err := w.usable(iptables.IPv4); err != nil {
+	if err := netlinkOff(c, iptables.IPv4); err != nil {
 		t.Errorf("ipv4 on nft: %v, want netlink", err)
 	}
-	if err := w.usable(iptables.IPv6); !errors.Is(err, errNetlinkOff) {
+	if err := netlinkOff(c, iptables.IPv6); !errors.Is(err, errNetlinkOff) {
 		t.Errorf("ipv6 on legacy: %v, want netlink off", err)
+	}
+	if got := netlinkFamilies(c, plan{v4: true, v6: true}); !got[iptables.IPv4] || got[iptables.IPv6] {
+		t.Errorf("netlinkFamilies = %v, want ipv4 only", got)
 	}
 }

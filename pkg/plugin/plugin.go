@@ -29,10 +29,9 @@ type PodGetter interface {
 
 // PodNetwork is the OS step: a pod's network namespace.
 type PodNetwork interface {
-	// ProgramFrom programs the model plan returns, written as w says,
-	// plan run in the namespace first with hasIPv6 reading it: one entry
-	// for both (podnet.Network.ProgramFrom).
-	ProgramFrom(ctx context.Context, netns string, w xtables.Write, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error
+	// Program writes the model as w says, and says how each family
+	// was written (podnet.Network.Program).
+	Program(ctx context.Context, netns string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error)
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Cleanup(ctx context.Context, netns string) error
 	HasIPv6(netns string) (bool, error)

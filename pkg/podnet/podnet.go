@@ -84,68 +84,62 @@ func Enter(path string, fn func() error) error { return do(path, fn) }
 // Program installs the model in the namespace and verifies it; on failure
 // nothing of ours is left behind. The families are programmed at once, each
 // from its own thread in the namespace: a dual-stack pod waits for one
-// restore and one read-back, not two of each.
-func (n *Network) Program(ctx context.Context, path string, m iptables.Model) error {
-	return n.ProgramFrom(ctx, path, xtables.Write{}, func(func() (bool, error)) (iptables.Model, error) { return m, nil })
+// restore and one read-back, not two of each. w is how each family's
+// rules go in (xtables.Write), and the answer says how each was written.
+// With w.Only, what a failure wrote stays: the node agent hands the ADD
+// back to the plugin, which reconciles from what the namespace holds.
+func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
+	rulesets := m.Rulesets()
+	written := make([]xtables.Written, len(rulesets))
+	errs := make([]error, len(rulesets))
+	program := func(i int) {
+		errs[i] = do(path, func() (err error) {
+			written[i], err = n.programFamily(ctx, rulesets[i], w)
+			return err
+		})
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < len(rulesets); i++ {
+		wg.Go(func() { program(i) })
+	}
+	if len(rulesets) > 0 {
+		program(0)
+	}
+	wg.Wait()
+	byFamily := map[iptables.Family]xtables.Written{}
+	for i, rs := range rulesets {
+		byFamily[rs.Family] = written[i]
+	}
+	err := errors.Join(errs...)
+	if err == nil || w.Only {
+		return byFamily, err
+	}
+	return byFamily, n.rollback(ctx, path, rulesets, err)
 }
 
-// ProgramFrom is Program for a model that depends on the namespace: plan
-// runs in it first, with hasIPv6 reading it, on the thread that then
-// programs the model's first family (the others from threads of their
-// own), so that a pod's addresses and its IPv4 rules cost one entry. A
-// plan that fails has written nothing, and its error is returned as is.
-// hasIPv6 reads the calling thread's namespace: plan calls it itself,
-// never from another goroutine.
-//
-// w is how each family's rules go in (xtables.Write). With w.Only, what a
-// failure wrote stays: the node agent hands the ADD back to the plugin,
-// which reconciles from what the namespace holds.
-func (n *Network) ProgramFrom(ctx context.Context, path string, w xtables.Write, plan func(hasIPv6 func() (bool, error)) (iptables.Model, error)) error {
-	var rulesets []*iptables.Ruleset
-	var errs []error
-	planned := false
-	err := do(path, func() error {
-		m, err := plan(hasGlobalIPv6)
-		if err != nil {
-			return err
-		}
-		planned, rulesets = true, m.Rulesets()
-		errs = make([]error, len(rulesets))
-		var wg sync.WaitGroup
-		defer wg.Wait() // a panic in this thread's family waits for the others too
-		for i, rs := range rulesets {
-			if i > 0 {
-				wg.Go(func() {
-					errs[i] = do(path, func() error { return n.programFamily(ctx, rs, w) })
-				})
-			}
-		}
-		if len(rulesets) > 0 {
-			errs[0] = n.programFamily(ctx, rulesets[0], w)
-		}
-		return nil
-	})
-	err = errors.Join(append(errs, err)...)
-	if !planned || err == nil || w.Only {
-		return err
-	}
-	return n.rollback(ctx, path, rulesets, err)
+// Reconcile makes the namespace hold the model, whatever it holds now, and
+// verifies it: Program as CHECK's repair and the audit's run it, always
+// restoring and reading back.
+func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
+	_, err := n.Program(ctx, path, m, xtables.Write{})
+	return err
 }
 
 // programFamily writes one family's ruleset from a thread in the namespace.
-func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset, w xtables.Write) error {
+func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset, w xtables.Write) (xtables.Written, error) {
 	if rs.Family == iptables.IPv6 {
 		if err := addPassthroughV6(); err != nil {
-			return err
+			return xtables.Written{}, err
 		}
 	}
-	if err := n.Programmer.Apply(ctx, rs, w); err != nil {
-		return err
+	written, err := n.Programmer.Apply(ctx, rs, w)
+	if err != nil {
+		return written, err
 	}
 	if rs.Route != nil {
-		return addPolicyRoute(rs.Family, rs.Route)
+		return written, addPolicyRoute(rs.Family, rs.Route)
 	}
-	return nil
+	return written, nil
 }
 
 // rollback removes what a failed Program wrote.

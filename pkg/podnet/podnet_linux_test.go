@@ -74,11 +74,6 @@ func netnsFor(b xtables.Backend, r xtables.Runner) *Network {
 	return &Network{Programmer: &xtables.Programmer{Runner: r, Backend: b}}
 }
 
-// planned is a plan that needs nothing from the namespace.
-func planned(m iptables.Model) func(func() (bool, error)) (iptables.Model, error) {
-	return func(func() (bool, error)) (iptables.Model, error) { return m, nil }
-}
-
 // ipt is go-iptables in the namespace: an independent reader of the rules.
 func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f func(*goipt.IPTables)) {
 	t.Helper()
@@ -108,7 +103,7 @@ func TestProgramDefaultBothFamilies(t *testing.T) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
@@ -141,7 +136,7 @@ func TestProgramTwiceSameRules(t *testing.T) {
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
 		for i := 0; i < 2; i++ {
-			if err := net.Program(ctx, n.Path(), m); err != nil {
+			if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 				t.Fatalf("Program #%d: %v", i+1, err)
 			}
 		}
@@ -169,14 +164,14 @@ func TestProgramReplacesOtherSpec(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
-		if err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil {
+		if _, err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, false), xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		spec := iptables.DefaultSpec()
 		spec.InboundPorts = iptables.Ports{}
 		spec.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
 		m := iptables.Build(spec, true, false)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
@@ -201,13 +196,13 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 		}
 		spec := iptables.DefaultSpec()
 		spec.ExcludeInterfaces = iptablestest.IfNames("net1")
-		if err := net.Program(ctx, n.Path(), iptables.Build(spec, true, false)); err != nil {
+		if _, err := net.Program(ctx, n.Path(), iptables.Build(spec, true, false), xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		spec.ExcludeInterfaces = iptablestest.IfNames("net2")
 		spec.RerouteInterfaces = iptablestest.IfNames("kv0")
 		m := iptables.Build(spec, true, false)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
@@ -258,7 +253,7 @@ func TestCleanupKeepsForeignRules(t *testing.T) {
 			t.Fatal(err)
 		}
 		net := netnsFor(b, nil)
-		if err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true)); err != nil {
+		if _, err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true), xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := net.Cleanup(ctx, n.Path()); err != nil {
@@ -288,7 +283,7 @@ func TestCheckDetectsTampering(t *testing.T) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
@@ -340,7 +335,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	}
 	first, second := newNS(t), newNS(t)
 	for _, n := range []ns.NetNS{first, second} {
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -353,7 +348,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && v == release.Layout {
 		byNetlink := newNS(t)
 		writer := netnsFor(xtables.NFT, nil)
-		if err := writer.ProgramFrom(ctx, byNetlink.Path(), xtables.Write{Netlink: nfnl.Write}, planned(m)); err != nil {
+		if _, err := writer.Program(ctx, byNetlink.Path(), m, xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}); err != nil {
 			t.Fatal(err)
 		}
 		if d, saves := check(byNetlink); len(d) > 0 || saves != 0 {
@@ -399,7 +394,7 @@ func TestCheckConfirmsNoStateChangedDuringTheRead(t *testing.T) {
 	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
 	bypassed := func() ns.NetNS {
 		n := newNS(t)
-		if err := netnsFor(xtables.NFT, nil).Program(ctx, n.Path(), m); err != nil {
+		if _, err := netnsFor(xtables.NFT, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		ipt(t, n, xtables.NFT, iptables.IPv4, func(i *goipt.IPTables) {
@@ -451,7 +446,7 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 		// Both attempts for IPv6 fail while IPv4 succeeds: both families
 		// must be rolled back.
 		net := netnsFor(b, &failingRestore{program: "ip6tables", fail: map[int]bool{1: true, 2: true}})
-		err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true))
+		_, err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, true), xtables.Write{})
 		if err == nil || !strings.Contains(err.Error(), "injected") {
 			t.Fatalf("Program = %v, want the injected failure", err)
 		}
@@ -476,8 +471,10 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 func TestPanicFailsTheStep(t *testing.T) {
 	requireRoot(t)
 	n := newNS(t)
-	w := xtables.Write{Trusted: true, Only: true, Netlink: func(*iptables.Ruleset) error { panic("the encoder's bug") }}
-	err := netnsFor(xtables.NFT, nil).ProgramFrom(context.Background(), n.Path(), w, planned(iptables.Build(iptables.DefaultSpec(), true, false)))
+	network := netnsFor(xtables.NFT, nil)
+	network.Programmer.Transaction = func(*iptables.Ruleset) error { panic("the encoder's bug") }
+	w := xtables.Write{Trusted: true, Only: true, Netlink: map[iptables.Family]bool{iptables.IPv4: true}}
+	_, err := network.Program(context.Background(), n.Path(), iptables.Build(iptables.DefaultSpec(), true, false), w)
 	if !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), "the encoder's bug") {
 		t.Errorf("Program = %v, want the panic as an error", err)
 	}
@@ -488,7 +485,7 @@ func TestApplyRetriesOneFailedRestore(t *testing.T) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, &failingRestore{program: "iptables", fail: map[int]bool{1: true}})
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatalf("one failed restore is reconciled by the second attempt: %v", err)
 		}
 		if diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
@@ -502,7 +499,7 @@ func TestIPv6PassthroughAddress(t *testing.T) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		var has bool
@@ -565,7 +562,7 @@ func TestEverySpecReadsBack(t *testing.T) {
 		for name, spec := range iptablestest.Specs() {
 			t.Run(name, func(t *testing.T) {
 				n, ctx := newNS(t), context.Background()
-				if err := netnsFor(b, nil).Program(ctx, n.Path(), iptables.Build(spec, true, true)); err != nil {
+				if _, err := netnsFor(b, nil).Program(ctx, n.Path(), iptables.Build(spec, true, true), xtables.Write{}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -587,17 +584,23 @@ func TestEverySpecOverNetlink(t *testing.T) {
 			n, ctx := newNS(t), context.Background()
 			var wrote, fellBack atomic.Int32 // the families run at once
 			net := netnsFor(xtables.NFT, nil)
-			w := xtables.Write{Netlink: func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) },
-				Declined: func(error) { fellBack.Add(1) }}
+			net.Programmer.Transaction = func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) }
+			w := xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}
 			m := iptables.Build(spec, true, true)
-			if err := net.ProgramFrom(ctx, n.Path(), w, planned(m)); err != nil {
+			if _, err := net.Program(ctx, n.Path(), m, w); err != nil {
 				t.Fatal(err)
 			}
 			if wrote.Load() != 2 || fellBack.Load() != 0 {
 				t.Fatalf("%d netlink writes, %d fallbacks; want one write per family", wrote.Load(), fellBack.Load())
 			}
-			if err := net.ProgramFrom(ctx, n.Path(), w, planned(m)); err != nil {
+			written, err := net.Program(ctx, n.Path(), m, w)
+			if err != nil {
 				t.Fatal(err)
+			}
+			for _, wr := range written {
+				if wr.Refused != nil {
+					fellBack.Add(1)
+				}
 			}
 			if fellBack.Load() != 2 {
 				t.Errorf("a repeated Program fell back %d times, want once per family", fellBack.Load())
@@ -629,7 +632,7 @@ func TestTProxyPolicyRouting(t *testing.T) {
 		spec := iptables.DefaultSpec()
 		spec.TProxy, spec.TProxyMark, spec.TProxyTable = true, 0x1000, 200
 		m := iptables.Build(spec, true, true)
-		if err := net.Program(ctx, n.Path(), m); err != nil {
+		if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
 		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
@@ -676,7 +679,7 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	spec := iptables.DefaultSpec()
 	spec.TProxy = true
 	m := iptables.Build(spec, true, true)
-	if err := net.Program(ctx, n.Path(), m); err != nil {
+	if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 		t.Fatalf("Program with lo down: %v", err)
 	}
 	// Swap our IPv4 rule for an inverted, masked one on another device.
@@ -700,10 +703,9 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	}
 }
 
-// ProgramFrom plans in the namespace: hasIPv6 reads the very namespace the
-// rules go into, each family is written as Program writes it, and a plan
-// that fails or panics writes nothing.
-func TestProgramFrom(t *testing.T) {
+// HasIPv6 reads the namespace the rules go into, and Program writes the
+// families it found: the ADD's path when the runtime passed no addresses.
+func TestHasIPv6ThenProgram(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
 		ctx := context.Background()
 		for _, global := range []bool{false, true} {
@@ -719,22 +721,16 @@ func TestProgramFrom(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var want iptables.Model
-			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), xtables.Write{}, func(hasIPv6 func() (bool, error)) (iptables.Model, error) {
-				v6, err := hasIPv6()
-				if err != nil {
-					return iptables.Model{}, err
-				}
-				if v6 != global {
-					t.Errorf("hasIPv6 = %v in a namespace with a global IPv6 address: %v", v6, global)
-				}
-				want = iptables.Build(iptables.DefaultSpec(), true, v6)
-				return want, nil
-			})
-			if err != nil {
+			network := netnsFor(b, nil)
+			v6, err := network.HasIPv6(n.Path())
+			if err != nil || v6 != global {
+				t.Fatalf("HasIPv6 = %v, %v in a namespace with a global IPv6 address: %v", v6, err, global)
+			}
+			want := iptables.Build(iptables.DefaultSpec(), true, v6)
+			if _, err := network.Program(ctx, n.Path(), want, xtables.Write{}); err != nil {
 				t.Fatal(err)
 			}
-			if diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), want); err != nil || len(diffs) != 0 {
+			if diffs, err := network.Check(ctx, n.Path(), want); err != nil || len(diffs) != 0 {
 				t.Errorf("global IPv6 %v: Check = %v, %v", global, diffs, err)
 			}
 			if global {
@@ -745,28 +741,6 @@ func TestProgramFrom(t *testing.T) {
 					}
 				})
 			}
-		}
-
-		n := newNS(t)
-		refused := errors.New("the agent cannot write IPv6")
-		for name, plan := range map[string]func(func() (bool, error)) (iptables.Model, error){
-			"fails":  func(func() (bool, error)) (iptables.Model, error) { return iptables.Model{}, refused },
-			"panics": func(func() (bool, error)) (iptables.Model, error) { panic("the plan's bug") },
-		} {
-			err := netnsFor(b, nil).ProgramFrom(ctx, n.Path(), xtables.Write{}, plan)
-			if name == "fails" && !errors.Is(err, refused) {
-				t.Errorf("a plan that fails: %v, want its error as is", err)
-			}
-			if name == "panics" && !errors.Is(err, ErrPanic) {
-				t.Errorf("a plan that panics: %v, want ErrPanic", err)
-			}
-		}
-		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-			ipt(t, n, b, fam, func(i *goipt.IPTables) {
-				if ok, _ := i.ChainExists("nat", iptables.ChainOutput); ok {
-					t.Errorf("%s: a failed plan wrote %s", fam, iptables.ChainOutput)
-				}
-			})
 		}
 	})
 }

@@ -151,7 +151,7 @@ func writeAndCheck(t *testing.T, m iptables.Model, b Backend, writer, reader Run
 	err := newNS(t).Do(func(ns.NetNS) error {
 		w := &Programmer{Runner: writer, Backend: b}
 		for _, rs := range m.Rulesets() {
-			if err := w.Apply(ctx, rs, Write{Trusted: true}); err != nil {
+			if _, err := w.Apply(ctx, rs, Write{Trusted: true}); err != nil {
 				return fmt.Errorf("writing: %w", err)
 			}
 		}

@@ -21,6 +21,9 @@ const LockWaitSeconds = 10
 type Programmer struct {
 	Runner  Runner
 	Backend Backend
+	// Transaction writes a ruleset in one nf_tables transaction; nil is
+	// nfnl.Write. It is the netlink seam, as Runner is the exec one.
+	Transaction func(*iptables.Ruleset) error
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
@@ -30,16 +33,16 @@ type Programmer struct {
 // its chains, chosen once per ADD by the caller. The zero Write restores
 // and reads back, as CHECK, the audit and every reconcile do.
 type Write struct {
-	// Netlink, if set, writes the ruleset in one nf_tables transaction in
-	// place of the first iptables-restore (nfnl.Write). When it fails,
-	// iptables-restore writes instead; when its outcome is unknown, Apply
-	// reads back and reconciles. Declined hears why it did not write.
-	Netlink  func(*iptables.Ruleset) error
-	Declined func(error)
-	// Only makes a batch that was not written Apply's answer: no
-	// iptables-restore, no read-back. The node agent writes so for the
-	// plugin's shim: its container's iptables need not be the node's, so
-	// it hands anything the batch cannot do back to the plugin.
+	// Netlink: the families whose first write is one nf_tables
+	// transaction (nfnl.Write) in place of iptables-restore; the caller
+	// found each writable so (NetlinkWritable). When the transaction
+	// fails, iptables-restore writes instead; when its outcome is
+	// unknown, Apply reads back and reconciles.
+	Netlink map[iptables.Family]bool
+	// Only makes a ruleset that was not written over netlink Apply's
+	// answer: no iptables-restore, no read-back. The node agent writes so
+	// for the plugin's shim: its container's iptables need not be the
+	// node's, so it hands anything the batch cannot do back to the plugin.
 	Only bool
 	// Trusted skips the read-back after a successful first write:
 	// iptables-restore commits each table atomically, so success means
@@ -48,19 +51,29 @@ type Write struct {
 	Trusted bool
 }
 
+// Written is how Apply first wrote a family's rules.
+type Written struct {
+	// Netlink: one nf_tables transaction wrote them; else iptables-restore.
+	Netlink bool
+	// Refused is why the transaction Write asked for did not go in
+	// (iptables-restore wrote instead), or nil.
+	Refused error
+}
+
 // ErrNotWritten: with Write.Only, the batch was refused, not encodable,
 // declined, or its outcome is unknown.
 var ErrNotWritten = errors.New("netlink only")
 
 // Apply makes the namespace hold one family's rules and verifies them by
 // reading them back. The first attempt assumes a fresh namespace (one
-// restore, or one netlink transaction, then one save); if the read-back differs (a repeated ADD, leftovers) it
-// reconciles from what it read. The error says what still differs; removing
-// what was programmed is the caller's choice (see Cleanup).
-//
-// How the first attempt writes, and whether it reads back, is w's.
-func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) error {
+// restore, or one netlink transaction, then one save); if the read-back
+// differs (a repeated ADD, leftovers) it reconciles from what it read. The
+// error says what still differs; removing what was programmed is the
+// caller's choice (see Cleanup). How the first attempt writes, and whether
+// it reads back, is w's.
+func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (Written, error) {
 	var observed *iptables.Observed // nil: a fresh namespace
+	var written Written
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		// Rendered before anything is written, either way: its check of
@@ -68,57 +81,60 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) e
 		// line out of the netlink write too.
 		text, err := iptables.Plan(rs, observed)
 		if err != nil {
-			return err
+			return written, err
 		}
 		var restoreErr error
 		if attempt > 0 {
 			restoreErr = p.restore(ctx, rs.Family, text)
-		} else if wrote, err := w.fresh(rs); !wrote {
+		} else if written = p.fresh(rs, w); !written.Netlink {
 			if w.Only {
-				return fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(err, ErrNotWritten))
+				return written, fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(written.Refused, ErrNotWritten))
 			}
 			// Whether a lost transaction was committed is unknown:
 			// read back and reconcile, never restore a fresh
 			// namespace's rules on top.
-			restoreErr = err
-			if !errors.Is(err, nfnl.ErrUnknownOutcome) {
+			restoreErr = written.Refused
+			if !errors.Is(restoreErr, nfnl.ErrUnknownOutcome) {
 				restoreErr = p.restore(ctx, rs.Family, text)
 			}
 		}
 		if restoreErr == nil && w.Trusted && attempt == 0 {
-			return nil
+			return written, nil
 		}
 		if observed, err = p.Read(ctx, rs.Family); err != nil {
-			return errors.Join(restoreErr, err)
+			return written, errors.Join(restoreErr, err)
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
 		case len(diff) == 0 && errors.Is(restoreErr, nfnl.ErrUnknownOutcome):
-			return nil // the lost transaction was committed
+			return written, nil // the lost transaction was committed
 		case restoreErr != nil:
 			lastErr = restoreErr
 		case len(diff) > 0:
 			lastErr = fmt.Errorf("%s rules differ after writing them: %s", rs.Family, strings.Join(diff, "; "))
 		default:
-			return nil
+			return written, nil
 		}
 	}
-	return lastErr
+	return written, lastErr
 }
 
-// fresh tries the netlink writer and says whether it wrote the ruleset,
-// and if not why. Its failures leave the namespace as it was, but for
+// fresh writes the ruleset in one transaction when w asks for its family.
+// A failure leaves the namespace as it was, but for
 // nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
 // and the read-back, unless Only.
-func (w Write) fresh(rs *iptables.Ruleset) (bool, error) {
-	if w.Netlink == nil {
-		return false, nil
+func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
+	if !w.Netlink[rs.Family] {
+		return Written{}
 	}
-	err := w.Netlink(rs)
-	if err != nil && w.Declined != nil {
-		w.Declined(err)
+	write := p.Transaction
+	if write == nil {
+		write = nfnl.Write
 	}
-	return err == nil, err
+	if err := write(rs); err != nil {
+		return Written{Refused: err}
+	}
+	return Written{Netlink: true}
 }
 
 // Check compares the namespace with the model and lists the differences.

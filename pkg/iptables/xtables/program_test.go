@@ -58,7 +58,7 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	p := &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{}); err != nil {
+	if _, err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"iptables-nft-restore --noflush --wait=10", "iptables-nft-save "}
@@ -73,7 +73,7 @@ func TestApplyTrusted(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{}
 	p := &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Trusted: true}); err != nil {
+	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true}); err != nil {
 		t.Fatal(err)
 	}
 	if want := "iptables-nft-restore --noflush --wait=10"; strings.Join(f.calls, "|") != want {
@@ -81,7 +81,7 @@ func TestApplyTrusted(t *testing.T) {
 	}
 	f = &fakeRunner{saves: []string{saveOf(&rs)}, fail: errors.New("exit status 1")}
 	p.Runner = f
-	err := p.Apply(context.Background(), &rs, Write{Trusted: true})
+	_, err := p.Apply(context.Background(), &rs, Write{Trusted: true})
 	if err == nil || len(f.calls) < 2 || !strings.HasPrefix(f.calls[1], "iptables-nft-save") {
 		t.Errorf("a failed restore: %v after %q, want it read back", err, f.calls)
 	}
@@ -93,7 +93,7 @@ func TestApplyReconcilesARepeatedAdd(t *testing.T) {
 	dup := saveOf(&rs, "-p tcp -j ISTIO_INBOUND")
 	f := &fakeRunner{saves: []string{dup, saveOf(&rs)}}
 	p := &Programmer{Runner: f, Backend: Legacy}
-	if err := p.Apply(context.Background(), &rs, Write{}); err != nil {
+	if _, err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
 	if len(f.calls) != 4 || !strings.HasPrefix(f.calls[2], "iptables-legacy-restore") {
@@ -105,7 +105,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
 	empty := "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"
 	f := &fakeRunner{saves: []string{empty}}
-	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
+	_, err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "ipv6 rules differ") || !strings.Contains(err.Error(), "chain missing") {
 		t.Fatalf("Apply = %v, want the differences", err)
 	}
@@ -117,7 +117,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 func TestApplyKeepsTheRestoreError(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{"*nat\nCOMMIT\n"}, fail: errors.New("iptables-restore: line 3 failed")}
-	err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
+	_, err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "line 3 failed") {
 		t.Fatalf("Apply = %v, want the restore's error", err)
 	}
@@ -146,65 +146,82 @@ func TestParseBackend(t *testing.T) {
 	}
 }
 
-// The netlink writer replaces the first restore only: with Write.Trusted its
+// v4 asks for the IPv4 rules' first write over netlink.
+var v4 = map[iptables.Family]bool{iptables.IPv4: true}
+
+// The netlink writer replaces the first restore only: with Trusted its
 // success is the answer, without it the rules are read back; when it
-// fails, iptables-restore writes and the failure is reported.
+// fails, iptables-restore writes and Written says why. A family the
+// Write does not name is restored.
 func TestApplyNetlinkFirst(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	wrote := 0
 	ok := func(*iptables.Ruleset) error { wrote++; return nil }
 
 	f := &fakeRunner{}
-	p := &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: ok}); err != nil || wrote != 1 || len(f.calls) != 0 {
-		t.Errorf("trusted: err %v, %d netlink writes, ran %q; want one write and nothing run", err, wrote, f.calls)
+	p := &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || !w.Netlink || wrote != 1 || len(f.calls) != 0 {
+		t.Errorf("trusted: %+v, err %v, %d netlink writes, ran %q; want one write and nothing run", w, err, wrote, f.calls)
 	}
 
 	f = &fakeRunner{saves: []string{saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Netlink: ok}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("untrusted: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 
-	var heard []error
+	f = &fakeRunner{}
+	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	wrote = 0
+	v6only := map[iptables.Family]bool{iptables.IPv6: true}
+	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v6only}); err != nil || w.Netlink || wrote != 0 || strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" {
+		t.Errorf("another family's netlink: %+v, err %v, %d netlink writes, ran %q; want iptables-restore only", w, err, wrote, f.calls)
+	}
+
 	refused := errors.New("nf_tables refused it")
 	f = &fakeRunner{}
-	p = &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: func(*iptables.Ruleset) error { return refused }, Declined: func(err error) { heard = append(heard, err) }}); err != nil {
+	p = &Programmer{Runner: f, Backend: NFT, Transaction: func(*iptables.Ruleset) error { return refused }}
+	w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" || len(heard) != 1 || !errors.Is(heard[0], refused) {
-		t.Errorf("refused: ran %q, heard %v; want iptables-restore and the refusal reported", f.calls, heard)
+	if strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" || w.Netlink || !errors.Is(w.Refused, refused) {
+		t.Errorf("refused: ran %q, wrote %+v; want iptables-restore and the refusal said", f.calls, w)
 	}
 
 	// A read-back that differs reconciles with iptables-restore, not netlink.
 	wrote = 0
 	f = &fakeRunner{saves: []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND"), saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Netlink: ok}); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4}); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("reconcile: err %v, %d writes, ran %q; want save, restore, save", err, wrote, f.calls)
 	}
 }
 
 // Write.Only: a batch not written is Apply's answer; nothing runs, so
-// no iptables of the agent's container writes a node's pod.
+// no iptables of the agent's container writes a node's pod. A family the
+// Write does not name is not written either.
 func TestApplyOnlyNetlink(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	for name, err := range map[string]error{
-		"refused": errors.New("nf_tables refused it"),
-		"lost":    fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome),
+	for name, c := range map[string]struct {
+		err     error
+		netlink map[iptables.Family]bool
+	}{
+		"refused":        {errors.New("nf_tables refused it"), v4},
+		"lost":           {fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome), v4},
+		"not the family": {nil, map[iptables.Family]bool{iptables.IPv6: true}},
 	} {
 		f := &fakeRunner{}
-		p := &Programmer{Runner: f, Backend: NFT}
-		got := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: true, Netlink: func(*iptables.Ruleset) error { return err }})
-		if !errors.Is(got, ErrNotWritten) || !errors.Is(got, err) || len(f.calls) != 0 {
+		p := &Programmer{Runner: f, Backend: NFT, Transaction: func(*iptables.Ruleset) error { return c.err }}
+		_, got := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: true, Netlink: c.netlink})
+		if !errors.Is(got, ErrNotWritten) || (c.err != nil && !errors.Is(got, c.err)) || len(f.calls) != 0 {
 			t.Errorf("%s: %v, ran %q; want the batch's error and nothing run", name, got, f.calls)
 		}
 	}
 }
 
 // A transaction whose replies were lost may have been committed: Apply
-// reads back and reconciles from what is there, even with Write.Trusted,
+// reads back and reconciles from what is there, even with Trusted,
 // and never restores a fresh namespace's rules on top.
 func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
@@ -213,14 +230,14 @@ func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	}
 	// It was committed: the read-back finds the model.
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
-	p := &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: lost}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
+	p := &Programmer{Runner: f, Backend: NFT, Transaction: lost}
+	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("committed: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 	// It was not: the read-back finds nothing, and a reconcile writes.
 	f = &fakeRunner{saves: []string{"*nat\nCOMMIT\n", saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT}
-	if err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: lost}); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
+	p = &Programmer{Runner: f, Backend: NFT, Transaction: lost}
+	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("not committed: err %v, ran %q; want save, restore, save", err, f.calls)
 	}
 }
@@ -232,15 +249,15 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	rs.Rules[0].Chain = "ISTIO_INBOUND;reboot"
 	wrote := 0
-	for name, netlink := range map[string]func(*iptables.Ruleset) error{
+	for name, transaction := range map[string]func(*iptables.Ruleset) error{
 		"no netlink":      nil,
 		"netlink refused": func(*iptables.Ruleset) error { return errors.New("nf_tables refused it") },
 		"netlink writes":  func(*iptables.Ruleset) error { wrote++; return nil },
 	} {
 		for _, only := range []bool{false, true} {
 			f := &fakeRunner{}
-			p := &Programmer{Runner: f, Backend: NFT}
-			err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && netlink != nil, Netlink: netlink})
+			p := &Programmer{Runner: f, Backend: NFT, Transaction: transaction}
+			_, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && transaction != nil, Netlink: map[iptables.Family]bool{iptables.IPv4: transaction != nil}})
 			if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 || wrote != 0 {
 				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)
 			}

@@ -32,7 +32,7 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 			return
 		}
 		start := a.deps.Now()
-		err := network.Program(ctx, ns.Path, m)
+		err := network.Reconcile(ctx, ns.Path, m)
 		if err != nil {
 			a.failed(c.pod, log, err)
 			return

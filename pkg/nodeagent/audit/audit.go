@@ -31,7 +31,7 @@ type Namespaces interface {
 // Network reads and programs a namespace (podnet.Network).
 type Network interface {
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
-	Program(ctx context.Context, netns string, m iptables.Model) error
+	Reconcile(ctx context.Context, netns string, m iptables.Model) error
 	HasIPv6(netns string) (bool, error)
 }
 

@@ -75,7 +75,7 @@ func repairHelper(t *testing.T, path string, backend xtables.Backend) {
 	network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 	m := decision.Rules(mustDecide(t, meshed("caps")), decision.DefaultNodeSettings(), true, false)
 	ctx := context.Background()
-	if err := network.Program(ctx, path, m); err != nil {
+	if err := network.Reconcile(ctx, path, m); err != nil {
 		t.Fatal(err)
 	}
 	if diffs, err := network.Check(ctx, path, m); err != nil || len(diffs) > 0 {

@@ -72,7 +72,7 @@ func (f *fakeNetwork) Check(_ context.Context, path string, _ iptables.Model) ([
 	return []string{"nat ISTIO_OUTPUT: chain missing", "nat OUTPUT: missing rule 1: -j ISTIO_OUTPUT"}, nil
 }
 
-func (f *fakeNetwork) Program(_ context.Context, path string, m iptables.Model) error {
+func (f *fakeNetwork) Reconcile(_ context.Context, path string, m iptables.Model) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.programmed = append(f.programmed, m)

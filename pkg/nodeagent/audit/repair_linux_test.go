@@ -75,7 +75,7 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			m := decision.Rules(decision.Decision{Redirect: true, Spec: iptablesDefault()}, decision.DefaultNodeSettings(), true, false)
 			ctx := context.Background()
-			if err := network.Program(ctx, netns.Path(), m); err != nil {
+			if err := network.Reconcile(ctx, netns.Path(), m); err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = network.Cleanup(ctx, netns.Path()) })
