@@ -1,6 +1,9 @@
 package handoff
 
-import "io"
+import (
+	"io"
+	"strconv"
+)
 
 // RunFunc runs a handed-off ADD in the pod's network namespace, open at
 // netnsFD, which the caller closes after; after, if not nil, runs once
@@ -20,7 +23,7 @@ func Answer(conn io.WriteCloser, frame []byte, fds []int, run RunFunc) {
 	case err != nil:
 		resp.HandBack = "the agent cannot read the hand-off: " + err.Error()
 	case len(fds) != 1:
-		resp.HandBack = "the request carries " + utoa(uint32(len(fds))) + " descriptors, want the pod's network namespace"
+		resp.HandBack = "the request carries " + strconv.Itoa(len(fds)) + " descriptors, want the pod's network namespace"
 	case run == nil:
 		resp.HandBack = "the agent runs no ADDs"
 	default:
