@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func Run(fn func() error) error {
 		}()
 		err := fn()
 		returned = true
-		restored = unix.Setns(home.fd, unix.CLONE_NEWNET) == nil && AtHome()
+		restored = netns.Set(netns.NsHandle(home.fd)) == nil && AtHome()
 		errc <- err
 	}()
 	return <-errc
@@ -88,7 +89,7 @@ func Run(fn func() error) error {
 // fd (Run); processes fn starts are born there too.
 func In(fd int, fn func() error) error {
 	return Run(func() error {
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		if err := netns.Set(netns.NsHandle(fd)); err != nil {
 			return fmt.Errorf("entering the network namespace: %w", err)
 		}
 		return fn()

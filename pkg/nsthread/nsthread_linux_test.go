@@ -24,8 +24,8 @@ func requireRoot(t testing.TB) {
 	}
 }
 
-// netns is a fresh network namespace, open, and its inode.
-func netns(t testing.TB) (fd int, ino uint64) {
+// newNetns is a fresh network namespace, open, and its inode.
+func newNetns(t testing.TB) (fd int, ino uint64) {
 	t.Helper()
 	n, err := testutils.NewNS()
 	if err != nil {
@@ -117,7 +117,7 @@ func TestMain(m *testing.M) {
 // thread of the process is back home after.
 func TestInLeavesEveryThreadHome(t *testing.T) {
 	requireRoot(t)
-	fd, ino := netns(t)
+	fd, ino := newNetns(t)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -139,7 +139,7 @@ func TestInLeavesEveryThreadHome(t *testing.T) {
 // of threads, not one new thread each.
 func TestInReusesItsThreads(t *testing.T) {
 	requireRoot(t)
-	fd, _ := netns(t)
+	fd, _ := newNetns(t)
 	tids := map[int]bool{}
 	for range 100 {
 		if err := In(fd, func() error { tids[unix.Gettid()] = true; return nil }); err != nil {
@@ -154,7 +154,7 @@ func TestInReusesItsThreads(t *testing.T) {
 // fn's error is In's; a namespace that cannot be entered runs nothing.
 func TestInErrors(t *testing.T) {
 	requireRoot(t)
-	fd, _ := netns(t)
+	fd, _ := newNetns(t)
 	want := errors.New("fn's own")
 	if err := In(fd, func() error { return want }); !errors.Is(err, want) {
 		t.Errorf("got %v, want fn's error", err)
@@ -179,7 +179,7 @@ func TestPanicsLeaveNoThreadAbroad(t *testing.T) {
 	if panickedOnMain == nil || !strings.Contains(panickedOnMain.Error(), "a bug in fn") {
 		t.Fatalf("the main thread's Run: %v", panickedOnMain)
 	}
-	fd, ino := netns(t)
+	fd, ino := newNetns(t)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -253,7 +253,7 @@ func TestGoexitIsAnError(t *testing.T) {
 // BenchmarkIn is one entry into a pod's namespace and back.
 func BenchmarkIn(b *testing.B) {
 	requireRoot(b)
-	fd, _ := netns(b)
+	fd, _ := newNetns(b)
 	for b.Loop() {
 		if err := In(fd, func() error { return nil }); err != nil {
 			b.Fatal(err)
