@@ -28,28 +28,28 @@ func (a *Agent) reportHandler(wake func(uid string)) func(reports.Report) {
 	log := a.log.With("component", "plugin")
 	verbs := newVerbMetrics(a.metrics.Registry)
 	var mu sync.Mutex
-	return func(ev reports.Report) {
+	return func(rep reports.Report) {
 		mu.Lock()
 		defer mu.Unlock()
-		attrs := []any{"verb", ev.Verb, "pod", ev.Pod, "container", ev.Container, "redirect", ev.Redirect,
-			"reason", ev.Reason, "duration_ms", ev.DurationMS}
-		if ev.Families != "" {
-			attrs = append(attrs, "families", ev.Families)
+		attrs := []any{"verb", rep.Verb, "pod", rep.Pod, "container", rep.Container, "redirect", rep.Redirect,
+			"reason", rep.Reason, "duration_ms", rep.DurationMS}
+		if rep.Families != "" {
+			attrs = append(attrs, "families", rep.Families)
 		}
-		verbs.count(ev)
-		if ev.Error != "" {
-			log.Error("plugin "+ev.Verb+" failed", append(attrs, "error", ev.Error)...)
+		verbs.count(rep)
+		if rep.Error != "" {
+			log.Error("plugin "+rep.Verb+" failed", append(attrs, "error", rep.Error)...)
 		} else {
-			log.Info("plugin "+ev.Verb, attrs...)
+			log.Info("plugin "+rep.Verb, attrs...)
 		}
-		if ev.Verb == "ADD" && ev.PodUID != "" && wake != nil {
-			wake(ev.PodUID)
+		if rep.Verb == "ADD" && rep.PodUID != "" && wake != nil {
+			wake(rep.PodUID)
 		}
 		switch {
-		case ev.Note == reports.NoteCredentialsRefused:
+		case rep.Note == reports.NoteCredentialsRefused:
 			a.installer.PluginTokenRefused()
-		case ev.Note != "" && ev.Error == "":
-			a.notes.tell(ev, log)
+		case rep.Note != "" && rep.Error == "":
+			a.notes.tell(rep, log)
 		}
 	}
 }
@@ -108,19 +108,19 @@ func newVerbMetrics(reg prometheus.Registerer) verbMetrics {
 	return m
 }
 
-func (m verbMetrics) count(ev reports.Report) {
-	switch ev.Verb {
+func (m verbMetrics) count(rep reports.Report) {
+	switch rep.Verb {
 	case "ADD", "DEL", "CHECK":
 	default:
 		return // a label per unknown verb would let a report grow the series
 	}
 	result := "success"
-	if ev.Error != "" {
+	if rep.Error != "" {
 		result = "failure"
 	}
-	m.total.WithLabelValues(ev.Verb, result).Inc()
-	if ev.DurationMS > 0 {
-		m.duration.WithLabelValues(ev.Verb).Observe(ev.DurationMS / 1000)
+	m.total.WithLabelValues(rep.Verb, result).Inc()
+	if rep.DurationMS > 0 {
+		m.duration.WithLabelValues(rep.Verb).Observe(rep.DurationMS / 1000)
 	}
 }
 
@@ -138,8 +138,8 @@ type podNotes struct {
 // pods; forgetting all of them now and then repeats one note per pod.
 const maxTold = 4096
 
-func (n *podNotes) tell(ev reports.Report, log *slog.Logger) {
-	key := ev.PodUID + "/" + ev.Note
+func (n *podNotes) tell(rep reports.Report, log *slog.Logger) {
+	key := rep.PodUID + "/" + rep.Note
 	if n.told[key] {
 		return
 	}
@@ -147,15 +147,15 @@ func (n *podNotes) tell(ev reports.Report, log *slog.Logger) {
 		n.told = map[string]bool{}
 	}
 	n.told[key] = true
-	msg := ev.Note
-	if ev.Note == reports.NoteIPv4OnlyProxy {
+	msg := rep.Note
+	if rep.Note == reports.NoteIPv4OnlyProxy {
 		msg = decision.IPv6ProxyNote
 	}
-	log.Warn("pod note", "pod", ev.Pod, "uid", ev.PodUID, "note", msg)
-	ns, name, ok := strings.Cut(ev.Pod, "/")
-	if n.events == nil || !ok || ev.Note != reports.NoteIPv4OnlyProxy {
+	log.Warn("pod note", "pod", rep.Pod, "uid", rep.PodUID, "note", msg)
+	ns, name, ok := strings.Cut(rep.Pod, "/")
+	if n.events == nil || !ok || rep.Note != reports.NoteIPv4OnlyProxy {
 		return
 	}
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(ev.PodUID)}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(rep.PodUID)}
 	n.events.recorder.Event(ref, corev1.EventTypeNormal, ReasonIPv4OnlyProxy, msg)
 }

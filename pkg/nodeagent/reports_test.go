@@ -22,11 +22,11 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	rec := record.NewFakeRecorder(10)
 	n := podNotes{events: &Events{recorder: rec}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ev := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
+	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
 	for range 3 {
-		n.tell(ev, log)
+		n.tell(rep, log)
 	}
-	other := ev
+	other := rep
 	other.Pod, other.PodUID = "team-a/web-2", "uid-2"
 	n.tell(other, log)
 	close(rec.Events)
@@ -35,7 +35,7 @@ func TestPodNoteOncePerPod(t *testing.T) {
 		got = append(got, e)
 	}
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" IPv6 egress is captured but the sidecar listens on IPv4 only") {
-		t.Errorf("events %q, want one per pod", got)
+		t.Errorf("Events %q, want one per pod", got)
 	}
 }
 
@@ -60,7 +60,7 @@ func TestReportHandlerTakesReportsAtOnce(t *testing.T) {
 	}
 	wg.Wait()
 	if len(rec.Events) != goroutines*each || len(woken) != goroutines*each {
-		t.Errorf("%d events and %d wakes, want %d of each", len(rec.Events), len(woken), goroutines*each)
+		t.Errorf("%d reports and %d wakes, want %d of each", len(rec.Events), len(woken), goroutines*each)
 	}
 }
 
@@ -84,11 +84,11 @@ func TestNodeNotices(t *testing.T) {
 		"Warning " + ReasonOtherInstaller + " upstream Istio's istio-cni manages this node (its entry is in 10-calico.conflist)",
 	}
 	if len(got) != len(want) {
-		t.Fatalf("events %q", got)
+		t.Fatalf("reports %q", got)
 	}
 	for i := range want {
 		if !strings.HasPrefix(got[i], want[i]) {
-			t.Errorf("event %d: %q, want it to start with %q", i, got[i], want[i])
+			t.Errorf("report %d: %q, want it to start with %q", i, got[i], want[i])
 		}
 	}
 }

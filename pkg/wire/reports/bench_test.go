@@ -18,10 +18,10 @@ func BenchmarkSend(b *testing.B) {
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx, func(Report) {}); close(done) }()
 	b.Cleanup(func() { cancel(); <-done; _ = l.Close() })
-	ev := sample()
+	rep := sample()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := Send(path, ev); err != nil {
+		if err := Send(path, rep); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -30,10 +30,10 @@ func BenchmarkSend(b *testing.B) {
 // BenchmarkSendNoAgent is the cost when no agent listens (no socket file).
 func BenchmarkSendNoAgent(b *testing.B) {
 	path := sockPath(b)
-	ev := sample()
+	rep := sample()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := Send(path, ev); !errors.Is(err, ErrNoAgent) {
+		if err := Send(path, rep); !errors.Is(err, ErrNoAgent) {
 			b.Fatal(err)
 		}
 	}
@@ -48,10 +48,10 @@ func BenchmarkSendStaleSocket(b *testing.B) {
 		b.Fatal(err)
 	}
 	_ = l.conn.Close() // the file stays: nobody behind it
-	ev := sample()
+	rep := sample()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := Send(path, ev); !errors.Is(err, ErrNoAgent) {
+		if err := Send(path, rep); !errors.Is(err, ErrNoAgent) {
 			b.Fatal(err)
 		}
 	}

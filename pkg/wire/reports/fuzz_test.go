@@ -15,11 +15,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"v":0}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ev, err := decode(b)
+		rep, err := decode(b)
 		if err != nil {
 			return
 		}
-		out, err := encode(ev)
+		out, err := encode(rep)
 		if err != nil {
 			return // a report longer than a datagram without its strings: refused, never cut wrong
 		}
@@ -30,9 +30,9 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode(encode(%q)) = %v", b, err)
 		}
-		back.V, ev.V = Version, Version
-		if whole, _ := marshal(ev); len(whole) <= MaxDatagram && !reflect.DeepEqual(back, ev) {
-			t.Fatalf("round trip changed the report:\n%+v\n%+v", ev, back)
+		back.V, rep.V = Version, Version
+		if whole, _ := marshal(rep); len(whole) <= MaxDatagram && !reflect.DeepEqual(back, rep) {
+			t.Fatalf("round trip changed the report:\n%+v\n%+v", rep, back)
 		}
 	})
 }

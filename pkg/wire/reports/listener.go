@@ -19,11 +19,11 @@ const checkInterval = time.Second
 // Listener is the agent's end: a unix datagram socket at a fixed path.
 //
 // Memory is bounded by construction: Run reads into one buffer of
-// MaxDatagram+1 bytes, decodes one event at a time and hands it to the
-// handler before reading the next; it keeps nothing per event but
+// MaxDatagram+1 bytes, decodes one report at a time and hands it to the
+// handler before reading the next; it keeps nothing per report but
 // counters. While the handler is slow, datagrams wait in the kernel's
 // receive queue, whose length the kernel bounds (net.unix.max_dgram_qlen);
-// once it is full, senders give up after SendTimeout and their events are
+// once it is full, senders give up after SendTimeout and their reports are
 // dropped, so a stuck agent costs the node neither memory nor pod starts.
 type Listener struct {
 	path     string
@@ -39,7 +39,7 @@ type Listener struct {
 // Stats are what a Listener has seen since Listen.
 type Stats struct {
 	Reports uint64 // decoded and handed to the handler
-	// Malformed datagrams were dropped: not a JSON event, or longer than
+	// Malformed datagrams were dropped: not a JSON report, or longer than
 	// MaxDatagram. LastMalformed says why the last one was.
 	Malformed     uint64
 	LastMalformed error
@@ -81,9 +81,9 @@ func (l *Listener) Stats() Stats {
 	return l.stats
 }
 
-// Run reads events and passes each to handle, in order, on Run's goroutine,
+// Run reads reports and passes each to handle, in order, on Run's goroutine,
 // until ctx ends or Close is called; it then returns nil. A datagram that
-// is not an event is counted (Stats) and dropped. About every second it
+// is not an report is counted (Stats) and dropped. About every second it
 // checks that the file at the path is still its socket and, when the file
 // was removed (the directory is a tmpfs a reboot empties, and the
 // installer cleans it) or replaced by something that no longer listens, it
@@ -135,10 +135,10 @@ func (l *Listener) arm(ctx context.Context, next time.Time) *net.UnixConn {
 
 // deliver decodes one datagram and hands it on, or counts it as malformed.
 func (l *Listener) deliver(b []byte, handle func(Report)) {
-	var ev Report
+	var rep Report
 	err := fmt.Errorf("datagram longer than %d bytes", MaxDatagram)
 	if len(b) <= MaxDatagram {
-		ev, err = decode(b)
+		rep, err = decode(b)
 	}
 	l.mu.Lock()
 	if err != nil {
@@ -149,7 +149,7 @@ func (l *Listener) deliver(b []byte, handle func(Report)) {
 	}
 	l.mu.Unlock()
 	if err == nil {
-		handle(ev)
+		handle(rep)
 	}
 }
 

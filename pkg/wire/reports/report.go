@@ -20,7 +20,7 @@ import (
 // (format_test.go).
 const Version = 1
 
-// MaxDatagram bounds an encoded event. Send shortens the long strings (in
+// MaxDatagram bounds an encoded report. Send shortens the long strings (in
 // practice the error) to fit; the Listener drops anything larger.
 const MaxDatagram = 4096
 
@@ -65,22 +65,22 @@ const NoteCredentialsRefused = "credentials-refused"
 // cutMark ends a string that encode shortened.
 const cutMark = "..."
 
-// encode returns ev as one JSON object of at most MaxDatagram bytes. When
+// encode returns rep as one JSON object of at most MaxDatagram bytes. When
 // it would be longer it cuts every string field to the longest length that
 // fits (found by bisection, a dozen encodings): short fields stay whole and
 // the long ones (the error, in practice) share the room. With every string
-// empty an event is a few hundred bytes, so a fit always exists.
-func encode(ev Report) ([]byte, error) {
-	ev.V = Version
-	b, err := marshal(ev)
+// empty an report is a few hundred bytes, so a fit always exists.
+func encode(rep Report) ([]byte, error) {
+	rep.V = Version
+	b, err := marshal(rep)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the %s event: %w", ev.Verb, err)
+		return nil, fmt.Errorf("encoding the %s report: %w", rep.Verb, err)
 	}
 	if len(b) <= MaxDatagram {
 		return b, nil
 	}
 	fits := func(n int) []byte {
-		cut := ev
+		cut := rep
 		for _, f := range []*string{&cut.Error, &cut.Reason, &cut.Netns, &cut.Container, &cut.Pod, &cut.PodUID, &cut.Families, &cut.Note, &cut.Verb} {
 			*f = truncate(*f, n)
 		}
@@ -91,7 +91,7 @@ func encode(ev Report) ([]byte, error) {
 	}
 	best := fits(0)
 	if best == nil {
-		return nil, fmt.Errorf("encoding the %s event: over %d bytes without its strings", ev.Verb, MaxDatagram)
+		return nil, fmt.Errorf("encoding the %s report: over %d bytes without its strings", rep.Verb, MaxDatagram)
 	}
 	for lo, hi := 0, MaxDatagram; hi-lo > 1; { // fits(lo), and not fits(hi)
 		mid := (lo + hi) / 2
@@ -106,11 +106,11 @@ func encode(ev Report) ([]byte, error) {
 
 // marshal is json.Marshal without HTML escaping ('<' in an error message
 // stays one byte) and without the encoder's trailing newline.
-func marshal(ev Report) ([]byte, error) {
+func marshal(rep Report) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
+	if err := enc.Encode(rep); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
@@ -132,7 +132,7 @@ func truncate(s string, n int) string {
 }
 
 // decode parses one datagram. A datagram that is not a JSON object, lacks
-// the version, or is of a newer version, is not an event this agent reads.
+// the version, or is of a newer version, is not an report this agent reads.
 func decode(b []byte) (Report, error) {
 	var v struct {
 		V int `json:"v"`
@@ -146,9 +146,9 @@ func decode(b []byte) (Report, error) {
 	case v.V > Version:
 		return Report{}, fmt.Errorf("a report of version %d, from a newer plugin; this agent reads up to %d", v.V, Version)
 	}
-	var ev Report
-	if err := json.Unmarshal(b, &ev); err != nil {
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
 		return Report{}, fmt.Errorf("not a report: %w", err)
 	}
-	return ev, nil
+	return rep, nil
 }

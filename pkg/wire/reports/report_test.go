@@ -36,16 +36,16 @@ func TestEncodeWireFormat(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("encoded\n%s\nwant\n%s", b, want)
 	}
-	ev, err := decode(b)
+	rep, err := decode(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := sample(); !ev.Time.Equal(want.Time) || ev.V != Version {
-		t.Errorf("decoded %+v", ev)
-	} else if ev.Time = want.Time; ev != (Report{V: Version, Time: want.Time, Verb: "ADD", Pod: want.Pod, PodUID: want.PodUID,
+	if want := sample(); !rep.Time.Equal(want.Time) || rep.V != Version {
+		t.Errorf("decoded %+v", rep)
+	} else if rep.Time = want.Time; rep != (Report{V: Version, Time: want.Time, Verb: "ADD", Pod: want.Pod, PodUID: want.PodUID,
 		Container: "c1", Netns: want.Netns, Redirect: true, Reason: "redirect", Families: "ipv4,ipv6",
 		DurationMS: 12.5, APIMS: 3.25, NetnsMS: 8.125}) {
-		t.Errorf("round trip: %+v", ev)
+		t.Errorf("round trip: %+v", rep)
 	}
 }
 
@@ -54,8 +54,8 @@ func TestEncodeWireFormat(t *testing.T) {
 // holds, rather than read for the fields this agent knows; a field of a
 // different type is no report either.
 func TestDecodeRefusesNewerVersions(t *testing.T) {
-	if ev, err := decode([]byte(`{"v":1,"verb":"DEL","container":"c9"}`)); err != nil || ev.Verb != "DEL" || ev.Container != "c9" {
-		t.Errorf("decode = %+v, %v", ev, err)
+	if rep, err := decode([]byte(`{"v":1,"verb":"DEL","container":"c9"}`)); err != nil || rep.Verb != "DEL" || rep.Container != "c9" {
+		t.Errorf("decode = %+v, %v", rep, err)
 	}
 	if _, err := decode([]byte(`{"v":2,"verb":"DEL","container":"c9","new_field":{"x":1}}`)); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Errorf("a version 2 report: %v, want refused as newer", err)
@@ -69,19 +69,19 @@ func TestDecodeRefusesNewerVersions(t *testing.T) {
 
 func TestEncodeTruncatesToValidJSON(t *testing.T) {
 	for name, set := range map[string]func(*Report){
-		"long error":      func(ev *Report) { ev.Error = strings.Repeat("iptables-restore: line 1 failed\n", 400) },
-		"multibyte error": func(ev *Report) { ev.Error = strings.Repeat("é€😀", 2000) },
-		"escaped error":   func(ev *Report) { ev.Error = strings.Repeat("\x01\"<\\", 3000) },
-		"invalid UTF-8":   func(ev *Report) { ev.Error = strings.Repeat("\xff", 5000) },
-		"every string long": func(ev *Report) {
+		"long error":      func(rep *Report) { rep.Error = strings.Repeat("iptables-restore: line 1 failed\n", 400) },
+		"multibyte error": func(rep *Report) { rep.Error = strings.Repeat("é€😀", 2000) },
+		"escaped error":   func(rep *Report) { rep.Error = strings.Repeat("\x01\"<\\", 3000) },
+		"invalid UTF-8":   func(rep *Report) { rep.Error = strings.Repeat("\xff", 5000) },
+		"every string long": func(rep *Report) {
 			long := strings.Repeat("x", 3000)
-			ev.Error, ev.Reason, ev.Netns, ev.Container, ev.Pod, ev.PodUID = long, long, long, long, long, long
+			rep.Error, rep.Reason, rep.Netns, rep.Container, rep.Pod, rep.PodUID = long, long, long, long, long, long
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ev := sample()
-			set(&ev)
-			b, err := encode(ev)
+			rep := sample()
+			set(&rep)
+			b, err := encode(rep)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 
 // SendTimeout bounds Send as a whole: connecting, and waiting for room in
 // the agent's receive queue when it is full (an agent that stopped
-// reading). Past it the event is dropped.
+// reading). Past it the report is dropped.
 const SendTimeout = 50 * time.Millisecond
 
 // ErrNoAgent says nobody listens at the socket path: the file does not
@@ -18,11 +18,11 @@ const SendTimeout = 50 * time.Millisecond
 // process has it open (the agent exited). Callers ignore it.
 var ErrNoAgent = errors.New("no agent listening")
 
-// Send writes ev to the agent's datagram socket at path, as one datagram of
+// Send writes rep to the agent's datagram socket at path, as one datagram of
 // at most MaxDatagram bytes (encode shortens long strings to fit). It never
 // takes much longer than SendTimeout. The version is set for the caller.
-func Send(path string, ev Report) error {
-	b, err := encode(ev)
+func Send(path string, rep Report) error {
+	b, err := encode(rep)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// running is a Listener with Run going; events arrive on ch.
+// running is a Listener with Run going; reports arrive on ch.
 type running struct {
 	l   *Listener
 	ch  chan Report
@@ -32,7 +32,7 @@ func start(t *testing.T, path string) *running {
 	l.interval = 5 * time.Millisecond
 	r := &running{l: l, ch: make(chan Report, 100), out: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { r.out <- l.Run(ctx, func(ev Report) { r.ch <- ev }) }()
+	go func() { r.out <- l.Run(ctx, func(rep Report) { r.ch <- rep }) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-r.out; err != nil {
@@ -43,14 +43,14 @@ func start(t *testing.T, path string) *running {
 	return r
 }
 
-// next waits for an event; the limit only turns a hang into a failure.
+// next waits for an report; the limit only turns a hang into a failure.
 func (r *running) next(t *testing.T) Report {
 	t.Helper()
 	select {
-	case ev := <-r.ch:
-		return ev
+	case rep := <-r.ch:
+		return rep
 	case <-time.After(30 * time.Second):
-		t.Fatal("no event")
+		t.Fatal("no report")
 	}
 	return Report{}
 }
@@ -165,13 +165,13 @@ func TestSendFullQueue(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Send blocked on a full queue")
 	}
-	// The agent catches up: the queued events are intact.
+	// The agent catches up: the queued reports are intact.
 	r := make(chan Report, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { _ = l.Run(ctx, func(ev Report) { r <- ev; cancel() }) }()
-	if ev := <-r; ev.Pod != "team-a/web-1" {
-		t.Errorf("queued event %+v", ev)
+	go func() { _ = l.Run(ctx, func(rep Report) { r <- rep; cancel() }) }()
+	if rep := <-r; rep.Pod != "team-a/web-1" {
+		t.Errorf("queued report %+v", rep)
 	}
 }
 
@@ -182,8 +182,8 @@ func TestRunRecreatesRemovedSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.UntilTrue(t, 30*time.Second, "Send succeeds after the socket file was removed", func() bool { return Send(path, sample()) == nil })
-	if ev := r.next(t); ev.Verb != "ADD" {
-		t.Errorf("event %+v", ev)
+	if rep := r.next(t); rep.Verb != "ADD" {
+		t.Errorf("report %+v", rep)
 	}
 	if s := r.l.Stats(); s.Recreated == 0 || s.RecreateError != nil {
 		t.Errorf("stats %+v", s)
@@ -248,24 +248,24 @@ func TestRunDropsMalformed(t *testing.T) {
 	if err := Send(path, sample()); err != nil {
 		t.Fatal(err)
 	}
-	if ev := r.next(t); ev.Pod != "team-a/web-1" {
-		t.Errorf("event %+v", ev)
+	if rep := r.next(t); rep.Pod != "team-a/web-1" {
+		t.Errorf("report %+v", rep)
 	}
 	if s := r.l.Stats(); s.Malformed != 4 || s.Reports != 1 || s.LastMalformed == nil {
-		t.Errorf("stats %+v, want 4 malformed and 1 event", s)
+		t.Errorf("stats %+v, want 4 malformed and 1 report", s)
 	}
 }
 
 func TestSendTruncatedEventArrives(t *testing.T) {
 	path := sockPath(t)
 	r := start(t, path)
-	ev := sample()
-	ev.Error = strings.Repeat("iptables-restore: line 1 failed\n", 1000)
-	if err := Send(path, ev); err != nil {
+	rep := sample()
+	rep.Error = strings.Repeat("iptables-restore: line 1 failed\n", 1000)
+	if err := Send(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.next(t); !strings.HasSuffix(got.Error, cutMark) || got.Pod != ev.Pod {
-		t.Errorf("event %+v", got)
+	if got := r.next(t); !strings.HasSuffix(got.Error, cutMark) || got.Pod != rep.Pod {
+		t.Errorf("report %+v", got)
 	}
 }
 
