@@ -19,20 +19,20 @@ import (
 // agent is a real agent socket in a temporary directory.
 type agent struct {
 	path   string
-	events chan reports.Report
+	reports chan reports.Report
 }
 
 // listenAgent starts a listener that reads until the test ends.
 func listenAgent(t *testing.T) *agent {
 	t.Helper()
-	a := &agent{path: filepath.Join(t.TempDir(), "reports.sock"), events: make(chan reports.Report, 10)}
+	a := &agent{path: filepath.Join(t.TempDir(), "reports.sock"), reports: make(chan reports.Report, 10)}
 	l, err := reports.Listen(a.path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = l.Run(ctx, func(ev reports.Report) { a.events <- ev }); close(done) }()
+	go func() { _ = l.Run(ctx, func(rep reports.Report) { a.reports <- rep }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; _ = l.Close() })
 	return a
 }
@@ -41,8 +41,8 @@ func listenAgent(t *testing.T) *agent {
 func (a *agent) next(t *testing.T) reports.Report {
 	t.Helper()
 	select {
-	case ev := <-a.events:
-		return ev
+	case rep := <-a.reports:
+		return rep
 	case <-time.After(30 * time.Second):
 		t.Fatal("no event reached the agent")
 	}
@@ -63,11 +63,11 @@ func TestEventForRedirectedPod(t *testing.T) {
 	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
 		t.Fatal(err)
 	}
-	ev := a.next(t)
-	if ev.V != reports.Version || ev.Verb != "ADD" || ev.Pod != "team-a/web-1" || ev.PodUID != "0d5e2f4c-aaaa-bbbb-cccc-444455556666" ||
-		ev.Container != "c1" || ev.Netns != "/var/run/netns/pod" || !ev.Redirect || ev.Reason != "redirect" ||
-		ev.Families != "ipv4" || ev.Error != "" || ev.DurationMS <= 0 || ev.Time.IsZero() {
-		t.Errorf("event %+v", ev)
+	rep := a.next(t)
+	if rep.V != reports.Version || rep.Verb != "ADD" || rep.Pod != "team-a/web-1" || rep.PodUID != "0d5e2f4c-aaaa-bbbb-cccc-444455556666" ||
+		rep.Container != "c1" || rep.Netns != "/var/run/netns/pod" || !rep.Redirect || rep.Reason != "redirect" ||
+		rep.Families != "ipv4" || rep.Error != "" || rep.DurationMS <= 0 || rep.Time.IsZero() {
+		t.Errorf("event %+v", rep)
 	}
 }
 
@@ -96,10 +96,10 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 		if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
 			t.Fatal(err)
 		}
-		ev := a.next(t)
-		noted := ev.Note == reports.NoteIPv4OnlyProxy && strings.Contains(h.stderr.String(), "sidecar listens on IPv4 only")
-		if noted != tc.wantNote || ev.Families != tc.families {
-			t.Errorf("%s ISTIO_DUAL_STACK=%q: note %q, families %s; want note=%v families %s\n%s", tc.extra, tc.env, ev.Note, ev.Families,
+		rep := a.next(t)
+		noted := rep.Note == reports.NoteIPv4OnlyProxy && strings.Contains(h.stderr.String(), "sidecar listens on IPv4 only")
+		if noted != tc.wantNote || rep.Families != tc.families {
+			t.Errorf("%s ISTIO_DUAL_STACK=%q: note %q, families %s; want note=%v families %s\n%s", tc.extra, tc.env, rep.Note, rep.Families,
 				tc.wantNote, tc.families, h.stderr)
 		}
 	}
@@ -111,16 +111,16 @@ func TestEventForFailedAdd(t *testing.T) {
 	h.api.err = &kube.APIError{Kind: kube.Unavailable, Pod: "team-a/web-1", Attempts: 9, Err: errors.New("connection refused")}
 	err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
 	wantCode(t, err, types.ErrTryAgainLater)
-	ev := a.next(t)
-	if ev.Verb != "ADD" || ev.Error != err.Error() || ev.Redirect || ev.Reason != "" || ev.Pod != "team-a/web-1" || ev.Note != "" {
-		t.Errorf("event %+v, want the error %q", ev, err)
+	rep := a.next(t)
+	if rep.Verb != "ADD" || rep.Error != err.Error() || rep.Redirect || rep.Reason != "" || rep.Pod != "team-a/web-1" || rep.Note != "" {
+		t.Errorf("event %+v, want the error %q", rep, err)
 	}
 	// A refused token is noted, so the agent mints a new one at once.
 	h.api.err = &kube.APIError{Kind: kube.Denied, Pod: "team-a/web-1", Err: errors.New("401 Unauthorized")}
 	err = h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs))
 	wantCode(t, err, ErrAPIDenied)
-	if ev := a.next(t); ev.Note != reports.NoteCredentialsRefused || ev.Error == "" {
-		t.Errorf("event %+v, want the credentials-refused note", ev)
+	if rep := a.next(t); rep.Note != reports.NoteCredentialsRefused || rep.Error == "" {
+		t.Errorf("event %+v, want the credentials-refused note", rep)
 	}
 }
 
@@ -131,15 +131,15 @@ func TestEventForPassThroughAndCheck(t *testing.T) {
 	if err := h.p.Add(cmdArgs(c, "K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=coredns")); err != nil {
 		t.Fatal(err)
 	}
-	if ev := a.next(t); ev.Redirect || ev.Reason != "namespace excluded" || ev.Families != "" || ev.Error != "" {
-		t.Errorf("pass-through event %+v", ev)
+	if rep := a.next(t); rep.Redirect || rep.Reason != "namespace excluded" || rep.Families != "" || rep.Error != "" {
+		t.Errorf("pass-through event %+v", rep)
 	}
 	h.api.pods["team-a/web-1"] = meshedPod(nil)
 	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: missing rule 12"}
 	err := h.p.Check(cmdArgs(c, podArgs))
 	wantCode(t, err, ErrRulesMismatch)
-	if ev := a.next(t); ev.Verb != "CHECK" || !ev.Redirect || !strings.Contains(ev.Error, "missing rule 12") {
-		t.Errorf("CHECK event %+v", ev)
+	if rep := a.next(t); rep.Verb != "CHECK" || !rep.Redirect || !strings.Contains(rep.Error, "missing rule 12") {
+		t.Errorf("CHECK event %+v", rep)
 	}
 }
 
@@ -151,23 +151,23 @@ func TestEventForDel(t *testing.T) {
 	if err := h.p.Del(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := a.next(t); ev.Verb != "DEL" || ev.Error != "" || ev.Pod != "team-a/web-1" {
-		t.Errorf("DEL event %+v", ev)
+	if rep := a.next(t); rep.Verb != "DEL" || rep.Error != "" || rep.Pod != "team-a/web-1" {
+		t.Errorf("DEL event %+v", rep)
 	}
 	h.net.cleanupErr = errors.New("iptables-save: exit status 1")
 	if err := h.p.Del(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgs)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := a.next(t); ev.Verb != "DEL" || !strings.Contains(ev.Error, "exit status 1") {
-		t.Errorf("failed cleanup event %+v", ev)
+	if rep := a.next(t); rep.Verb != "DEL" || !strings.Contains(rep.Error, "exit status 1") {
+		t.Errorf("failed cleanup event %+v", rep)
 	}
 	h.net.cleanupErr = nil
 	bad := fmt.Sprintf(`{"cniVersion":"1.0.0","log_level":"loud","reports_socket":%q}`, a.path)
 	if err := h.p.Del(cmdArgs(bad, podArgs)); err != nil {
 		t.Fatal(err)
 	}
-	if ev := a.next(t); !strings.Contains(ev.Error, `"log_level"`) {
-		t.Errorf("bad config event %+v", ev)
+	if rep := a.next(t); !strings.Contains(rep.Error, `"log_level"`) {
+		t.Errorf("bad config event %+v", rep)
 	}
 }
 
