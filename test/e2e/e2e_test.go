@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -68,23 +70,29 @@ func TestInstalled(t *testing.T) {
 }
 
 // 2. A meshed pod runs with the ISTIO chains in its netns, and the app's
-// requests reach the sidecar with the server's original destination.
+// requests reach the sidecar with the server's original destination; on a
+// node whose iptables the agent writes, the agent runs the ADD itself.
 func TestMeshedPod(t *testing.T) {
 	requireInstalled(t)
 	p := startPod(t, meshedPod(t, "meshed"))
 	assertRedirected(t, p)
-	if !nodeWritesNetlink() {
-		return
-	}
-	// With the agent running, the shim hands the next ADD to it (the first
-	// of a node may have gone to istio-cni-full, which learns the node's
-	// iptables release): the agent writes the rules over netlink from the
-	// pod's descriptor, in its container, and they read back above.
-	again := startPod(t, meshedPod(t, "meshed-again"))
-	assertRedirected(t, again)
-	if last, ok := lastADD(again); !ok || last.RanIn != "agent" {
-		t.Errorf("the ADD of %s/%s: %+v, want it run by the agent", again.Metadata.Namespace, again.Metadata.Name, last)
-	}
+	t.Run("run by the agent", func(t *testing.T) {
+		// As nodeWritesNetlink, saying why not.
+		if v, err := xtables.NFTVersion("iptables-restore"); err != nil || v != release.Layout {
+			t.Skipf("the agent writes rules only with iptables nf_tables %s; this node's iptables-restore: %q %v: every ADD runs in istio-cni-full (docs/plugin.md)",
+				release.Layout, v, err)
+		}
+		// With the agent running, the shim hands the next ADD to it (the
+		// first of a node may have gone to istio-cni-full, which learns
+		// the node's iptables release): the agent writes the rules over
+		// netlink from the pod's descriptor, in its container, and they
+		// read back as a plugin's would.
+		again := startPod(t, meshedPod(t, "meshed-again"))
+		assertRedirected(t, again)
+		if last, ok := lastADD(again); !ok || last.RanIn != "agent" {
+			t.Errorf("the ADD of %s/%s: %+v (found %v), want it run by the agent", again.Metadata.Namespace, again.Metadata.Name, last, ok)
+		}
+	})
 }
 
 // 3. An unmeshed pod and a sidecar pod in an excluded namespace get no

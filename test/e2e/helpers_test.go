@@ -236,7 +236,9 @@ func lastADD(p cluster.Pod) (last addLine, ok bool) {
 // assertWrittenBy: the plugin's last ADD of the pod wrote its rules the way
 // this node calls for: over netlink where its iptables-nft is the release
 // the plugin reproduces, else with iptables-restore. The rules above were
-// read with iptables-save either way.
+// read with iptables-save either way. The pod was just redirected, so its
+// ADD must be in the plugin's log (1 MiB and one rotated copy: thousands
+// of ADDs).
 func assertWrittenBy(t *testing.T, p cluster.Pod) {
 	t.Helper()
 	want := "iptables-restore"
@@ -246,7 +248,8 @@ func assertWrittenBy(t *testing.T, p cluster.Pod) {
 	last, ok := lastADD(p)
 	switch {
 	case !ok:
-		t.Logf("%s/%s: no ADD of it in the plugin's log (rotated away?)", p.Metadata.Namespace, p.Metadata.Name)
+		t.Errorf("%s/%s: no successful ADD of it in the plugin's log %s: who wrote its rules is unknown",
+			p.Metadata.Namespace, p.Metadata.Name, filepath.Join(env.node.IstioRunDir, install.LogDirName, install.PluginLogName))
 	case last.RulesBy != want:
 		t.Errorf("%s/%s: the plugin's last ADD wrote its rules by %q, want %q on this node", p.Metadata.Namespace, p.Metadata.Name, last.RulesBy, want)
 	}

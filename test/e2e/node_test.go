@@ -140,7 +140,8 @@ func TestPluginReportsInAgentLog(t *testing.T) {
 }
 
 // 10. inspect, run on the node, explains a meshed pod, an unmeshed one,
-// and a meshed one whose rules are gone (before the audit repairs it).
+// the meshed one once its rules are gone (before the audit repairs it),
+// and a pod that does not exist.
 func TestInspect(t *testing.T) {
 	requireInstalled(t)
 	startPod(t, meshedPod(t, "inspected"))
@@ -156,10 +157,46 @@ func TestInspect(t *testing.T) {
 	if !strings.Contains(out, "not redirected: no istio-proxy container") || code != 0 {
 		t.Errorf("inspect default/inspected-plain (exit %d):\n%s", code, out)
 	}
+	out, code = inspectRulesGone(t, "inspected")
+	for _, want := range []string{"decision:  redirect (ipv4), as ADD recorded for this sandbox", "has (istio-cni's rules only):\n  (none)",
+		"verdict:   NOT REDIRECTED: ", "differences:\n", "chain missing"} {
+		if !strings.Contains(out, want) || code != 3 {
+			t.Errorf("inspect default/inspected with its rules gone (exit %d, want 3) lacks %q:\n%s", code, want, out)
+		}
+	}
+	t.Logf("inspect default/inspected, its rules gone:\n%s", out)
 	out, code = inspectPod(t, "kube-system/none")
 	if code != 1 || !strings.Contains(out, "not found") {
 		t.Errorf("inspect of a missing pod (exit %d):\n%s", code, out)
 	}
+}
+
+// inspectRulesGone removes the meshed pod's rules from its netns, as
+// TestAuditRepairsInPlace does, and inspects it before the audit puts them
+// back. The audit (a pass every 2 s here, acting after 1 s) may do so
+// first: an inspect that finds the rules in place when a repair was
+// counted meanwhile is retried, from the flush.
+func inspectRulesGone(t *testing.T, name string) (string, int) {
+	t.Helper()
+	const repairs, attempts = `istio_cni_audit_actions_total{action="repair",result="success"}`, 5
+	netns, err := env.node.PodNetNS(t.Context(), "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	for range attempts {
+		before := metric(t, repairs)
+		if err := flush.Cleanup(t.Context(), netns); err != nil {
+			t.Fatal(err)
+		}
+		out, code := inspectPod(t, "default/"+name)
+		if code != 0 || metric(t, repairs) == before {
+			return out, code // what inspect saw of the pod without its rules
+		}
+		t.Logf("the audit repaired default/%s before inspect read it; flushing again", name)
+	}
+	t.Fatalf("the audit repaired default/%s before inspect read it, %d times of %d", name, attempts, attempts)
+	return "", 0
 }
 
 // 11. With the startup taint on the node (as kubelet's

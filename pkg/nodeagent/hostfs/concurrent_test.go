@@ -2,6 +2,7 @@ package hostfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,30 +12,76 @@ import (
 	"testing"
 )
 
-// loop runs f in a goroutine until the returned stop is called; stop waits
-// for it and returns how often f ran and the first error it returned.
-func loop(f func() error) (stop func() (int, error)) {
+// How much overlap the tests below require: the writer writes at least
+// minWrites times, and on until minOverlapped reads have overlapped a
+// write, failing if maxWrites do not get there.
+const (
+	minWrites     = 200
+	minOverlapped = 20
+	maxWrites     = 2000
+)
+
+// concurrently calls read over and over in a goroutine while it calls
+// write(0), write(1), ... in this one, and requires that reads and writes
+// overlapped: at least minOverlapped reads ran while a write was in flight
+// at some moment. The reader starts before the first write. It fails the
+// test on a write's error, and returns the reader's first.
+func concurrently(t *testing.T, write func(i int) error, read func() error) (readErr error) {
+	t.Helper()
 	var (
-		done  atomic.Bool
-		wg    sync.WaitGroup
-		runs  int
-		first error
+		begun, ended atomic.Int64 // writes
+		during       atomic.Int64 // reads that overlapped a write
+		stop         atomic.Bool
+		wg           sync.WaitGroup
+		reads        int
 	)
+	running := make(chan struct{})
 	wg.Go(func() {
-		for !done.Load() {
-			runs++
-			if err := f(); err != nil && first == nil {
-				first = err
+		close(running)
+		for !stop.Load() {
+			// A write was in flight during the read iff one begun by its
+			// end had not ended by its start (the writes are sequential).
+			before := ended.Load()
+			if err := read(); err != nil && readErr == nil {
+				readErr = err
+			}
+			reads++
+			if begun.Load() > before {
+				during.Add(1)
 			}
 		}
 	})
-	return func() (int, error) {
-		done.Store(true)
-		wg.Wait()
-		return runs, first
+	halt := func() { stop.Store(true); wg.Wait() }
+	<-running
+	writes := 0
+	for ; writes < minWrites || during.Load() < minOverlapped && writes < maxWrites; writes++ {
+		begun.Add(1)
+		err := write(writes)
+		ended.Add(1)
+		if err != nil {
+			halt()
+			t.Fatalf("write %d: %v", writes, err)
+		}
 	}
+	halt()
+	overlapped := during.Load()
+	t.Logf("%d reads during %d writes, %d of them overlapping a write", reads, writes, overlapped)
+	if overlapped < minOverlapped {
+		t.Fatalf("%d of %d reads overlapped one of %d writes, want at least %d: too few ran concurrently to prove anything", overlapped, reads, writes, minOverlapped)
+	}
+	return readErr
 }
 
+// changedOrErr is a write's error, or one if it changed nothing.
+func changedOrErr(changed bool, err error) error {
+	if err == nil && !changed {
+		return errors.New("the content differs, yet nothing was written")
+	}
+	return err
+}
+
+// Readers of a file rewritten over and over, their reads overlapping the
+// writes, see the old or the new content whole, never part of either.
 func TestConcurrentReadersSeeWholeFiles(t *testing.T) {
 	d := newDir(t)
 	a := bytes.Repeat([]byte("a"), 1<<20)
@@ -43,7 +90,13 @@ func TestConcurrentReadersSeeWholeFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(d.Path(), "big")
-	stop := loop(func() error {
+	err := concurrently(t, func(i int) error {
+		next := b
+		if i%2 == 1 {
+			next = a
+		}
+		return changedOrErr(d.WriteFile("big", next, 0o644))
+	}, func() error {
 		got, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -53,25 +106,15 @@ func TestConcurrentReadersSeeWholeFiles(t *testing.T) {
 		}
 		return nil
 	})
-	for i := range 200 {
-		next := b
-		if i%2 == 1 {
-			next = a
-		}
-		if changed, err := d.WriteFile("big", next, 0o644); err != nil || !changed {
-			t.Fatalf("write %d: changed=%v err=%v", i, changed, err)
-		}
-	}
-	reads, err := stop()
 	if err != nil {
 		t.Fatalf("a reader saw a partial file: %v", err)
 	}
-	t.Logf("%d reads during 200 writes", reads)
 }
 
 // TestExecWhileReplacing copies an executable over and over while another
-// goroutine of this process execs it: no exec may fail, in particular with
-// ETXTBSY from a writable descriptor inherited by a concurrent fork.
+// goroutine of this process execs it, the execs overlapping the copies: no
+// exec may fail, in particular with ETXTBSY from a writable descriptor
+// inherited by a concurrent fork.
 func TestExecWhileReplacing(t *testing.T) {
 	d := newDir(t)
 	srcDir := t.TempDir()
@@ -91,21 +134,16 @@ func TestExecWhileReplacing(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := filepath.Join(d.Path(), "plugin")
-	stop := loop(func() error {
+	err = concurrently(t, func(i int) error {
+		return changedOrErr(d.CopyFile("plugin", srcs[(i+1)%2], 0o755))
+	}, func() error {
 		if err := exec.Command(target).Run(); err != nil {
 			return fmt.Errorf("exec %s: %w", target, err)
 		}
 		return nil
 	})
-	for i := range 200 {
-		if changed, err := d.CopyFile("plugin", srcs[(i+1)%2], 0o755); err != nil || !changed {
-			t.Fatalf("copy %d: changed=%v err=%v", i, changed, err)
-		}
-	}
-	execs, err := stop()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d execs during 200 copies", execs)
 	noTempFiles(t, d)
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,16 +122,27 @@ func TestServiceAccountRecreatedIsNoUninstall(t *testing.T) {
 	client.PrependReactor("get", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewUnauthorized("service account uid changed")
 	})
-	recreated := make(chan struct{})
+	// The watch's event comes once CheckRunning waits for the
+	// ServiceAccount, its fresh reads refused.
+	ctx := &deadlineAsks{Context: context.Background(), second: make(chan struct{})}
+	checked, recreated := make(chan struct{}), make(chan bool, 1)
 	go func() {
-		time.Sleep(300 * time.Millisecond) // the watch's event, after the checks began
-		w.saw(serviceAccountKind, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni", UID: "sa-b"}})
-		close(recreated)
+		select {
+		case <-ctx.second:
+			w.saw(serviceAccountKind, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni", UID: "sa-b"}})
+			recreated <- true
+		case <-checked:
+			recreated <- false
+		}
 	}()
-	if removed, why := w.CheckRunning(context.Background()); removed || !strings.Contains(why, "recreated (uid sa-b)") {
+	removed, why := w.CheckRunning(ctx)
+	close(checked)
+	if !<-recreated {
+		t.Fatalf("CheckRunning (removed=%v %q) never began to wait for the ServiceAccount: it derived no second deadline from its context", removed, why)
+	}
+	if removed || !strings.Contains(why, "recreated (uid sa-b)") {
 		t.Errorf("while running: removed=%v %q, want kept, naming the new ServiceAccount", removed, why)
 	}
-	<-recreated
 	if uninstall, why, err := w.Check(context.Background()); err != nil || uninstall {
 		t.Errorf("at shutdown: uninstall=%v %q %v", uninstall, why, err)
 	}
@@ -185,4 +197,27 @@ func TestReinstalled(t *testing.T) {
 	if back, why := w.Reinstalled(ctx); back {
 		t.Errorf("the API refuses the agent: back (%s)", why)
 	}
+}
+
+// deadlineAsks is a context that closes second when asked for its deadline
+// the second time. CheckRunning derives a deadline from its context once
+// to bound its fresh reads (refresh) and once more, after deciding, to
+// bound its wait for the ServiceAccount (serviceAccountNotBack): the
+// second ask is the wait beginning, when the watch's event must come to
+// be the one the wait sees rather than one the fresh reads merge.
+type deadlineAsks struct {
+	context.Context
+	mu     sync.Mutex
+	asks   int
+	second chan struct{}
+}
+
+func (c *deadlineAsks) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	c.asks++
+	if c.asks == 2 {
+		close(c.second)
+	}
+	c.mu.Unlock()
+	return c.Context.Deadline()
 }

@@ -52,17 +52,23 @@ func TestWith(t *testing.T) {
 }
 
 type readiness struct {
-	mu    sync.Mutex
-	ok    bool
-	why   string
-	ch    chan struct{}
-	calls int
+	mu  sync.Mutex
+	ok  bool
+	why string
+	ch  chan struct{}
+	// asked is when the controller asked for each why, in order.
+	asked []ask
+}
+
+type ask struct {
+	at  time.Time
+	why string
 }
 
 func (r *readiness) Ready() (bool, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.calls++
+	r.asked = append(r.asked, ask{time.Now(), r.why})
 	return r.ok, r.why
 }
 func (r *readiness) ReadyChanged() <-chan struct{} { return r.ch }
@@ -71,6 +77,34 @@ func (r *readiness) set(ok bool, why string) {
 	r.ok, r.why = ok, why
 	r.mu.Unlock()
 	r.ch <- struct{}{}
+}
+
+// nudge signals a change without one, unless a signal is pending: the
+// controller asks Ready again.
+func (r *readiness) nudge() {
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+}
+
+// judgedPast reports whether the controller has asked Ready at least d
+// after it first saw why, and has finished acting on that answer: it has
+// asked again since (Run handles one answer at a time).
+func (r *readiness) judgedPast(why string, d time.Duration) (bool, string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var first time.Time
+	past := 0
+	for _, a := range r.asked {
+		switch {
+		case first.IsZero() && a.why == why:
+			first = a.at
+		case !first.IsZero() && a.at.Sub(first) >= d:
+			past++
+		}
+	}
+	return past >= 2, fmt.Sprintf("%d asks of %d %v after the first %q", past, len(r.asked), d, why)
 }
 
 func taintsOf(t *testing.T, c *fake.Clientset) []corev1.Taint {
@@ -106,10 +140,17 @@ func TestControllerFollowsReadiness(t *testing.T) {
 	r.set(true, "")
 	waitTaints(t, client, []corev1.Taint{other})
 
-	// Shutting down never taints, however long it lasts.
+	// Shutting down never taints, however long it lasts: once the
+	// controller has judged it past the grace period, the node is as it
+	// was. A controller that counted it would have tainted by then.
 	r.set(false, "shutting down")
-	time.Sleep(150 * time.Millisecond)
-	waitTaints(t, client, []corev1.Taint{other})
+	poll.Until(t, 10*time.Second, "the controller to judge \"shutting down\" past the grace period", func() (bool, string) {
+		r.nudge()
+		return r.judgedPast("shutting down", c.Grace)
+	})
+	if got := taintsOf(t, client); !reflect.DeepEqual(got, []corev1.Taint{other}) {
+		t.Errorf("shutting down past the grace period: taints %v, want %v", got, []corev1.Taint{other})
+	}
 
 	// A failure that outlasts the grace period taints; readiness untaints.
 	r.set(false, "conflist: another writer keeps undoing it")
