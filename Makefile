@@ -220,7 +220,7 @@ goldens:
 ## frames, the kubeconfig.
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
-	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame shim:FuzzDecodeEntry \
+	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame \
 	kube/apiclient:FuzzParseKubeconfig
 fuzz:
 	@for f in $(FUZZERS); do \

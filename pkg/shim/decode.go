@@ -1,103 +1,74 @@
 package shim
 
-import "strings"
+import (
+	"encoding/json"
+	"strings"
+)
 
-// decodeEntry reads entry from the runtime's stdin as json.Unmarshal
-// reads it (keys matched regardless of case, a repeated key's last value
-// kept, null leaving a field as it was; what Unmarshal refuses, refused),
-// with the shim's own JSON reader (json.go). FuzzDecodeEntry holds it to
-// Unmarshal.
+// entry is what the shim reads of the plugin's config: where the agent
+// listens, and what decides whether the node's iptables goes over netlink.
+type entry struct {
+	CNIVersion      string      `json:"cniVersion"`
+	PodSocket       string      `json:"pod_socket"`
+	CacheDir        string      `json:"cache_dir"`
+	IptablesBackend string      `json:"iptables_backend"`
+	PrevResult      *prevResult `json:"prevResult"`
+}
+
+// prevResult is what the shim reads of the primary's result.
+type prevResult struct {
+	IPs []prevIP `json:"ips"`
+}
+
+type prevIP struct {
+	Address string `json:"address"`
+}
+
+// decodeEntry reads the runtime's stdin as the full plugin reads it
+// (json.Unmarshal): a config it would refuse is not handed to the agent.
 func decodeEntry(stdin []byte) (entry, error) {
-	e, err := decode(stdin)
-	if err != nil {
-		return entry{}, err
-	}
-	return e, nil
-}
-
-// decode reads stdin into an entry. A syntax error returns no entry; a
-// value of the wrong type returns its error with the entry read on past
-// it, as Unmarshal fills one (FuzzDecodeEntry holds the two equal).
-func decode(stdin []byte) (entry, error) {
 	var e entry
-	r := &reader{b: stdin}
-	_, err := r.object(func(key string) error {
-		switch {
-		case strings.EqualFold(key, "cniVersion"):
-			return r.str(&e.CNIVersion)
-		case strings.EqualFold(key, "pod_socket"):
-			return r.str(&e.PodSocket)
-		case strings.EqualFold(key, "cache_dir"):
-			return r.str(&e.CacheDir)
-		case strings.EqualFold(key, "iptables_backend"):
-			return r.str(&e.IptablesBackend)
-		case strings.EqualFold(key, "prevResult"):
-			return readPrevResult(r, &e.PrevResult)
-		}
-		return r.skip()
-	})
-	if err == nil {
-		err = r.end()
-	}
-	switch {
-	case err != nil:
+	if err := json.Unmarshal(stdin, &e); err != nil {
 		return entry{}, err
-	case r.typeErr != nil:
-		return e, r.typeErr
 	}
 	return e, nil
 }
 
-// readPrevResult reads the primary's result into *p: null sets it nil, an
-// object fills the one there (a repeated key's earlier fields stay, as
-// Unmarshal keeps them); Unmarshal makes one before it reads the value,
-// so a value of the wrong type leaves an empty one.
-func readPrevResult(r *reader, p **prevResult) error {
-	if null, err := r.null(); null {
-		*p = nil
-		return err
+// cniVersion is the config's cniVersion for an error result, "1.0.0" if
+// it names none. Unmarshal reads on past a field of the wrong type, so a
+// config the shim could not hand off still gets an error of its version.
+func cniVersion(stdin []byte) string {
+	var e entry
+	_ = json.Unmarshal(stdin, &e)
+	if e.CNIVersion == "" {
+		return "1.0.0"
 	}
-	if *p == nil {
-		*p = &prevResult{}
-	}
-	cur := *p
-	_, err := r.object(func(key string) error {
-		if !strings.EqualFold(key, "ips") {
-			return r.skip()
-		}
-		return readIPs(r, &cur.IPs)
-	})
-	return err
+	return e.CNIVersion
 }
 
-// readIPs reads the result's ips: null sets none, an array its elements'
-// addresses, decoded over what a repeated key left, as Unmarshal does.
-func readIPs(r *reader, ips *[]prevIP) error {
-	if null, err := r.null(); null {
-		*ips = nil
-		return err
-	}
-	list := (*ips)[:0]
-	open, err := r.list(func() error {
-		var ip prevIP
-		if len(list) < cap(list) {
-			ip = list[:len(list)+1][len(list)]
+// family is one whose iptables the shim checks: its name on the wire
+// (iptables.Family's String, which the agent reads) and whether it is
+// IPv6.
+type family struct {
+	name string
+	ipv6 bool
+}
+
+var ipv4, ipv6 = family{"ipv4", false}, family{"ipv6", true}
+
+// families are those whose iptables the shim checks: IPv6 only when the
+// pod may have it (a primary's result with an IPv6 address, or none to
+// tell). The agent hands back an ADD that needs a family it was not told
+// of, so this only spares IPv4-only pods a check.
+func (c entry) families() []family {
+	if c.PrevResult != nil && len(c.PrevResult.IPs) > 0 {
+		v6 := false
+		for _, ip := range c.PrevResult.IPs {
+			v6 = v6 || strings.Contains(ip.Address, ":")
 		}
-		_, err := r.object(func(key string) error {
-			if strings.EqualFold(key, "address") {
-				return r.str(&ip.Address)
-			}
-			return r.skip()
-		})
-		list = append(list, ip)
-		return err
-	})
-	if !open || err != nil {
-		return err
+		if !v6 {
+			return []family{ipv4}
+		}
 	}
-	if len(list) == 0 {
-		list = []prevIP{} // Unmarshal's fresh empty list
-	}
-	*ips = list
-	return nil
+	return []family{ipv4, ipv6}
 }

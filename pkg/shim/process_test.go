@@ -1,109 +1,150 @@
 package shim
 
 import (
+	"bytes"
 	"io"
 	"os"
-	"slices"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// The process's side, without os, reads what os reads.
-func TestProcessSideIsOs(t *testing.T) {
-	t.Setenv("SHIM_TEST_VAR", "a=b")
-	if got := Getenv("SHIM_TEST_VAR"); got != os.Getenv("SHIM_TEST_VAR") {
-		t.Errorf("Getenv %q, os.Getenv %q", got, os.Getenv("SHIM_TEST_VAR"))
+// The test binary run with SHIM_TEST_MAIN set is the shim's main, for
+// the tests of the real process's side.
+func TestMain(m *testing.M) {
+	if os.Getenv("SHIM_TEST_MAIN") != "" {
+		os.Exit(Run(Process()))
 	}
-	if want, err := os.Executable(); err != nil || Exe() != want {
-		t.Errorf("Exe %q, os.Executable %q (%v)", Exe(), want, err)
-	}
-	if got := Args(); !slices.Equal(got, os.Args) {
-		t.Errorf("Args %q, os.Args %q", got, os.Args)
-	}
-	if memfdCreate() != unix.SYS_MEMFD_CREATE {
-		t.Errorf("memfd_create is %d here, x/sys/unix says %d", memfdCreate(), unix.SYS_MEMFD_CREATE)
-	}
+	os.Exit(m.Run())
 }
 
-// FD reads to io.EOF and writes everything, through a pipe smaller than
-// what is written.
-func TestFDThroughAPipe(t *testing.T) {
-	r, w, err := os.Pipe()
+// A runtime may leave stdin or stdout non-blocking: the shim waits on
+// them instead of failing with EAGAIN. Stdout: the pipe is full when the
+// shim writes VERSION's answer. Stdin: the pipe is empty when the shim
+// reads an ADD's config, which it passes whole to the full plugin (here
+// cat, beside a copy of the shim).
+func TestShimWaitsOnNonBlockingPipes(t *testing.T) {
+	shim := shimBinary(t, "#!/bin/sh\nexec cat\n")
+	t.Run("stdout", func(t *testing.T) {
+		r, w := nonBlockingPipe(t)
+		full := 0
+		for {
+			n, err := unix.Write(int(w.Fd()), make([]byte, 4096))
+			if err != nil {
+				break // EAGAIN: full
+			}
+			full += n
+		}
+		cmd := shimCmd(t, shim, "VERSION")
+		cmd.Stdout = w
+		done := start(t, cmd, w)
+		waitUntilPolling(t, cmd.Process.Pid, done)
+		got, err := io.ReadAll(r) // to the end: the shim exited
+		if want := append(make([]byte, full), VersionInfo...); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("read %d bytes ending %q (%v), want %d zeros then %q", len(got), got[max(0, len(got)-len(VersionInfo)):], err, full, VersionInfo)
+		}
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		r, w := nonBlockingPipe(t)
+		cmd := shimCmd(t, shim, "ADD")
+		cmd.Stdin = r
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		done := start(t, cmd, r)
+		waitUntilPolling(t, cmd.Process.Pid, done)
+		const config = `{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni"}`
+		if _, err := w.WriteString(config); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		if err := <-done; err != nil || out.String() != config {
+			t.Errorf("the full plugin read %q (%v), want %q", out.String(), err, config)
+		}
+	})
+}
+
+// shimBinary is a copy of the test binary, run as the shim, with full as
+// the full plugin beside it.
+func shimBinary(t *testing.T, full string) string {
+	t.Helper()
+	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	want := make([]byte, 1<<20)
-	for i := range want {
-		want[i] = byte(i)
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := FD(w.Fd()).Write(want)
-		_ = w.Close()
-		done <- err
-	}()
-	got, err := io.ReadAll(FD(r.Fd()))
-	if err != nil || string(got) != string(want) {
-		t.Errorf("read %d bytes (%v), want %d", len(got), err, len(want))
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "istio-cni"), b, 0o755); err != nil { // #nosec G306 -- a test's executable
+		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Error(err)
+	if err := os.WriteFile(filepath.Join(dir, FullBinary), []byte(full), 0o755); err != nil { // #nosec G306 -- a test's executable
+		t.Fatal(err)
 	}
+	return filepath.Join(dir, "istio-cni")
 }
 
-// A runtime may leave the pipes non-blocking: FD waits on them as os
-// did, instead of failing with EAGAIN. Writing: the pipe is filled first,
-// so the write must wait; reading: the pipe is empty when the read may
-// begin.
-func TestFDWaitsOnANonBlockingPipe(t *testing.T) {
+func shimCmd(t *testing.T, shim, verb string) *exec.Cmd {
+	cmd := exec.CommandContext(t.Context(), shim)
+	cmd.Env = append(os.Environ(), "SHIM_TEST_MAIN=1", "CNI_COMMAND="+verb, "CNI_PATH="+filepath.Dir(shim))
+	return cmd
+}
+
+func nonBlockingPipe(t *testing.T) (r, w *os.File) {
+	t.Helper()
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		t.Fatal(err)
 	}
-	r, w := p[0], p[1]
-	defer unix.Close(r)
-	defer unix.Close(w)
-	full := 0
-	for {
-		n, err := unix.Write(w, make([]byte, 4096))
-		if err != nil {
-			break // EAGAIN: full
-		}
-		full += n
-	}
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := FD(w).Write([]byte("after the full pipe"))
-		wrote <- err
-	}()
-	got := make([]byte, 0, full+64)
-	buf := make([]byte, 64<<10)
-	for len(got) < full+len("after the full pipe") {
-		n, err := FD(r).Read(buf)
-		if err != nil {
-			t.Fatalf("read after %d bytes: %v", len(got), err)
-		}
-		got = append(got, buf[:n]...)
-	}
-	if err := <-wrote; err != nil || string(got[full:]) != "after the full pipe" {
-		t.Errorf("write into a full non-blocking pipe: %v; its tail read %q", err, got[full:])
-	}
+	r, w = os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	t.Cleanup(func() { _ = r.Close(); _ = w.Close() })
+	return r, w
+}
 
-	read := make(chan string, 1)
-	go func() {
-		n, err := FD(r).Read(buf)
-		if err != nil {
-			read <- err.Error()
-			return
-		}
-		read <- string(buf[:n])
-	}()
-	if _, err := unix.Write(w, []byte("late")); err != nil {
+// start starts cmd, whose end of the pipe is f, and closes the test's
+// copy of f; f is still non-blocking, so the shim's is too.
+func start(t *testing.T, cmd *exec.Cmd, f *os.File) <-chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-read; got != "late" {
-		t.Errorf("read from an empty non-blocking pipe: %q, want late", got)
+	flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	if err != nil || flags&unix.O_NONBLOCK == 0 {
+		t.Fatalf("the shim's pipe is blocking (flags %#x, %v)", flags, err)
 	}
+	_ = f.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	return done
+}
+
+// waitUntilPolling waits until a thread of pid sleeps in epoll_pwait,
+// which Go's runtime does only while a goroutine waits on a descriptor:
+// here the shim's stdin or stdout.
+func waitUntilPolling(t *testing.T, pid int, done <-chan error) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the shim exited (%v) instead of waiting on its pipe", err)
+		default:
+		}
+		files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/syscall")
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			if nr, _, _ := strings.Cut(string(b), " "); nr == strconv.Itoa(unix.SYS_EPOLL_PWAIT) {
+				return
+			}
+		}
+	}
+	t.Fatal("the shim never waited on its pipe")
 }

@@ -6,20 +6,20 @@
 // execs the full plugin, istio-cni-full, installed beside it, with the
 // same arguments, environment and stdin.
 //
-// It links little: no CNI skel, no netlink library, no logger, no rule
-// model, no encoding/json, crypto or os/exec, and not even os, fmt or
-// time (process.go has the process's side in plain system calls), since
-// what a Go program links costs its start, used or not. Its start then
-// costs little more than an empty Go program's, and a pod's ADD is that
-// start and one local round trip. It never decides anything
-// about a pod: the plugin's code does, in the agent or in istio-cni-full.
+// Every pod start pays to load what the shim links, so it links the
+// standard library and the hand-off only: no CNI library, netlink, rule
+// model or Kubernetes client (cmd/plugin's TestPluginLinksNoAgentCode).
+// It never decides anything about a pod: the plugin's code does, in the
+// agent or in istio-cni-full.
 package shim
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"path"
-	"strconv"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -30,69 +30,22 @@ import (
 // FullBinary is the full plugin's file name, beside the shim.
 const FullBinary = "istio-cni-full"
 
-// Env is what the shim reads of its process.
+// Env is what the shim reads of its process (Process is the real one).
 type Env struct {
 	Getenv  func(string) string
 	Environ []string
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// Exe is the shim's own path (the full plugin is beside it; "" if
-	// unknown) and Args its arguments (none if unknown), asked only to
-	// exec it.
-	Exe  func() string
-	Args func() []string
-	// Exec replaces the process with path (syscall.Exec), stdin the
-	// process's fd 0 from then on; it returns only on failure.
+	// Exe is the shim's own path, "" if unknown: the full plugin is
+	// beside it. Args are its arguments, passed on to the full plugin.
+	Exe  string
+	Args []string
+	// Exec replaces the process with path, stdin (when not nil) its fd 0
+	// from then on; it returns only on failure.
 	Exec func(path string, argv, envv []string, stdin []byte) error
 	// HandOff is handoff.Send.
 	HandOff func(socket string, req handoff.Request, netnsFD int) (handoff.Response, error)
-}
-
-// entry is what the shim reads of the plugin's config (decodeEntry); the
-// tags say how json.Unmarshal would read it, which its tests hold it to.
-type entry struct {
-	CNIVersion      string      `json:"cniVersion"`
-	PodSocket       string      `json:"pod_socket"`
-	CacheDir        string      `json:"cache_dir"`
-	IptablesBackend string      `json:"iptables_backend"`
-	PrevResult      *prevResult `json:"prevResult"`
-}
-
-// prevResult is what the shim reads of the primary's result.
-type prevResult struct {
-	IPs []prevIP `json:"ips"`
-}
-
-type prevIP struct {
-	Address string `json:"address"`
-}
-
-// family is one whose iptables the shim checks: its name on the wire
-// (iptables.Family's String, which the agent reads) and whether it is
-// IPv6.
-type family struct {
-	name string
-	ipv6 bool
-}
-
-var ipv4, ipv6 = family{"ipv4", false}, family{"ipv6", true}
-
-// families are those whose iptables the shim checks: IPv6 only when the
-// pod may have it (a primary's result with an IPv6 address, or none to
-// tell). The agent hands back an ADD that needs a family it was not told
-// of, so this only spares IPv4-only pods a check.
-func (c entry) families() []family {
-	if c.PrevResult != nil && len(c.PrevResult.IPs) > 0 {
-		v6 := false
-		for _, ip := range c.PrevResult.IPs {
-			v6 = v6 || strings.Contains(ip.Address, ":")
-		}
-		if !v6 {
-			return []family{ipv4}
-		}
-	}
-	return []family{ipv4, ipv6}
 }
 
 // VersionInfo is the full plugin's answer to VERSION: skel's encoding of
@@ -114,9 +67,9 @@ func Run(e Env) int {
 	default:
 		return e.full(nil, "")
 	}
-	stdin, err := readAll(e.Stdin)
+	stdin, err := io.ReadAll(e.Stdin)
 	if err != nil {
-		return e.fail("", errors.New("reading stdin: "+err.Error()))
+		return e.fail("", fmt.Errorf("reading stdin: %w", err))
 	}
 	resp, why, asked := e.handOff(stdin)
 	if why != "" {
@@ -137,7 +90,7 @@ func Run(e Env) int {
 // whether the agent got the request (it may then have written rules).
 func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked bool) {
 	if len(stdin) > handoff.MaxRequest/2 {
-		return handoff.Response{}, "stdin is " + strconv.Itoa(len(stdin)) + " bytes, over the hand-off's " + strconv.Itoa(handoff.MaxRequest/2), false
+		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2), false
 	}
 	conf, err := decodeEntry(stdin)
 	if err != nil {
@@ -164,7 +117,8 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	if req.Netns == "" {
 		return handoff.Response{}, "no CNI_NETNS", false
 	}
-	// O_NONBLOCK: a FIFO at the path must not hold the shim in open.
+	// O_NONBLOCK: a FIFO at the path must not hold the shim in open. A
+	// bare descriptor: it only travels to the agent.
 	fd, err := syscall.Open(req.Netns, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return handoff.Response{}, "opening CNI_NETNS: " + err.Error(), false
@@ -192,37 +146,37 @@ func (e Env) full(stdin []byte, why string) int {
 		env = append(append([]string(nil), env...), why)
 	}
 	argv := []string{full}
-	if args := e.Args(); len(args) > 1 {
-		argv = append(argv, args[1:]...)
+	if len(e.Args) > 1 {
+		argv = append(argv, e.Args[1:]...)
 	}
 	err = e.Exec(full, argv, env, stdin)
-	return e.fail(cniVersion(stdin), errors.New("running "+full+": "+err.Error()))
+	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", full, err))
 }
 
 // fullPath is the full plugin's path: beside the shim. Without the
 // shim's own path (no /proc), it is looked for on CNI_PATH, where the
 // runtime found the shim; never relative to the working directory.
 func (e Env) fullPath() (string, error) {
-	if exe := e.Exe(); path.IsAbs(exe) {
-		return path.Join(path.Dir(exe), FullBinary), nil
+	if filepath.IsAbs(e.Exe) {
+		return filepath.Join(filepath.Dir(e.Exe), FullBinary), nil
 	}
-	for _, dir := range strings.Split(e.Getenv("CNI_PATH"), ":") {
-		var st syscall.Stat_t
-		if p := path.Join(dir, FullBinary); path.IsAbs(dir) && syscall.Stat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+	for _, dir := range filepath.SplitList(e.Getenv("CNI_PATH")) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, FullBinary)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 			return p, nil
 		}
 	}
 	return "", errors.New("finding " + FullBinary + ": the shim's own path is unknown (no /proc/self/exe) and CNI_PATH has none")
 }
 
-// cniVersion is the config's cniVersion, read on past a field of the
-// wrong type, as Unmarshal reads it: only an exec that failed gets here.
-func cniVersion(stdin []byte) string {
-	conf, _ := decode(stdin) // none on a syntax error
-	if conf.CNIVersion == "" {
-		return "1.0.0"
-	}
-	return conf.CNIVersion
+// cniError is a CNI error result, as skel prints one.
+type cniError struct {
+	CNIVersion string `json:"cniVersion"`
+	Code       int    `json:"code"`
+	Msg        string `json:"msg"`
 }
 
 // fail prints a CNI error (code 999, internal) and returns its status.
@@ -230,47 +184,6 @@ func (e Env) fail(version string, err error) int {
 	if version == "" {
 		version = "1.0.0"
 	}
-	_, _ = io.WriteString(e.Stdout, `{"cniVersion":`+quote(version)+`,"code":999,"msg":`+quote("istio-cni: "+err.Error())+"}\n")
+	_ = json.NewEncoder(e.Stdout).Encode(cniError{CNIVersion: version, Code: 999, Msg: "istio-cni: " + err.Error()})
 	return 1
-}
-
-// Exec is Env.Exec on the real process: stdin, when given, becomes fd 0
-// through a memory file, since the runtime's pipe was read to the end.
-func Exec(path string, argv, envv []string, stdin []byte) error {
-	if stdin != nil {
-		fd, err := memfd("istio-cni-stdin")
-		if err != nil {
-			return errors.New("passing stdin on: " + err.Error())
-		}
-		if err := writeAll(fd, stdin); err != nil {
-			return errors.New("passing stdin on: " + err.Error())
-		}
-		if _, err := syscall.Seek(fd, 0, io.SeekStart); err != nil {
-			return errors.New("passing stdin on: " + err.Error())
-		}
-		if err := syscall.Dup3(fd, 0, 0); err != nil {
-			return errors.New("passing stdin on: " + err.Error())
-		}
-		_ = syscall.Close(fd)
-	}
-	return syscall.Exec(path, argv, envv)
-}
-
-// readAll is io.ReadAll from a buffer an entry and its prevResult fit
-// in: one read, where io.ReadAll's 512 bytes would grow through several.
-func readAll(r io.Reader) ([]byte, error) {
-	b := make([]byte, 0, 16<<10)
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if errors.Is(err, io.EOF) {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-	}
 }

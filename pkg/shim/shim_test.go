@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +34,7 @@ type execCall struct {
 type harness struct {
 	env     map[string]string
 	stdin   string
+	in      io.Reader // stdin read this way, if set
 	execs   []execCall
 	execErr error
 	hands   []handoff.Request
@@ -48,14 +50,18 @@ func (h *harness) run(t *testing.T) int {
 	for k, v := range h.env {
 		environ = append(environ, k+"="+v)
 	}
+	in := h.in
+	if in == nil {
+		in = strings.NewReader(h.stdin)
+	}
 	return Run(Env{
 		Getenv:  func(k string) string { return h.env[k] },
 		Environ: environ,
-		Stdin:   strings.NewReader(h.stdin),
+		Stdin:   in,
 		Stdout:  &h.stdout,
 		Stderr:  &h.stderr,
-		Exe:     func() string { return "/opt/cni/bin/istio-cni" },
-		Args:    func() []string { return []string{"/opt/cni/bin/istio-cni"} },
+		Exe:     "/opt/cni/bin/istio-cni",
+		Args:    []string{"/opt/cni/bin/istio-cni"},
 		Exec: func(path string, argv, envv []string, stdin []byte) error {
 			h.execs = append(h.execs, execCall{path, argv, envv, stdin})
 			if h.execErr != nil {
@@ -270,11 +276,9 @@ func TestAddFIFOAsNetnsDoesNotHang(t *testing.T) {
 	}
 }
 
-// A full plugin that cannot run fails the ADD with a CNI error naming it:
-// the pod does not start unredirected.
-// Without /proc the shim knows neither its path nor its arguments: it
-// finds the full plugin on CNI_PATH, never relative to the working
-// directory, and fails with a CNI error if it is not there.
+// Without its own path (no /proc, a relative argv[0]) the shim finds the
+// full plugin on CNI_PATH, never relative to the working directory, and
+// fails with a CNI error if it is not there.
 func TestNoProcFindsTheFullPluginOnCNIPath(t *testing.T) {
 	bin := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bin, FullBinary), []byte("#!/bin/sh\n"), 0o755); err != nil {
@@ -289,7 +293,7 @@ func TestNoProcFindsTheFullPluginOnCNIPath(t *testing.T) {
 		e := h.env
 		code := Run(Env{
 			Getenv: func(k string) string { return e[k] }, Stdin: strings.NewReader(h.stdin), Stdout: &h.stdout, Stderr: &h.stderr,
-			Exe: func() string { return "" }, Args: func() []string { return nil },
+			Exe: "", Args: []string{"istio-cni"}, // no /proc, a relative argv[0]
 			Exec: func(path string, argv, envv []string, stdin []byte) error {
 				h.execs = append(h.execs, execCall{path, argv, envv, stdin})
 				return errors.New("exec'd")
@@ -304,6 +308,8 @@ func TestNoProcFindsTheFullPluginOnCNIPath(t *testing.T) {
 	}
 }
 
+// A full plugin that cannot run fails the ADD with a CNI error naming it:
+// the pod does not start unredirected.
 func TestFullPluginMissingFailsWithACNIError(t *testing.T) {
 	h := &harness{env: map[string]string{"CNI_COMMAND": "ADD"}, stdin: `{"cniVersion":"0.4.0","name":"k8s"}`, execErr: os.ErrNotExist}
 	if code := h.run(t); code != 1 {
@@ -336,16 +342,18 @@ func TestExecPassesStdinOn(t *testing.T) {
 	}
 }
 
-// The runtime's stdin is read whole whatever its size and however the
-// pipe delivers it; a read error is one.
-func TestReadAll(t *testing.T) {
-	want := bytes.Repeat([]byte("0123456789"), 4<<10) // over the first buffer
-	got, err := readAll(iotest.OneByteReader(bytes.NewReader(want)))
-	if err != nil || !bytes.Equal(got, want) {
-		t.Errorf("read %d bytes, %v; want %d", len(got), err, len(want))
+// An ADD's stdin is read whole, whatever its size and however the pipe
+// delivers it, and passed on whole; a read error fails the ADD.
+func TestAddReadsStdinWhole(t *testing.T) {
+	big := `{"cniVersion":"0.4.0","pad":"` + strings.Repeat("x", 64<<10) + `"}`
+	h := &harness{env: map[string]string{"CNI_COMMAND": "ADD"}, in: iotest.OneByteReader(strings.NewReader(big))}
+	h.run(t)
+	if len(h.execs) != 1 || string(h.execs[0].stdin) != big {
+		t.Errorf("execs %d, want one with the %d bytes of stdin", len(h.execs), len(big))
 	}
-	if _, err := readAll(iotest.TimeoutReader(bytes.NewReader(want))); err == nil {
-		t.Error("a read error was not returned")
+	h = &harness{env: map[string]string{"CNI_COMMAND": "ADD"}, in: iotest.TimeoutReader(strings.NewReader(big))}
+	if code := h.run(t); code != 1 || len(h.execs) != 0 || !strings.Contains(h.stdout.String(), `"msg":"istio-cni: reading stdin: timeout"`) {
+		t.Errorf("a read error: exit %d, execs %d, stdout %s; want a CNI error", code, len(h.execs), h.stdout.String())
 	}
 }
 
@@ -374,7 +382,7 @@ func TestVersionReadsNoStdin(t *testing.T) {
 	e := Env{
 		Getenv: func(k string) string { return map[string]string{"CNI_COMMAND": "VERSION"}[k] },
 		Stdin:  iotest.ErrReader(errors.New("stdin read")),
-		Stdout: &out, Stderr: &out, Exe: func() string { return "/opt/cni/bin/istio-cni" }, Args: func() []string { return []string{"istio-cni"} },
+		Stdout: &out, Stderr: &out, Exe: "/opt/cni/bin/istio-cni", Args: []string{"istio-cni"},
 		Exec: func(string, []string, []string, []byte) error { t.Fatal("VERSION exec'd"); return nil },
 		HandOff: func(string, handoff.Request, int) (handoff.Response, error) {
 			t.Fatal("VERSION handed off")
