@@ -5,11 +5,9 @@
 // remembered for that file. Only the plugin's own check runs the program
 // (through a Reader it passes in).
 //
-// The shim asks before every hand-off, so this package links nothing
-// whose start a process pays for: plain system calls, not os, fmt or
-// time (which cost a Go program's start even unused), let alone os/exec,
-// crypto, JSON or the rule model (cmd/plugin's dependency test holds it
-// to that).
+// The shim asks before every hand-off, so this package stays small: no
+// os/exec, crypto or rule model (cmd/plugin's dependency test holds the
+// shim to that).
 package release
 
 import (

@@ -45,7 +45,7 @@ func TestBudgetIgnoresAWallClockStep(t *testing.T) {
 	defer devNull.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Send(sock, Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), int64(200*time.Millisecond))
+		_, err := Send(sock, Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), 200*time.Millisecond)
 		done <- err
 	}()
 	select {

@@ -6,9 +6,9 @@ import (
 	"strconv"
 )
 
-// A hand-off travels as one binary frame each way, not JSON: the shim is a
-// process started for this one exchange, and neither JSON's encoder nor
-// base64 for stdin is worth its start-up. A frame is Magic, the version
+// A hand-off travels as one binary frame each way (version 1 was JSON):
+// stdin, most of a request, goes as bytes rather than base64, and the
+// frame is frozen by version in testdata/formats. A frame is Magic, the version
 // (uint16), then fixed fields and length-prefixed byte strings (uint32),
 // all big-endian. A lookup is a JSON line, so Magic tells them apart on
 // the agent's socket; an agent from before reads a frame as a bad lookup
@@ -193,9 +193,6 @@ type VersionError struct{ Got int }
 func (e *VersionError) Error() string {
 	return "version " + strconv.Itoa(e.Got) + ", not " + strconv.Itoa(Version)
 }
-
-// The package writes its errors without fmt, which would cost the shim's
-// start (BENCHMARKS.md, "The shim's start").
 
 func utoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
 

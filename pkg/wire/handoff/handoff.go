@@ -18,6 +18,7 @@ import (
 	"errors"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -36,11 +37,8 @@ const (
 
 // Budget bounds a hand-off, connecting included: far above an ADD's
 // milliseconds on a loaded node, far below the runtime's two-minute
-// request timeout, which a hand-back still has to fit in. It is in
-// nanoseconds, untyped, so a time.Duration where one is wanted: the
-// shim's side links neither time nor os, which cost a Go program's start
-// even unused (BENCHMARKS.md, "The shim's start").
-const Budget = 2_000_000_000
+// request timeout, which a hand-back still has to fit in.
+const Budget = 2 * time.Second
 
 // Limits: the request carries the runtime's stdin (the entry and the
 // primary's prevResult); the response the plugin's result and log line.
@@ -87,14 +85,14 @@ type Response struct {
 var ErrNotTaken = errors.New("the agent closed without an answer (an agent of another version?)")
 
 // Send hands req to the agent listening at socket, with the namespace's
-// descriptor, within budget nanoseconds. It uses blocking system calls
-// on one thread: the shim's whole run is this exchange, and Go's poller
-// would add threads and wake-ups to it. Any error means: run the plugin.
-func Send(socket string, req Request, netnsFD int, budget int64) (Response, error) {
+// descriptor, within budget. It uses blocking system calls on one thread:
+// the shim's whole run is this exchange, and Go's poller would add
+// threads and wake-ups to it. Any error means: run the plugin.
+func Send(socket string, req Request, netnsFD int, budget time.Duration) (Response, error) {
 	// The agent reads the deadline on its wall clock; the shim bounds its
 	// own waits on the monotonic one, which a clock step cannot stretch.
-	req.Deadline = wallNow() + budget
-	deadline := monoNow() + budget
+	req.Deadline = wallNow() + int64(budget)
+	deadline := monoNow() + int64(budget)
 	b, err := req.MarshalBinary()
 	if err != nil {
 		return Response{}, err
