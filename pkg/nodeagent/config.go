@@ -69,25 +69,24 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
 	installConfig := install.BindFlags(fs, getenv, selfDir)
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	var action, interval, confirm, nodeTaint, grace, missedMode, missedRate string
+	var raw agentFlags
 	f.String(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
 	f.String(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
 	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
 	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
-	var backend string
-	f.String(&backend, "iptables-backend", "IPTABLES_BACKEND", string(xtables.Auto), "the node's iptables implementation for the audit: "+xtables.Backends+" (auto: the one holding the host's rules)")
-	f.String(&action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
-	f.String(&interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
-	f.String(&confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
+	f.String(&raw.backend, "iptables-backend", "IPTABLES_BACKEND", string(xtables.Auto), "the node's iptables implementation for the audit: "+xtables.Backends+" (auto: the one holding the host's rules)")
+	f.String(&raw.action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
+	f.String(&raw.interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
+	f.String(&raw.confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
 	f.String(&c.AuditLabelKey, "audit-label-key", "AUDIT_LABEL_KEY", audit.DefaultLabelKey, "the label the label action sets")
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
 	f.String(&c.ValidationContainer, "validation-container", "VALIDATION_CONTAINER", audit.DefaultValidationContainer, "the init container Istio's injector adds to check a pod's redirect; its failure (exit 126) marks a pod started without it")
-	f.String(&nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
-	f.String(&grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
-	f.String(&missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
-	f.String(&missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods evicted per minute across the cluster, all nodes' agents together (1 to 60)")
-	f.String(&c.IstioNamespace, "istio-namespace", "ISTIO_NAMESPACE", "istio-system", "the namespace of Istio's control plane: where a revision's istio-sidecar-injector ConfigMap is read when its webhook names no Service")
+	f.String(&raw.nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
+	f.String(&raw.grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
+	f.String(&raw.missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
+	f.String(&raw.missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods evicted per minute across the cluster, all nodes' agents together (1 to 60)")
+	istioNamespace := bindIstioNamespace(f)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -99,35 +98,61 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if c.AuditAction, err = audit.ParseAction(action); err != nil {
-		errs = append(errs, fmt.Errorf("--audit-action: %w", err))
-	}
-	if c.AuditInterval, err = time.ParseDuration(interval); err != nil || c.AuditInterval < time.Second || c.AuditInterval > time.Hour {
-		errs = append(errs, fmt.Errorf("--audit-interval %q: want a duration from 1s to 1h", interval))
-	}
-	if c.AuditConfirm, err = time.ParseDuration(confirm); err != nil || c.AuditConfirm < 0 || c.AuditConfirm > time.Minute {
-		errs = append(errs, fmt.Errorf("--audit-confirm %q: want a duration from 0s to 1m", confirm))
-	}
-	if c.NodeTaint, err = strconv.ParseBool(nodeTaint); err != nil {
-		errs = append(errs, fmt.Errorf("--node-taint %q: want true or false", nodeTaint))
-	}
-	if c.TaintGrace, err = time.ParseDuration(grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", grace))
-	}
-	if c.MissedInjection, err = missed.ParseMode(missedMode); err != nil {
-		errs = append(errs, fmt.Errorf("--missed-injection: %w", err))
-	}
-	if c.MissedRestartsPerMinute, err = strconv.Atoi(missedRate); err != nil || c.MissedRestartsPerMinute < 1 || c.MissedRestartsPerMinute > 60 {
-		errs = append(errs, fmt.Errorf("--missed-injection-restarts-per-minute %q: want a whole number from 1 to 60", missedRate))
-	}
-	if !kube.ValidNamespace(c.IstioNamespace) {
-		errs = append(errs, fmt.Errorf("--istio-namespace %q: want a namespace name: 1 to 63 lower-case letters, digits and '-'", c.IstioNamespace))
-	}
-	if c.Backend, err = xtables.ParseBackend(backend); err != nil {
-		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))
+	errs = append(errs, raw.parse(&c)...)
+	if c.IstioNamespace, err = istioNamespace(); err != nil {
+		errs = append(errs, err)
 	}
 	errs = append(errs, c.validate())
 	return c, errors.Join(errs...)
+}
+
+// agentFlags are the agent's own flags that are parsed, as given.
+type agentFlags struct {
+	action, interval, confirm, nodeTaint, grace, missedMode, missedRate, backend string
+}
+
+// parse sets c's fields from r; the errors name the flag.
+func (r agentFlags) parse(c *Config) []error {
+	var errs []error
+	var err error
+	if c.AuditAction, err = audit.ParseAction(r.action); err != nil {
+		errs = append(errs, fmt.Errorf("--audit-action: %w", err))
+	}
+	if c.AuditInterval, err = time.ParseDuration(r.interval); err != nil || c.AuditInterval < time.Second || c.AuditInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("--audit-interval %q: want a duration from 1s to 1h", r.interval))
+	}
+	if c.AuditConfirm, err = time.ParseDuration(r.confirm); err != nil || c.AuditConfirm < 0 || c.AuditConfirm > time.Minute {
+		errs = append(errs, fmt.Errorf("--audit-confirm %q: want a duration from 0s to 1m", r.confirm))
+	}
+	if c.NodeTaint, err = strconv.ParseBool(r.nodeTaint); err != nil {
+		errs = append(errs, fmt.Errorf("--node-taint %q: want true or false", r.nodeTaint))
+	}
+	if c.TaintGrace, err = time.ParseDuration(r.grace); err != nil || c.TaintGrace < time.Second || c.TaintGrace > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--taint-grace %q: want a duration from 1s to 10m", r.grace))
+	}
+	if c.MissedInjection, err = missed.ParseMode(r.missedMode); err != nil {
+		errs = append(errs, fmt.Errorf("--missed-injection: %w", err))
+	}
+	if c.MissedRestartsPerMinute, err = strconv.Atoi(r.missedRate); err != nil || c.MissedRestartsPerMinute < 1 || c.MissedRestartsPerMinute > 60 {
+		errs = append(errs, fmt.Errorf("--missed-injection-restarts-per-minute %q: want a whole number from 1 to 60", r.missedRate))
+	}
+	if c.Backend, err = xtables.ParseBackend(r.backend); err != nil {
+		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))
+	}
+	return errs
+}
+
+// bindIstioNamespace declares --istio-namespace for the agent and inspect.
+// Call the returned function after parsing.
+func bindIstioNamespace(f envflag.Set) func() (string, error) {
+	var ns string
+	f.String(&ns, "istio-namespace", "ISTIO_NAMESPACE", "istio-system", "the namespace of Istio's control plane: where a revision's istio-sidecar-injector ConfigMap is read when its webhook names no Service")
+	return func() (string, error) {
+		if !kube.ValidNamespace(ns) {
+			return "", fmt.Errorf("--istio-namespace %q: want a namespace name: 1 to 63 lower-case letters, digits and '-'", ns)
+		}
+		return ns, nil
+	}
 }
 
 // validate checks the agent's own flags; the error names the flag and what

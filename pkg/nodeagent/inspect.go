@@ -49,43 +49,68 @@ Exit status: 0 consistent, 3 not as the plugin would leave it or missed
 its sidecar injection, 1 error.
 `
 
-// runInspect is the inspect subcommand. Its paths are the agent's
-// (install.BindPaths): in the agent's pod the DaemonSet's environment sets
-// them, and on the node itself the defaults are the node's own.
-func runInspect(args []string, getenv func(string) string, stdout io.Writer) (int, error) {
+// inspectFlags are inspect's flags, parsed and checked.
+type inspectFlags struct {
+	paths      *install.Paths
+	kubeconfig string
+	backend    xtables.Backend
+	istioNS    string
+	opts       inspect.Options
+}
+
+// parseInspectFlags reads inspect's flags and its NAMESPACE/NAME argument.
+// Its paths and the plugin's settings are the agent's
+// (install.BindPaths, install.BindPluginSettings): in the agent's pod the
+// DaemonSet's environment sets them, and on the node itself the defaults
+// are the node's own.
+func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags, error) {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.Usage = func() { _, _ = fmt.Fprint(fs.Output(), inspectUsage); fs.PrintDefaults() }
 	f := envflag.Set{FS: fs, Getenv: getenv}
-	paths := install.BindPaths(f, "")
-	var kubeconfig, exclude, agentNS, backendName, ipv6 string
-	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
+	c := inspectFlags{paths: install.BindPaths(f, "")}
+	plugin := install.BindPluginSettings(f)
+	agentNS := install.BindPodNamespace(f, false)
+	istioNS := bindIstioNamespace(f)
+	var backendName string
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
 		install.KubeconfigName+" in --run-dir")
-	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", install.DefaultExcludeNamespaces, "the plugin's excluded namespaces, comma-separated")
-	f.String(&agentNS, "agent-namespace", "POD_NAMESPACE", "istio-cni", "the agent's namespace (never judged for missed injection)")
-	var istioNS string
-	f.String(&istioNS, "istio-namespace", "ISTIO_NAMESPACE", "istio-system", "Istio's control plane namespace: its injector's ConfigMap when the webhook names no Service")
 	fs.StringVar(&backendName, "iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
-	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "the plugin's ipv6_redirect: "+decision.IPv6Policies)
 	if err := fs.Parse(args); err != nil {
-		return 1, err
+		return c, err
 	}
-	if err := paths.Clean(); err != nil {
-		return 1, err
+	if err := c.paths.Clean(); err != nil {
+		return c, err
 	}
 	ns, name, ok := strings.Cut(fs.Arg(0), "/")
 	if fs.NArg() != 1 || !ok || !kube.ValidNamespace(ns) || name == "" {
 		fs.Usage()
-		return 1, fmt.Errorf("inspect: want one NAMESPACE/NAME argument, got %q", fs.Args())
+		return c, fmt.Errorf("inspect: want one NAMESPACE/NAME argument, got %q", fs.Args())
 	}
-	backend, err := xtables.ParseBackend(backendName)
+	backend, backendErr := xtables.ParseBackend(backendName)
+	if backendErr != nil {
+		backendErr = fmt.Errorf("--iptables-backend: %w", backendErr)
+	}
+	settings, settingsErr := plugin()
+	agentNamespace, agentErr := agentNS()
+	istioNamespace, istioErr := istioNS()
+	if err := errors.Join(backendErr, settingsErr, agentErr, istioErr); err != nil {
+		return c, err
+	}
+	c.backend, c.istioNS = backend, istioNamespace
+	c.opts = inspect.Options{Namespace: ns, Name: name, AgentNamespace: agentNamespace, CNINetDir: c.paths.CNINetDir,
+		Settings: decision.DefaultNodeSettings(), ExcludeNamespaces: settings.ExcludeNamespaces}
+	c.opts.Settings.IPv6 = settings.IPv6Redirect
+	return c, nil
+}
+
+// runInspect is the inspect subcommand.
+func runInspect(args []string, getenv func(string) string, stdout io.Writer) (int, error) {
+	c, err := parseInspectFlags(args, getenv)
 	if err != nil {
-		return 1, fmt.Errorf("--iptables-backend: %w", err)
+		return 1, err
 	}
-	settings := decision.DefaultNodeSettings()
-	if settings.IPv6, err = decision.ParseIPv6Policy(ipv6); err != nil {
-		return 1, fmt.Errorf("--ipv6-redirect: %w", err)
-	}
-	cs, err := inspectClient(kubeconfig, paths.RunDir)
+	paths, backend := c.paths, c.backend
+	cs, err := inspectClient(c.kubeconfig, paths.RunDir)
 	if err != nil {
 		return 1, err
 	}
@@ -105,13 +130,9 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	}
 	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
 	network := &podnet.Network{Programmer: prog}
-	opts := inspect.Options{Namespace: ns, Name: name, AgentNamespace: agentNS, CNINetDir: paths.CNINetDir, Settings: settings}
-	if exclude != "" {
-		opts.ExcludeNamespaces = strings.Split(exclude, ",")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	report, err := inspect.Run(ctx, opts, inspect.Deps{
+	report, err := inspect.Run(ctx, c.opts, inspect.Deps{
 		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
 		Namespaces: netnsdir.Finder{Dir: paths.NetnsDir},
 		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
@@ -121,7 +142,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 			})
 			return obs, err
 		},
-		Injectors: func(ctx context.Context) injection.View { return readInjectors(ctx, cs, istioNS) },
+		Injectors: func(ctx context.Context) injection.View { return readInjectors(ctx, cs, c.istioNS) },
 		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
 			n, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
@@ -42,8 +41,7 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 	var cfg install.Config
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	paths := install.BindPaths(f, install.HostRoot)
-	f.String(&cfg.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", install.DefaultOwnedName, "the owned conflist's configured name")
-	f.String(&cfg.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the image's plugin binaries "+strings.Join(install.PluginBinaries, " and "))
+	own := install.BindOwnFiles(f, selfDir)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,6 +54,9 @@ func Uninstall(args []string, getenv func(string) string, selfDir string, stdout
 		return 2
 	}
 	cfg.Paths = *paths
+	// Named as when chained, --chained's default: a standalone config
+	// holds our entry alone, and goes whatever its name.
+	cfg.OwnFiles = own(true)
 	if sock := filepath.Join(cfg.RunDir, install.ReportsSocket); reports.Listening(sock) {
 		_, _ = fmt.Fprintf(stderr, "install-cni uninstall: an istio-cni agent is running on this node (it listens at %s) and would reinstall at once: delete its DaemonSet instead\n", sock)
 		return 1

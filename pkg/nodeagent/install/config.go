@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apilookup"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
@@ -36,20 +35,17 @@ const (
 // Config is the installer's configuration.
 type Config struct {
 	Paths
-	PluginSource       string
+	OwnFiles
+	PluginSettings
 	HostKubeconfigPath string
 	ServiceAccountDir  string
 	APIHost, APIPort   string
-	OwnedConfigName    string
 	// PrimaryConfigName names the primary's config to chain after
 	// (upstream's cniConfFileName); empty: the first valid one, as the
 	// runtime picks (chain.FindPrimary).
 	PrimaryConfigName string
-	ExcludeNamespaces []string
 	LogLevel          slog.Level
 	Mode              Mode
-	// IPv6Redirect is the plugin's ipv6_redirect (decision.IPv6Policy).
-	IPv6Redirect decision.IPv6Policy
 	// Chained: istio-cni is chained after the primary CNI (OwnedConfigName
 	// is the owned conflist). Otherwise it is a network of its own, a
 	// standalone config named OwnedConfigName that Multus calls as a
@@ -149,57 +145,34 @@ var PluginBinaries = []string{LookupBinary, FullBinary, PluginBinary}
 // fs.Parse for the validated Config.
 func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) func() (Config, error) {
 	var c Config
-	var exclude, level, mode, chained, ipv6, repairs, window, ttl string
+	var raw rawFlags
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	paths := BindPaths(f, HostRoot)
-	f.String(&c.PluginSource, "plugin-source", "PLUGIN_SOURCE", selfDir, "directory holding the plugin binaries "+strings.Join(PluginBinaries, ", ")+" in the image")
+	own := BindOwnFiles(f, selfDir)
+	plugin := BindPluginSettings(f)
+	podNamespace := BindPodNamespace(f, true)
 	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
-	f.String(&c.OwnedConfigName, "owned-config-name", "OWNED_CONFIG_NAME", "", "preferred name of the owned conflist (default "+DefaultOwnedName+"), or of the standalone config (default "+DefaultStandaloneName+")")
 	f.String(&c.PrimaryConfigName, "primary-config-name", "PRIMARY_CONFIG_NAME", "", "the primary CNI's config file to chain after (upstream's cniConfFileName); empty: the first valid one, as the runtime picks")
-	f.String(&chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
-	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", DefaultExcludeNamespaces, "comma-separated namespaces the plugin never redirects")
-	f.String(&level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
-	f.String(&mode, "mode", "MODE", string(Owned), "owned or inplace")
-	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "for pods with IPv6 whose proxy is not dual-stack: always capture IPv6 (connections the proxy cannot take are refused), or dual-stack-only (they go direct, as upstream's)")
-	f.String(&c.PodNamespace, "pod-namespace", "POD_NAMESPACE", "", "the agent's namespace (downward API; required)")
+	f.String(&raw.chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
+	f.String(&raw.level, "log-level", "LOG_LEVEL", "info", "debug, info, warn or error (also passed to the plugin)")
+	f.String(&raw.mode, "mode", "MODE", string(Owned), "owned or inplace")
 	f.String(&c.PluginServiceAccount, "plugin-service-account", "PLUGIN_SERVICE_ACCOUNT", "", "ServiceAccount (in the agent's namespace) whose tokens the plugin's kubeconfig carries; empty: the installer's own")
-	f.String(&ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
-	f.String(&repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
-	f.String(&window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
+	f.String(&raw.ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
+	f.String(&raw.repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
+	f.String(&raw.window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
 	return func() (Config, error) {
 		c.Paths = *paths
-		var errs []error
+		errs := raw.parse(&c)
 		var err error
-		if c.FightRepairs, err = strconv.Atoi(repairs); err != nil || c.FightRepairs < 2 {
-			errs = append(errs, fmt.Errorf("--conflict-repairs %q: want a whole number of at least 2", repairs))
-		}
-		if c.FightWindow, err = time.ParseDuration(window); err != nil || c.FightWindow <= 0 {
-			errs = append(errs, fmt.Errorf("--conflict-window %q: want a duration such as 30s", window))
-		}
-		if c.PluginTokenTTL, err = time.ParseDuration(ttl); err != nil || c.PluginTokenTTL < MinPluginTokenTTL || c.PluginTokenTTL > MaxPluginTokenTTL {
-			errs = append(errs, fmt.Errorf("--plugin-token-ttl %q: want a duration from 10m to 24h", ttl))
-		}
-		if c.LogLevel, err = ParseLevel(level); err != nil {
+		if c.PluginSettings, err = plugin(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.IPv6Redirect, err = decision.ParseIPv6Policy(ipv6); err != nil {
-			errs = append(errs, fmt.Errorf("--ipv6-redirect: %w", err))
+		if c.PodNamespace, err = podNamespace(); err != nil {
+			errs = append(errs, err)
 		}
-		if c.Chained, err = strconv.ParseBool(chained); err != nil {
-			errs = append(errs, fmt.Errorf("--chained %q: want true or false", chained))
-		}
-		if c.OwnedConfigName == "" {
-			c.OwnedConfigName = DefaultOwnedName
-			if !c.Chained {
-				c.OwnedConfigName = DefaultStandaloneName
-			}
-		}
+		c.OwnFiles = own(c.Chained)
 		c.APIHost, c.APIPort = getenv("KUBERNETES_SERVICE_HOST"), getenv("KUBERNETES_SERVICE_PORT")
-		c.Mode = Mode(mode)
-		if exclude != "" {
-			c.ExcludeNamespaces = strings.Split(exclude, ",")
-		}
 		// Event paths are compared with these: they must be clean.
 		for _, p := range []*string{&c.CNIBinDir, &c.PluginSource, &c.CNINetDir, &c.RunDir, &c.NetnsDir, &c.ServiceAccountDir, &c.HostKubeconfigPath} {
 			if *p != "" {
@@ -211,6 +184,32 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 		}
 		return c, c.validate()
 	}
+}
+
+// rawFlags are the installer's own flags that are parsed, as given.
+type rawFlags struct{ level, mode, chained, repairs, window, ttl string }
+
+// parse sets c's fields from r; the errors name the flag.
+func (r rawFlags) parse(c *Config) []error {
+	var errs []error
+	var err error
+	if c.FightRepairs, err = strconv.Atoi(r.repairs); err != nil || c.FightRepairs < 2 {
+		errs = append(errs, fmt.Errorf("--conflict-repairs %q: want a whole number of at least 2", r.repairs))
+	}
+	if c.FightWindow, err = time.ParseDuration(r.window); err != nil || c.FightWindow <= 0 {
+		errs = append(errs, fmt.Errorf("--conflict-window %q: want a duration such as 30s", r.window))
+	}
+	if c.PluginTokenTTL, err = time.ParseDuration(r.ttl); err != nil || c.PluginTokenTTL < MinPluginTokenTTL || c.PluginTokenTTL > MaxPluginTokenTTL {
+		errs = append(errs, fmt.Errorf("--plugin-token-ttl %q: want a duration from 10m to 24h", r.ttl))
+	}
+	if c.LogLevel, err = ParseLevel(r.level); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Chained, err = strconv.ParseBool(r.chained); err != nil {
+		errs = append(errs, fmt.Errorf("--chained %q: want true or false", r.chained))
+	}
+	c.Mode = Mode(r.mode)
+	return errs
 }
 
 // ParseLevel reads --log-level.
@@ -260,15 +259,6 @@ func (c Config) validate() error {
 	}
 	if !c.Chained && c.Mode != Owned {
 		errs = append(errs, fmt.Errorf("--mode %q: a standalone config (--chained=false) is always owned: want owned", c.Mode))
-	}
-	for _, ns := range c.ExcludeNamespaces {
-		if !kube.ValidNamespace(ns) {
-			errs = append(errs, fmt.Errorf("--exclude-namespaces: %q is not a namespace name: want 1 to 63 lower-case letters, digits and '-', comma-separated", ns))
-		}
-	}
-	// The agent's namespace names its objects (lifecycle, tokens).
-	if !kube.ValidNamespace(c.PodNamespace) {
-		errs = append(errs, fmt.Errorf("--pod-namespace %q: required (POD_NAMESPACE from the downward API): want 1 to 63 lower-case letters, digits and '-'", c.PodNamespace))
 	}
 	if c.PluginServiceAccount != "" && !ValidObjectName(c.PluginServiceAccount) {
 		errs = append(errs, fmt.Errorf("--plugin-service-account %q: want a ServiceAccount name (lower-case letters, digits, '-' and '.'), or empty", c.PluginServiceAccount))

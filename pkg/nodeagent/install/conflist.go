@@ -102,19 +102,6 @@ func (in *Installer) installStandalone(netd *hostfs.Dir, cd chain.Dir) outcome {
 	return outcome{why: why, problem: in.removeStaleOwned(netd, cd)}
 }
 
-// otherInstaller returns a config file holding an istio-cni entry that
-// upstream Istio's installer wrote, or "": while one is there, that
-// installer manages istio-cni on this node (the same binary name and
-// kubeconfig path), and this one touches nothing.
-func otherInstaller(cd chain.Dir) string {
-	for _, f := range cd.Files {
-		if f.Data != nil && chain.UpstreamEntry(f.Data) {
-			return f.Name
-		}
-	}
-	return ""
-}
-
 // firstForeign is the first config file that is not ours, or "".
 func (in *Installer) firstForeign(cd chain.Dir) string {
 	for _, f := range cd.Files {

@@ -99,3 +99,26 @@ func (f *fights) end() Fight {
 	f.active, f.recent, f.pace = nil, nil, 0
 	return ended
 }
+
+// startFight reports a fight: the log, the metric, not ready (so the
+// node's startup taint comes back), and an Event on the Node.
+func (in *Installer) startFight(f Fight) {
+	in.metrics.Conflict.Set(1)
+	in.log.Error("conflict: another writer keeps undoing our files; repairing at most once a second until it stops",
+		"file", f.File, "writer", f.Writer, "repairs", f.Repairs, "window", f.Window.String(),
+		"conflist", in.files.owned, "primary", in.files.primary)
+	if in.deps.Notify != nil {
+		in.deps.Notify.Fighting(f)
+	}
+}
+
+// endFight: no repair was forced for a whole window.
+func (in *Installer) endFight() {
+	f := in.fights.end()
+	in.metrics.Conflict.Set(0)
+	in.log.Info("conflict over: no repair forced for a whole window", "file", f.File, "writer", f.Writer, "window", f.Window.String())
+	if in.deps.Notify != nil {
+		in.deps.Notify.Calm(f)
+	}
+	in.updateReadiness()
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,12 +28,14 @@ type node struct {
 	cancel                 context.CancelFunc
 	done                   chan error
 	uninstall              atomic.Bool
-	reinstalled            atomic.Bool // what Deps.Reinstalled says
+	reinstalled            atomic.Bool  // what Deps.Reinstalled says
+	reinstallChecks        atomic.Int64 // how often it was asked
 	tokenSerial            int
 	mint                   TokenMinter // nil: the installer's own token
 	nodeUID                func(context.Context, bool) (string, error)
 	notify                 Notifier
 	beats                  *health.Beats
+	now                    func() time.Time // the installer's clock; nil: time.Now
 	tweak                  func(*Installer)
 }
 
@@ -60,10 +63,11 @@ func newNode(t *testing.T) *node {
 
 func (n *node) config() Config {
 	return Config{
-		Paths: Paths{CNIBinDir: n.bin, CNINetDir: n.netd, RunDir: n.kc, NetnsDir: "/var/run/netns"}, PluginSource: n.src,
+		Paths:              Paths{CNIBinDir: n.bin, CNINetDir: n.netd, RunDir: n.kc, NetnsDir: "/var/run/netns"},
+		OwnFiles:           OwnFiles{PluginSource: n.src, OwnedConfigName: "02-istio-cni.conflist"},
+		PluginSettings:     PluginSettings{ExcludeNamespaces: []string{"kube-system"}},
 		HostKubeconfigPath: "/var/run/istio-cni/" + KubeconfigName, ServiceAccountDir: n.sa,
-		APIHost: "10.96.0.1", APIPort: "443", OwnedConfigName: "02-istio-cni.conflist",
-		ExcludeNamespaces: []string{"kube-system"}, LogLevel: slog.LevelInfo,
+		APIHost: "10.96.0.1", APIPort: "443", LogLevel: slog.LevelInfo,
 		Mode: Owned, Chained: true, PodNamespace: "istio-cni",
 		// Tests undo our files quickly on purpose; only the fight tests
 		// want the fight detected.
@@ -81,12 +85,14 @@ func (n *node) start(cfg Config) {
 			return n.uninstall.Load(), "the test says so", nil
 		},
 		Reinstalled: func(context.Context) (bool, string) {
+			n.reinstallChecks.Add(1)
 			return n.reinstalled.Load(), "the test says so"
 		},
 		PluginToken: n.mint,
 		NodeUID:     n.nodeUID,
 		Notify:      n.notify,
 		Liveness:    n.beats,
+		Now:         n.now,
 	})
 	if n.tweak != nil {
 		n.tweak(in)
@@ -174,6 +180,28 @@ func (n *node) waitReady() {
 func (n *node) owned() (string, string) {
 	name := n.in.Conflist()
 	return name, n.read(filepath.Join(n.netd, name))
+}
+
+// fakeClock is a clock that moves only when the test moves it: what
+// depends on it (a token's validity, a refusal's gap, a hold's lifetime)
+// happens when the test says, not when a timer does.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 func metric(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }

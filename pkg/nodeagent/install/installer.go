@@ -51,7 +51,9 @@ type Deps struct {
 }
 
 // Installer keeps the plugin installed on the node. Only Run's loop
-// touches its state, except readiness, which others read.
+// touches its state, except readiness, which others read, and the plugin's
+// token keeper (tokens), which runs on a goroutine of its own and sends
+// the loop its news.
 type Installer struct {
 	cfg     Config
 	log     *slog.Logger
@@ -59,18 +61,19 @@ type Installer struct {
 	deps    Deps
 	now     func() time.Time
 
-	ready   *readiness    // what /readyz says, read by other goroutines
-	fights  *fights       // another writer undoing us, and the repairs' pace
-	tokens  *pluginTokens // the plugin's minted token; nil: the installer's own
-	refused chan struct{} // the plugin's token was refused (PluginTokenRefused)
-	// nodeSeen takes the node's UID as a check read it, every nodeEvery
-	// (see NodeUID).
-	nodeSeen  chan string
-	nodeEvery time.Duration
-	files     fileState    // what the loop wrote and found
-	alive     *health.Beat // the watch loop's progress
+	ready  *readiness // what /readyz says, read by other goroutines
+	fights *fights    // another writer undoing us, and the repairs' pace
+	// tokens keeps the plugin's minted token; nil: the kubeconfig carries
+	// the installer's own.
+	tokens *pluginToken
+	token  tokenState   // the plugin's token, as tokens last told
+	files  fileState    // what the loop wrote and found
+	alive  *health.Beat // the watch loop's progress
 	// removeNow carries UninstallNow's reason to the loop.
 	removeNow chan string
+	// reinstallEvery: how often an agent that uninstalled while running
+	// asks whether istio-cni is back.
+	reinstallEvery time.Duration
 	// refusedHold: the API refused the agent's credentials at start;
 	// nothing is installed until a mint succeeds (removed.go).
 	refusedHold bool
@@ -113,22 +116,16 @@ func New(cfg Config, deps Deps) *Installer {
 		deps.Now = time.Now
 	}
 	in := &Installer{cfg: cfg, log: deps.Log, metrics: deps.Metrics, deps: deps, now: deps.Now,
-		ready:     newReadiness(deps.Log, deps.Metrics, deps.Now),
-		fights:    newFights(cfg.FightRepairs, cfg.FightWindow),
-		refused:   make(chan struct{}, 1),
-		nodeSeen:  make(chan string, 1),
-		nodeEvery: nodeCheckEvery,
-		removeNow: make(chan string, 1),
+		ready:          newReadiness(deps.Log, deps.Metrics, deps.Now),
+		fights:         newFights(cfg.FightRepairs, cfg.FightWindow),
+		removeNow:      make(chan string, 1),
+		reinstallEvery: reinstallCheck,
 	}
 	if deps.PluginToken != nil {
-		in.tokens = newPluginTokens(deps.PluginToken, deps.Log, deps.Now)
-		in.tokens.mints = deps.Metrics.TokenMints
+		in.tokens = newPluginToken(deps, cfg.PluginTokenTTL)
 	}
 	if deps.Liveness != nil {
 		in.alive = deps.Liveness.Loop("watch loop", aliveBound)
-		if in.tokens != nil {
-			in.tokens.busy = deps.Liveness.Episodic("token minter", 3*defaultMintTimeout)
-		}
 	}
 	return in
 }

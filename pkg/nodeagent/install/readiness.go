@@ -1,6 +1,7 @@
 package install
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -72,4 +73,27 @@ func (r *readiness) set(ok bool, why, conflist, primary string) {
 
 func (in *Installer) setReady(ok bool, why string) {
 	in.ready.set(ok, why, in.files.owned, in.files.primary)
+}
+
+// updateReadiness: ready only while no step failed, every watch is armed,
+// and the runtime's pick (the first config file) is our chained conflist.
+func (in *Installer) updateReadiness() {
+	var problems []error
+	for _, file := range []string{fileBinary, fileKubeconfig, fileConflist} {
+		problems = append(problems, in.files.problems[file])
+	}
+	switch err := errors.Join(problems...); {
+	case in.fights.active != nil:
+		in.setReady(false, "conflict: "+in.fights.active.String()+"; repairing at most once a second")
+	case err != nil:
+		in.setReady(false, err.Error())
+	case len(in.unwatched) > 0:
+		in.setReady(false, "not watching "+in.unwatched[0]+" (waiting for it to exist)")
+	default:
+		if err := in.verifyFirst(); err != nil {
+			in.setReady(false, err.Error())
+			return
+		}
+		in.setReady(true, "")
+	}
 }

@@ -42,7 +42,7 @@ var ErrReinstalled = errors.New("istio-cni is installed again around this agent,
 
 // reinstallCheck is how often an agent that uninstalled while running asks
 // whether istio-cni is back.
-var reinstallCheck = 30 * time.Second
+const reinstallCheck = 30 * time.Second
 
 // uninstallWhileRunning uninstalls and then only keeps the loop's
 // liveness beating until ctx ends: nothing is repaired or minted any more,
@@ -59,7 +59,7 @@ func (in *Installer) uninstallWhileRunning(ctx context.Context, why string) erro
 	defer tick.Stop()
 	var check <-chan time.Time
 	if in.deps.Reinstalled != nil {
-		t := time.NewTicker(reinstallCheck)
+		t := time.NewTicker(in.reinstallEvery)
 		defer t.Stop()
 		check = t.C
 	}
@@ -96,11 +96,11 @@ func (in *Installer) clearHeldNode() {
 	}
 }
 
-// refusedAtStart: the first mint was refused for the agent's own
-// credentials (401): its ServiceAccount or its pod is gone. Installing then
+// agentRefused: a mint was refused for the agent's own credentials (401):
+// its ServiceAccount or its pod is gone. When the first mint is, installing
 // would only put back a config that an orphaned agent already removed, so
 // the installer holds until a mint succeeds.
-func refusedAtStart(r mintResult) bool { return apierrors.IsUnauthorized(r.err) }
+func agentRefused(err error) bool { return apierrors.IsUnauthorized(err) }
 
 // holding reports whether the installer holds its install because the API
 // refuses the agent, and says so once.

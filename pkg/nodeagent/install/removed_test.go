@@ -18,6 +18,7 @@ import (
 func TestUninstallNowRemovesAndHoldsNothing(t *testing.T) {
 	n := newNode(t)
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	n.tweak = func(in *Installer) { in.reinstallEvery = 20 * time.Millisecond }
 	n.start(n.config())
 	n.waitReady()
 	n.in.UninstallNow("ServiceAccount istio-cni/istio-cni is deleted and the API now refuses the agent")
@@ -25,12 +26,19 @@ func TestUninstallNowRemovesAndHoldsNothing(t *testing.T) {
 		ok, why := n.in.Ready()
 		return !ok && strings.HasPrefix(why, UninstalledReason) && !exists(filepath.Join(n.netd, "02-istio-cni.conflist")), why
 	})
-	// Nothing is repaired any more: a config written now stays as it is.
-	n.write(filepath.Join(n.netd, "01-other.conflist"), bridgePrimary, 0o644)
+	// Nothing is repaired any more: a config written now stays as it is,
+	// while the agent goes on asking whether istio-cni is back (it asks
+	// only once it uninstalled; a loop that still repaired never would).
+	other := filepath.Join(n.netd, "01-other.conflist")
+	n.write(other, bridgePrimary, 0o644)
+	n.reinstallChecked("two checks after the write", n.reinstallChecks.Load()+2)
 	for _, f := range []string{filepath.Join(n.bin, PluginBinary), filepath.Join(n.kc, KubeconfigName), filepath.Join(n.netd, "02-istio-cni.conflist")} {
 		if exists(f) {
 			t.Errorf("%s after the uninstall", f)
 		}
+	}
+	if got := n.read(other); got != bridgePrimary {
+		t.Errorf("a config written after the uninstall was changed:\n%s", got)
 	}
 	n.uninstall.Store(false)
 	if err := n.stop(); err != nil {
@@ -41,14 +49,22 @@ func TestUninstallNowRemovesAndHoldsNothing(t *testing.T) {
 	}
 }
 
+// reinstallChecked waits until Deps.Reinstalled was asked at least checks
+// times, or Run returned.
+func (n *node) reinstallChecked(what string, checks int64) {
+	n.t.Helper()
+	n.eventually(what, func() (bool, string) {
+		return n.reinstallChecks.Load() >= checks || len(n.done) > 0, fmt.Sprint(n.reinstallChecks.Load(), " checks")
+	})
+}
+
 // An orphan that uninstalled while running is adopted by a new install
 // (same template: the new DaemonSet keeps the pod): once the API shows
 // istio-cni back and accepts it, it exits so kubelet restarts it to
 // install, rather than idling on a node the new install counts as served.
 func TestUninstalledWhileRunningExitsWhenReinstalled(t *testing.T) {
-	defer func(d time.Duration) { reinstallCheck = d }(reinstallCheck)
-	reinstallCheck = 20 * time.Millisecond
 	n := newNode(t)
+	n.tweak = func(in *Installer) { in.reinstallEvery = 20 * time.Millisecond }
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	n.start(n.config())
 	n.waitReady()
@@ -57,10 +73,12 @@ func TestUninstalledWhileRunningExitsWhenReinstalled(t *testing.T) {
 		ok, why := n.in.Ready()
 		return !ok && strings.HasPrefix(why, UninstalledReason), why
 	})
+	n.reinstallChecked("three checks saying no", 3)
 	select {
 	case err := <-n.done:
+		n.cancel = nil // Run returned: nothing for the cleanup to stop
 		t.Fatalf("exited before istio-cni was back: %v", err)
-	case <-time.After(100 * time.Millisecond): // several checks said no
+	default:
 	}
 	n.reinstalled.Store(true)
 	select {
@@ -106,9 +124,11 @@ func TestRefusedAtStartInstallsNothing(t *testing.T) {
 
 // A restarted orphan whose node still holds what an earlier run installed
 // (it crashed before it could uninstall): while the API refuses it, that
-// config keeps failing every pod on the node. Once the hold has lasted the
-// plugin's token lifetime, no token of the earlier run can work: the files
-// go, and the hold goes on until the API accepts the agent again.
+// config keeps failing every pod on the node. Before the hold has lasted
+// the plugin's token lifetime, an earlier run's token may still work: the
+// files stay. Once it has, none can: the files go, and the hold goes on
+// until the API accepts the agent again. The lifetime runs by a fake
+// clock, so "before" and "after" are the test's to say.
 func TestHeldPastTheTokenLifetimeClearsTheNode(t *testing.T) {
 	n := newNode(t)
 	m := &fakeMinter{ttl: time.Hour}
@@ -119,26 +139,41 @@ func TestHeldPastTheTokenLifetimeClearsTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := []string{filepath.Join(n.bin, PluginBinary), filepath.Join(n.kc, KubeconfigName), filepath.Join(n.netd, "02-istio-cni.conflist")}
-	for _, f := range files {
-		if !exists(f) {
-			t.Fatalf("%s missing after a restart", f)
-		}
-	}
-	m.mu.Lock()
-	m.refuse = apierrors.NewUnauthorized("the token's ServiceAccount is gone")
-	m.mu.Unlock()
-	cfg := n.config()
-	cfg.PluginTokenTTL = 500 * time.Millisecond
-	n.start(cfg)
-	n.eventually("the earlier run's files removed, still holding", func() (bool, string) {
-		ok, why := n.in.Ready()
+	left := func() int {
 		left := 0
 		for _, f := range files {
 			if exists(f) {
 				left++
 			}
 		}
-		return !ok && strings.HasPrefix(why, RefusedReason) && left == 0, fmt.Sprint(why, "; files left: ", left)
+		return left
+	}
+	if left() != len(files) {
+		t.Fatalf("%d of %v left after a restart", left(), files)
+	}
+	clock := newFakeClock()
+	m.mu.Lock()
+	m.refuse = apierrors.NewUnauthorized("the token's ServiceAccount is gone")
+	m.now = clock.now
+	m.mu.Unlock()
+	n.now = clock.now
+	cfg := n.config()
+	cfg.PluginTokenTTL = 10 * time.Minute
+	calls, _ := m.counts()
+	n.start(cfg)
+	// The first refusal starts the hold; the loop has taken the second
+	// once the fourth mint started.
+	n.mintsStarted(m, "refused mints during the hold", calls+4)
+	if ok, why := n.in.Ready(); ok || !strings.HasPrefix(why, RefusedReason) {
+		t.Fatalf("not holding: ready %v, %s", ok, why)
+	}
+	if left() != len(files) {
+		t.Fatalf("%d of %d files left before the token lifetime ended, want all", left(), len(files))
+	}
+	clock.advance(cfg.PluginTokenTTL)
+	n.eventually("the earlier run's files removed, still holding", func() (bool, string) {
+		ok, why := n.in.Ready()
+		return !ok && strings.HasPrefix(why, RefusedReason) && left() == 0, fmt.Sprint(why, "; files left: ", left())
 	})
 	m.mu.Lock()
 	m.refuse = nil

@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-
-	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 )
 
 // TokenMinter returns a new bearer token for the plugin and when it expires.
@@ -80,129 +76,55 @@ func PluginTokenMinter(cfg *rest.Config, namespace, serviceAccount string, ttl t
 	}, nil
 }
 
-// pluginTokens is the plugin's minted token, when to replace it, and the
-// mint in flight. Only Run's loop touches it.
-type pluginTokens struct {
-	mint    TokenMinter
-	log     *slog.Logger
-	now     func() time.Time
-	minted  chan mintResult // background mints report here
-	timeout time.Duration   // bounds one mint
-	retry   time.Duration   // after a failed mint
-	// refusedGap is the least time between mints a refusal asks for.
-	refusedGap time.Duration
-	busy       *health.Beat // a mint in flight, for /healthz
-
-	token     string
-	expires   time.Time
-	refreshAt time.Time // when to mint next; zero: at once
-	started   time.Time // when the last mint started
-	minting   bool      // a mint runs; its result arrives on minted
-	lastErr   error     // the last mint's failure, for readiness
-	// mints counts mints by result (success, failure); nil: not counted.
-	mints *prometheus.CounterVec
-}
-
-type mintResult struct {
-	token   string
-	expires time.Time
-	err     error
-}
-
-func newPluginTokens(mint TokenMinter, log *slog.Logger, now func() time.Time) *pluginTokens {
-	return &pluginTokens{mint: mint, log: log, now: now, minted: make(chan mintResult, 1),
-		timeout: defaultMintTimeout, retry: defaultMintRetry, refusedGap: defaultRefusedGap}
-}
-
-// start mints in the background, so a slow or unreachable API server never
-// holds up a repair: the loop goes on and takes the result from minted.
-func (p *pluginTokens) start(ctx context.Context) {
-	p.minting, p.started = true, p.now()
-	p.busy.Start()
+// startTokens starts the keeper of the plugin's token, when there is one,
+// and takes its first mint before the first reconcile, so a fresh node
+// gets a working kubeconfig with everything else; the wait is bounded by
+// the mint timeout, and a failure only means not ready until a retry. It
+// returns the keeper's news (nil without a keeper) and what stops it.
+func (in *Installer) startTokens(ctx context.Context) (<-chan tokenNews, func()) {
+	if in.tokens == nil {
+		return nil, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
 	go func() {
-		ctx, cancel := context.WithTimeout(ctx, p.timeout)
-		defer cancel()
-		token, expires, err := p.mint(ctx)
-		p.minted <- mintResult{token: token, expires: expires, err: err}
+		defer close(stopped)
+		in.tokens.run(ctx)
 	}()
+	select {
+	case n := <-in.tokens.news:
+		in.token = n.state
+		in.refusedHold = n.agentRefused
+	case <-ctx.Done():
+	}
+	return in.tokens.news, func() { cancel(); <-stopped }
 }
 
-// done takes a mint's result. Tokens are replaced at 80% of their lifetime
-// (as kubelet does for projected tokens), so a failed mint is retried every
-// retry for a fifth of the lifetime before the plugin's token lapses. It
-// reports whether the token changed.
-func (p *pluginTokens) done(r mintResult) bool {
-	p.minting = false
-	p.busy.Done()
-	now := p.now() // after the call, which may have taken the timeout
-	if p.mints != nil {
-		result := "success"
-		if r.err != nil || !r.expires.After(now) {
-			result = "failure"
-		}
-		p.mints.WithLabelValues(result).Inc()
+// takeToken takes the keeper's news: a new token goes into the kubeconfig
+// at once, and so does the lack of a valid one (readiness says why); the
+// first token minted after a hold installs everything.
+func (l *loop) takeToken(n tokenNews) {
+	in := l.in
+	in.token = n.state
+	if n.lapsed {
+		in.clearHeldNode()
 	}
 	switch {
-	case r.err != nil:
-		p.refreshAt, p.lastErr = now.Add(p.retry), r.err
-		if p.valid() {
-			p.log.Warn("keeping the plugin's current token", "expires", p.expires.Format(time.RFC3339),
-				"retry_in", p.retry.String(), "error", r.err.Error())
-		}
-		return false
-	case !r.expires.After(now):
-		p.refreshAt = now.Add(p.retry)
-		p.lastErr = fmt.Errorf("minted plugin token expires at %s, which is not in the future: check the node's clock", r.expires.Format(time.RFC3339))
-		return false
+	case in.refusedHold && n.changed:
+		in.log.Info("the API accepts this agent again: installing")
+		in.refusedHold = false
+		l.now(trigger{reason: reasonInstall, at: in.now()})
+	case n.changed || !n.state.valid(in.now()):
+		in.writePluginToken()
 	}
-	p.token, p.expires, p.lastErr = r.token, r.expires, nil
-	p.refreshAt = now.Add(r.expires.Sub(now) * 4 / 5)
-	p.log.Info("minted the plugin's token", "expires", r.expires.Format(time.RFC3339), "refresh_at", p.refreshAt.Format(time.RFC3339))
-	return true
-}
-
-func (p *pluginTokens) valid() bool { return p.token != "" && p.now().Before(p.expires) }
-
-// current is the token for the plugin's kubeconfig: the minted one while it
-// is valid. It never mints (the loop does, in the background), and never
-// falls back to the installer's own token.
-func (p *pluginTokens) current() (string, error) {
-	if p.valid() {
-		return p.token, nil
-	}
-	if p.lastErr != nil {
-		return "", fmt.Errorf("no valid token for the plugin: %w", p.lastErr)
-	}
-	return "", errors.New("no valid token for the plugin yet: minting")
-}
-
-// defaultRefusedGap is the least time between mints that a refused token
-// asks for: whatever reports the refusal, it costs the API server at most
-// one TokenRequest per node per gap.
-const defaultRefusedGap = 30 * time.Second
-
-// refused is told that the API server refused the current token (the plugin
-// reported a denied lookup: its Node re-registered, its pod is gone, or it
-// was revoked another way). It reports whether to mint now.
-func (p *pluginTokens) refused() bool {
-	return !p.minting && p.now().Sub(p.started) >= p.refusedGap
-}
-
-// due fires when the next mint is due; nil when a mint is in flight.
-func (p *pluginTokens) due() <-chan time.Time {
-	if p.minting {
-		return nil
-	}
-	return time.After(p.refreshAt.Sub(p.now()))
 }
 
 // PluginTokenRefused tells the installer that the API server refused the
 // plugin's token (the plugin reports it): a new one is minted at once, at
 // most every 30 s. Safe from any goroutine; it never blocks.
 func (in *Installer) PluginTokenRefused() {
-	select {
-	case in.refused <- struct{}{}:
-	default:
+	if in.tokens != nil {
+		in.tokens.reportRefused()
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,35 +17,62 @@ import (
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// fakeMinter hands out plugin-1, plugin-2, ... each valid for ttl; it fails
-// while failing is set, and blocks until its context ends while hanging is.
+// fakeMinter hands out plugin-1, plugin-2, ... each valid for ttl by its
+// clock; it fails while failing is set, and blocks until its context ends
+// while hanging is. It records every call.
 type fakeMinter struct {
 	mu               sync.Mutex
 	ttl              time.Duration
+	now              func() time.Time // the expiries' clock; nil: time.Now
 	calls, serial    int
 	failing, hanging bool
 	refuse           error // returned while set, as the API server refuses
+	inFlight         int   // calls not returned yet
+	mostInFlight     int
+	log              []mintCall
+}
+
+// mintCall is one call, in real time.
+type mintCall struct {
+	start, end time.Time // end: zero while in flight
+	ok         bool
 }
 
 func (f *fakeMinter) mint(ctx context.Context) (string, time.Time, error) {
 	f.mu.Lock()
 	f.calls++
+	f.inFlight++
+	f.mostInFlight = max(f.mostInFlight, f.inFlight)
+	i := len(f.log)
+	f.log = append(f.log, mintCall{start: time.Now()})
 	hang, fail, refuse := f.hanging, f.failing, f.refuse
 	f.mu.Unlock()
-	if refuse != nil {
+	token, expires, err := f.answer(ctx, hang, fail, refuse)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inFlight--
+	f.log[i].end, f.log[i].ok = time.Now(), err == nil
+	return token, expires, err
+}
+
+func (f *fakeMinter) answer(ctx context.Context, hang, fail bool, refuse error) (string, time.Time, error) {
+	switch {
+	case refuse != nil:
 		return "", time.Time{}, refuse
-	}
-	if hang {
+	case hang:
 		<-ctx.Done()
 		return "", time.Time{}, ctx.Err()
-	}
-	if fail {
+	case fail:
 		return "", time.Time{}, errors.New("TokenRequest refused")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	now := time.Now
+	if f.now != nil {
+		now = f.now
+	}
 	f.serial++
-	return fmt.Sprintf("plugin-%d", f.serial), time.Now().Add(f.ttl), nil
+	return fmt.Sprintf("plugin-%d", f.serial), now().Add(f.ttl), nil
 }
 
 func (f *fakeMinter) set(failing, hanging bool) {
@@ -56,6 +85,24 @@ func (f *fakeMinter) counts() (calls, serial int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls, f.serial
+}
+
+// history is every call so far, in the order they started.
+func (f *fakeMinter) history() []mintCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.log)
+}
+
+// The keeper hands the loop each mint's news before it can start the next
+// mint: once call k+1 has started, the loop has taken the news of call k,
+// and anything the test does afterwards reaches the loop after it.
+func (n *node) mintsStarted(m *fakeMinter, what string, calls int) {
+	n.t.Helper()
+	n.eventually(what, func() (bool, string) {
+		now, _ := m.counts()
+		return now >= calls, fmt.Sprint(now, " mints")
+	})
 }
 
 func (n *node) kubeconfig() string { return n.read(filepath.Join(n.kc, KubeconfigName)) }
@@ -103,11 +150,15 @@ func TestPluginTokenMintedAndRenewed(t *testing.T) {
 
 // Without a token the installer is not ready and says why, and it writes
 // no kubeconfig: its own token must never stand in. A failed renewal keeps
-// the current token while it is valid.
+// the current token while it is valid, and only until it expires: the
+// token's validity follows a fake clock, so "before" and "after" the expiry
+// are the test's to say.
 func TestPluginTokenMintFailure(t *testing.T) {
 	n := newNode(t)
-	m := &fakeMinter{ttl: time.Second, failing: true}
+	clock := newFakeClock()
+	m := &fakeMinter{ttl: time.Second, failing: true, now: clock.now}
 	n.minting(m)
+	n.now = clock.now
 	n.start(n.config())
 	n.eventually("not ready, naming the mint failure", func() (bool, string) {
 		ready, why := n.in.Ready()
@@ -124,57 +175,101 @@ func TestPluginTokenMintFailure(t *testing.T) {
 	if ok, failed := metric(n.in.metrics.TokenMints.WithLabelValues("success")), metric(n.in.metrics.TokenMints.WithLabelValues("failure")); ok != 1 || failed < 1 {
 		t.Errorf("istio_cni_plugin_token_mints_total: success %v, failure %v; want 1 and at least 1", ok, failed)
 	}
-	// Renewals fail from now on: plugin-1 stays until it expires (1 s),
-	// then the installer is no longer ready.
+	// Renewals fail from now on (the first at 80% of the second, in real
+	// time), while the clock says plugin-1 is valid: the loop has taken a
+	// failed renewal once a second one started. A repair of the
+	// kubeconfig after it still writes plugin-1.
 	m.set(true, false)
-	deadline := time.Now().Add(700 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
-			t.Fatalf("kubeconfig lost its valid token:\n%s", kc)
-		}
-		time.Sleep(20 * time.Millisecond)
+	calls, _ := m.counts()
+	n.mintsStarted(m, "two failed renewals", calls+2)
+	if err := os.Remove(filepath.Join(n.kc, KubeconfigName)); err != nil {
+		t.Fatal(err)
 	}
+	n.eventually("the kubeconfig repaired with the valid plugin-1 after a failed renewal", func() (bool, string) {
+		ready, why := n.in.Ready()
+		kc := n.kubeconfig()
+		return ready && strings.Contains(kc, "plugin-1"), fmt.Sprintf("ready %v (%s); kubeconfig:\n%s", ready, why, kc)
+	})
+	// Past its expiry, the next failed renewal leaves no valid token.
+	clock.advance(time.Second)
 	n.eventually("not ready once the token expired", func() (bool, string) {
 		ready, why := n.in.Ready()
 		return !ready && strings.Contains(why, "no valid token"), why
 	})
 }
 
-// A mint that hangs (the API unreachable) never holds up a repair, and
-// retries stay paced.
+// A mint that hangs (the API unreachable) never holds up a repair: here
+// it hangs until Run ends, so a repair that waited for it would never
+// come.
 func TestPluginTokenHungAPIDoesNotBlockRepairs(t *testing.T) {
 	n := newNode(t)
 	m := &fakeMinter{ttl: 500 * time.Millisecond}
 	n.minting(m)
-	// A hang far longer than any repair: a repair that waited for it would
-	// take seconds, one that does not takes milliseconds, whatever the load.
-	const hang = 5 * time.Second
-	n.tweak = func(in *Installer) { in.tokens.retry, in.tokens.timeout = 50*time.Millisecond, hang }
+	n.tweak = func(in *Installer) { in.tokens.retry, in.tokens.timeout = 50*time.Millisecond, time.Hour }
 	n.start(n.config())
 	n.waitReady()
-	calls, _ := m.counts()
 	m.set(false, true)
 	n.eventually("a renewal hanging", func() (bool, string) {
-		now, _ := m.counts()
-		return now > calls, fmt.Sprint(now, " mints")
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.inFlight == 1, fmt.Sprint(m.inFlight, " mints in flight")
 	})
+	calls, _ := m.counts()
 	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
 	if err := os.Remove(owned); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	n.eventually("conflist restored", func() (bool, string) {
+	n.eventually("conflist restored while the renewal hangs", func() (bool, string) {
 		_, err := os.Stat(owned)
 		return err == nil, fmt.Sprint(err)
 	})
-	if d := time.Since(start); d > hang/2 {
-		t.Errorf("conflist restored after %v, behind a hanging mint (%v)", d, hang)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inFlight != 1 || m.calls != calls {
+		t.Errorf("%d mints in flight and %d more started; want the one that hangs, alone", m.inFlight, m.calls-calls)
 	}
-	// A hanging mint is retried only once it gave up: not a spin.
-	before, _ := m.counts()
-	time.Sleep(time.Second)
-	if calls, _ := m.counts(); calls-before > 5 {
-		t.Errorf("%d mints in a second", calls-before)
+}
+
+// A mint that hangs is given up after the mint timeout, and retried only
+// then, after the retry delay: never two at once, never a spin.
+func TestPluginTokenHungMintRetriedOnceItGaveUp(t *testing.T) {
+	n := newNode(t)
+	m := &fakeMinter{ttl: time.Hour, hanging: true}
+	n.minting(m)
+	const retry = 50 * time.Millisecond
+	n.tweak = func(in *Installer) { in.tokens.retry, in.tokens.timeout = retry, 100*time.Millisecond }
+	n.start(n.config())
+	n.eventually("three hung mints given up", func() (bool, string) {
+		done := 0
+		for _, c := range m.history() {
+			if !c.end.IsZero() {
+				done++
+			}
+		}
+		return done >= 3, fmt.Sprint(done, " given up")
+	})
+	calls := m.history()
+	for i := 1; i < len(calls); i++ {
+		if prev := calls[i-1]; prev.end.IsZero() || calls[i].start.Sub(prev.end) < retry {
+			t.Errorf("mint %d started %v after mint %d gave up (at %v), want at least %v after", i+1,
+				calls[i].start.Sub(prev.end), i, prev.end, retry)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mostInFlight != 1 {
+		t.Errorf("%d mints in flight at once, want 1", m.mostInFlight)
+	}
+}
+
+// renewalsPaced checks that no mint started sooner after a successful one
+// than 80% of its token's lifetime: the pace of its lifetime, not a loop.
+func renewalsPaced(t *testing.T, calls []mintCall, ttl time.Duration) {
+	t.Helper()
+	for i := 1; i < len(calls); i++ {
+		if prev := calls[i-1]; prev.ok && calls[i].start.Sub(prev.start) < ttl*4/5-time.Microsecond {
+			t.Errorf("mint %d started %v after mint %d minted a %v token, want at least 80%% of it", i+1, calls[i].start.Sub(prev.start), i, ttl)
+		}
 	}
 }
 
@@ -183,7 +278,8 @@ func TestPluginTokenHungAPIDoesNotBlockRepairs(t *testing.T) {
 // pace of its lifetime, not in a loop.
 func TestPluginTokenRenewedDuringConflict(t *testing.T) {
 	n := newNode(t)
-	m := &fakeMinter{ttl: time.Second}
+	const ttl = time.Second
+	m := &fakeMinter{ttl: ttl}
 	n.minting(m)
 	cfg := n.config()
 	cfg.FightRepairs, cfg.FightWindow = 4, 30*time.Second
@@ -195,31 +291,34 @@ func TestPluginTokenRenewedDuringConflict(t *testing.T) {
 		ok, why := n.in.Ready()
 		return !ok && strings.Contains(why, "conflict"), why
 	})
-	calls, serial := m.counts()
-	n.eventually("token renewed during the conflict", func() (bool, string) {
-		kc := n.kubeconfig()
-		return strings.Contains(kc, fmt.Sprintf("plugin-%d", serial+1)), kc
-	})
-	time.Sleep(time.Second)
-	if now, _ := m.counts(); now-calls > 4 {
-		t.Errorf("%d mints in about 2 s of a 1 s token's life", now-calls)
+	_, serial := m.counts()
+	for _, next := range []int{serial + 1, serial + 2} {
+		n.eventually(fmt.Sprintf("token plugin-%d during the conflict", next), func() (bool, string) {
+			kc := n.kubeconfig()
+			return strings.Contains(kc, fmt.Sprintf("plugin-%d", next)), kc
+		})
 	}
+	if ok, why := n.in.Ready(); ok || !strings.Contains(why, "conflict") {
+		t.Errorf("the conflict ended while its writer went on (ready %v, %s): the renewals were not made during it", ok, why)
+	}
+	renewalsPaced(t, m.history(), ttl)
 }
 
 // A token the API server refused (the plugin reports it) is replaced at
-// once, not at 80% of its life; refusals in a burst cost one mint.
+// once, not at 80% of its life. The refusal gap runs by a fake clock: the
+// test moves it past the gap instead of waiting for it.
 func TestPluginTokenRefusedMintsAtOnce(t *testing.T) {
 	n := newNode(t)
-	m := &fakeMinter{ttl: time.Hour}
+	clock := newFakeClock()
+	m := &fakeMinter{ttl: time.Hour, now: clock.now}
 	n.minting(m)
-	tweak := n.tweak
-	n.tweak = func(in *Installer) { tweak(in); in.tokens.refusedGap = 200 * time.Millisecond }
+	n.now = clock.now
 	n.start(n.config())
 	n.waitReady()
 	if kc := n.kubeconfig(); !strings.Contains(kc, "plugin-1") {
 		t.Fatalf("kubeconfig:\n%s", n.kubeconfig())
 	}
-	time.Sleep(250 * time.Millisecond)
+	clock.advance(defaultRefusedGap)
 	for range 5 {
 		n.in.PluginTokenRefused()
 	}
@@ -227,9 +326,51 @@ func TestPluginTokenRefusedMintsAtOnce(t *testing.T) {
 		kc := n.kubeconfig()
 		return strings.Contains(kc, "plugin-2"), kc
 	})
-	time.Sleep(100 * time.Millisecond)
-	if calls, _ := m.counts(); calls != 2 {
-		t.Errorf("%d mints for one burst of refusals after the first, want 2 in all", calls)
+}
+
+// Refusals cost at most one mint per gap: none while a mint runs, none
+// within the gap of the last one, and a burst after it one. The keeper's
+// turn on a refusal (onRefusal) is driven by the test, by a fake clock
+// that moves a little before each, so a mint it starts shows at once in
+// the keeper's record of when the last one started.
+func TestPluginTokenRefusalsMintOncePerGap(t *testing.T) {
+	clock := newFakeClock()
+	m := &fakeMinter{ttl: time.Hour, now: clock.now}
+	p := newPluginToken(Deps{PluginToken: m.mint, Log: slog.New(slog.DiscardHandler), Metrics: NewMetrics(), Now: clock.now}, time.Hour)
+	ctx := t.Context()
+	minted := func() bool {
+		clock.advance(time.Nanosecond)
+		before := p.started
+		p.onRefusal(ctx)
+		return p.started != before
+	}
+	p.start(ctx)
+	clock.advance(p.refusedGap)
+	if minted() {
+		t.Fatal("a refusal started a mint while one ran")
+	}
+	p.done(<-p.minted)
+	if !minted() {
+		t.Fatal("a refusal past the gap started no mint")
+	}
+	p.done(<-p.minted)
+	clock.advance(p.refusedGap - time.Millisecond)
+	if minted() {
+		t.Fatal("a refusal within the gap of the last mint started one")
+	}
+	clock.advance(time.Millisecond)
+	burst := 0
+	for range 5 {
+		if minted() {
+			burst++
+		}
+	}
+	if burst != 1 {
+		t.Fatalf("a burst of 5 refusals past the gap started %d mints, want 1", burst)
+	}
+	p.done(<-p.minted)
+	if p.state.token != "plugin-3" {
+		t.Errorf("token %q after three mints, want plugin-3", p.state.token)
 	}
 }
 
@@ -267,7 +408,7 @@ func TestPluginTokenReplacedWhenItsNodeReregisters(t *testing.T) {
 	}
 	n.tweak = func(in *Installer) {
 		in.tokens.retry, in.tokens.timeout, in.tokens.refusedGap = 50*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
-		in.nodeEvery = 50 * time.Millisecond
+		in.tokens.nodeEvery = 50 * time.Millisecond
 	}
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
 	n.start(n.config())

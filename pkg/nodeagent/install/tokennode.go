@@ -48,42 +48,56 @@ func boundNodeUID(token string) string {
 	return claims.K8s.Node.UID
 }
 
-// checkNode reads the node's UID in the background and hands it to the
-// loop (nodeSeen). The read is from the API server's cache; one that
-// differs from bound, the UID the current token names, is read again from
-// storage, so that a cache behind the times cannot have the agent mint
-// each minute. A failed read is logged (a check that keeps failing, a
-// 403 after an RBAC change, must not go unseen) and dropped: the next
-// check tries again.
-func (in *Installer) checkNode(ctx context.Context, bound string) {
+// checkNode reads the node's UID in the background and hands it to run
+// (nodeSeen). The read is from the API server's cache; one that differs
+// from the UID the current token names is read again from storage, so that
+// a cache behind the times cannot have the agent mint each minute. A
+// failed read is logged (a check that keeps failing, a 403 after an RBAC
+// change, must not go unseen) and dropped: the next check tries again. A
+// token that names no node is not checked: the API server binds it
+// otherwise, and renewal replaces it.
+func (p *pluginToken) checkNode(ctx context.Context) {
+	bound := p.boundNode()
+	if bound == "" {
+		return
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(ctx, defaultMintTimeout)
 		defer cancel()
-		uid, err := in.deps.NodeUID(ctx, false)
+		uid, err := p.nodeUID(ctx, false)
 		if err == nil && uid != bound {
-			uid, err = in.deps.NodeUID(ctx, true)
+			uid, err = p.nodeUID(ctx, true)
 		}
 		if err != nil {
-			in.log.Warn("reading this node's UID, to check the plugin's token is bound to it", "error", err.Error())
+			p.log.Warn("reading this node's UID, to check the plugin's token is bound to it", "error", err.Error())
 			return
 		}
 		if uid == "" {
 			return
 		}
 		select {
-		case in.nodeSeen <- uid:
+		case p.nodeSeen <- uid:
 		default:
 		}
 	}()
 }
 
+// onNodeUID mints at once when the node has a new UID, which revoked the
+// token, as onRefusal does.
+func (p *pluginToken) onNodeUID(ctx context.Context, uid string) {
+	if p.nodeChanged(uid) && p.mayMintAgain() {
+		p.log.Info("the node was registered again (a new UID), which revoked the plugin's token: minting a new one", "node_uid", uid)
+		p.start(ctx)
+	}
+}
+
 // boundNode is the UID of the node the current token is bound to; "" if
 // there is no token, or it names no node.
-func (p *pluginTokens) boundNode() string { return boundNodeUID(p.token) }
+func (p *pluginToken) boundNode() string { return boundNodeUID(p.state.token) }
 
 // nodeChanged reports whether the node now has another UID than the one
 // the plugin's current token is bound to.
-func (p *pluginTokens) nodeChanged(uid string) bool {
+func (p *pluginToken) nodeChanged(uid string) bool {
 	bound := p.boundNode()
 	return bound != "" && bound != uid
 }
