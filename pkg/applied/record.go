@@ -31,7 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Version is the records' format. Two builds share the records while one
@@ -62,7 +62,7 @@ type Record struct {
 	IPv6   bool          `json:"ipv6"`
 	// Backend is the iptables implementation ADD used (legacy or nft, as
 	// its auto resolved on the node): the agent reads and repairs with it.
-	Backend xtables.Backend `json:"backend,omitempty"`
+	Backend release.Backend `json:"backend,omitempty"`
 	At      time.Time       `json:"at"`
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
@@ -141,7 +141,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.AuditAction != "report" || c.AuditInterval != 30*time.Second || c.DaemonSetName != "istio-cni-node" ||
-		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.Install.NetnsDir != "/host/var/run/netns" || c.Backend != xtables.Auto {
+		c.ServiceAccount != "istio-cni" || c.Install.CNINetDir != n.netd || c.Install.NetnsDir != "/host/var/run/netns" || c.Backend != release.Auto {
 		t.Errorf("config %+v", c)
 	}
 	for _, tc := range []struct {

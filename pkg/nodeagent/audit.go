@@ -14,6 +14,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
@@ -34,7 +35,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 		log.Warn("the programs the audit runs keep all the agent's capabilities", "err", err)
 	}
 	backend := cfg.Backend
-	if backend == xtables.Auto {
+	if backend == release.Auto {
 		backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		log.Info("the node's iptables backend, from the host's rules", "backend", string(backend))
 	}
@@ -48,7 +49,7 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
 		Namespaces: netnsdir.NewFinder(cfg.Install.NetnsDir, time.Now()),
-		Network: func(b xtables.Backend) audit.Network {
+		Network: func(b release.Backend) audit.Network {
 			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b, Confirmed: confirmed}}
 		},
 		Pods:    pods,

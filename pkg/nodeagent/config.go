@@ -17,7 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
@@ -49,7 +49,7 @@ type Config struct {
 	// Backend is the iptables implementation the audit uses where a
 	// sandbox's record does not name ADD's: auto detects the node's from
 	// the host's rules.
-	Backend    xtables.Backend
+	Backend    release.Backend
 	NodeTaint  bool
 	TaintGrace time.Duration
 	// MissedInjection is what the agent does with a pod that missed its
@@ -75,7 +75,6 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
 	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
 	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
-	f.String(&raw.backend, "iptables-backend", "IPTABLES_BACKEND", string(xtables.Auto), "the node's iptables implementation for the audit: "+xtables.Backends+" (auto: the one holding the host's rules)")
 	f.String(&raw.action, "audit-action", "AUDIT_ACTION", string(audit.Repair), "what the node audit does with a meshed pod running unredirected: "+audit.Actions)
 	f.String(&raw.interval, "audit-interval", "AUDIT_INTERVAL", "30s", "period of the audit's full pass (1s to 1h); pod changes are checked at once")
 	f.String(&raw.confirm, "audit-confirm", "AUDIT_CONFIRM", "3s", "how long a pod must stay unredirected before the audit acts (0 to 1m)")
@@ -87,6 +86,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&raw.missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
 	f.String(&raw.missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods evicted per minute across the cluster, all nodes' agents together (1 to 60)")
 	istioNamespace := bindIstioNamespace(f)
+	backend := bindIptablesBackend(f)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -102,13 +102,16 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if c.IstioNamespace, err = istioNamespace(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.Backend, err = backend(); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.validate())
 	return c, errors.Join(errs...)
 }
 
 // agentFlags are the agent's own flags that are parsed, as given.
 type agentFlags struct {
-	action, interval, confirm, nodeTaint, grace, missedMode, missedRate, backend string
+	action, interval, confirm, nodeTaint, grace, missedMode, missedRate string
 }
 
 // parse sets c's fields from r; the errors name the flag.
@@ -136,9 +139,6 @@ func (r agentFlags) parse(c *Config) []error {
 	if c.MissedRestartsPerMinute, err = strconv.Atoi(r.missedRate); err != nil || c.MissedRestartsPerMinute < 1 || c.MissedRestartsPerMinute > 60 {
 		errs = append(errs, fmt.Errorf("--missed-injection-restarts-per-minute %q: want a whole number from 1 to 60", r.missedRate))
 	}
-	if c.Backend, err = xtables.ParseBackend(r.backend); err != nil {
-		errs = append(errs, fmt.Errorf("--iptables-backend: %w", err))
-	}
 	return errs
 }
 
@@ -152,6 +152,21 @@ func bindIstioNamespace(f envflag.Set) func() (string, error) {
 			return "", fmt.Errorf("--istio-namespace %q: want a namespace name: 1 to 63 lower-case letters, digits and '-'", ns)
 		}
 		return ns, nil
+	}
+}
+
+// bindIptablesBackend declares --iptables-backend for the agent and
+// inspect: the backend the pods' rules are read and repaired with. Call
+// the returned function after parsing.
+func bindIptablesBackend(f envflag.Set) func() (release.Backend, error) {
+	var name string
+	f.String(&name, "iptables-backend", "IPTABLES_BACKEND", string(release.Auto), "the iptables backend the pods' rules are read and repaired with: "+release.Backends+" (auto: the node's iptables where it has one, else the one holding the host's rules)")
+	return func() (release.Backend, error) {
+		b, err := release.ParseBackend(name)
+		if err != nil {
+			return "", fmt.Errorf("--iptables-backend: %w", err)
+		}
+		return b, nil
 	}
 }
 

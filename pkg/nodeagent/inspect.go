@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
@@ -53,7 +54,7 @@ its sidecar injection, 1 error.
 type inspectFlags struct {
 	paths      *install.Paths
 	kubeconfig string
-	backend    xtables.Backend
+	backend    release.Backend
 	istioNS    string
 	opts       inspect.Options
 }
@@ -71,10 +72,9 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 	plugin := install.BindPluginSettings(f)
 	agentNS := install.BindPodNamespace(f, false)
 	istioNS := bindIstioNamespace(f)
-	var backendName string
+	backendOf := bindIptablesBackend(f)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
 		install.KubeconfigName+" in --run-dir")
-	fs.StringVar(&backendName, "iptables-backend", "auto", "the plugin's iptables backend: "+xtables.Backends+" (auto: the node's)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -86,10 +86,7 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 		fs.Usage()
 		return c, fmt.Errorf("inspect: want one NAMESPACE/NAME argument, got %q", fs.Args())
 	}
-	backend, backendErr := xtables.ParseBackend(backendName)
-	if backendErr != nil {
-		backendErr = fmt.Errorf("--iptables-backend: %w", backendErr)
-	}
+	backend, backendErr := backendOf()
 	settings, settingsErr := plugin()
 	agentNamespace, agentErr := agentNS()
 	istioNamespace, istioErr := istioNS()
@@ -114,11 +111,11 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if err != nil {
 		return 1, err
 	}
-	if backend == xtables.Auto {
+	if backend == release.Auto {
 		// On the node: where its iptables leads; in the agent's image
 		// (both backends, no plain iptables): the one holding the
 		// host's rules.
-		if backend, err = xtables.Auto.Resolve(); err != nil {
+		if backend, err = release.Auto.Resolve(false); err != nil {
 			backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nsthread"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
@@ -198,7 +199,7 @@ func (r *agentRun) admit(conf *Config) error {
 		return handBack("the node's iptables is not nf_tables %s", "in the layout the agent writes")
 	}
 	// The shim resolved the entry's backend on the node: nf_tables.
-	conf.parsed.Backend = xtables.NFT
+	conf.parsed.Backend = release.NFT
 	return nil
 }
 

@@ -189,7 +189,7 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 			t.Errorf("log line %s, want ran_in agent and rules_by netlink", resp.Stderr)
 		}
 		rec, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
-		if err != nil || len(rec) == 0 || rec[len(rec)-1].Backend != xtables.NFT || rec[len(rec)-1].NetnsInode == 0 {
+		if err != nil || len(rec) == 0 || rec[len(rec)-1].Backend != release.NFT || rec[len(rec)-1].NetnsInode == 0 {
 			t.Fatalf("records %+v, %v: want one with the namespace and nft; log %s", rec, err, resp.Stderr)
 		}
 		// The plugin's own path, iptables-restore, into a second namespace.
@@ -403,7 +403,7 @@ func restoreIn(t *testing.T, path string, m iptables.Model) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.NFT.CommandsFor(rs.Family).Restore, "--noflush")
+		cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.CommandsFor(release.NFT, rs.Family).Restore, "--noflush")
 		cmd.Stdin = bytes.NewReader(text)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("restore: %v\n%s", err, out)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
@@ -17,7 +17,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Kubeconfig != pluginconf.DefaultKubeconfig || c.parsed.Backend != xtables.Auto ||
+	if c.Kubeconfig != pluginconf.DefaultKubeconfig || c.parsed.Backend != release.Auto ||
 		c.parsed.Timeouts.Total != 20*time.Second || c.parsed.Timeouts.Attempt != 5*time.Second || c.PrevResult != nil ||
 		c.parsed.TProxyMark != 1337 || c.parsed.TProxyTable != 133 {
 		t.Errorf("defaults: %+v", c)

@@ -10,7 +10,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
 
@@ -74,9 +74,9 @@ func fallbackConfig(stdin []byte) *Config {
 		RecordsDir      string `json:"records_dir"`
 	}
 	conf := &Config{}
-	conf.parsed.Backend = xtables.Auto
+	conf.parsed.Backend = release.Auto
 	if json.Unmarshal(stdin, &raw) == nil {
-		if b, err := xtables.ParseBackend(raw.IptablesBackend); err == nil {
+		if b, err := release.ParseBackend(raw.IptablesBackend); err == nil {
 			conf.parsed.Backend = b
 		}
 		if filepath.IsAbs(raw.ReportsSocket) {

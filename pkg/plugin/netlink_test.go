@@ -27,7 +27,7 @@ func fakeRestore(t *testing.T, version string) {
 }
 
 func TestNetlinkOffDecides(t *testing.T) {
-	conf := func(cacheDir string, b xtables.Backend) *Config {
+	conf := func(cacheDir string, b release.Backend) *Config {
 		c := &Config{}
 		c.CacheDir, c.parsed.Backend = cacheDir, b
 		return c
@@ -35,22 +35,22 @@ func TestNetlinkOffDecides(t *testing.T) {
 	v4 := iptables.IPv4
 	fakeRestore(t, release.Layout)
 	cache := t.TempDir()
-	if err := netlinkOff(conf(cache, xtables.NFT), v4); err != nil {
+	if err := netlinkOff(conf(cache, release.NFT), v4); err != nil {
 		t.Errorf("iptables-nft %s: %v, want netlink", release.Layout, err)
 	}
 	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
 		t.Errorf("the version was not cached: %v", err)
 	}
 	for name, c := range map[string]*Config{
-		"no cache_dir": conf("", xtables.NFT),
-		"legacy":       conf(cache, xtables.Legacy),
+		"no cache_dir": conf("", release.NFT),
+		"legacy":       conf(cache, release.Legacy),
 	} {
 		if err := netlinkOff(c, v4); !errors.Is(err, errNetlinkOff) {
 			t.Errorf("%s: %v, want netlink off", name, err)
 		}
 	}
 	fakeRestore(t, "1.8.10")
-	if err := netlinkOff(conf(t.TempDir(), xtables.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
+	if err := netlinkOff(conf(t.TempDir(), release.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
 		t.Errorf("iptables 1.8.10: %v, want netlink off naming the release", err)
 	}
 }
@@ -90,7 +90,7 @@ func TestNetlinkOffPerFamily(t *testing.T) {
 	}
 	t.Setenv("PATH", dir)
 	c := &Config{}
-	c.CacheDir, c.parsed.Backend = t.TempDir(), xtables.Auto
+	c.CacheDir, c.parsed.Backend = t.TempDir(), release.Auto
 	if err := netlinkOff(c, iptables.IPv4); err != nil {
 		t.Errorf("ipv4 on nft: %v, want netlink", err)
 	}

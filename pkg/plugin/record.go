@@ -44,7 +44,7 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 			}
 		}()
 		r.NetnsInode = netnsInode(netns)
-		if r.Backend, rec.err = backend.Resolve(); rec.err != nil {
+		if r.Backend, rec.err = backend.Resolve(false); rec.err != nil {
 			r.Backend = "" // the agent then uses the node's
 		}
 		rec.staged, rec.err = store.Stage(r)

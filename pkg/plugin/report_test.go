@@ -18,7 +18,7 @@ import (
 
 // agent is a real agent socket in a temporary directory.
 type agent struct {
-	path   string
+	path    string
 	reports chan reports.Report
 }
 

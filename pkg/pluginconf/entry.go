@@ -14,7 +14,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 )
 
@@ -29,7 +29,7 @@ type Entry struct {
 	// of stderr's log lines.
 	LogLevel string `json:"log_level,omitempty"`
 	LogFile  string `json:"log_file,omitempty"`
-	// IptablesBackend is auto, legacy or nft (see xtables.Backend).
+	// IptablesBackend is auto, legacy or nft (see release.Backend).
 	IptablesBackend string `json:"iptables_backend,omitempty"`
 	// APITimeout bounds a pod lookup with all its retries; APIAttemptTimeout
 	// each attempt. Go durations ("20s").
@@ -80,7 +80,7 @@ type RuntimeConfig struct {
 // Settings are an entry's values, validated and with defaults applied.
 type Values struct {
 	LogLevel    slog.Level
-	Backend     xtables.Backend
+	Backend     release.Backend
 	Timeouts    kube.Timeouts
 	TProxyMark  uint32
 	TProxyTable uint32
@@ -145,7 +145,7 @@ func (e *Entry) Normalize() (Values, error) {
 	if s.IPv6, err = decision.ParseIPv6Policy(e.IPv6Redirect); err != nil {
 		return s, invalid("ipv6_redirect", "%v", err)
 	}
-	if s.Backend, err = xtables.ParseBackend(e.IptablesBackend); err != nil {
+	if s.Backend, err = release.ParseBackend(e.IptablesBackend); err != nil {
 		return s, invalid("iptables_backend", "%v", err)
 	}
 	if s.Timeouts.Total, err = parseDuration(e.APITimeout, DefaultAPITimeout, MaxAPITimeout); err != nil {

@@ -58,16 +58,16 @@ func newNS(t *testing.T) ns.NetNS {
 	return n
 }
 
-var backends = []xtables.Backend{xtables.Legacy, xtables.NFT}
+var backends = []release.Backend{release.Legacy, release.NFT}
 
-func forEachBackend(t *testing.T, f func(t *testing.T, b xtables.Backend)) {
+func forEachBackend(t *testing.T, f func(t *testing.T, b release.Backend)) {
 	requireRoot(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) { f(t, b) })
 	}
 }
 
-func netnsFor(b xtables.Backend, r xtables.Runner) *Network {
+func netnsFor(b release.Backend, r xtables.Runner) *Network {
 	if r == nil {
 		r = xtables.ExecRunner{}
 	}
@@ -75,7 +75,7 @@ func netnsFor(b xtables.Backend, r xtables.Runner) *Network {
 }
 
 // ipt is go-iptables in the namespace: an independent reader of the rules.
-func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f func(*goipt.IPTables)) {
+func ipt(t *testing.T, n ns.NetNS, b release.Backend, fam iptables.Family, f func(*goipt.IPTables)) {
 	t.Helper()
 	proto, name := goipt.ProtocolIPv4, "iptables-"+string(b)
 	if fam == iptables.IPv6 {
@@ -99,7 +99,7 @@ func ipt(t *testing.T, n ns.NetNS, b xtables.Backend, fam iptables.Family, f fun
 }
 
 func TestProgramDefaultBothFamilies(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
@@ -131,7 +131,7 @@ func TestProgramDefaultBothFamilies(t *testing.T) {
 }
 
 func TestProgramTwiceSameRules(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
@@ -161,7 +161,7 @@ func TestProgramTwiceSameRules(t *testing.T) {
 }
 
 func TestProgramReplacesOtherSpec(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		if _, err := net.Program(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, false), xtables.Write{}); err != nil {
@@ -184,11 +184,11 @@ func TestProgramReplacesOtherSpec(t *testing.T) {
 // with other interfaces replaces them, CHECK sees one go missing, and
 // cleanup removes them, while an untagged rule of the same shape stays.
 func TestInterfaceRulesAreOurs(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		if err := n.Do(func(ns.NetNS) error {
-			restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+			restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
 			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "--noflush")
 			return err
 		}); err != nil {
@@ -242,10 +242,10 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 const foreign = "*nat\n:FOREIGN - [0:0]\n-A PREROUTING -p udp -j FOREIGN\n-A OUTPUT -p udp -j FOREIGN\n-A FOREIGN -j RETURN\nCOMMIT\n"
 
 func TestCleanupKeepsForeignRules(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		r := xtables.ExecRunner{}
-		restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+		restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
 		if err := n.Do(func(ns.NetNS) error {
 			_, err := r.Run(ctx, []byte(foreign), restore, "--noflush")
 			return err
@@ -279,7 +279,7 @@ func TestCleanupKeepsForeignRules(t *testing.T) {
 }
 
 func TestCheckDetectsTampering(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
@@ -322,7 +322,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	requireRoot(t)
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
 	run := &countingSaves{}
-	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT,
+	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: release.NFT,
 		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint)}}
 	check := func(n ns.NetNS) ([]string, int32) {
 		t.Helper()
@@ -347,7 +347,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	}
 	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && v == release.Layout {
 		byNetlink := newNS(t)
-		writer := netnsFor(xtables.NFT, nil)
+		writer := netnsFor(release.NFT, nil)
 		if _, err := writer.Program(ctx, byNetlink.Path(), m, xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}); err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +355,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 			t.Errorf("a pod written over netlink: %v after %d saves, want no difference after none", d, saves)
 		}
 	}
-	ipt(t, second, xtables.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+	ipt(t, second, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
 		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
 			t.Fatal(err)
 		}
@@ -394,22 +394,22 @@ func TestCheckConfirmsNoStateChangedDuringTheRead(t *testing.T) {
 	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
 	bypassed := func() ns.NetNS {
 		n := newNS(t)
-		if _, err := netnsFor(xtables.NFT, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
+		if _, err := netnsFor(release.NFT, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
-		ipt(t, n, xtables.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+		ipt(t, n, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
 			if err := i.Insert("nat", iptables.ChainOutput, 1, "-j", "RETURN"); err != nil {
 				t.Fatal(err)
 			}
 		})
 		return n
 	}
-	racing := &Network{Programmer: &xtables.Programmer{Runner: hidingSaves{}, Backend: xtables.NFT, Confirmed: confirmed}}
+	racing := &Network{Programmer: &xtables.Programmer{Runner: hidingSaves{}, Backend: release.NFT, Confirmed: confirmed}}
 	if d, err := racing.Check(ctx, bypassed().Path(), m); err != nil || len(d) > 0 {
 		t.Fatalf("the racing check: %v %v; want no difference (the rule was hidden)", d, err)
 	}
 	run := &countingSaves{}
-	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: xtables.NFT, Confirmed: confirmed}}
+	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: release.NFT, Confirmed: confirmed}}
 	d, err := checker.Check(ctx, bypassed().Path(), m)
 	if err != nil || len(d) == 0 || !strings.Contains(d[0], `rule 1 is "-j RETURN"`) || run.saves.Load() != 1 {
 		t.Errorf("a pod in the raced state: %v %v after %d saves; want its RETURN first, read with iptables-save", d, err, run.saves.Load())
@@ -441,7 +441,7 @@ func (f *failingRestore) Run(ctx context.Context, stdin []byte, name string, arg
 }
 
 func TestFailedApplyLeavesNothing(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		// Both attempts for IPv6 fail while IPv4 succeeds: both families
 		// must be rolled back.
@@ -471,7 +471,7 @@ func TestFailedApplyLeavesNothing(t *testing.T) {
 func TestPanicFailsTheStep(t *testing.T) {
 	requireRoot(t)
 	n := newNS(t)
-	network := netnsFor(xtables.NFT, nil)
+	network := netnsFor(release.NFT, nil)
 	network.Programmer.Transaction = func(*iptables.Ruleset) error { panic("the encoder's bug") }
 	w := xtables.Write{Trusted: true, Only: true, Netlink: map[iptables.Family]bool{iptables.IPv4: true}}
 	_, err := network.Program(context.Background(), n.Path(), iptables.Build(iptables.DefaultSpec(), true, false), w)
@@ -481,7 +481,7 @@ func TestPanicFailsTheStep(t *testing.T) {
 }
 
 func TestApplyRetriesOneFailedRestore(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, &failingRestore{program: "iptables", fail: map[int]bool{1: true}})
 		m := iptables.Build(iptables.DefaultSpec(), true, false)
@@ -495,7 +495,7 @@ func TestApplyRetriesOneFailedRestore(t *testing.T) {
 }
 
 func TestIPv6PassthroughAddress(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
@@ -521,7 +521,7 @@ func TestIPv6PassthroughAddress(t *testing.T) {
 
 func TestMissingNetns(t *testing.T) {
 	requireRoot(t)
-	err := netnsFor(xtables.Auto, nil).Cleanup(context.Background(), "/var/run/netns/does-not-exist")
+	err := netnsFor(release.Auto, nil).Cleanup(context.Background(), "/var/run/netns/does-not-exist")
 	if !errors.Is(err, ErrNoNetns) {
 		t.Errorf("Cleanup of a missing netns = %v, want ErrNoNetns", err)
 	}
@@ -542,7 +542,7 @@ func TestNotANetns(t *testing.T) {
 	}
 	for _, path := range []string{file, fifo} {
 		done := make(chan error, 1)
-		go func() { done <- netnsFor(xtables.Auto, nil).Cleanup(context.Background(), path) }()
+		go func() { done <- netnsFor(release.Auto, nil).Cleanup(context.Background(), path) }()
 		select {
 		case err := <-done:
 			if !errors.Is(err, ErrOpenNetns) || !strings.Contains(err.Error(), "not a namespace") {
@@ -558,7 +558,7 @@ func TestNotANetns(t *testing.T) {
 // Program compares iptables-save's output with the rendered rules, so this
 // proves each rule shape prints back exactly as rendered, on both backends.
 func TestEverySpecReadsBack(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		for name, spec := range iptablestest.Specs() {
 			t.Run(name, func(t *testing.T) {
 				n, ctx := newNS(t), context.Background()
@@ -583,7 +583,7 @@ func TestEverySpecOverNetlink(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n, ctx := newNS(t), context.Background()
 			var wrote, fellBack atomic.Int32 // the families run at once
-			net := netnsFor(xtables.NFT, nil)
+			net := netnsFor(release.NFT, nil)
 			net.Programmer.Transaction = func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) }
 			w := xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}
 			m := iptables.Build(spec, true, true)
@@ -626,7 +626,7 @@ func ipIn(t *testing.T, n ns.NetNS, args ...string) string {
 // fwmark rule and the local default route in both families, CHECK misses a
 // deleted rule, and Cleanup removes both.
 func TestTProxyPolicyRouting(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		net := netnsFor(b, nil)
 		spec := iptables.DefaultSpec()
@@ -675,7 +675,7 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	n, ctx := newNS(t), context.Background()
 	ip := func(args ...string) string { return ipIn(t, n, args...) }
 	ip("link", "set", "lo", "down")
-	net := netnsFor(xtables.Auto, nil)
+	net := netnsFor(release.Auto, nil)
 	spec := iptables.DefaultSpec()
 	spec.TProxy = true
 	m := iptables.Build(spec, true, true)
@@ -706,7 +706,7 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 // HasIPv6 reads the namespace the rules go into, and Program writes the
 // families it found: the ADD's path when the runtime passed no addresses.
 func TestHasIPv6ThenProgram(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b xtables.Backend) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		ctx := context.Background()
 		for _, global := range []bool{false, true} {
 			n := newNS(t)

@@ -3,16 +3,18 @@ package shim
 import (
 	"encoding/json"
 	"strings"
+
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // entry is what the shim reads of the plugin's config: where the agent
 // listens, and what decides whether the node's iptables goes over netlink.
 type entry struct {
-	CNIVersion      string      `json:"cniVersion"`
-	PodSocket       string      `json:"pod_socket"`
-	CacheDir        string      `json:"cache_dir"`
-	IptablesBackend string      `json:"iptables_backend"`
-	PrevResult      *prevResult `json:"prevResult"`
+	CNIVersion      string          `json:"cniVersion"`
+	PodSocket       string          `json:"pod_socket"`
+	CacheDir        string          `json:"cache_dir"`
+	IptablesBackend release.Backend `json:"iptables_backend"`
+	PrevResult      *prevResult     `json:"prevResult"`
 }
 
 // prevResult is what the shim reads of the primary's result.

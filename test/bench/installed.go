@@ -273,15 +273,15 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	if err != nil {
 		return err
 	}
-	backend, err := xtables.Auto.Resolve()
+	backend, err := release.Auto.Resolve(false)
 	if err != nil {
 		return err
 	}
 	// The plugin writes over netlink where the node's iptables-nft is the
 	// release whose layout it reproduces; the bench checks it did.
 	wantBy, version := "iptables-restore", "legacy"
-	if backend == xtables.NFT {
-		if version, err = xtables.NFTVersion(backend.CommandsFor(iptables.IPv4).Restore); err != nil {
+	if backend == release.NFT {
+		if version, err = xtables.NFTVersion(xtables.CommandsFor(backend, iptables.IPv4).Restore); err != nil {
 			return err
 		}
 		if version == release.Layout {

@@ -160,13 +160,13 @@ func removeNS(n ns.NetNS) {
 
 // floorOnce is the floor: one iptables-restore of the same rules, started
 // from a thread inside a fresh namespace.
-func floorOnce(backend xtables.Backend, text []byte) (sample, error) {
+func floorOnce(backend release.Backend, text []byte) (sample, error) {
 	return floorRun(backend, text, false)
 }
 
 // floorRun is floorOnce, under GNU time with rss (for its page faults).
-func floorRun(backend xtables.Backend, text []byte, rss bool) (sample, error) {
-	restore, err := release.LookPath(backend.CommandsFor(iptables.IPv4).Restore)
+func floorRun(backend release.Backend, text []byte, rss bool) (sample, error) {
+	restore, err := release.LookPath(xtables.CommandsFor(backend, iptables.IPv4).Restore)
 	if err != nil {
 		return sample{}, err
 	}
@@ -257,11 +257,11 @@ func collect(n, conc int, one func() (sample, error)) ([]sample, error) {
 // add times ADDs. With check, each ADD's rules are read back afterwards (not
 // timed); the concurrent runs rely on the plugin's own read-back instead, so
 // the bench adds no CPU load of its own.
-func (b *bench) add(backend xtables.Backend, pod, prevResult string, check, rss bool) func() (sample, error) {
+func (b *bench) add(backend release.Backend, pod, prevResult string, check, rss bool) func() (sample, error) {
 	return b.addWith(backend, pod, b.stdin(string(backend), prevResult), check, rss)
 }
 
-func (b *bench) addWith(backend xtables.Backend, pod string, stdin []byte, check, rss bool) func() (sample, error) {
+func (b *bench) addWith(backend release.Backend, pod string, stdin []byte, check, rss bool) func() (sample, error) {
 	want := "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"
 	switch pod {
 	case "bench-dns":
@@ -295,8 +295,8 @@ func (b *bench) tornDown(pod, sandbox string) error {
 }
 
 // verify makes sure the timed ADD really programmed the rules.
-func verify(n ns.NetNS, backend xtables.Backend, want string) error {
-	save, err := release.LookPath(backend.CommandsFor(iptables.IPv4).Save)
+func verify(n ns.NetNS, backend release.Backend, want string) error {
+	save, err := release.LookPath(xtables.CommandsFor(backend, iptables.IPv4).Save)
 	if err != nil {
 		return err
 	}

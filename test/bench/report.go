@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 func printHeader(plugin string, n, conc int) {
@@ -45,7 +45,7 @@ func (b *bench) version() error {
 
 // peakRSS runs ADDs under GNU time and reports the largest peak RSS.
 func (b *bench) peakRSS() error {
-	s, err := collect(min(b.n, 50), 1, b.add(xtables.Auto, "bench", prevDual, false, true))
+	s, err := collect(min(b.n, 50), 1, b.add(release.Auto, "bench", prevDual, false, true))
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func peakMB(s []sample) float64 {
 }
 
 func (b *bench) backend(name string, conc int) error {
-	be, err := xtables.ParseBackend(name)
+	be, err := release.ParseBackend(name)
 	if err != nil {
 		return err
 	}

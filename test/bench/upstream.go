@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // upstream measures upstream istio-cni's plugin binary (given with
@@ -42,7 +42,7 @@ func (b *bench) upstream(binary, dir string, conc int) error {
 	if err != nil {
 		return err
 	}
-	backend, err := xtables.Auto.Resolve()
+	backend, err := release.Auto.Resolve(false)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (b *bench) upstream(binary, dir string, conc int) error {
 // addAddressed is addWith for upstream's plugin, which refuses a namespace
 // without an address: the primary's eth0 is there first (a link with
 // the prevResult's address, up; not timed).
-func (b *bench) addAddressed(backend xtables.Backend, stdin []byte, check, rss bool) func() (sample, error) {
+func (b *bench) addAddressed(backend release.Backend, stdin []byte, check, rss bool) func() (sample, error) {
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
 			if err := n.Do(func(ns.NetNS) error { return primaryLink("198.51.100.10/24") }); err != nil {

@@ -19,6 +19,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -202,7 +203,7 @@ func records() applied.Store {
 }
 
 func (o *observer) run(ctx context.Context) {
-	check := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	check := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.Auto}}
 	for ctx.Err() == nil {
 		sbs, err := env.node.ReadySandboxes(ctx, "default")
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent"
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
@@ -30,7 +31,7 @@ func TestAuditRepairsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.Auto}}
 	before := metric(t, `istio_cni_audit_actions_total{action="repair",result="success"}`)
 	if err := flush.Cleanup(t.Context(), netns); err != nil {
 		t.Fatal(err)
@@ -76,7 +77,7 @@ func TestAuditKeepsWhatADDApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.Auto}}
 	if err := flush.Cleanup(t.Context(), netns); err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func inspectRulesGone(t *testing.T, name string) (string, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: xtables.Auto}}
+	flush := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.Auto}}
 	for range attempts {
 		before := metric(t, repairs)
 		if err := flush.Cleanup(t.Context(), netns); err != nil {

@@ -14,7 +14,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/plugin"
 )
 
-var backends = []xtables.Backend{xtables.Legacy, xtables.NFT}
+var backends = []release.Backend{release.Legacy, release.NFT}
 
 // TestMeshedPodLifecycle runs ADD, CHECK and DEL for a meshed pod for every
 // CNI version and both iptables backends.
@@ -58,10 +58,10 @@ func TestMeshedPodLifecycle(t *testing.T) {
 }
 
 // tamper deletes the outbound catch-all, as a stray iptables call would.
-func tamper(t *testing.T, path string, b xtables.Backend) {
+func tamper(t *testing.T, path string, b release.Backend) {
 	t.Helper()
 	rules := "*nat\n-D ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"
-	restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+	restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
 	runIn(t, path, rules, restore, "--noflush")
 }
 
@@ -101,9 +101,9 @@ func TestDecisionOnARealNode(t *testing.T) {
 			s := newSandbox(t, tc.ns, name)
 			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(nil)))
 			if tc.redirect {
-				assertRules(t, s.Path(), xtables.Auto, iptables.DefaultSpec(), true)
+				assertRules(t, s.Path(), release.Auto, iptables.DefaultSpec(), true)
 			} else {
-				assertNoRules(t, s.Path(), xtables.Auto)
+				assertNoRules(t, s.Path(), release.Auto)
 			}
 		})
 	}
@@ -136,7 +136,7 @@ func TestBadSettingsProgramNothing(t *testing.T) {
 					t.Errorf("error %q must name %s and %q", err, k, v)
 				}
 			}
-			assertNoRules(t, s.Path(), xtables.Auto)
+			assertNoRules(t, s.Path(), release.Auto)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/podsim"
 )
@@ -76,7 +77,7 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			if err := n.Check(ctx, s); err != nil {
 				t.Fatalf("CHECK with the rules in place: %v", err)
 			}
-			restore, _ := release.LookPath(b.CommandsFor(iptables.IPv4).Restore)
+			restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
 			runIn(t, s.Path(), "*raw\n-D ISTIO_INBOUND -p udp -m udp --sport 53 -j CT --zone 1\nCOMMIT\n", restore, "--noflush")
 			if err := n.Check(ctx, s); cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), "raw") {
 				t.Fatalf("CHECK after tampering with the raw table = %v, want code %d naming it", err, plugin.ErrRulesMismatch)

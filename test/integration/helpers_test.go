@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
 )
@@ -64,7 +65,7 @@ func pluginStdin(t *testing.T, version string, istio map[string]any, prevResult 
 }
 
 // readRules reads a family's tables from a namespace with a backend.
-func readRules(t *testing.T, path string, b xtables.Backend, f iptables.Family) *iptables.Observed {
+func readRules(t *testing.T, path string, b release.Backend, f iptables.Family) *iptables.Observed {
 	t.Helper()
 	netns, err := ns.GetNS(path)
 	if err != nil {
@@ -84,7 +85,7 @@ func readRules(t *testing.T, path string, b xtables.Backend, f iptables.Family) 
 }
 
 // assertRules checks a namespace holds exactly the model for a spec.
-func assertRules(t *testing.T, path string, b xtables.Backend, spec iptables.Spec, v6 bool) {
+func assertRules(t *testing.T, path string, b release.Backend, spec iptables.Spec, v6 bool) {
 	t.Helper()
 	for _, rs := range iptables.Build(spec, true, v6).Rulesets() {
 		if d := iptables.Diff(rs, readRules(t, path, b, rs.Family)); len(d) > 0 {
@@ -94,7 +95,7 @@ func assertRules(t *testing.T, path string, b xtables.Backend, spec iptables.Spe
 }
 
 // assertNoRules checks a namespace holds nothing of ours in either family.
-func assertNoRules(t *testing.T, path string, b xtables.Backend) {
+func assertNoRules(t *testing.T, path string, b release.Backend) {
 	t.Helper()
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
 		if obs := readRules(t, path, b, f); !obs.Empty() {

@@ -53,7 +53,7 @@ func familyOf(f iptables.Family) uint8 {
 // this package writes.
 func requireLayout(t *testing.T) {
 	t.Helper()
-	v, err := xtables.NFTVersion(xtables.NFT.CommandsFor(iptables.IPv4).Restore)
+	v, err := xtables.NFTVersion(xtables.CommandsFor(release.NFT, iptables.IPv4).Restore)
 	if err != nil {
 		t.Skipf("no iptables-nft: %v", err)
 	}
@@ -70,7 +70,7 @@ func read(t *testing.T, n ns.NetNS, f iptables.Family) state {
 	t.Helper()
 	var s state
 	if err := n.Do(func(ns.NetNS) error {
-		out, err := xtables.ExecRunner{}.Run(t.Context(), nil, xtables.NFT.CommandsFor(f).Save)
+		out, err := xtables.ExecRunner{}.Run(t.Context(), nil, xtables.CommandsFor(release.NFT, f).Save)
 		if err != nil {
 			return err
 		}
@@ -120,7 +120,7 @@ func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
 		t.Fatal(err)
 	}
 	if err := n.Do(func(ns.NetNS) error {
-		_, err := xtables.ExecRunner{}.Run(t.Context(), text, xtables.NFT.CommandsFor(rs.Family).Restore, "--noflush")
+		_, err := xtables.ExecRunner{}.Run(t.Context(), text, xtables.CommandsFor(release.NFT, rs.Family).Restore, "--noflush")
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,9 @@ package release
 
 import (
 	"errors"
+	"fmt"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -61,10 +63,20 @@ func executable(p string) bool {
 	return err == nil
 }
 
-// BackendAt is the implementation of the program at p, which leads to
-// real: its names say (xtables-nft-multi, iptables-legacy-restore, ...),
-// else a link to a name with nft in it; else legacy (iptables before 1.8).
-func BackendAt(p, real string) string {
+// At is the backend of the program at p, through its symlinks
+// (backendAt).
+func At(p string) (Backend, error) {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("resolving %s: %w", p, err)
+	}
+	return backendAt(p, real), nil
+}
+
+// backendAt is the backend of the program at p, which leads to real: its
+// names say (xtables-nft-multi, iptables-legacy-restore, ...), else a link
+// to a name with nft in it; else legacy (iptables before 1.8).
+func backendAt(p, real string) Backend {
 	for _, name := range []string{path.Base(p), path.Base(real)} {
 		switch {
 		case strings.Contains(name, "nft"):

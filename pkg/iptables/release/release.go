@@ -23,30 +23,67 @@ import (
 // only on nodes whose iptables is this release.
 const Layout = "1.8.9"
 
-// The backends, as the plugin's config names them (xtables.Backend).
+// Backend is which iptables writes and reads a pod's rules, as the
+// plugin's iptables_backend names it. Auto uses the node's own
+// iptables-restore and iptables-save: whichever the node's alternatives
+// (Debian, Ubuntu, RHEL) point `iptables` at, nft or legacy, so the pod's
+// rules live where the node's tools and anyone running `iptables-save` in
+// the pod's namespace look for them, at no extra process. Legacy and NFT
+// pin one for nodes whose default differs from what the rest of the node
+// uses.
+type Backend string
+
 const (
-	Auto   = "auto"
-	Legacy = "legacy"
-	NFT    = "nft"
+	Auto   Backend = "auto"
+	Legacy Backend = "legacy"
+	NFT    Backend = "nft"
 )
 
 // Backends lists the valid values, for error messages.
-const Backends = Auto + ", " + Legacy + " or " + NFT
+const Backends = "auto, legacy or nft"
 
-// Programs names a family's restore and save programs for a backend:
-// Auto's are the node's own iptables-restore and iptables-save.
-func Programs(backend string, ipv6 bool) (restore, save string) {
+// ParseBackend validates a configured backend; "" means Auto.
+func ParseBackend(s string) (Backend, error) {
+	switch b := Backend(s); b {
+	case "":
+		return Auto, nil
+	case Auto, Legacy, NFT:
+		return b, nil
+	}
+	return "", errors.New("unknown iptables backend " + strconv.Quote(s) + ": want " + Backends)
+}
+
+// Programs names a family's restore and save programs: Auto's are the
+// node's own iptables-restore and iptables-save.
+func (b Backend) Programs(ipv6 bool) (restore, save string) {
 	base := "iptables"
 	if ipv6 {
 		base = "ip6tables"
 	}
-	switch backend {
+	switch b {
 	case Legacy:
 		base += "-legacy"
 	case NFT:
 		base += "-nft"
 	}
 	return base + "-restore", base + "-save"
+}
+
+// Resolve says which backend Auto is on this node for a family's
+// programs (on Debian and Ubuntu iptables and ip6tables are separate
+// alternatives, which can differ): where the node's restore program leads
+// through its symlinks (At). Pinned backends are themselves. It runs no
+// process.
+func (b Backend) Resolve(ipv6 bool) (Backend, error) {
+	if b != Auto {
+		return b, nil
+	}
+	restore, _ := b.Programs(ipv6)
+	p, err := LookPath(restore)
+	if err != nil {
+		return "", err
+	}
+	return At(p)
 }
 
 // A Miss is asked about the program name, found at path, when cacheFile
@@ -60,7 +97,7 @@ type Miss func(cacheFile, name, path, key string) (string, error)
 // release, so that iptables-save prints them as iptables-restore wrote
 // them. The release is remembered in cacheDir; on a miss, miss is asked,
 // and a nil miss is a no.
-func Writable(backend string, ipv6 bool, cacheDir string, miss Miss) error {
+func Writable(backend Backend, ipv6 bool, cacheDir string, miss Miss) error {
 	family := "ipv4"
 	if ipv6 {
 		family = "ipv6"
@@ -69,17 +106,17 @@ func Writable(backend string, ipv6 bool, cacheDir string, miss Miss) error {
 	case cacheDir == "":
 		return errors.New("no cache_dir")
 	case backend == Legacy:
-		return errors.New(family + " backend " + backend)
+		return errors.New(family + " backend " + string(backend))
 	case backend == "":
 		backend = Auto
 	case backend != Auto && backend != NFT:
-		return errors.New("unknown iptables backend " + strconv.Quote(backend) + ": want " + Backends)
+		return errors.New("unknown iptables backend " + strconv.Quote(string(backend)) + ": want " + Backends)
 	}
 	// The shim and ADD ask on every pod: a remembered release costs a
 	// lookup on PATH, a stat and a small read (only an nf_tables
 	// program's release is remembered); the symlinks are walked, to tell
 	// the backend, only on a miss.
-	name, _ := Programs(backend, ipv6)
+	name, _ := backend.Programs(ipv6)
 	p, err := LookPath(name)
 	if err != nil {
 		return err

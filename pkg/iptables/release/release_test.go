@@ -46,7 +46,7 @@ func TestLookPathIsExecLookPath(t *testing.T) {
 
 func TestPrograms(t *testing.T) {
 	for _, c := range []struct {
-		backend       string
+		backend       Backend
 		ipv6          bool
 		restore, save string
 	}{
@@ -57,8 +57,8 @@ func TestPrograms(t *testing.T) {
 		{Legacy, false, "iptables-legacy-restore", "iptables-legacy-save"},
 		{Legacy, true, "ip6tables-legacy-restore", "ip6tables-legacy-save"},
 	} {
-		if r, s := Programs(c.backend, c.ipv6); r != c.restore || s != c.save {
-			t.Errorf("Programs(%s, ipv6 %v) = %s, %s; want %s, %s", c.backend, c.ipv6, r, s, c.restore, c.save)
+		if r, s := c.backend.Programs(c.ipv6); r != c.restore || s != c.save {
+			t.Errorf("%s.Programs(ipv6 %v) = %s, %s; want %s, %s", c.backend, c.ipv6, r, s, c.restore, c.save)
 		}
 	}
 }
@@ -69,7 +69,8 @@ func TestWritableRefusals(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	cache := t.TempDir()
 	for _, c := range []struct {
-		backend, cacheDir, want string
+		backend        Backend
+		cacheDir, want string
 	}{
 		{NFT, "", "no cache_dir"},
 		{Legacy, cache, "ipv4 backend legacy"},

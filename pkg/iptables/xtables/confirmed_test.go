@@ -2,6 +2,7 @@ package xtables
 
 import (
 	"errors"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"strings"
 	"testing"
 
@@ -66,7 +67,7 @@ func TestCheckReadsAConfirmedStateOverNetlinkOnly(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	prints := &fingerprints{next: []nfnl.Fingerprint{fp(1)}}
-	p := &Programmer{Runner: f, Backend: NFT, Confirmed: prints.confirmed()}
+	p := &Programmer{Runner: f, Backend: release.NFT, Confirmed: prints.confirmed()}
 
 	if d := check(t, p, rs); len(d) > 0 || saves(f) != 1 {
 		t.Fatalf("first check: diffs %v after %d saves, want none after 1", d, saves(f))
@@ -114,7 +115,7 @@ func TestCheckConfirmsOnlyWhatIptablesSavePrintsAsTheModel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeRunner{saves: []string{tc.saved}}
 			prints := &fingerprints{next: tc.prints, gens: tc.gens, err: tc.err}
-			p := &Programmer{Runner: f, Backend: NFT, Confirmed: prints.confirmed()}
+			p := &Programmer{Runner: f, Backend: release.NFT, Confirmed: prints.confirmed()}
 			first := check(t, p, rs)
 			if second := check(t, p, rs); len(second) != len(first) {
 				t.Errorf("second check: %v, first: %v", second, first)
@@ -130,7 +131,7 @@ func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	prints := &fingerprints{next: []nfnl.Fingerprint{fp(1)}}
-	p := &Programmer{Runner: f, Backend: Legacy, Confirmed: prints.confirmed()}
+	p := &Programmer{Runner: f, Backend: release.Legacy, Confirmed: prints.confirmed()}
 	check(t, p, rs)
 	check(t, p, rs)
 	if saves(f) != 2 || prints.reads != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"maps"
 	"os"
 	"os/exec"
@@ -103,8 +104,8 @@ func (rel otherRelease) runner(t *testing.T) unpackedRunner {
 		}
 		r.loader = lds[0]
 	}
-	for b, kind := range map[Backend]string{NFT: "nf_tables", Legacy: "legacy"} {
-		name := b.CommandsFor(iptables.IPv4).Restore
+	for b, kind := range map[release.Backend]string{release.NFT: "nf_tables", release.Legacy: "legacy"} {
+		name := CommandsFor(b, iptables.IPv4).Restore
 		out, err := r.Run(t.Context(), nil, name, "--version")
 		if v, k, ok := parseVersion(out); err != nil || !ok || v != rel.version || k != kind {
 			missing(fmt.Sprintf("%s --version: %q, %v; want v%s (%s)", name, out, err, rel.version, kind))
@@ -130,7 +131,7 @@ func requireAuditRelease(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	v, err := NFTVersion(NFT.CommandsFor(iptables.IPv4).Restore)
+	v, err := NFTVersion(CommandsFor(release.NFT, iptables.IPv4).Restore)
 	if err != nil {
 		t.Skipf("no iptables-nft: %v", err)
 	}
@@ -143,7 +144,7 @@ func requireAuditRelease(t *testing.T) {
 // writer, the node's iptables (a trusted restore per family), and returns
 // what Check reports when reader's iptables-save reads it. A namespace per
 // write, as a pod's: one reused would hold the last writer's tables.
-func writeAndCheck(t *testing.T, m iptables.Model, b Backend, writer, reader Runner) []string {
+func writeAndCheck(t *testing.T, m iptables.Model, b release.Backend, writer, reader Runner) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -176,7 +177,7 @@ func TestAuditReadsEveryReleasesRules(t *testing.T) {
 	for _, rel := range otherReleases() {
 		t.Run("written-by-"+rel.version, func(t *testing.T) {
 			writer := rel.runner(t)
-			for _, b := range []Backend{NFT, Legacy} {
+			for _, b := range []release.Backend{release.NFT, release.Legacy} {
 				for _, name := range names {
 					t.Run(string(b)+"/"+name, func(t *testing.T) {
 						if d := writeAndCheck(t, iptables.Build(specs[name], true, true), b, writer, ExecRunner{}); len(d) > 0 {
@@ -196,7 +197,7 @@ func TestAuditReadsEveryReleasesRules(t *testing.T) {
 		reader := oldest.runner(t)
 		dropped := map[string]bool{}
 		for _, name := range names {
-			d := writeAndCheck(t, iptables.Build(specs[name], true, true), NFT, ExecRunner{}, reader)
+			d := writeAndCheck(t, iptables.Build(specs[name], true, true), release.NFT, ExecRunner{}, reader)
 			if err := misprints(d, dropped); err != nil {
 				t.Errorf("%s: %v", name, err)
 			}

@@ -9,6 +9,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // LockWaitSeconds bounds the wait for the xtables lock that iptables-legacy
@@ -20,7 +21,7 @@ const LockWaitSeconds = 10
 // is the Write its caller passes.
 type Programmer struct {
 	Runner  Runner
-	Backend Backend
+	Backend release.Backend
 	// Transaction writes a ruleset in one nf_tables transaction; nil is
 	// nfnl.Write. It is the netlink seam, as Runner is the exec one.
 	Transaction func(*iptables.Ruleset) error
@@ -163,8 +164,8 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	var gen uint32
 	fingerprinted := false
 	if p.Confirmed != nil {
-		if b, err := p.Backend.ResolveFamily(rs.Family); err == nil && b == NFT {
-			key = confirmKey(p.Backend.CommandsFor(rs.Family).Save, rs)
+		if b, err := p.Backend.Resolve(rs.Family == iptables.IPv6); err == nil && b == release.NFT {
+			key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
 			var err error
 			if fp, gen, err = p.Confirmed.read(rs.Family); err == nil {
 				if p.Confirmed.known(key, fp) {
@@ -213,7 +214,7 @@ func (p *Programmer) Cleanup(ctx context.Context, families ...iptables.Family) e
 
 // Read returns a family's tables as iptables-save prints them.
 func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Observed, error) {
-	out, err := p.Runner.Run(ctx, nil, p.Backend.CommandsFor(f).Save)
+	out, err := p.Runner.Run(ctx, nil, CommandsFor(p.Backend, f).Save)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +222,6 @@ func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Obs
 }
 
 func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte) error {
-	_, err := p.Runner.Run(ctx, text, p.Backend.CommandsFor(f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	_, err := p.Runner.Run(ctx, text, CommandsFor(p.Backend, f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,7 +58,7 @@ func saveOf(rs *iptables.Ruleset, extraPrerouting ...string) string {
 func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
-	p := &Programmer{Runner: f, Backend: NFT}
+	p := &Programmer{Runner: f, Backend: release.NFT}
 	if _, err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 func TestApplyTrusted(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{}
-	p := &Programmer{Runner: f, Backend: NFT}
+	p := &Programmer{Runner: f, Backend: release.NFT}
 	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestApplyReconcilesARepeatedAdd(t *testing.T) {
 	// After the first restore the jump into ISTIO_INBOUND is there twice.
 	dup := saveOf(&rs, "-p tcp -j ISTIO_INBOUND")
 	f := &fakeRunner{saves: []string{dup, saveOf(&rs)}}
-	p := &Programmer{Runner: f, Backend: Legacy}
+	p := &Programmer{Runner: f, Backend: release.Legacy}
 	if _, err := p.Apply(context.Background(), &rs, Write{}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
 	empty := "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"
 	f := &fakeRunner{saves: []string{empty}}
-	_, err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
+	_, err := (&Programmer{Runner: f, Backend: release.Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "ipv6 rules differ") || !strings.Contains(err.Error(), "chain missing") {
 		t.Fatalf("Apply = %v, want the differences", err)
 	}
@@ -117,7 +118,7 @@ func TestApplyReportsWhatDiffers(t *testing.T) {
 func TestApplyKeepsTheRestoreError(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{"*nat\nCOMMIT\n"}, fail: errors.New("iptables-restore: line 3 failed")}
-	_, err := (&Programmer{Runner: f, Backend: Auto}).Apply(context.Background(), &rs, Write{})
+	_, err := (&Programmer{Runner: f, Backend: release.Auto}).Apply(context.Background(), &rs, Write{})
 	if err == nil || !strings.Contains(err.Error(), "line 3 failed") {
 		t.Fatalf("Apply = %v, want the restore's error", err)
 	}
@@ -125,7 +126,7 @@ func TestApplyKeepsTheRestoreError(t *testing.T) {
 
 func TestCleanupOfACleanNamespaceRunsNoRestore(t *testing.T) {
 	f := &fakeRunner{saves: []string{"*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p udp -j FOREIGN\nCOMMIT\n"}}
-	if err := (&Programmer{Runner: f, Backend: Auto}).Cleanup(context.Background(), iptables.IPv4, iptables.IPv6); err != nil {
+	if err := (&Programmer{Runner: f, Backend: release.Auto}).Cleanup(context.Background(), iptables.IPv4, iptables.IPv6); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range f.calls {
@@ -136,13 +137,13 @@ func TestCleanupOfACleanNamespaceRunsNoRestore(t *testing.T) {
 }
 
 func TestParseBackend(t *testing.T) {
-	for in, want := range map[string]Backend{"": Auto, "auto": Auto, "legacy": Legacy, "nft": NFT} {
-		if got, err := ParseBackend(in); err != nil || got != want {
-			t.Errorf("ParseBackend(%q) = %v, %v", in, got, err)
+	for in, want := range map[string]release.Backend{"": release.Auto, "auto": release.Auto, "legacy": release.Legacy, "nft": release.NFT} {
+		if got, err := release.ParseBackend(in); err != nil || got != want {
+			t.Errorf("release.ParseBackend(%q) = %v, %v", in, got, err)
 		}
 	}
-	if _, err := ParseBackend("ebpf"); err == nil || !strings.Contains(err.Error(), Backends) {
-		t.Errorf("ParseBackend(ebpf) = %v, want the allowed values", err)
+	if _, err := release.ParseBackend("ebpf"); err == nil || !strings.Contains(err.Error(), release.Backends) {
+		t.Errorf("release.ParseBackend(ebpf) = %v, want the allowed values", err)
 	}
 }
 
@@ -159,19 +160,19 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	ok := func(*iptables.Ruleset) error { wrote++; return nil }
 
 	f := &fakeRunner{}
-	p := &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	p := &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || !w.Netlink || wrote != 1 || len(f.calls) != 0 {
 		t.Errorf("trusted: %+v, err %v, %d netlink writes, ran %q; want one write and nothing run", w, err, wrote, f.calls)
 	}
 
 	f = &fakeRunner{saves: []string{saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("untrusted: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 
 	f = &fakeRunner{}
-	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	wrote = 0
 	v6only := map[iptables.Family]bool{iptables.IPv6: true}
 	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v6only}); err != nil || w.Netlink || wrote != 0 || strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" {
@@ -180,7 +181,7 @@ func TestApplyNetlinkFirst(t *testing.T) {
 
 	refused := errors.New("nf_tables refused it")
 	f = &fakeRunner{}
-	p = &Programmer{Runner: f, Backend: NFT, Transaction: func(*iptables.Ruleset) error { return refused }}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset) error { return refused }}
 	w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +193,7 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	// A read-back that differs reconciles with iptables-restore, not netlink.
 	wrote = 0
 	f = &fakeRunner{saves: []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND"), saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, Transaction: ok}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4}); err != nil || wrote != 1 || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("reconcile: err %v, %d writes, ran %q; want save, restore, save", err, wrote, f.calls)
 	}
@@ -212,7 +213,7 @@ func TestApplyOnlyNetlink(t *testing.T) {
 		"not the family": {nil, map[iptables.Family]bool{iptables.IPv6: true}},
 	} {
 		f := &fakeRunner{}
-		p := &Programmer{Runner: f, Backend: NFT, Transaction: func(*iptables.Ruleset) error { return c.err }}
+		p := &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset) error { return c.err }}
 		_, got := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: true, Netlink: c.netlink})
 		if !errors.Is(got, ErrNotWritten) || (c.err != nil && !errors.Is(got, c.err)) || len(f.calls) != 0 {
 			t.Errorf("%s: %v, ran %q; want the batch's error and nothing run", name, got, f.calls)
@@ -230,13 +231,13 @@ func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	}
 	// It was committed: the read-back finds the model.
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
-	p := &Programmer{Runner: f, Backend: NFT, Transaction: lost}
+	p := &Programmer{Runner: f, Backend: release.NFT, Transaction: lost}
 	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || strings.Join(f.calls, "|") != "iptables-nft-save " {
 		t.Errorf("committed: err %v, ran %q; want only the read-back", err, f.calls)
 	}
 	// It was not: the read-back finds nothing, and a reconcile writes.
 	f = &fakeRunner{saves: []string{"*nat\nCOMMIT\n", saveOf(&rs)}}
-	p = &Programmer{Runner: f, Backend: NFT, Transaction: lost}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: lost}
 	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || len(f.calls) != 3 || !strings.HasPrefix(f.calls[1], "iptables-nft-restore") {
 		t.Errorf("not committed: err %v, ran %q; want save, restore, save", err, f.calls)
 	}
@@ -256,7 +257,7 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 	} {
 		for _, only := range []bool{false, true} {
 			f := &fakeRunner{}
-			p := &Programmer{Runner: f, Backend: NFT, Transaction: transaction}
+			p := &Programmer{Runner: f, Backend: release.NFT, Transaction: transaction}
 			_, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && transaction != nil, Netlink: map[iptables.Family]bool{iptables.IPv4: transaction != nil}})
 			if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 || wrote != 0 {
 				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)

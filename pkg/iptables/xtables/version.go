@@ -126,15 +126,15 @@ func writeAtomic(path string, data []byte) error {
 // NetlinkWritable says why a family's rules cannot be written over
 // netlink (pkg/iptables/nfnl) on this node, or nil (release.Writable).
 // On a release not remembered, the symlinks are walked to tell the
-// backend: Auto leading to legacy says so; then run=false never runs the
+// backend: release.Auto leading to legacy says so; then run=false never runs the
 // program, and is a no, while run=true reads the release and remembers it.
-func NetlinkWritable(b Backend, f iptables.Family, cacheDir string, run bool) error {
-	return release.Writable(string(b), f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
-		r, err := backendAt(path)
+func NetlinkWritable(b release.Backend, f iptables.Family, cacheDir string, run bool) error {
+	return release.Writable(b, f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
+		r, err := release.At(path)
 		if err != nil {
 			return "", err
 		}
-		if b != NFT && r != NFT {
+		if b != release.NFT && r != release.NFT {
 			return "", fmt.Errorf("%s backend %s", f, r)
 		}
 		if !run {

@@ -79,33 +79,33 @@ func TestNetlinkWritableWithoutRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := t.TempDir()
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 0 {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 0 {
 		t.Fatalf("nothing remembered: %v after %d runs, want a no and no run", err, countRuns(t, runs))
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
 		t.Fatalf("the plugin's check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err != nil || countRuns(t, runs) != 1 {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err != nil || countRuns(t, runs) != 1 {
 		t.Errorf("remembered: %v after %d runs, want yes and no further run", err, countRuns(t, runs))
 	}
 	later := time.Now().Add(time.Minute)
 	if err := os.Chtimes(filepath.Join(dir, "iptables-restore"), later, later); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 1 {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 1 {
 		t.Errorf("the program changed: %v, want a no without a run", err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, "", true); err == nil {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, "", true); err == nil {
 		t.Error("no cache_dir: yes, want a no")
 	}
-	if err := NetlinkWritable(Legacy, iptables.IPv4, cache, true); err == nil {
+	if err := NetlinkWritable(release.Legacy, iptables.IPv4, cache, true); err == nil {
 		t.Error("legacy: yes, want a no")
 	}
 }
 
 // The cache is keyed by the file the program's name leads to: pointed at
 // another file (the alternatives switched), even one of the same size and
-// time, the release is not remembered; pointed at a legacy one, Auto says
+// time, the release is not remembered; pointed at a legacy one, release.Auto says
 // so without running it.
 func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
@@ -135,18 +135,18 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	}
 	cache := t.TempDir()
 	link("xtables-nft-multi")
-	if err := NetlinkWritable(Auto, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
+	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
 		t.Fatalf("first check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
 	}
-	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err != nil {
+	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err != nil {
 		t.Fatalf("remembered: %v", err)
 	}
 	link("xtables-nft-multi.new")
-	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
+	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
 		t.Errorf("another file of the same size and time: %v, want not remembered", err)
 	}
 	link("xtables-legacy-multi")
-	if err := NetlinkWritable(Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
+	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
 		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
 	}
 }
@@ -162,7 +162,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err != nil {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(prog)
@@ -185,7 +185,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.Chtimes(prog, st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
 		t.Error("rewritten in place with the same size and time: still remembered")
 	}
 
@@ -198,10 +198,10 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.WriteFile(prog, []byte(switching), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, true); err == nil || !strings.Contains(err.Error(), "changed") {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err == nil || !strings.Contains(err.Error(), "changed") {
 		t.Errorf("switched while read: %v, want a no saying it changed", err)
 	}
-	if err := NetlinkWritable(NFT, iptables.IPv4, cache, false); err == nil {
+	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
 		t.Error("switched while read: remembered")
 	}
 
@@ -210,7 +210,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- NetlinkWritable(NFT, iptables.IPv4, fifoDir, false) }()
+	go func() { done <- NetlinkWritable(release.NFT, iptables.IPv4, fifoDir, false) }()
 	select {
 	case err := <-done:
 		if err == nil {

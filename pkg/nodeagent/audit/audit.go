@@ -12,7 +12,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
@@ -55,7 +55,7 @@ type Deps struct {
 	Namespaces Namespaces
 	// Network reads and programs namespaces with one iptables backend:
 	// the one ADD recorded for the sandbox, else Config.Backend.
-	Network func(xtables.Backend) Network
+	Network func(release.Backend) Network
 	Records Records // nil: every pod is checked against its annotations
 	Actions PodActions
 	Events  record.EventRecorder

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
@@ -22,7 +23,7 @@ import (
 // setpriv limits (a root process's exec gets exactly its bounding set).
 func TestRepairNeedsEachCapability(t *testing.T) {
 	if path := os.Getenv("AUDIT_CAPS_NETNS"); path != "" {
-		repairHelper(t, path, xtables.Backend(os.Getenv("AUDIT_CAPS_BACKEND")))
+		repairHelper(t, path, release.Backend(os.Getenv("AUDIT_CAPS_BACKEND")))
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -33,18 +34,18 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 		t.Skip("needs setpriv (util-linux)")
 	}
 	for _, tc := range []struct {
-		backend xtables.Backend
+		backend release.Backend
 		caps    string
 		fails   string // what the failure says; "" for success
 	}{
-		{xtables.NFT, "net_admin,net_raw,sys_admin", ""},
-		{xtables.Legacy, "net_admin,net_raw,sys_admin", ""},
-		{xtables.NFT, "net_admin,net_raw", "entering the network namespace: operation not permitted"}, // no setns
-		{xtables.Legacy, "net_admin,net_raw", "entering the network namespace: operation not permitted"},
-		{xtables.NFT, "net_raw,sys_admin", "Permission denied"}, // no iptables
-		{xtables.Legacy, "net_raw,sys_admin", "unable to initialize table"},
-		{xtables.NFT, "net_admin,sys_admin", ""},
-		{xtables.Legacy, "net_admin,sys_admin", "unable to initialize table"}, // no raw socket
+		{release.NFT, "net_admin,net_raw,sys_admin", ""},
+		{release.Legacy, "net_admin,net_raw,sys_admin", ""},
+		{release.NFT, "net_admin,net_raw", "entering the network namespace: operation not permitted"}, // no setns
+		{release.Legacy, "net_admin,net_raw", "entering the network namespace: operation not permitted"},
+		{release.NFT, "net_raw,sys_admin", "Permission denied"}, // no iptables
+		{release.Legacy, "net_raw,sys_admin", "unable to initialize table"},
+		{release.NFT, "net_admin,sys_admin", ""},
+		{release.Legacy, "net_admin,sys_admin", "unable to initialize table"}, // no raw socket
 	} {
 		t.Run(string(tc.backend)+"/"+tc.caps, func(t *testing.T) {
 			netns, err := testutils.NewNS()
@@ -71,7 +72,7 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 }
 
 // repairHelper repairs an empty namespace and checks the result.
-func repairHelper(t *testing.T, path string, backend xtables.Backend) {
+func repairHelper(t *testing.T, path string, backend release.Backend) {
 	network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 	m := decision.Rules(mustDecide(t, meshed("caps")), decision.DefaultNodeSettings(), true, false)
 	ctx := context.Background()

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Action is what the audit does with a pod found running unredirected.
@@ -75,7 +75,7 @@ type Config struct {
 	LabelKey, LabelValue string
 	// Backend is the node's iptables backend, for sandboxes whose record
 	// does not name the one ADD used.
-	Backend xtables.Backend
+	Backend release.Backend
 	// ValidationContainer names the injector's validation init container
 	// (empty: DefaultValidationContainer).
 	ValidationContainer string

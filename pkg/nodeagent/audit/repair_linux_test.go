@@ -11,6 +11,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -28,12 +29,12 @@ func TestRepairInRealNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
+	for _, backend := range []release.Backend{release.Legacy, release.NFT} {
 		t.Run(string(backend), func(t *testing.T) {
 			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
-			h.a.deps.Network = func(b xtables.Backend) Network {
+			h.a.deps.Network = func(b release.Backend) Network {
 				if b != backend {
 					t.Errorf("the audit asked for backend %q, the record says %q", b, backend)
 				}
@@ -70,7 +71,7 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, backend := range []xtables.Backend{xtables.Legacy, xtables.NFT} {
+	for _, backend := range []release.Backend{release.Legacy, release.NFT} {
 		b.Run(string(backend), func(b *testing.B) {
 			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
 			m := decision.Rules(decision.Decision{Redirect: true, Spec: iptablesDefault()}, decision.DefaultNodeSettings(), true, false)

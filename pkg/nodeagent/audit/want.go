@@ -7,7 +7,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
@@ -20,7 +20,7 @@ import (
 // its annotations say now, as ADD computes it. ok=false: this sandbox was
 // not redirected and the pod is not meshed now. The backend is the one ADD
 // used for it, else the node's.
-func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, xtables.Backend, bool, error) {
+func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, release.Backend, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
 		if r.NetnsInode != ns.Inode {
@@ -37,7 +37,7 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, xtables
 		}
 		a.noteSettingsChanged(c, r)
 		b := a.cfg.Backend
-		if r.Backend == xtables.Legacy || r.Backend == xtables.NFT {
+		if r.Backend == release.Legacy || r.Backend == release.NFT {
 			b = r.Backend
 		}
 		return m, b, true, nil

@@ -81,7 +81,7 @@ func TestHandOffRoundTrip(t *testing.T) {
 	stdin := append([]byte(`{"name":"k8s","pad":"`), bytes.Repeat([]byte("x"), 200<<10)...)
 	stdin = append(stdin, `"}`...)
 	req := handoff.Request{ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "eth0", Args: "K=V", Stdin: stdin, Netlink: []string{"ipv4"}}
-	resp, err := handoff.Send(path, req, int(file.Fd()), int64(5*time.Second))
+	resp, err := handoff.Send(path, req, int(file.Fd()), 5*time.Second)
 	close(answered)
 	if err != nil || !resp.Done || string(resp.Stdout) != "result" || string(resp.Stderr) != "log" {
 		t.Fatalf("Send = %+v, %v; want the agent's answer", resp, err)
@@ -112,11 +112,11 @@ func TestHandOffRefusals(t *testing.T) {
 	handedBack := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
 		return handoff.Response{HandBack: "the agent does not hold the pod"}, nil
 	})
-	if resp, err := handoff.Send(handedBack, req, fd, int64(5*time.Second)); err != nil || resp.Done || resp.HandBack != "the agent does not hold the pod" {
+	if resp, err := handoff.Send(handedBack, req, fd, 5*time.Second); err != nil || resp.Done || resp.HandBack != "the agent does not hold the pod" {
 		t.Errorf("handed back: %+v, %v", resp, err)
 	}
 	noAdds := serveAdds(t, nil)
-	if resp, err := handoff.Send(noAdds, req, fd, int64(5*time.Second)); err != nil || resp.Done || resp.HandBack == "" {
+	if resp, err := handoff.Send(noAdds, req, fd, 5*time.Second); err != nil || resp.Done || resp.HandBack == "" {
 		t.Errorf("an agent without Add: %+v, %v; want a hand-back", resp, err)
 	}
 	// An agent from before this version reads the frame as a lookup it
@@ -126,7 +126,7 @@ func TestHandOffRefusals(t *testing.T) {
 		line := make([]byte, maxRequest)
 		_, _ = c.Read(line)
 	})
-	if _, err := handoff.Send(old, req, fd, int64(5*time.Second)); !errors.Is(err, handoff.ErrNotTaken) {
+	if _, err := handoff.Send(old, req, fd, 5*time.Second); !errors.Is(err, handoff.ErrNotTaken) {
 		t.Errorf("an older agent: %v, want ErrNotTaken", err)
 	}
 	other := fakeAgent(t, func(c net.Conn) {
@@ -136,7 +136,7 @@ func TestHandOffRefusals(t *testing.T) {
 		_, _ = c.Write(b)
 	})
 	var verr *handoff.VersionError
-	if _, err := handoff.Send(other, req, fd, int64(5*time.Second)); !errors.As(err, &verr) || verr.Got != handoff.Version+1 {
+	if _, err := handoff.Send(other, req, fd, 5*time.Second); !errors.As(err, &verr) || verr.Got != handoff.Version+1 {
 		t.Errorf("an agent of another version: %v, want its VersionError", err)
 	}
 	// This agent answers a frame of another version with a hand-back.
@@ -154,16 +154,16 @@ func TestHandOffRefusals(t *testing.T) {
 	if err := resp.UnmarshalBinary(got); err != nil || resp.Done || !strings.Contains(resp.HandBack, "version 3, not 2") {
 		t.Errorf("a frame of another version: %+v, %v; want a hand-back naming the versions", resp, err)
 	}
-	if _, err := handoff.Send(filepath.Join(t.TempDir(), "none.sock"), req, fd, int64(5*time.Second)); err == nil {
+	if _, err := handoff.Send(filepath.Join(t.TempDir(), "none.sock"), req, fd, 5*time.Second); err == nil {
 		t.Error("no agent: no error")
 	}
 	// A wedged agent: it accepts and never answers.
 	wedged := fakeAgent(t, func(net.Conn) { <-t.Context().Done() })
-	_, err = handoff.Send(wedged, req, fd, int64(200*time.Millisecond))
+	_, err = handoff.Send(wedged, req, fd, 200*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Errorf("a wedged agent: %v, want no answer within the budget", err)
 	}
-	if _, err := handoff.Send(handedBack, handoff.Request{Stdin: bytes.Repeat([]byte("x"), handoff.MaxRequest)}, fd, int64(time.Second)); err == nil {
+	if _, err := handoff.Send(handedBack, handoff.Request{Stdin: bytes.Repeat([]byte("x"), handoff.MaxRequest)}, fd, time.Second); err == nil {
 		t.Error("a request over MaxRequest was sent")
 	}
 	// An agent that trickles its answer a byte at a time still runs out
@@ -183,7 +183,7 @@ func TestHandOffRefusals(t *testing.T) {
 			}
 		}
 	})
-	if resp, err := handoff.Send(trickle, req, fd, int64(300*time.Millisecond)); err == nil || !strings.Contains(err.Error(), "budget") {
+	if resp, err := handoff.Send(trickle, req, fd, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Errorf("a trickling agent: %+v, %v; want no answer within the budget", resp, err)
 	}
 }
@@ -205,7 +205,7 @@ func TestHandOffShimGone(t *testing.T) {
 		return handoff.Response{Done: true}, func() { afterRan <- struct{}{} }
 	})
 	before := time.Now()
-	_, err = handoff.Send(path, handoff.Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), int64(200*time.Millisecond))
+	_, err = handoff.Send(path, handoff.Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), 200*time.Millisecond)
 	if err == nil {
 		t.Fatal("Send succeeded while the agent held its answer")
 	}
