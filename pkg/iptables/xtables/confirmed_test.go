@@ -2,12 +2,12 @@ package xtables
 
 import (
 	"errors"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // fingerprints answers Confirmed's reads from scripted lists of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"maps"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // The node agent audits each pod's rules with its image's iptables-save,

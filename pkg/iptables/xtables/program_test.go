@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // fakeRunner records what would run and answers iptables-save from a
