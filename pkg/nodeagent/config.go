@@ -160,7 +160,7 @@ func bindIstioNamespace(f envflag.Set) func() (string, error) {
 // the returned function after parsing.
 func bindIptablesBackend(f envflag.Set) func() (release.Backend, error) {
 	var name string
-	f.String(&name, "iptables-backend", "IPTABLES_BACKEND", string(release.Auto), "the iptables backend the pods' rules are read and repaired with: "+release.Backends+" (auto: the node's iptables where it has one, else the one holding the host's rules)")
+	f.String(&name, "iptables-backend", "IPTABLES_BACKEND", string(release.Auto), "the iptables backend the pods' rules are read and repaired with: "+release.Backends+" (auto: inspect on the node uses the node's iptables; the agent, whose image has both, the one holding the host's rules)")
 	return func() (release.Backend, error) {
 		b, err := release.ParseBackend(name)
 		if err != nil {

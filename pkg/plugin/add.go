@@ -26,8 +26,9 @@ const opBudget = 30 * time.Second
 func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
 
 // add is ADD on host h. redirect's steps, in order: plan (the pod's
-// decision and spec), its families, whether h may write them, how (the
-// xtables.Write), the model written in the pod's namespace, the record.
+// decision and spec), its families, how h writes them (the
+// xtables.Write), whether it may, the model written in the pod's
+// namespace, the record.
 func (p *Plugin) add(args *skel.CmdArgs, h host) error {
 	return p.verb("ADD", args, h, func(conf *Config, out *outcome) error {
 		result, err := resultFor(conf)
@@ -56,9 +57,6 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	if err := p.stack(conf, out, &pl, func() (bool, error) { return network.HasIPv6(args.Netns) }); err != nil {
 		return err
 	}
-	if err := h.mayWrite(pl); err != nil {
-		return err
-	}
 	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
 	// programmed: a repeated ADD (a runtime's retry, Multus chaining
@@ -68,6 +66,9 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
 	w, err := h.write(conf, pl, trusted)
 	if err != nil {
+		return err
+	}
+	if err := h.mayWrite(pl); err != nil {
 		return err
 	}
 	// The record is staged while the rules go in, and put in place once

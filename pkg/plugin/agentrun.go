@@ -219,7 +219,7 @@ func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error)
 	if !trusted {
 		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
 	}
-	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true}, nil
+	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: time.Unix(0, r.req.Deadline)}, nil
 }
 
 // deliver sends the report once the shim has its answer (RunAdd's after).
@@ -243,7 +243,8 @@ func (r *agentRun) name() string { return "agent" }
 // mayWrite hands back an ADD the agent cannot finish before it writes
 // anything: a family the shim did not find nf_tables in (else one
 // family's rules would be left for the plugin), or a shim that stopped
-// waiting. It is the last step before the write.
+// waiting. It is the last step before the write, whose batches check the
+// deadline again (xtables.Write.Deadline).
 func (r *agentRun) mayWrite(pl plan) error {
 	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
 		if wanted && !r.netlink[f] {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"bytes"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -494,5 +495,20 @@ func TestAgentRunAddReadsTheNamespacesIPv6(t *testing.T) {
 		case v6 && (!resp.Done || !v4Rules || !v6Rules):
 			t.Errorf("IPv6 over netlink: %+v, IPv4 rules %v, IPv6 rules %v; want both families", resp, v4Rules, v6Rules)
 		}
+	}
+}
+
+// The agent's write carries the shim's deadline down to each batch, so a
+// deadline that passes after mayWrite still stops the transaction
+// (xtables TestApplyNoTransactionPastTheDeadline), and only netlink writes.
+func TestAgentWriteCarriesTheDeadline(t *testing.T) {
+	deadline := time.Now().Add(time.Second)
+	r := &agentRun{req: handoff.Request{Deadline: deadline.UnixNano()}, netlink: map[iptables.Family]bool{iptables.IPv4: true}}
+	w, err := r.write(nil, plan{v4: true}, true)
+	if err != nil || !w.Deadline.Equal(time.Unix(0, deadline.UnixNano())) || !w.Only || !w.Trusted || !w.Netlink[iptables.IPv4] {
+		t.Errorf("write = %+v, %v; want netlink only, trusted, until the shim's deadline", w, err)
+	}
+	if _, err := r.write(nil, plan{v4: true}, false); !errors.Is(err, errHandBack) {
+		t.Errorf("an untrusted write: %v, want a hand-back", err)
 	}
 }

@@ -118,8 +118,8 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 }
 
 // Reconcile makes the namespace hold the model, whatever it holds now, and
-// verifies it: Program as CHECK's repair and the audit's run it, always
-// restoring and reading back.
+// verifies it: Program as the audit's repair runs it, always restoring and
+// reading back.
 func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
 	_, err := n.Program(ctx, path, m, xtables.Write{})
 	return err

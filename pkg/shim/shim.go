@@ -7,8 +7,9 @@
 // same arguments, environment and stdin.
 //
 // Every pod start pays to load what the shim links, so it links the
-// standard library and the hand-off only: no CNI library, netlink, rule
-// model or Kubernetes client (cmd/plugin's TestPluginLinksNoAgentCode).
+// standard library, the hand-off and the node's iptables release check
+// only: no CNI library, netlink, rule model or Kubernetes client
+// (cmd/plugin's TestPluginLinksNoAgentCode).
 // It never decides anything about a pod: the plugin's code does, in the
 // agent or in istio-cni-full.
 package shim
@@ -184,6 +185,8 @@ func (e Env) fail(version string, err error) int {
 	if version == "" {
 		version = "1.0.0"
 	}
-	_ = json.NewEncoder(e.Stdout).Encode(cniError{CNIVersion: version, Code: 999, Msg: "istio-cni: " + err.Error()})
+	enc := json.NewEncoder(e.Stdout)
+	enc.SetEscapeHTML(false) // the message as the plugin's own would print it
+	_ = enc.Encode(cniError{CNIVersion: version, Code: 999, Msg: "istio-cni: " + err.Error()})
 	return 1
 }

@@ -15,9 +15,8 @@ var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
 
 // LookPath finds a program in PATH as exec.LookPath does (a name with a
 // slash is itself; the search ends, refused, at a match in a relative
-// directory), or else in the sbin directories. It is written out, with
-// plain system calls, because os/exec, and even os, cost every process
-// that links them start-up time (BENCHMARKS.md, "The shim's start").
+// directory), or else in the sbin directories, which exec.LookPath does
+// not search; the shim links no os/exec.
 func LookPath(name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if executable(name) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
@@ -32,7 +33,7 @@ type Programmer struct {
 
 // Write is how Apply writes a ruleset into a namespace that holds none of
 // its chains, chosen once per ADD by the caller. The zero Write restores
-// and reads back, as CHECK, the audit and every reconcile do.
+// and reads back, as the audit's repairs and every reconcile do.
 type Write struct {
 	// Netlink: the families whose first write is one nf_tables
 	// transaction (nfnl.Write) in place of iptables-restore; the caller
@@ -45,6 +46,10 @@ type Write struct {
 	// for the plugin's shim: its container's iptables need not be the
 	// node's, so it hands anything the batch cannot do back to the plugin.
 	Only bool
+	// Deadline, if set, is when the caller stops waiting: no
+	// transaction starts after it. The node agent sets the shim's: by
+	// then the plugin runs the ADD, and the agent must write nothing more.
+	Deadline time.Time
 	// Trusted skips the read-back after a successful first write:
 	// iptables-restore commits each table atomically, so success means
 	// the rules are in; whether they are exactly the model is then the
@@ -120,6 +125,9 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 	return written, lastErr
 }
 
+// errLate: the caller's deadline passed before the transaction.
+var errLate = errors.New("past the deadline: the caller stopped waiting")
+
 // fresh writes the ruleset in one transaction when w asks for its family.
 // A failure leaves the namespace as it was, but for
 // nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
@@ -127,6 +135,9 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 	if !w.Netlink[rs.Family] {
 		return Written{}
+	}
+	if !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) {
+		return Written{Refused: errLate}
 	}
 	write := p.Transaction
 	if write == nil {

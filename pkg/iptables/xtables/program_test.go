@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
@@ -263,5 +264,26 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)
 			}
 		}
+	}
+}
+
+// A transaction never starts past the Write's deadline: with Only, the
+// batch is not written and nothing runs (the agent hands the ADD back);
+// without, iptables-restore writes as for any refusal.
+func TestApplyNoTransactionPastTheDeadline(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	wrote := 0
+	ok := func(*iptables.Ruleset) error { wrote++; return nil }
+	past := time.Now().Add(-time.Millisecond)
+	f := &fakeRunner{}
+	p := &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
+	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Only: true, Trusted: true, Deadline: past}); !errors.Is(err, ErrNotWritten) || !errors.Is(err, errLate) || wrote != 0 || len(f.calls) != 0 {
+		t.Errorf("only netlink: %v, %d writes, ran %q; want nothing written", err, wrote, f.calls)
+	}
+	if w, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Trusted: true, Deadline: past}); err != nil || w.Netlink || !errors.Is(w.Refused, errLate) || wrote != 0 || len(f.calls) != 1 {
+		t.Errorf("restore allowed: %+v, %v, %d writes, ran %q; want iptables-restore", w, err, wrote, f.calls)
+	}
+	if w, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Only: true, Trusted: true, Deadline: time.Now().Add(time.Hour)}); err != nil || !w.Netlink || wrote != 1 {
+		t.Errorf("before the deadline: %+v, %v, %d writes; want the transaction", w, err, wrote)
 	}
 }

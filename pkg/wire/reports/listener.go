@@ -83,7 +83,7 @@ func (l *Listener) Stats() Stats {
 
 // Run reads reports and passes each to handle, in order, on Run's goroutine,
 // until ctx ends or Close is called; it then returns nil. A datagram that
-// is not an report is counted (Stats) and dropped. About every second it
+// is not a report is counted (Stats) and dropped. About every second it
 // checks that the file at the path is still its socket and, when the file
 // was removed (the directory is a tmpfs a reboot empties, and the
 // installer cleans it) or replaced by something that no longer listens, it
@@ -162,7 +162,12 @@ func (l *Listener) check() {
 	if l.closed {
 		return
 	}
-	if l.stats.Superseded = state == sockfile.Superseded; state != sockfile.Lost {
+	switch state {
+	case sockfile.Ours:
+		l.stats.Superseded = false
+		return
+	case sockfile.Superseded:
+		l.stats.Superseded = true
 		return
 	}
 	conn, file, err := bind(l.path)
@@ -173,7 +178,7 @@ func (l *Listener) check() {
 	old := l.conn
 	l.conn, l.file = conn, file
 	l.stats.Recreated++
-	l.stats.RecreateError = nil
+	l.stats.RecreateError, l.stats.Superseded = nil, false
 	_ = old.Close()
 }
 

@@ -69,7 +69,7 @@ const cutMark = "..."
 // it would be longer it cuts every string field to the longest length that
 // fits (found by bisection, a dozen encodings): short fields stay whole and
 // the long ones (the error, in practice) share the room. With every string
-// empty an report is a few hundred bytes, so a fit always exists.
+// empty a report is a few hundred bytes, so a fit always exists.
 func encode(rep Report) ([]byte, error) {
 	rep.V = Version
 	b, err := marshal(rep)
@@ -132,7 +132,7 @@ func truncate(s string, n int) string {
 }
 
 // decode parses one datagram. A datagram that is not a JSON object, lacks
-// the version, or is of a newer version, is not an report this agent reads.
+// the version, or is of a newer version, is not a report this agent reads.
 func decode(b []byte) (Report, error) {
 	var v struct {
 		V int `json:"v"`

@@ -43,7 +43,7 @@ func start(t *testing.T, path string) *running {
 	return r
 }
 
-// next waits for an report; the limit only turns a hang into a failure.
+// next waits for a report; the limit only turns a hang into a failure.
 func (r *running) next(t *testing.T) Report {
 	t.Helper()
 	select {
