@@ -65,9 +65,12 @@ image: $(IMAGE_TAR)
 
 # The node agent runs iptables itself, both backends, from the image (not
 # the node's, which would need the host's root mounted): Debian's
-# iptables package, its extension modules and their libraries.
+# iptables package, its extension modules and their libraries; and
+# util-linux's nsenter, which runs it as root of a hostUsers: false pod's
+# user namespace (pkg/iptables/xtables/userns.go).
 XTABLES_MODULES = $(firstword $(wildcard /usr/lib/*/xtables))
 IPTABLES_IMAGE_FILES = -libraries \
+	-file /usr/bin/nsenter=/usr/bin/nsenter \
 	-file /usr/sbin/xtables-nft-multi=/usr/sbin/xtables-nft-multi \
 	-file /usr/sbin/xtables-legacy-multi=/usr/sbin/xtables-legacy-multi \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \

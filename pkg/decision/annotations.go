@@ -3,6 +3,7 @@ package decision
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -36,16 +37,6 @@ func (e *InvalidError) Error() string {
 	return fmt.Sprintf("%s=%q: %s", e.Field, e.Value, e.Problem)
 }
 
-// UnsupportedError is a valid setting this version cannot program yet.
-type UnsupportedError struct {
-	Field string
-	Value string
-}
-
-func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("%s=%q is not supported yet by istio-cni; the pod would run with less capture than it asks for", e.Field, e.Value)
-}
-
 // redirect builds the spec of a pod that must be redirected.
 func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Decision, error) {
 	ann := pod.Metadata.Annotations
@@ -59,11 +50,15 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	default:
 		return Decision{}, &InvalidError{InterceptionMode, mode, "want " + allowedIntercepts}
 	}
-	// A setting the plugin cannot read must not be taken as off: DNS
-	// capture set from a ConfigMap would otherwise run without redirection.
+	// A setting set by reference (valueFrom: a ConfigMap, a Secret, a
+	// field) is the kubelet's to resolve at container start, after ADD.
+	// Upstream reads it as unset, and so does the plugin, so that the
+	// same pods start with the same rules; Unread says so.
+	var unread []string
 	for _, e := range proxy.Env {
-		if len(e.ValueFrom) > 0 && (e.Name == envDNSCapture || e.Name == envDualStack || e.Name == envInvalidDrop) {
-			return Decision{}, &UnsupportedError{Field: "istio-proxy env " + e.Name, Value: "valueFrom " + string(e.ValueFrom)}
+		read := e.Name == envDNSCapture || e.Name == envDualStack || e.Name == envInvalidDrop
+		if len(e.ValueFrom) > 0 && read && !slices.Contains(unread, e.Name) {
+			unread = append(unread, e.Name)
 		}
 	}
 	invalidDrop, err := envBool(env, envInvalidDrop)
@@ -86,7 +81,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 		return Decision{}, err
 	}
 	spec.DNSCapture, spec.TProxy, spec.InvalidDrop = dns, tproxy, invalidDrop
-	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual}, nil
+	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual, Unread: unread}, nil
 }
 
 // applyAnnotations overrides the default spec with the traffic annotations.

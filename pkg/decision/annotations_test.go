@@ -227,10 +227,6 @@ func checkNames(t *testing.T, err error, field, value string) {
 	if errors.As(err, &inv) && (inv.Field != field || inv.Value != value) {
 		t.Errorf("InvalidError{Field: %q, Value: %q}, want %q, %q", inv.Field, inv.Value, field, value)
 	}
-	var uns *UnsupportedError
-	if errors.As(err, &uns) && (uns.Field != field || uns.Value != value) {
-		t.Errorf("UnsupportedError{Field: %q, Value: %q}, want %q, %q", uns.Field, uns.Value, field, value)
-	}
 }
 
 func TestProxyEnvErrors(t *testing.T) {
@@ -325,8 +321,9 @@ func TestDNSCapture(t *testing.T) {
 	}
 }
 
-// A setting the plugin reads but that is set by reference cannot be
-// resolved here: it fails the pod rather than count as off.
+// A setting the plugin reads but that is set by reference is the
+// kubelet's to resolve: as upstream, the pod is redirected as if it were
+// unset, and the decision names it.
 func TestProxyEnvByReference(t *testing.T) {
 	for _, name := range []string{"ISTIO_META_DNS_CAPTURE", "ISTIO_DUAL_STACK", "INVALID_DROP"} {
 		for _, newPod := range sidecarKinds() {
@@ -334,9 +331,13 @@ func TestProxyEnvByReference(t *testing.T) {
 				c.Env = append(c.Env, kube.EnvVar{Name: name, ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"dns"}}`)})
 			})
 			d, err := Pod(newPod(ref))
-			checkErrKind(t, err, unsupported)
-			if d.Redirect || err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "valueFrom") {
-				t.Errorf("%s by reference: %+v, %v", name, d, err)
+			checkErrKind(t, err, noErr)
+			unset, _ := Pod(newPod())
+			if !d.Redirect || !reflect.DeepEqual(d.Spec, unset.Spec) || d.DualStack || !slices.Equal(d.Unread, []string{name}) {
+				t.Errorf("%s by reference: %+v; want the unset spec, Unread [%s]", name, d, name)
+			}
+			if note := UnreadNote(d.Unread); !strings.Contains(note, name) || !strings.Contains(note, "valueFrom") {
+				t.Errorf("note %q", note)
 			}
 		}
 	}

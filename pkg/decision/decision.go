@@ -6,6 +6,7 @@ package decision
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -60,6 +61,17 @@ type Decision struct {
 	// DualStack asks for IPv6 rules even when the pod has no IPv6 address
 	// yet (ISTIO_DUAL_STACK on istio-proxy).
 	DualStack bool
+	// Unread names the istio-proxy env vars the decision reads that are
+	// set with valueFrom, which only the kubelet resolves: taken as unset,
+	// as upstream istio-cni takes them (UnreadNote).
+	Unread []string
+}
+
+// UnreadNote is what is said of a pod whose proxy sets env vars the
+// decision reads with valueFrom.
+func UnreadNote(names []string) string {
+	return "istio-proxy sets " + strings.Join(names, ", ") + " with valueFrom, which istio-cni cannot read before the pod starts: " +
+		"taken as unset, as upstream istio-cni takes it; set it with value for the rules to follow it"
 }
 
 func skip(r Reason) Decision { return Decision{Reason: r} }

@@ -133,6 +133,9 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	if !out.decision.Redirect {
 		return plan{}, false, nil
 	}
+	if len(out.decision.Unread) > 0 {
+		out.warnings = append(out.warnings, decision.UnreadNote(out.decision.Unread))
+	}
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node())}, true, nil
 }
 

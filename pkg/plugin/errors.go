@@ -6,7 +6,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
@@ -19,7 +18,7 @@ const (
 	ErrPodNotFound   uint = 100 // the API has no such pod
 	ErrAPIDenied     uint = 101 // 401 or 403: the plugin's kubeconfig is wrong or lacks rights
 	ErrPodSettings   uint = 102 // a traffic annotation or proxy setting is invalid
-	ErrUnsupported   uint = 103 // a valid setting this version cannot program yet
+	ErrUnsupported   uint = 103 // no longer returned (it was a proxy env var set with valueFrom)
 	ErrRules         uint = 104 // iptables failed or read back differently; rolled back
 	ErrRulesMismatch uint = 105 // CHECK: the pod's rules are missing or differ
 )
@@ -40,12 +39,8 @@ func podError(err error) error {
 	return types.NewError(code, apiErr.Error(), "")
 }
 
-// decisionError maps an invalid or unsupported pod setting.
+// decisionError maps an invalid pod setting.
 func decisionError(pod string, err error) error {
-	var unsupported *decision.UnsupportedError
-	if errors.As(err, &unsupported) {
-		return types.NewError(ErrUnsupported, fmt.Sprintf("pod %s: %v", pod, err), "")
-	}
 	return types.NewError(ErrPodSettings, fmt.Sprintf("pod %s: %v", pod, err), "")
 }
 

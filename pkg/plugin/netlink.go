@@ -53,12 +53,12 @@ func rulesBy(written map[iptables.Family]xtables.Written) string {
 }
 
 // netlinkWarnings are the refusals worth a warning: iptables-restore wrote
-// instead. A sandbox already holding our chains (a repeated ADD) is
-// expected.
+// instead. A sandbox already holding our chains (a repeated ADD), and one
+// in the pod's own user namespace, are expected.
 func netlinkWarnings(written map[iptables.Family]xtables.Written) []string {
 	var warnings []string
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		if err := written[f].Refused; err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := written[f].Refused; err != nil && !errors.Is(err, unix.EEXIST) && !errors.Is(err, xtables.ErrUserNS) {
 			warnings = append(warnings, "rules written by iptables-restore after netlink failed: "+err.Error())
 		}
 	}

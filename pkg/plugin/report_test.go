@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,36 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 			t.Errorf("%s ISTIO_DUAL_STACK=%q: note %q, families %s; want note=%v families %s\n%s", tc.extra, tc.env, rep.Note, rep.Families,
 				tc.wantNote, tc.families, h.stderr)
 		}
+	}
+}
+
+// TestProxyEnvByReference: a pod whose proxy sets INVALID_DROP from a
+// ConfigMap starts as upstream starts it, with the rules of the unset
+// value; the log line names what was not read (the agent's audit puts
+// it on the pod).
+func TestProxyEnvByReference(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	pod := meshedPod(nil)
+	pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"drop"}}`)}}
+	h.api.pods["team-a/web-1"] = pod
+	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	unset := newHarness()
+	unset.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := unset.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed, unset.net.programmed) {
+		t.Errorf("programmed %+v, want the rules of INVALID_DROP unset, %+v", h.net.programmed, unset.net.programmed)
+	}
+	rep := a.next(t)
+	if !rep.Redirect || rep.Error != "" {
+		t.Errorf("report %+v, want a redirected pod", rep)
+	}
+	if !strings.Contains(h.stderr.String(), "istio-proxy sets INVALID_DROP with valueFrom") {
+		t.Errorf("the log line does not say INVALID_DROP was not read:\n%s", h.stderr)
 	}
 }
 

@@ -169,11 +169,6 @@ func TestAddFailures(t *testing.T) {
 		{"bad annotation", func(h *harness) {
 			h.api.pods["team-a/web-1"] = meshedPod(map[string]string{decision.ExcludeOutboundPorts: "80 -j ACCEPT"})
 		}, ErrPodSettings, decision.ExcludeOutboundPorts},
-		{"invalid drop from a ConfigMap", func(h *harness) {
-			pod := meshedPod(nil)
-			pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"drop"}}`)}}
-			h.api.pods["team-a/web-1"] = pod
-		}, ErrUnsupported, "INVALID_DROP"},
 		{"iptables fails", func(h *harness) {
 			h.api.pods["team-a/web-1"] = meshedPod(nil)
 			h.net.programErr = errors.New("iptables-restore: exit status 1")

@@ -46,8 +46,10 @@ const rollbackBudget = 10 * time.Second
 // processes started there inherit the namespace. The thread is the
 // scheduler's again once it is home (pkg/nsthread, which knows home
 // without reading /proc each time: the node agent runs an ADD for every
-// pod).
-func do(path string, fn func() error) error {
+// pod). fn gets the Programmer for the namespace: n's, or, for a
+// namespace another user namespace owns, n's run as that namespace's root
+// (xtables.Programmer.InUserNS).
+func (n *Network) do(path string, fn func(p *xtables.Programmer) error) error {
 	// O_NONBLOCK: a FIFO at the path must not hold the caller in open.
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -65,6 +67,19 @@ func do(path string, fn func() error) error {
 	if sfs.Type != unix.NSFS_MAGIC && sfs.Type != unix.PROC_SUPER_MAGIC {
 		return fmt.Errorf("%w %s: not a namespace (filesystem magic %#x)", ErrOpenNetns, path, sfs.Type)
 	}
+	p := n.Programmer
+	if p != nil {
+		owner, err := foreignOwner(fd)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if owner != nil {
+			defer func() { _ = owner.Close() }()
+			if p, err = p.InUserNS(owner); err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	}
 	return nsthread.In(fd, func() (err error) {
 		// A bug in what runs here must fail this pod's step, not end the
 		// process: the node agent runs ADDs for the shim.
@@ -73,13 +88,15 @@ func do(path string, fn func() error) error {
 				err = fmt.Errorf("%w in %s: %v", ErrPanic, path, r)
 			}
 		}()
-		return fn()
+		return fn(p)
 	})
 }
 
 // Enter runs fn inside the namespace at path, on a locked OS thread; commands
-// fn starts run there too.
-func Enter(path string, fn func() error) error { return do(path, fn) }
+// fn starts run there too (in the process's own user namespace).
+func Enter(path string, fn func() error) error {
+	return (&Network{}).do(path, func(*xtables.Programmer) error { return fn() })
+}
 
 // Program installs the model in the namespace and verifies it; on failure
 // nothing of ours is left behind. The families are programmed at once, each
@@ -93,8 +110,8 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 	written := make([]xtables.Written, len(rulesets))
 	errs := make([]error, len(rulesets))
 	program := func(i int) {
-		errs[i] = do(path, func() (err error) {
-			written[i], err = n.programFamily(ctx, rulesets[i], w)
+		errs[i] = n.do(path, func(p *xtables.Programmer) (err error) {
+			written[i], err = programFamily(ctx, p, rulesets[i], w)
 			return err
 		})
 	}
@@ -126,13 +143,13 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 }
 
 // programFamily writes one family's ruleset from a thread in the namespace.
-func (n *Network) programFamily(ctx context.Context, rs *iptables.Ruleset, w xtables.Write) (xtables.Written, error) {
+func programFamily(ctx context.Context, p *xtables.Programmer, rs *iptables.Ruleset, w xtables.Write) (xtables.Written, error) {
 	if rs.Family == iptables.IPv6 {
 		if err := addPassthroughV6(); err != nil {
 			return xtables.Written{}, err
 		}
 	}
-	written, err := n.Programmer.Apply(ctx, rs, w)
+	written, err := p.Apply(ctx, rs, w)
 	if err != nil {
 		return written, err
 	}
@@ -150,8 +167,8 @@ func (n *Network) rollback(ctx context.Context, path string, rulesets []*iptable
 	}
 	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
 	defer cancel()
-	if rbErr := do(path, func() error {
-		return errors.Join(n.Programmer.Cleanup(rbCtx, families...), removePolicyRoutes(families...))
+	if rbErr := n.do(path, func(p *xtables.Programmer) error {
+		return errors.Join(p.Cleanup(rbCtx, families...), removePolicyRoutes(families...))
 	}); rbErr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
 	}
@@ -161,9 +178,9 @@ func (n *Network) rollback(ctx context.Context, path string, rulesets []*iptable
 // Check lists how the namespace differs from the model.
 func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]string, error) {
 	var diffs []string
-	err := do(path, func() error {
+	err := n.do(path, func(p *xtables.Programmer) error {
 		var err error
-		if diffs, err = n.Programmer.Check(ctx, m); err != nil {
+		if diffs, err = p.Check(ctx, m); err != nil {
 			return err
 		}
 		for _, rs := range m.Rulesets() {
@@ -192,8 +209,8 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 
 // Cleanup removes everything of ours from both families.
 func (n *Network) Cleanup(ctx context.Context, path string) error {
-	return do(path, func() error {
-		return errors.Join(n.Programmer.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
+	return n.do(path, func(p *xtables.Programmer) error {
+		return errors.Join(p.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
 			removePolicyRoutes(iptables.IPv4, iptables.IPv6))
 	})
 }
@@ -202,7 +219,7 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 // address: the fallback when the runtime passed no prevResult.
 func (n *Network) HasIPv6(path string) (bool, error) {
 	var found bool
-	err := do(path, func() (err error) {
+	err := n.do(path, func(*xtables.Programmer) (err error) {
 		found, err = hasGlobalIPv6()
 		return err
 	})

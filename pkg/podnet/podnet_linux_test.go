@@ -44,8 +44,14 @@ func newNS(t *testing.T) ns.NetNS {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
-	// A runtime brings lo up before the chain runs (IPv6 local routes need
-	// it up).
+	loUp(t, n)
+	return n
+}
+
+// loUp brings lo up, as a runtime does before the chain runs (IPv6 local
+// routes need it up).
+func loUp(t *testing.T, n ns.NetNS) {
+	t.Helper()
 	if err := n.Do(func(ns.NetNS) error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
@@ -55,7 +61,6 @@ func newNS(t *testing.T) ns.NetNS {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return n
 }
 
 var backends = []release.Backend{release.Legacy, release.NFT}

@@ -15,15 +15,23 @@ const (
 
 func hostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
 
+// serverPod starts an unmeshed pod on n serving on serverPort, its name
+// "server".
+func serverPod(t *testing.T, n *podsim.Network) *podsim.Sandbox {
+	t.Helper()
+	server := newSandbox(t, "team-b", "server")
+	mustAdd(t, n, server, conflist(t, n, "1.0.0", nil))
+	startIn(t, server.Path(), 0, "server", "--port", "8080", "--name", "server")
+	return server
+}
+
 // TestTrafficThroughTheProxy sends real connections through the rules the
 // plugin programmed: a server pod and meshed or unmeshed pods on one bridge.
 func TestTrafficThroughTheProxy(t *testing.T) {
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
 			n := newNetwork(t)
-			server := newSandbox(t, "team-b", "server")
-			mustAdd(t, n, server, conflist(t, n, "1.0.0", nil))
-			startIn(t, server.Path(), 0, "server", "--port", "8080", "--name", "server")
+			server := serverPod(t, n)
 			conf := istioConf(map[string]any{"iptables_backend": string(b)})
 
 			// pod starts a pod with the given annotations (nil: unmeshed) and,

@@ -30,13 +30,18 @@ func NewSandbox(podNS, podName string) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newSandbox(netns, podNS, podName)
+}
+
+// newSandbox is a sandbox in netns, with lo brought up.
+func newSandbox(netns ns.NetNS, podNS, podName string) (*Sandbox, error) {
 	s := &Sandbox{netns: netns, rt: &libcni.RuntimeConf{
 		ContainerID: "ctr-" + filepath.Base(netns.Path()),
 		NetNS:       netns.Path(),
 		IfName:      "eth0",
 		Args:        [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", podNS}, {"K8S_POD_NAME", podName}},
 	}}
-	err = netns.Do(func(ns.NetNS) error {
+	err := netns.Do(func(ns.NetNS) error {
 		lo, err := netlink.LinkByName("lo")
 		if err != nil {
 			return err
@@ -56,9 +61,7 @@ func (s *Sandbox) Path() string { return s.netns.Path() }
 func (s *Sandbox) NetNS() ns.NetNS { return s.netns }
 
 // Close removes the namespace.
-func (s *Sandbox) Close() error {
-	return errors.Join(s.netns.Close(), testutils.UnmountNS(s.netns))
-}
+func (s *Sandbox) Close() error { return CloseNetns(s.netns) }
 
 // waitIPv6Ready waits until duplicate address detection has finished for
 // every IPv6 address in the namespace, as a pod's traffic would.

@@ -9,13 +9,14 @@ import (
 	"syscall"
 )
 
-// sbinDirs are searched after PATH: container runtimes may exec plugins
-// with a PATH that lacks the sbin directories where iptables lives.
-var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
+// fallbackDirs are searched after PATH: container runtimes may exec plugins
+// with a PATH that lacks the sbin directories where iptables lives (and
+// even the bin directories, where util-linux's nsenter lives).
+var fallbackDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin", "/bin"}
 
 // LookPath finds a program in PATH as exec.LookPath does (a name with a
 // slash is itself; the search ends, refused, at a match in a relative
-// directory), or else in the sbin directories, which exec.LookPath does
+// directory), or else in fallbackDirs, which exec.LookPath does
 // not search; the shim links no os/exec.
 func LookPath(name string) (string, error) {
 	if strings.Contains(name, "/") {
@@ -37,12 +38,12 @@ func LookPath(name string) (string, error) {
 			}
 		}
 	}
-	for _, dir := range sbinDirs {
+	for _, dir := range fallbackDirs {
 		if p := path.Join(dir, name); executable(p) {
 			return p, nil
 		}
 	}
-	return "", errors.New(name + " not found in PATH or " + strings.Join(sbinDirs, ", "))
+	return "", errors.New(name + " not found in PATH or " + strings.Join(fallbackDirs, ", "))
 }
 
 // executable is exec.LookPath's test: a file, not a directory, that this

@@ -4,13 +4,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 )
 
 // LookPath finds in PATH what exec.LookPath finds, and refuses what it
-// refuses, before it tries the sbin directories.
+// refuses, before it tries fallbackDirs.
 func TestLookPathIsExecLookPath(t *testing.T) {
 	dir, other := t.TempDir(), t.TempDir()
 	for name, mode := range map[string]os.FileMode{"prog": 0o755, "plain": 0o644, "ownerx": 0o700} {
@@ -31,8 +32,8 @@ func TestLookPathIsExecLookPath(t *testing.T) {
 			want, wantErr := exec.LookPath(name)
 			got, err := LookPath(name)
 			if wantErr != nil {
-				// Only the sbin directories may then find it.
-				if err == nil && !strings.HasPrefix(got, "/usr/sbin/") && !strings.HasPrefix(got, "/sbin/") && !strings.HasPrefix(got, "/usr/local/sbin/") {
+				// Only fallbackDirs may then find it.
+				if err == nil && !slices.Contains(fallbackDirs, filepath.Dir(got)) {
 					t.Errorf("PATH=%q: LookPath(%q) = %q, exec.LookPath refuses it: %v", path, name, got, wantErr)
 				}
 				continue

@@ -29,6 +29,9 @@ type Programmer struct {
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
+	// restorer runs iptables-restore where it is not Runner: in the
+	// user namespace that owns the network namespace (InUserNS).
+	restorer Runner
 }
 
 // Write is how Apply writes a ruleset into a namespace that holds none of
@@ -133,8 +136,11 @@ var errLate = errors.New("past the deadline: the caller stopped waiting")
 // nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
 // and the read-back, unless Only.
 func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
-	if !w.Netlink[rs.Family] {
+	switch {
+	case !w.Netlink[rs.Family]:
 		return Written{}
+	case p.restorer != nil:
+		return Written{Refused: ErrUserNS}
 	}
 	if !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) {
 		return Written{Refused: errLate}
@@ -233,6 +239,10 @@ func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Obs
 }
 
 func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte) error {
-	_, err := p.Runner.Run(ctx, text, CommandsFor(p.Backend, f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	r := p.Runner
+	if p.restorer != nil {
+		r = p.restorer
+	}
+	_, err := r.Run(ctx, text, CommandsFor(p.Backend, f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
 	return err
 }

@@ -137,6 +137,9 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 	}
 	r.Redirect, r.Reason = dec.Redirect, string(dec.Reason)
+	if len(dec.Unread) > 0 {
+		r.Notes = append(r.Notes, decision.UnreadNote(dec.Unread))
+	}
 	if d.NamespaceLabels != nil && d.Injectors != nil {
 		if labels, err := d.NamespaceLabels(ctx, o.Namespace); err != nil {
 			r.InjectionErr = err.Error()

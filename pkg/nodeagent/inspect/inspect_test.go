@@ -180,6 +180,19 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 	}
 }
 
+// A proxy env var set with valueFrom is read as unset; inspect says so.
+func TestProxyEnvByReferenceNote(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	p.Spec.Containers[1].Env = []kube.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", ValueFrom: []byte(`{"fieldRef":{"fieldPath":"metadata.labels['dns']"}}`)}}
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "*nat\nCOMMIT\n", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "note:      "+decision.UnreadNote([]string{"ISTIO_META_DNS_CAPTURE"})) || r.Invalid != "" || !r.Redirect {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
 // A pod in a namespace labelled for injection, without istio-proxy: the
 // plugin rightly leaves it alone, and inspect says it missed its sidecar.
 func TestMissedInjection(t *testing.T) {
