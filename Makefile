@@ -132,8 +132,9 @@ $(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
 		helm.sh/helm/v3/cmd/helm
 
 ## old-iptables: Debian bullseye's iptables 1.8.7, the oldest 1.8 Debian
-## serves, unpacked (not installed) for the netlink writer's reader test
-## (test/oldiptables/fetch.sh; pkg/iptables/nfnl).
+## serves, unpacked (not installed) for the netlink writer's per-release
+## parity test and the audit's cross-release test (test/oldiptables;
+## pkg/iptables/nfnl, pkg/iptables/xtables).
 OLD_IPTABLES := $(TOOLS)/iptables-1.8.7
 old-iptables: $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi
 
@@ -142,9 +143,7 @@ $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
 	touch $@
 
 ## newer-iptables: Debian trixie's iptables 1.8.11, with its own glibc,
-## unpacked (not installed) for the audit's cross-release test: the
-## agent's iptables-save reads what other releases' restore wrote
-## (test/oldiptables/fetch.sh; pkg/iptables/xtables).
+## unpacked (not installed) for the same two tests (test/oldiptables).
 NEWER_IPTABLES := $(TOOLS)/iptables-1.8.11
 newer-iptables: $(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi
 

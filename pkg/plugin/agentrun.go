@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nsthread"
@@ -57,9 +59,13 @@ type AgentSide struct {
 // agentRun is the hand-off an ADD runs in the agent for: the host
 // (host.go) that hands back whatever it cannot finish.
 type agentRun struct {
-	req     handoff.Request
-	side    AgentSide
-	netlink map[iptables.Family]bool
+	req  handoff.Request
+	side AgentSide
+	// netlink: the families the shim found nf_tables in, laid out as
+	// the node's release writes them.
+	netlink map[iptables.Family]nfnl.Layout
+	// noLayout says why the shim's families are not written here.
+	noLayout string
 	// logFile is the entry's log_file where the agent sees it: the line
 	// goes there only once the ADD is finished.
 	logFile string
@@ -82,14 +88,18 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 			resp, after = handoff.Response{HandBack: fmt.Sprintf("the agent's ADD panicked: %v", r)}, nil
 		}
 	}()
-	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]bool{}}
-	for _, f := range req.Netlink {
-		switch f {
-		case iptables.IPv4.String():
-			run.netlink[iptables.IPv4] = true
-		case iptables.IPv6.String():
-			run.netlink[iptables.IPv6] = true
+	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]nfnl.Layout{}}
+	if layout, ok := nfnl.LayoutOf(req.Release); ok {
+		for _, f := range req.Netlink {
+			switch f {
+			case iptables.IPv4.String():
+				run.netlink[iptables.IPv4] = layout
+			case iptables.IPv6.String():
+				run.netlink[iptables.IPv6] = layout
+			}
 		}
+	} else {
+		run.noLayout = "the agent lays out no rules as iptables " + strconv.Quote(req.Release) + " writes them"
 	}
 	args := &skel.CmdArgs{ContainerID: req.ContainerID, IfName: req.IfName, Args: req.Args, Path: req.Path, StdinData: req.Stdin,
 		// The descriptor, not the node's path: the agent's container
@@ -195,8 +205,11 @@ func (r *agentRun) admit(conf *Config) error {
 	}
 	// The line goes to the log file once the ADD is finished (RunAdd).
 	r.logFile, conf.LogFile = conf.LogFile, ""
-	if len(r.netlink) == 0 {
-		return handBack("the node's iptables is not nf_tables %s", "in the layout the agent writes")
+	switch {
+	case r.noLayout != "":
+		return handBack("%s", r.noLayout)
+	case len(r.netlink) == 0:
+		return handBack("the node's iptables is not nf_tables %s", "at a release the agent lays out")
 	}
 	// The shim resolved the entry's backend on the node: nf_tables.
 	conf.parsed.Backend = release.NFT
@@ -247,8 +260,8 @@ func (r *agentRun) name() string { return "agent" }
 // deadline again (xtables.Write.Deadline).
 func (r *agentRun) mayWrite(pl plan) error {
 	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
-		if wanted && !r.netlink[f] {
-			return handBack("the node's %s is not nf_tables in the layout the agent writes", f)
+		if _, ok := r.netlink[f]; wanted && !ok {
+			return handBack("the node's %s is not nf_tables at a release the agent lays out", f)
 		}
 	}
 	if r.late() {

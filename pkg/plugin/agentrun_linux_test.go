@@ -22,6 +22,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -29,16 +30,16 @@ import (
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
 
-// requireNFTLayout skips unless the node's iptables-nft is the release
-// nfnl writes, as on the nodes the agent writes ADDs for.
+// requireNFTLayout skips unless the node's iptables-nft is a release
+// nfnl lays out, as on the nodes the agent writes ADDs for.
 func requireNFTLayout(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces)")
 	}
 	v, err := xtables.NFTVersion("iptables-nft-restore")
-	if err != nil || v != release.Layout {
-		t.Skipf("iptables-nft %q (%v) is not %s", v, err, release.Layout)
+	if err != nil || !release.HasLayout(v) {
+		t.Skipf("iptables-nft %q (%v) is none of %q", v, err, release.Layouts)
 	}
 }
 
@@ -76,10 +77,11 @@ func saveIn(t *testing.T, path string, f iptables.Family) string {
 }
 
 type agentFixture struct {
-	side  AgentSide
-	run   string // the agent's view of the run directory
-	pods  map[string]*kube.Pod
-	reads bool
+	side    AgentSide
+	run     string // the agent's view of the run directory
+	release string // the node's iptables-nft release, as the shim hands it on
+	pods    map[string]*kube.Pod
+	reads   bool
 }
 
 func newAgentFixture(t testing.TB) *agentFixture {
@@ -90,9 +92,11 @@ func newAgentFixture(t testing.TB) *agentFixture {
 			t.Fatal(err)
 		}
 	}
-	if _, err := xtables.CachedNFTVersion(filepath.Join(cache, "iptables-nft-restore.version"), "iptables-nft-restore"); err != nil {
+	v, err := xtables.CachedNFTVersion(filepath.Join(cache, "iptables-nft-restore.version"), "iptables-nft-restore")
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.release = v
 	f.side = AgentSide{
 		Lookup: func(ns, name string) (*kube.Pod, bool) {
 			p, ok := f.pods[ns+"/"+name]
@@ -128,6 +132,7 @@ func (f *agentFixture) request(netnsPath, uid string, prev string) handoff.Reque
 	return handoff.Request{ContainerID: "c-" + uid, Netns: netnsPath, IfName: "eth0", Path: "/opt/cni/bin", Stdin: f.entry(prev),
 		Args:     "K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-1;K8S_POD_UID=" + uid,
 		Netlink:  []string{"ipv4", "ipv6"},
+		Release:  f.release,
 		Deadline: time.Now().Add(handoff.Budget).UnixNano()}
 }
 
@@ -207,6 +212,43 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 	log, err := os.ReadFile(filepath.Join(f.run, "log", "istio-cni.log"))
 	if err != nil || bytes.Count(log, []byte("\n")) != 2 {
 		t.Errorf("log_file %q, %v: want the two ADDs' lines where the agent sees it", log, err)
+	}
+}
+
+// The agent lays the rules out as the node's release writes them, as the
+// shim found it (Request.Release), not as its container's iptables does:
+// 1.8.7 matches ports with the x_tables tcp match where the others load
+// the port, 1.8.11 loads IPv4's protocol from the header (nfnl.Layout).
+func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
+	requireNFTLayout(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("no nft to dump the namespace's expressions with")
+	}
+	for _, v := range release.Layouts {
+		t.Run(v, func(t *testing.T) {
+			f := newAgentFixture(t)
+			f.meshed("u1")
+			fd, path := newNetns(t)
+			req := f.request(path, "u1", prevV4)
+			req.Release = v
+			if resp, _ := f.side.RunAdd(req, fd); !resp.Done {
+				t.Fatalf("handed back: %s", resp.HandBack)
+			}
+			out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+path, "nft", "--debug=netlink", "list", "table", "ip", "nat").CombinedOutput()
+			if err != nil {
+				t.Fatalf("nft: %v\n%s", err, out)
+			}
+			dump := string(out)
+			for expr, want := range map[string]bool{
+				"[ match name tcp rev 0 ]":                          v == "1.8.7",
+				"[ payload load 2b @ transport header + 2 => reg 1": v != "1.8.7",
+				"[ payload load 1b @ network header + 9 => reg":     v == "1.8.11",
+			} {
+				if strings.Contains(dump, expr) != want {
+					t.Errorf("iptables %s's layout: %q in the dump is %v, want %v\n%s", v, expr, !want, want, dump)
+				}
+			}
+		})
 	}
 }
 
@@ -292,6 +334,10 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 		}, "does not see /elsewhere/sandboxes"},
 		"no family over netlink": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = nil }, "not nf_tables"},
 		"IPv6 not over netlink":  {prevDual, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = []string{"ipv4"} }, "ipv6"},
+		// A release nfnl lays out no rules as, or none (a shim of
+		// before Release), is the plugin's to write.
+		"a release the agent lays out no rules as": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "1.8.10" }, `iptables "1.8.10"`},
+		"no release": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "" }, `iptables ""`},
 		"an invalid annotation": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
 			f.pods["team-a/web-1"].Metadata.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"
 		}, "bad port"},
@@ -503,10 +549,11 @@ func TestAgentRunAddReadsTheNamespacesIPv6(t *testing.T) {
 // (xtables TestApplyNoTransactionPastTheDeadline), and only netlink writes.
 func TestAgentWriteCarriesTheDeadline(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
-	r := &agentRun{req: handoff.Request{Deadline: deadline.UnixNano()}, netlink: map[iptables.Family]bool{iptables.IPv4: true}}
+	layout, _ := nfnl.LayoutOf("1.8.9")
+	r := &agentRun{req: handoff.Request{Deadline: deadline.UnixNano()}, netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: layout}}
 	w, err := r.write(nil, plan{v4: true}, true)
-	if err != nil || !w.Deadline.Equal(time.Unix(0, deadline.UnixNano())) || !w.Only || !w.Trusted || !w.Netlink[iptables.IPv4] {
-		t.Errorf("write = %+v, %v; want netlink only, trusted, until the shim's deadline", w, err)
+	if err != nil || !w.Deadline.Equal(time.Unix(0, deadline.UnixNano())) || !w.Only || !w.Trusted || len(w.Netlink) != 1 || w.Netlink[iptables.IPv4] != layout {
+		t.Errorf("write = %+v, %v; want netlink only, in 1.8.9's layout, trusted, until the shim's deadline", w, err)
 	}
 	if _, err := r.write(nil, plan{v4: true}, false); !errors.Is(err, errHandBack) {
 		t.Errorf("an untrusted write: %v, want a hand-back", err)

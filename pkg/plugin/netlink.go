@@ -7,30 +7,38 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
 // errNetlinkOff: a family's rules go in with iptables-restore.
 var errNetlinkOff = errors.New("netlink writer off")
 
-// netlinkOff says why a family's rules cannot go over netlink
-// (pkg/iptables/nfnl), or nil: they can where the family's iptables is
-// nf_tables at the release nfnl reproduces, so that the node's
-// iptables-save, and the agent's, print them as iptables-restore's. The
-// two families are separate alternatives on Debian and Ubuntu, so each
-// resolves on its own.
-func netlinkOff(conf *Config, f iptables.Family) error {
-	if err := xtables.NetlinkWritable(conf.parsed.Backend, f, conf.CacheDir, true); err != nil {
-		return fmt.Errorf("%w: %w", errNetlinkOff, err)
+// netlinkOff returns the layout a family's rules go over netlink in
+// (pkg/iptables/nfnl), or says why they cannot: they can where the
+// family's iptables is nf_tables at a release nfnl lays out, so that the
+// node's iptables-save, and the agent's, print them as iptables-restore's.
+// The two families are separate alternatives on Debian and Ubuntu, so
+// each resolves on its own.
+func netlinkOff(conf *Config, f iptables.Family) (nfnl.Layout, error) {
+	l, err := xtables.NetlinkWritable(conf.parsed.Backend, f, conf.CacheDir, true)
+	if err != nil {
+		return l, fmt.Errorf("%w: %w", errNetlinkOff, err)
 	}
-	return nil
+	return l, nil
 }
 
-// netlinkFamilies are the planned families the plugin writes over netlink.
-func netlinkFamilies(conf *Config, pl plan) map[iptables.Family]bool {
-	families := map[iptables.Family]bool{}
+// netlinkFamilies are the planned families the plugin writes over
+// netlink, each in its release's layout.
+func netlinkFamilies(conf *Config, pl plan) map[iptables.Family]nfnl.Layout {
+	families := map[iptables.Family]nfnl.Layout{}
 	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
-		families[f] = wanted && netlinkOff(conf, f) == nil
+		if !wanted {
+			continue
+		}
+		if l, err := netlinkOff(conf, f); err == nil {
+			families[f] = l
+		}
 	}
 	return families
 }

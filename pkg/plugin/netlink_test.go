@@ -33,10 +33,10 @@ func TestNetlinkOffDecides(t *testing.T) {
 		return c
 	}
 	v4 := iptables.IPv4
-	fakeRestore(t, release.Layout)
+	fakeRestore(t, "1.8.9")
 	cache := t.TempDir()
-	if err := netlinkOff(conf(cache, release.NFT), v4); err != nil {
-		t.Errorf("iptables-nft %s: %v, want netlink", release.Layout, err)
+	if l, err := netlinkOff(conf(cache, release.NFT), v4); err != nil || l.Release() != "1.8.9" {
+		t.Errorf("iptables-nft 1.8.9: %q, %v; want netlink in 1.8.9's layout", l.Release(), err)
 	}
 	if _, err := os.Stat(filepath.Join(cache, "iptables-nft-restore.version")); err != nil {
 		t.Errorf("the version was not cached: %v", err)
@@ -45,13 +45,22 @@ func TestNetlinkOffDecides(t *testing.T) {
 		"no cache_dir": conf("", release.NFT),
 		"legacy":       conf(cache, release.Legacy),
 	} {
-		if err := netlinkOff(c, v4); !errors.Is(err, errNetlinkOff) {
-			t.Errorf("%s: %v, want netlink off", name, err)
+		if l, err := netlinkOff(c, v4); !errors.Is(err, errNetlinkOff) || l != (nfnl.Layout{}) {
+			t.Errorf("%s: %q, %v; want netlink off", name, l.Release(), err)
 		}
 	}
-	fakeRestore(t, "1.8.10")
-	if err := netlinkOff(conf(t.TempDir(), release.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), "1.8.10") {
-		t.Errorf("iptables 1.8.10: %v, want netlink off naming the release", err)
+	// Each release nfnl lays out goes over netlink in its own layout.
+	for _, v := range []string{"1.8.7", "1.8.11"} {
+		fakeRestore(t, v)
+		if l, err := netlinkOff(conf(t.TempDir(), release.NFT), v4); err != nil || l.Release() != v {
+			t.Errorf("iptables-nft %s: %q, %v; want netlink in %s's layout", v, l.Release(), err, v)
+		}
+	}
+	for _, v := range []string{"1.8.8", "1.8.10"} {
+		fakeRestore(t, v)
+		if l, err := netlinkOff(conf(t.TempDir(), release.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), v) || l != (nfnl.Layout{}) {
+			t.Errorf("iptables %s: %q, %v; want netlink off naming the release", v, l.Release(), err)
+		}
 	}
 }
 
@@ -79,7 +88,7 @@ func TestNetlinkFallbackWarnings(t *testing.T) {
 // on legacy keeps IPv6 off netlink while IPv4 uses it.
 func TestNetlinkOffPerFamily(t *testing.T) {
 	dir := t.TempDir()
-	nft := "#!/bin/sh\necho 'iptables-restore v" + release.Layout + " (nf_tables)'\n"
+	nft := "#!/bin/sh\necho 'iptables-restore v1.8.9 (nf_tables)'\n"
 	for name, target := range map[string]string{"iptables-restore": "xtables-nft-multi", "ip6tables-restore": "xtables-legacy-multi"} {
 		if err := os.WriteFile(filepath.Join(dir, target), []byte(nft), 0o755); err != nil {
 			t.Fatal(err)
@@ -91,13 +100,16 @@ func TestNetlinkOffPerFamily(t *testing.T) {
 	t.Setenv("PATH", dir)
 	c := &Config{}
 	c.CacheDir, c.parsed.Backend = t.TempDir(), release.Auto
-	if err := netlinkOff(c, iptables.IPv4); err != nil {
-		t.Errorf("ipv4 on nft: %v, want netlink", err)
+	if l, err := netlinkOff(c, iptables.IPv4); err != nil || l.Release() != "1.8.9" {
+		t.Errorf("ipv4 on nft: %q, %v; want netlink in 1.8.9's layout", l.Release(), err)
 	}
-	if err := netlinkOff(c, iptables.IPv6); !errors.Is(err, errNetlinkOff) {
+	if _, err := netlinkOff(c, iptables.IPv6); !errors.Is(err, errNetlinkOff) {
 		t.Errorf("ipv6 on legacy: %v, want netlink off", err)
 	}
-	if got := netlinkFamilies(c, plan{v4: true, v6: true}); !got[iptables.IPv4] || got[iptables.IPv6] {
-		t.Errorf("netlinkFamilies = %v, want ipv4 only", got)
+	if got := netlinkFamilies(c, plan{v4: true, v6: true}); len(got) != 1 || got[iptables.IPv4].Release() != "1.8.9" {
+		t.Errorf("netlinkFamilies = %v, want ipv4 only, in 1.8.9's layout", got)
+	}
+	if got := netlinkFamilies(c, plan{v6: true}); len(got) != 0 {
+		t.Errorf("netlinkFamilies of an IPv6-only plan = %v, want none", got)
 	}
 }

@@ -37,6 +37,23 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// machineLayout is the layout the machine's iptables-nft writes in, if
+// nfnl lays rules out as its release does.
+func machineLayout() (nfnl.Layout, string, bool) {
+	v, err := xtables.NFTVersion("iptables-nft-restore")
+	if err != nil {
+		return nfnl.Layout{}, err.Error(), false
+	}
+	l, ok := nfnl.LayoutOf(v)
+	return l, "iptables-nft " + v, ok
+}
+
+// fakeLayout is a layout for transactions no kernel sees.
+func fakeLayout() nfnl.Layout {
+	l, _ := nfnl.LayoutOf("1.8.9")
+	return l
+}
+
 func newNS(t *testing.T) ns.NetNS {
 	t.Helper()
 	n, err := testutils.NewNS()
@@ -350,11 +367,17 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	if d, saves := check(second); len(d) > 0 || saves != 0 {
 		t.Errorf("second pod: %v after %d saves, want no difference after none", d, saves)
 	}
-	if v, err := xtables.NFTVersion("iptables-nft-restore"); err == nil && v == release.Layout {
+	if layout, _, ok := machineLayout(); ok {
 		byNetlink := newNS(t)
 		writer := netnsFor(release.NFT, nil)
-		if _, err := writer.Program(ctx, byNetlink.Path(), m, xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}); err != nil {
+		written, err := writer.Program(ctx, byNetlink.Path(), m, xtables.Write{Netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: layout, iptables.IPv6: layout}})
+		if err != nil {
 			t.Fatal(err)
+		}
+		for f, w := range written {
+			if !w.Netlink {
+				t.Errorf("%s written %+v, want over netlink", f, w)
+			}
 		}
 		if d, saves := check(byNetlink); len(d) > 0 || saves != 0 {
 			t.Errorf("a pod written over netlink: %v after %d saves, want no difference after none", d, saves)
@@ -477,8 +500,8 @@ func TestPanicFailsTheStep(t *testing.T) {
 	requireRoot(t)
 	n := newNS(t)
 	network := netnsFor(release.NFT, nil)
-	network.Programmer.Transaction = func(*iptables.Ruleset) error { panic("the encoder's bug") }
-	w := xtables.Write{Trusted: true, Only: true, Netlink: map[iptables.Family]bool{iptables.IPv4: true}}
+	network.Programmer.Transaction = func(*iptables.Ruleset, nfnl.Layout) error { panic("the encoder's bug") }
+	w := xtables.Write{Trusted: true, Only: true, Netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: fakeLayout()}}
 	_, err := network.Program(context.Background(), n.Path(), iptables.Build(iptables.DefaultSpec(), true, false), w)
 	if !errors.Is(err, ErrPanic) || !strings.Contains(err.Error(), "the encoder's bug") {
 		t.Errorf("Program = %v, want the panic as an error", err)
@@ -581,16 +604,23 @@ func TestEverySpecReadsBack(t *testing.T) {
 // iptables-restore and still holds exactly the model.
 func TestEverySpecOverNetlink(t *testing.T) {
 	requireRoot(t)
-	if v, err := xtables.NFTVersion("iptables-nft-restore"); err != nil || v != release.Layout {
-		t.Skipf("iptables-nft %q (%v) writes another layout than %s", v, err, release.Layout)
+	layout, which, ok := machineLayout()
+	if !ok {
+		t.Skipf("%s: nfnl lays out no rules as it writes them (%q)", which, release.Layouts)
 	}
 	for name, spec := range iptablestest.Specs() {
 		t.Run(name, func(t *testing.T) {
 			n, ctx := newNS(t), context.Background()
 			var wrote, fellBack atomic.Int32 // the families run at once
 			net := netnsFor(release.NFT, nil)
-			net.Programmer.Transaction = func(rs *iptables.Ruleset) error { wrote.Add(1); return nfnl.Write(rs) }
-			w := xtables.Write{Netlink: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}
+			net.Programmer.Transaction = func(rs *iptables.Ruleset, l nfnl.Layout) error {
+				if l != layout {
+					t.Errorf("%s laid out as iptables %q, want the machine's %s", rs.Family, l.Release(), layout.Release())
+				}
+				wrote.Add(1)
+				return nfnl.Write(rs, l)
+			}
+			w := xtables.Write{Netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: layout, iptables.IPv6: layout}}
 			m := iptables.Build(spec, true, true)
 			first, err := net.Program(ctx, n.Path(), m, w)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/podsim"
@@ -60,10 +61,10 @@ func TestUserNamespacePod(t *testing.T) {
 func TestUserNamespacePodNotOverNetlink(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
-	both := map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}
+	both := map[iptables.Family]nfnl.Layout{iptables.IPv4: fakeLayout(), iptables.IPv6: fakeLayout()}
 	m := iptables.Build(iptables.DefaultSpec(), true, true)
 	net := netnsFor(release.NFT, nil)
-	net.Programmer.Transaction = func(*iptables.Ruleset) error {
+	net.Programmer.Transaction = func(*iptables.Ruleset, nfnl.Layout) error {
 		t.Error("a transaction was sent for a namespace another user namespace owns")
 		return errors.New("unexpected")
 	}

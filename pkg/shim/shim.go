@@ -106,11 +106,17 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	for _, f := range conf.families() {
 		// Never run here: a release not remembered yet is the plugin's
 		// to read, and this ADD's to hand over.
-		if err := release.Writable(conf.IptablesBackend, f.ipv6, conf.CacheDir, nil); err != nil {
+		v, err := release.Writable(conf.IptablesBackend, f.ipv6, conf.CacheDir, nil)
+		switch {
+		case err != nil:
 			off = append(off, err.Error())
 			continue
+		case req.Release != "" && v != req.Release:
+			// One package gives both; two releases are the plugin's.
+			off = append(off, f.name+" is iptables "+v+", the other family "+req.Release)
+			continue
 		}
-		req.Netlink = append(req.Netlink, f.name)
+		req.Netlink, req.Release = append(req.Netlink, f.name), v
 	}
 	if len(req.Netlink) == 0 {
 		return handoff.Response{}, "no family goes over netlink on this node: [" + strings.Join(off, " ") + "]", false

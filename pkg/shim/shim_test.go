@@ -76,8 +76,12 @@ func (h *harness) run(t *testing.T) int {
 	})
 }
 
-// nodeWithNFT makes the node's iptables-nft the release the agent writes,
-// remembered in a cache dir, and returns an entry naming it.
+// machineRelease is the release the fake node's iptables-nft prints: one
+// the agent lays rules out as (release.Layouts).
+const machineRelease = "1.8.9"
+
+// nodeWithNFT makes the node's iptables-nft the release given, remembered
+// in a cache dir, and returns an entry naming it.
 func nodeWithNFT(t *testing.T, version string) string {
 	t.Helper()
 	bin := t.TempDir()
@@ -100,8 +104,9 @@ func nodeWithNFT(t *testing.T, version string) string {
 }
 
 // withRelease is entry with a cache dir remembering the node's iptables
-// as another release.
-func withRelease(t *testing.T, entry, version string) string {
+// as another release: the programs named (iptables-nft-restore,
+// ip6tables-nft-restore), or all.
+func withRelease(t *testing.T, entry, version string, programs ...string) string {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(entry), &m); err != nil {
@@ -109,12 +114,21 @@ func withRelease(t *testing.T, entry, version string) string {
 	}
 	from, to := m["cache_dir"].(string), t.TempDir()
 	files, _ := filepath.Glob(filepath.Join(from, "*.version"))
+	if len(files) != 2 {
+		t.Fatalf("%d remembered releases in %s, want the two families'", len(files), from)
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b = bytes.Replace(b, []byte("\n"+release.Layout+"\n"), []byte("\n"+version+"\n"), 1)
+		if len(programs) == 0 || slices.Contains(programs, strings.TrimSuffix(filepath.Base(f), ".version")) {
+			key, _, ok := strings.Cut(string(b), "\n")
+			if !ok {
+				t.Fatalf("%s holds %q, want a key and a release", f, b)
+			}
+			b = release.File(key, version)
+		}
 		if err := os.WriteFile(filepath.Join(to, filepath.Base(f)), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +165,7 @@ func TestAddTheAgentRan(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, release.Layout),
+	h := &harness{env: addEnv(netns), stdin: nodeWithNFT(t, machineRelease),
 		answer: handoff.Response{Done: true, Stdout: []byte(`{"cniVersion":"1.0.0"}`), Stderr: []byte("log line\n")}}
 	if code := h.run(t); code != 0 || len(h.execs) != 0 {
 		t.Fatalf("exit %d, execs %v; want 0 and none", code, h.execs)
@@ -161,8 +175,46 @@ func TestAddTheAgentRan(t *testing.T) {
 	}
 	req := h.hands[0]
 	if req.ContainerID != "c1" || req.Netns != netns || req.IfName != "eth0" || req.Args != addEnv("")["CNI_ARGS"] ||
-		req.Path != "/opt/cni/bin" || string(req.Stdin) != h.stdin || !slices.Equal(req.Netlink, []string{"ipv4", "ipv6"}) {
-		t.Errorf("request %+v: want the runtime's call and both families over netlink", req)
+		req.Path != "/opt/cni/bin" || string(req.Stdin) != h.stdin || !slices.Equal(req.Netlink, []string{"ipv4", "ipv6"}) || req.Release != machineRelease {
+		t.Errorf("request %+v: want the runtime's call and both families over netlink, as iptables %s", req, machineRelease)
+	}
+}
+
+// The node's release goes to the agent, which lays the rules out as it
+// writes them: each release the agent lays out is handed off, another is
+// the full plugin's. One family at another release than the other stays
+// off netlink: the request carries one release.
+func TestAddHandsOffTheNodesRelease(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nft := nodeWithNFT(t, machineRelease)
+	for name, c := range map[string]struct {
+		stdin   string
+		netlink []string // nil: not handed off
+		release string
+	}{
+		"1.8.7":                {withRelease(t, nft, "1.8.7"), []string{"ipv4", "ipv6"}, "1.8.7"},
+		"1.8.9":                {nft, []string{"ipv4", "ipv6"}, "1.8.9"},
+		"1.8.11":               {withRelease(t, nft, "1.8.11"), []string{"ipv4", "ipv6"}, "1.8.11"},
+		"1.8.10":               {withRelease(t, nft, "1.8.10"), nil, ""},
+		"1.8.8":                {withRelease(t, nft, "1.8.8"), nil, ""},
+		"ipv6 at 1.8.10":       {withRelease(t, nft, "1.8.10", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
+		"ipv6 at 1.8.7":        {withRelease(t, nft, "1.8.7", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
+		"ipv4 at 1.8.11":       {withRelease(t, nft, "1.8.11", "iptables-nft-restore"), []string{"ipv4"}, "1.8.11"},
+		"ipv4 at 1.8.10 alone": {withRelease(t, nft, "1.8.10", "iptables-nft-restore"), []string{"ipv6"}, "1.8.9"},
+	} {
+		h := &harness{env: addEnv(netns), stdin: c.stdin, answer: handoff.Response{Done: true}}
+		h.run(t)
+		switch {
+		case c.netlink == nil && (len(h.hands) != 0 || len(h.execs) != 1):
+			t.Errorf("%s: hand-offs %+v, execs %d; want the full plugin", name, h.hands, len(h.execs))
+		case c.netlink != nil && (len(h.hands) != 1 || len(h.execs) != 0):
+			t.Errorf("%s: hand-offs %+v, execs %d; want one hand-off", name, h.hands, len(h.execs))
+		case c.netlink != nil && (!slices.Equal(h.hands[0].Netlink, c.netlink) || h.hands[0].Release != c.release):
+			t.Errorf("%s: netlink %v as iptables %q, want %v as %s", name, h.hands[0].Netlink, h.hands[0].Release, c.netlink, c.release)
+		}
 	}
 }
 
@@ -172,7 +224,7 @@ func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	entry := nodeWithNFT(t, release.Layout)
+	entry := nodeWithNFT(t, machineRelease)
 	withPrev := func(prev string) string { return strings.TrimSuffix(entry, "}") + `,"prevResult":` + prev + "}" }
 	for prev, want := range map[string][]string{
 		`{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}`:                          {"ipv4"},
@@ -183,8 +235,8 @@ func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 	} {
 		h := &harness{env: addEnv(netns), stdin: withPrev(prev), answer: handoff.Response{Done: true}}
 		h.run(t)
-		if len(h.hands) != 1 || !slices.Equal(h.hands[0].Netlink, want) {
-			t.Errorf("prevResult %s: hand-offs %+v, want netlink %v", prev, h.hands, want)
+		if len(h.hands) != 1 || !slices.Equal(h.hands[0].Netlink, want) || h.hands[0].Release != machineRelease {
+			t.Errorf("prevResult %s: hand-offs %+v, want netlink %v as iptables %s", prev, h.hands, want, machineRelease)
 		}
 	}
 }
@@ -206,7 +258,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 	if err := os.WriteFile(netns, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nft := nodeWithNFT(t, release.Layout)
+	nft := nodeWithNFT(t, machineRelease)
 	other := withRelease(t, nft, "1.8.10")
 	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
 	legacy := strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1)
@@ -222,7 +274,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
 		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
 		"legacy iptables":        {legacy, addEnv(netns), handoff.Response{}, nil, "no family goes over netlink", false},
-		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "layout is not", false},
+		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.10, whose layout is not", false},
 		"not JSON":               {"{", addEnv(netns), handoff.Response{}, nil, "does not decode", false},
 		"no netns":               {nft, addEnv(""), handoff.Response{}, nil, "no CNI_NETNS", false},
 		"a netns that is absent": {nft, addEnv(netns + ".gone"), handoff.Response{}, nil, "opening CNI_NETNS", false},
@@ -263,7 +315,7 @@ func TestAddFIFOAsNetnsDoesNotHang(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{env: addEnv(fifo), stdin: nodeWithNFT(t, release.Layout), answer: handoff.Response{HandBack: "not a namespace"}}
+	h := &harness{env: addEnv(fifo), stdin: nodeWithNFT(t, machineRelease), answer: handoff.Response{HandBack: "not a namespace"}}
 	done := make(chan struct{})
 	go func() { defer close(done); h.run(t) }()
 	select {

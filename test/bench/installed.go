@@ -284,7 +284,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		if version, err = xtables.NFTVersion(xtables.CommandsFor(backend, iptables.IPv4).Restore); err != nil {
 			return err
 		}
-		if version == release.Layout {
+		if release.HasLayout(version) {
 			wantBy = "netlink"
 		}
 	}

@@ -42,7 +42,10 @@ var baseChains = map[string]map[string]baseChain{
 // namespace that already holds one is not fresh, and the whole
 // transaction fails rather than merge into it. ops names each message for
 // errors, rendered only for one the kernel refuses.
-func encode(rs *iptables.Ruleset) (msgs []msg, ops []func() string, err error) {
+func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, err error) {
+	if l.release == "" {
+		return nil, nil, fmt.Errorf("no iptables release to lay the rules out as: %w", ErrUnsupported)
+	}
 	family := uint8(unix.NFPROTO_IPV4)
 	if rs.Family == iptables.IPv6 {
 		family = unix.NFPROTO_IPV6
@@ -92,7 +95,7 @@ func encode(rs *iptables.Ruleset) (msgs []msg, ops []func() string, err error) {
 					a.str(unix.NFTA_CHAIN_TYPE, b.typ)
 				})
 			}
-			r, err := encodeRule(rs.Family, ir)
+			r, err := encodeRule(rs.Family, ir, l)
 			if err != nil {
 				return nil, nil, fmt.Errorf("rule %d (-A %s %s): %w", i+1, ir.Chain, ir.Args(), err)
 			}
@@ -127,16 +130,15 @@ func tablesOf(rs *iptables.Ruleset) []string {
 }
 
 // Write adds a family's ruleset to the calling thread's network namespace
-// in one nf_tables transaction, laid out as iptables-nft 1.8.9
-// (release.Layout) writes it, so the node's iptables-save prints it as
-// iptables-restore's. It is for
-// a namespace that holds none of the ruleset's own chains: otherwise, as
+// in one nf_tables transaction, laid out as the node's iptables-nft
+// release writes it (l), so the node's iptables-save prints it as its
+// iptables-restore's. It is for a namespace that holds none of the ruleset's own chains: otherwise, as
 // when the kernel refuses anything, nothing is written and the error says
 // why. An error wrapping ErrUnsupported means nothing was sent; one
 // wrapping ErrUnknownOutcome that the replies were lost, so the namespace
 // must be read to know.
-func Write(rs *iptables.Ruleset) error {
-	msgs, ops, err := encode(rs)
+func Write(rs *iptables.Ruleset, l Layout) error {
+	msgs, ops, err := encode(rs, l)
 	if err != nil {
 		return err
 	}

@@ -17,8 +17,9 @@ var ErrUnsupported = errors.New("not encodable over netlink")
 // rule is one rule's expressions and the compat attributes xt extensions
 // check the protocol with.
 type rule struct {
-	exprs attrs // the NFTA_LIST_ELEMs of NFTA_RULE_EXPRESSIONS
-	proto uint8
+	exprs  attrs // the NFTA_LIST_ELEMs of NFTA_RULE_EXPRESSIONS
+	proto  uint8
+	layout Layout
 }
 
 func (r *rule) add(name string, fill func(*attrs)) {
@@ -104,19 +105,10 @@ func (r *rule) xt(kind, name string, rev uint32, info []byte) {
 }
 
 // encodeRule translates one rule into expressions in the order and form
-// iptables-nft 1.8.9 writes them: interfaces, protocol, addresses, the
-// matches in order, a counter, the target.
-func encodeRule(fam iptables.Family, ir iptables.Rule) (*rule, error) {
-	r := &rule{exprs: attrs{b: make([]byte, 0, 512)}}
-	iface := func(key uint32, i iptables.Iface) {
-		if i.Name == "" {
-			return
-		}
-		r.meta(key)
-		r.cmp(i.Not, append([]byte(i.Name), 0))
-	}
-	iface(unix.NFT_META_IIFNAME, ir.In)
-	iface(unix.NFT_META_OIFNAME, ir.Out)
+// the layout's release writes them: interfaces, protocol, addresses (or
+// addresses first), the matches in order, a counter, the target.
+func encodeRule(fam iptables.Family, ir iptables.Rule, l Layout) (*rule, error) {
+	r := &rule{exprs: attrs{b: make([]byte, 0, 512)}, layout: l}
 	switch ir.Proto {
 	case iptables.AnyProto:
 	case iptables.TCP:
@@ -126,9 +118,13 @@ func encodeRule(fam iptables.Family, ir iptables.Rule) (*rule, error) {
 	default:
 		return nil, fmt.Errorf("protocol %v: %w", ir.Proto, ErrUnsupported)
 	}
-	if r.proto != 0 {
-		r.meta(unix.NFT_META_L4PROTO)
-		r.cmp(false, []byte{r.proto})
+	ifaces := func() {
+		r.iface(unix.NFT_META_IIFNAME, ir.In)
+		r.iface(unix.NFT_META_OIFNAME, ir.Out)
+	}
+	if !l.addrsFirst {
+		ifaces()
+		r.protocol(fam)
 	}
 	srcOff, dstOff, addrLen := uint32(12), uint32(16), 4
 	if fam == iptables.IPv6 {
@@ -142,6 +138,10 @@ func encodeRule(fam iptables.Family, ir iptables.Rule) (*rule, error) {
 			return nil, err
 		}
 	}
+	if l.addrsFirst {
+		ifaces()
+		r.protocol(fam)
+	}
 	for _, m := range ir.Matches {
 		if err := r.match(m); err != nil {
 			return nil, err
@@ -152,6 +152,27 @@ func encodeRule(fam iptables.Family, ir iptables.Rule) (*rule, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+func (r *rule) iface(key uint32, i iptables.Iface) {
+	if i.Name == "" {
+		return
+	}
+	r.meta(key)
+	r.cmp(i.Not, append([]byte(i.Name), 0))
+}
+
+// protocol matches -p: meta l4proto, or IPv4's protocol field.
+func (r *rule) protocol(fam iptables.Family) {
+	if r.proto == 0 {
+		return
+	}
+	if r.layout.protoPayload && fam == iptables.IPv4 {
+		r.payload(unix.NFT_PAYLOAD_NETWORK_HEADER, 9, 1)
+	} else {
+		r.meta(unix.NFT_META_L4PROTO)
+	}
+	r.cmp(false, []byte{r.proto})
 }
 
 // addr matches a prefix as iptables-nft does: a load of the prefix's whole
@@ -195,10 +216,14 @@ func prefixMask(bits, n int) []byte {
 func (r *rule) match(m iptables.Match) error {
 	switch m := m.(type) {
 	case iptables.DPort:
-		return r.port(m.Proto, 2, m.Port, m.Not)
+		return r.port(m.Proto, true, m.Port, m.Not)
 	case iptables.SPort:
-		return r.port(m.Proto, 0, m.Port, false)
+		return r.port(m.Proto, false, m.Port, false)
 	case iptables.Mark:
+		if r.layout.xtMark {
+			r.xt("match", "mark", 1, markInfo(m))
+			break
+		}
 		r.meta(unix.NFT_META_MARK)
 		r.cmp(m.Not, binary.NativeEndian.AppendUint32(nil, m.Value))
 	case iptables.Owner:
@@ -223,12 +248,21 @@ func (r *rule) match(m iptables.Match) error {
 	return nil
 }
 
-// port matches a TCP or UDP port natively, as iptables-nft 1.8.9 does for
-// -m tcp/udp: the rule's -p already tested the protocol.
-func (r *rule) port(p iptables.Proto, off uint32, port uint16, not bool) error {
+// port matches a TCP or UDP port (the destination's, or the source's):
+// natively, the rule's -p having tested the protocol, or with the tcp or
+// udp match where the layout says.
+func (r *rule) port(p iptables.Proto, dst bool, port uint16, not bool) error {
 	want := map[iptables.Proto]uint8{iptables.TCP: unix.IPPROTO_TCP, iptables.UDP: unix.IPPROTO_UDP}[p]
 	if want == 0 || want != r.proto {
 		return fmt.Errorf("-m %s port match in a rule of protocol %d: %w", p, r.proto, ErrUnsupported)
+	}
+	if r.layout.xtPorts {
+		r.xt("match", p.String(), 0, portInfo(p, dst, port, not))
+		return nil
+	}
+	off := uint32(0)
+	if dst {
+		off = 2
 	}
 	r.payload(unix.NFT_PAYLOAD_TRANSPORT_HEADER, off, 2)
 	r.cmp(not, binary.BigEndian.AppendUint16(nil, port))

@@ -68,7 +68,7 @@ func TestFingerprintChangesWithWhatACheckReads(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			n := newNS(t)
 			rs := iptables.BuildFamily(iptables.DefaultSpec(), v4)
-			restore(t, n, &rs)
+			restore(t, n, &rs, machine)
 			before := fingerprint(t, n, v4)
 			ipt(t, n, v4, mutate...)
 			if name == "a jump into ours from another chain" {
@@ -85,7 +85,7 @@ func TestFingerprintIgnoresOthersAndCounters(t *testing.T) {
 	v4 := iptables.IPv4
 	n := newNS(t)
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), v4)
-	restore(t, n, &rs)
+	restore(t, n, &rs, machine)
 	before, counted := fingerprint(t, n, v4), saveWithCounters(t, n)
 
 	// Traffic through our chains moves their counters.
@@ -102,7 +102,7 @@ func TestFingerprintIgnoresOthersAndCounters(t *testing.T) {
 	ipt(t, n, v4, "-t", "filter", "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "ACCEPT")
 	ipt(t, n, v4, "-t", "mangle", "-A", "OUTPUT", "-j", "MARK", "--set-mark", "7")
 	v6 := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
-	restore(t, n, &v6)
+	restore(t, n, &v6, machine)
 
 	if fingerprint(t, n, v4) != before {
 		t.Error("counters, others' tables or the other family changed the fingerprint")
@@ -116,7 +116,7 @@ func TestFingerprintOfNothingOurs(t *testing.T) {
 	empty, foreign, ours := newNS(t), newNS(t), newNS(t)
 	ipt(t, foreign, v4, "-t", "nat", "-A", "PREROUTING", "-p", "udp", "-j", "ACCEPT")
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), v4)
-	restore(t, ours, &rs)
+	restore(t, ours, &rs, machine)
 	if fingerprint(t, empty, v4) != fingerprint(t, foreign, v4) {
 		t.Error("a foreign rule changed the fingerprint of nothing ours")
 	}
@@ -130,7 +130,8 @@ func TestFingerprintOfNothingOurs(t *testing.T) {
 func BenchmarkReadFingerprint(b *testing.B) {
 	n := newNS(b)
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	if err := write(n, &rs); err != nil {
+	layout, _ := nfnl.LayoutOf("1.8.9")
+	if err := write(n, &rs, layout); err != nil {
 		b.Fatal(err)
 	}
 	for name, read := range map[string]func() error{

@@ -49,28 +49,23 @@ func familyOf(f iptables.Family) uint8 {
 	return unix.NFPROTO_IPV4
 }
 
-// requireLayout skips unless the node's iptables-nft writes the layout
-// this package writes.
-func requireLayout(t *testing.T) {
+// requireLayout skips unless nfnl lays rules out as the machine's
+// iptables-nft writes them, and returns that layout.
+func requireLayout(t *testing.T) nfnl.Layout {
 	t.Helper()
-	v, err := xtables.NFTVersion(xtables.CommandsFor(release.NFT, iptables.IPv4).Restore)
-	if err != nil {
-		t.Skipf("no iptables-nft: %v", err)
-	}
-	if v != release.Layout {
-		t.Skipf("iptables-nft %s writes another layout than %s", v, release.Layout)
-	}
+	return ownRelease(t).layout
 }
 
 // state is one family as iptables-save prints it (without its comment
 // lines) and as the kernel dumps it.
 type state struct{ save, kernel string }
 
-func read(t *testing.T, n ns.NetNS, f iptables.Family) state {
+// read is the state of n's family f, as rel's iptables-save prints it.
+func read(t *testing.T, n ns.NetNS, f iptables.Family, rel iptablesRelease) state {
 	t.Helper()
 	var s state
 	if err := n.Do(func(ns.NetNS) error {
-		out, err := xtables.ExecRunner{}.Run(t.Context(), nil, xtables.CommandsFor(release.NFT, f).Save)
+		out, err := rel.run(t.Context(), nil, xtables.CommandsFor(release.NFT, f).Save)
 		if err != nil {
 			return err
 		}
@@ -96,15 +91,15 @@ func withoutComments(out []byte) string {
 }
 
 // writtenBothWays runs check for every parity spec and family on two
-// fresh namespaces holding its rules, one written by iptables-nft-restore,
-// one over netlink.
-func writtenBothWays(t *testing.T, check func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS)) {
+// fresh namespaces holding its rules, one written by rel's
+// iptables-nft-restore, one over netlink in rel's layout.
+func writtenBothWays(t *testing.T, rel iptablesRelease, check func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS)) {
 	for name, spec := range paritySpecs() {
 		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
 			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
 				byRestore, byNetlink := newNS(t), newNS(t)
-				restore(t, byRestore, rs)
-				if err := write(byNetlink, rs); err != nil {
+				restore(t, byRestore, rs, rel)
+				if err := write(byNetlink, rs, rel.layout); err != nil {
 					t.Fatal(err)
 				}
 				check(t, rs, byRestore, byNetlink)
@@ -113,22 +108,22 @@ func writtenBothWays(t *testing.T, check func(t *testing.T, rs *iptables.Ruleset
 	}
 }
 
-func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
+func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset, rel iptablesRelease) {
 	t.Helper()
 	text, err := iptables.Plan(rs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Do(func(ns.NetNS) error {
-		_, err := xtables.ExecRunner{}.Run(t.Context(), text, xtables.CommandsFor(release.NFT, rs.Family).Restore, "--noflush")
+		_, err := rel.run(t.Context(), text, xtables.CommandsFor(release.NFT, rs.Family).Restore, "--noflush")
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func write(n ns.NetNS, rs *iptables.Ruleset) error {
-	return n.Do(func(ns.NetNS) error { return nfnl.Write(rs) })
+func write(n ns.NetNS, rs *iptables.Ruleset, l nfnl.Layout) error {
+	return n.Do(func(ns.NetNS) error { return nfnl.Write(rs, l) })
 }
 
 // paritySpecs are the golden specs plus prefixes of every shape: whole
@@ -154,23 +149,6 @@ func paritySpecs() map[string]iptables.Spec {
 	return specs
 }
 
-func TestWriteMatchesRestore(t *testing.T) {
-	requireLayout(t)
-	writtenBothWays(t, func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS) {
-		want, got := read(t, byRestore, rs.Family), read(t, byNetlink, rs.Family)
-		if got.save != want.save {
-			t.Errorf("iptables-save differs\n--- netlink\n%s\n--- restore\n%s", got.save, want.save)
-		}
-		if got.kernel != want.kernel {
-			t.Errorf("kernel dump differs\n%s", lineDiff(got.kernel, want.kernel))
-		}
-		// So a state confirmed once is known either way it was written.
-		if fingerprint(t, byRestore, rs.Family) != fingerprint(t, byNetlink, rs.Family) {
-			t.Error("fingerprints differ")
-		}
-	})
-}
-
 func lineDiff(got, want string) string {
 	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
 	var b bytes.Buffer
@@ -192,15 +170,15 @@ func lineDiff(got, want string) string {
 // A namespace that already holds one of our chains is not fresh: the
 // transaction fails as a whole and leaves the namespace as it was.
 func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
-	requireLayout(t)
+	own := ownRelease(t)
 	n := newNS(t)
 	first := iptables.BuildFamily(iptablestest.Specs()["tproxy"], iptables.IPv4)
-	if err := write(n, &first); err != nil {
+	if err := write(n, &first, own.layout); err != nil {
 		t.Fatal(err)
 	}
-	before := read(t, n, iptables.IPv4)
+	before := read(t, n, iptables.IPv4, own)
 	again := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	err := write(n, &again)
+	err := write(n, &again, own.layout)
 	var kerr *nfnl.KernelError
 	if !errors.As(err, &kerr) || !errors.Is(err, unix.EEXIST) {
 		t.Fatalf("second write: got %v, want the kernel's EEXIST", err)
@@ -209,7 +187,7 @@ func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
 	if want := "ipv4 chain nat ISTIO_INBOUND"; kerr.Op != want {
 		t.Errorf("the refusal names %q, want %q", kerr.Op, want)
 	}
-	if after := read(t, n, iptables.IPv4); after != before {
+	if after := read(t, n, iptables.IPv4, own); after != before {
 		t.Errorf("a refused transaction changed the namespace\n%s", lineDiff(after.kernel, before.kernel))
 	}
 }
@@ -219,7 +197,7 @@ func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
 // refusals of more messages than a default socket buffer holds replies
 // for (400).
 func TestWriteSeesEveryRefusal(t *testing.T) {
-	requireLayout(t)
+	own := ownRelease(t)
 	for name, c := range map[string]struct{ at, count int }{
 		"the last message": {-1, 1}, "a message in the middle": {3, 1}, "400 messages": {3, 400},
 	} {
@@ -235,12 +213,12 @@ func TestWriteSeesEveryRefusal(t *testing.T) {
 			} else {
 				rs.Rules = append(rs.Rules[:c.at:c.at], append(bad, rs.Rules[c.at:]...)...)
 			}
-			err := write(n, &rs)
+			err := write(n, &rs, own.layout)
 			var kerr *nfnl.KernelError
 			if !errors.As(err, &kerr) || !strings.Contains(kerr.Op, "ISTIO_UNDECLARED") || errors.Is(err, nfnl.ErrUnknownOutcome) {
 				t.Fatalf("got %.300v, want the kernel's refusal of the jump to ISTIO_UNDECLARED", err)
 			}
-			if got := read(t, n, iptables.IPv4); strings.Contains(got.kernel, "ISTIO") {
+			if got := read(t, n, iptables.IPv4, own); strings.Contains(got.kernel, "ISTIO") {
 				t.Errorf("a refused transaction wrote rules:\n%s", got.kernel)
 			}
 		})
@@ -253,6 +231,7 @@ func BenchmarkWrite(b *testing.B) {
 		b.Skip("needs root to create network namespaces")
 	}
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	layout, _ := nfnl.LayoutOf("1.8.9")
 	for b.Loop() {
 		b.StopTimer()
 		n, err := testutils.NewNS()
@@ -260,7 +239,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		err = write(n, &rs)
+		err = write(n, &rs, layout)
 		b.StopTimer()
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
@@ -275,10 +254,10 @@ func BenchmarkWrite(b *testing.B) {
 // process that is not the proxy, to an address out of an interface, lands
 // on the proxy's outbound port.
 func TestWrittenRedirectRedirects(t *testing.T) {
-	requireLayout(t)
+	l := requireLayout(t)
 	n := newNS(t)
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	if err := write(n, &rs); err != nil {
+	if err := write(n, &rs, l); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Do(func(ns.NetNS) error { return dialThroughRedirect() }); err != nil {
@@ -336,14 +315,20 @@ func dialThroughRedirect() error {
 func TestUnsupportedSendsNothing(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	rs.Rules = append(rs.Rules, iptables.Rule{Table: "filter", Chain: iptables.Output, Target: iptables.Return{}})
-	if err := nfnl.Write(&rs); !errors.Is(err, nfnl.ErrUnsupported) {
+	layout, _ := nfnl.LayoutOf("1.8.9")
+	if err := nfnl.Write(&rs, layout); !errors.Is(err, nfnl.ErrUnsupported) {
 		t.Fatalf("got %v, want ErrUnsupported", err)
+	}
+	// No layout: nothing to write as.
+	ok := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if err := nfnl.Write(&ok, nfnl.Layout{}); !errors.Is(err, nfnl.ErrUnsupported) {
+		t.Fatalf("the zero Layout: got %v, want ErrUnsupported", err)
 	}
 }
 
 // A built-in chain that exists keeps its policy, as with iptables-restore.
 func TestWriteKeepsABuiltinChainsPolicy(t *testing.T) {
-	requireLayout(t)
+	own := ownRelease(t)
 	n := newNS(t)
 	if err := n.Do(func(ns.NetNS) error {
 		_, err := xtables.ExecRunner{}.Run(t.Context(), nil, "iptables-nft", "-t", "mangle", "-P", "PREROUTING", "DROP")
@@ -352,10 +337,10 @@ func TestWriteKeepsABuiltinChainsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := iptables.BuildFamily(iptablestest.Specs()["drop-invalid"], iptables.IPv4)
-	if err := write(n, &rs); err != nil {
+	if err := write(n, &rs, own.layout); err != nil {
 		t.Fatal(err)
 	}
-	if got := read(t, n, iptables.IPv4); !strings.Contains(got.save, ":PREROUTING DROP") {
+	if got := read(t, n, iptables.IPv4, own); !strings.Contains(got.save, ":PREROUTING DROP") {
 		t.Errorf("the mangle PREROUTING policy changed:\n%s", got.save)
 	}
 }
@@ -363,7 +348,7 @@ func TestWriteKeepsABuiltinChainsPolicy(t *testing.T) {
 // An error the kernel addresses to the batch as a whole (here: no
 // CAP_NET_ADMIN) fails Write at once; it neither hangs nor succeeds.
 func TestWriteWithoutCapabilityFails(t *testing.T) {
-	requireLayout(t)
+	own := ownRelease(t)
 	n := newNS(t)
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	done := make(chan error, 1)
@@ -386,7 +371,7 @@ func TestWriteWithoutCapabilityFails(t *testing.T) {
 			done <- err
 			return
 		}
-		done <- nfnl.Write(&rs)
+		done <- nfnl.Write(&rs, own.layout)
 	}()
 	select {
 	case err := <-done:
@@ -396,7 +381,7 @@ func TestWriteWithoutCapabilityFails(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Write hung on a refused transaction")
 	}
-	if got := read(t, n, iptables.IPv4); strings.Contains(got.kernel, "ISTIO") {
+	if got := read(t, n, iptables.IPv4, own); strings.Contains(got.kernel, "ISTIO") {
 		t.Errorf("a refused transaction wrote rules:\n%s", got.kernel)
 	}
 }

@@ -57,6 +57,41 @@ func multiportInfo(m iptables.NotDPorts) ([]byte, error) {
 	return b, nil
 }
 
+// portInfo is struct xt_tcp or struct xt_udp for one port: the other
+// end's range is all ports. Both are 16 bytes once aligned, with invflags
+// at 11 (tcp, after option and the flag masks) or 8 (udp).
+func portInfo(p iptables.Proto, dst bool, port uint16, not bool) []byte {
+	const invSrc, invDst = 1, 2
+	b := make([]byte, 16)
+	ne.PutUint16(b[2:], 0xffff)
+	ne.PutUint16(b[6:], 0xffff)
+	at, inv := 0, byte(invSrc)
+	if dst {
+		at, inv = 4, invDst
+	}
+	ne.PutUint16(b[at:], port)
+	ne.PutUint16(b[at+2:], port)
+	if not {
+		invAt := 8
+		if p == iptables.TCP {
+			invAt = 11
+		}
+		b[invAt] = inv
+	}
+	return b
+}
+
+// markInfo is struct xt_mark_mtinfo1 for "--mark value" (all bits).
+func markInfo(m iptables.Mark) []byte {
+	b := make([]byte, 16)
+	ne.PutUint32(b[0:], m.Value)
+	ne.PutUint32(b[4:], 0xffffffff)
+	if m.Not {
+		b[8] = 1
+	}
+	return b
+}
+
 // connmarkInfo is struct xt_connmark_mtinfo1.
 func connmarkInfo(mark uint32) []byte {
 	b := make([]byte, 16)

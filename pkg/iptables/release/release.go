@@ -14,14 +14,26 @@ import (
 	"errors"
 	"path"
 	"strconv"
+	"strings"
 )
 
-// Layout is the iptables-nft release whose encoding nfnl.Write
-// reproduces. Releases encode some matches differently (1.8.8 and 1.8.10
-// changed ports, protocols and address order), and an iptables-save of
-// one release can silently misprint another's encoding, so nfnl writes
-// only on nodes whose iptables is this release.
-const Layout = "1.8.9"
+// Layouts are the iptables-nft releases whose encodings nfnl.Write
+// reproduces (nfnl.Layout). Releases encode some matches differently
+// (1.8.8 and 1.8.10 changed ports, protocols and address order), and an
+// iptables-save of one release can silently misprint another's encoding,
+// so nfnl writes only on nodes whose iptables is one of these, in its
+// own layout.
+var Layouts = []string{"1.8.7", "1.8.9", "1.8.11"}
+
+// HasLayout says whether nfnl lays rules out as release v writes them.
+func HasLayout(v string) bool {
+	for _, l := range Layouts {
+		if l == v {
+			return true
+		}
+	}
+	return false
+}
 
 // Backend is which iptables writes and reads a pod's rules, as the
 // plugin's iptables_backend names it. Auto uses the node's own
@@ -92,25 +104,25 @@ func (b Backend) Resolve(ipv6 bool) (Backend, error) {
 // its release and remembers it, or returns "" for no answer yet.
 type Miss func(cacheFile, name, path, key string) (string, error)
 
-// Writable says why a family's rules cannot be written over netlink on
-// this node, or nil: the backend resolves to nf_tables, at Layout's
-// release, so that iptables-save prints them as iptables-restore wrote
-// them. The release is remembered in cacheDir; on a miss, miss is asked,
-// and a nil miss is a no.
-func Writable(backend Backend, ipv6 bool, cacheDir string, miss Miss) error {
+// Writable returns the release of a family's iptables when its rules can
+// be written over netlink on this node, or says why not: the backend
+// resolves to nf_tables, at a release in Layouts, so that iptables-save
+// prints them as iptables-restore wrote them. The release is remembered
+// in cacheDir; on a miss, miss is asked, and a nil miss is a no.
+func Writable(backend Backend, ipv6 bool, cacheDir string, miss Miss) (string, error) {
 	family := "ipv4"
 	if ipv6 {
 		family = "ipv6"
 	}
 	switch {
 	case cacheDir == "":
-		return errors.New("no cache_dir")
+		return "", errors.New("no cache_dir")
 	case backend == Legacy:
-		return errors.New(family + " backend " + string(backend))
+		return "", errors.New(family + " backend " + string(backend))
 	case backend == "":
 		backend = Auto
 	case backend != Auto && backend != NFT:
-		return errors.New("unknown iptables backend " + strconv.Quote(string(backend)) + ": want " + Backends)
+		return "", errors.New("unknown iptables backend " + strconv.Quote(string(backend)) + ": want " + Backends)
 	}
 	// The shim and ADD ask on every pod: a remembered release costs a
 	// lookup on PATH, a stat and a small read (only an nf_tables
@@ -119,7 +131,7 @@ func Writable(backend Backend, ipv6 bool, cacheDir string, miss Miss) error {
 	name, _ := backend.Programs(ipv6)
 	p, err := LookPath(name)
 	if err != nil {
-		return err
+		return "", err
 	}
 	cacheFile := path.Join(cacheDir, name+".version")
 	v, key, err := Remembered(cacheFile, name, p)
@@ -128,11 +140,11 @@ func Writable(backend Backend, ipv6 bool, cacheDir string, miss Miss) error {
 	}
 	switch {
 	case err != nil:
-		return err
+		return "", err
 	case v == "":
-		return errors.New("no nf_tables release of " + name + " is remembered in " + cacheDir + " (the plugin remembers one once it finds the program is nf_tables)")
-	case v != Layout:
-		return errors.New(name + " is iptables " + v + ", whose layout is not " + Layout + "'s")
+		return "", errors.New("no nf_tables release of " + name + " is remembered in " + cacheDir + " (the plugin remembers one once it finds the program is nf_tables)")
+	case !HasLayout(v):
+		return "", errors.New(name + " is iptables " + v + ", whose layout is not one of " + strings.Join(Layouts, ", "))
 	}
-	return nil
+	return v, nil
 }

@@ -78,9 +78,65 @@ func TestWritableRefusals(t *testing.T) {
 		{"nftables", cache, `unknown iptables backend "nftables": want auto, legacy or nft`},
 		{"", cache, "iptables-restore"}, // auto's program: not found, or not remembered
 	} {
-		if err := Writable(c.backend, false, c.cacheDir, nil); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Writable(%q, %q) = %v, want an error saying %q", c.backend, c.cacheDir, err, c.want)
+		if v, err := Writable(c.backend, false, c.cacheDir, nil); err == nil || v != "" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Writable(%q, %q) = %q, %v; want no release and an error saying %q", c.backend, c.cacheDir, v, err, c.want)
 		}
+	}
+}
+
+// Writable answers the release remembered for the program, when nfnl
+// lays it out (Layouts), and refuses another, naming it; a miss asks
+// miss, and a nil miss is a no.
+func TestWritableRemembered(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "iptables-nft-restore")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	key, err := Key("iptables-nft-restore", prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1.8.7", "1.8.9", "1.8.11"}; !slices.Equal(Layouts, want) {
+		t.Errorf("Layouts = %q, want %q", Layouts, want)
+	}
+	for v, laidOut := range map[string]bool{"1.8.7": true, "1.8.9": true, "1.8.11": true, "1.8.8": false, "1.8.10": false, "1.8.1": false} {
+		if HasLayout(v) != laidOut {
+			t.Errorf("HasLayout(%q) = %v, want %v", v, !laidOut, laidOut)
+		}
+		cache := t.TempDir()
+		if err := os.WriteFile(filepath.Join(cache, "iptables-nft-restore.version"), File(key, v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Writable(NFT, false, cache, nil)
+		switch {
+		case laidOut && (err != nil || got != v):
+			t.Errorf("remembered %s: %q, %v; want %s", v, got, err, v)
+		case !laidOut && (err == nil || got != "" || !strings.Contains(err.Error(), "iptables "+v+",")):
+			t.Errorf("remembered %s: %q, %v; want no release and an error naming it", v, got, err)
+		}
+		// Nothing remembered: miss answers.
+		asked, empty := 0, t.TempDir()
+		miss := func(cacheFile, name, path, k string) (string, error) {
+			asked++
+			if cacheFile != filepath.Join(empty, "iptables-nft-restore.version") || name != "iptables-nft-restore" || path != prog || k != key {
+				t.Errorf("miss(%q, %q, %q, %q)", cacheFile, name, path, k)
+			}
+			return v, nil
+		}
+		got, err = Writable(NFT, false, empty, miss)
+		switch {
+		case asked != 1:
+			t.Errorf("%s: miss asked %d times, want once", v, asked)
+		case laidOut && (err != nil || got != v):
+			t.Errorf("%s from miss: %q, %v; want %s", v, got, err, v)
+		case !laidOut && (err == nil || got != ""):
+			t.Errorf("%s from miss: %q, %v; want a no", v, got, err)
+		}
+	}
+	if got, err := Writable(NFT, false, t.TempDir(), nil); err == nil || got != "" || !strings.Contains(err.Error(), "is remembered in") {
+		t.Errorf("nothing remembered, no miss: %q, %v; want a no", got, err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -21,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/test/oldiptables"
 )
 
 // The node agent audits each pod's rules with its image's iptables-save,
@@ -34,84 +34,25 @@ import (
 // auditRelease is the iptables the agent's image carries: bookworm's.
 const auditRelease = "1.8.9"
 
-// otherRelease is an iptables unpacked beside the machine's.
-type otherRelease struct {
-	version string
-	env     string // its directory; make test sets it, and then a missing release fails the test
-	target  string // the make target that unpacks it
-	// ownLibc: it needs a newer glibc than the machine's, and runs
-	// through its own glibc's loader.
-	ownLibc bool
-}
-
-func otherReleases() []otherRelease {
-	return []otherRelease{
-		{version: "1.8.7", env: "ISTIO_CNI_OLD_IPTABLES", target: "old-iptables"},                     // bullseye's
-		{version: "1.8.11", env: "ISTIO_CNI_NEWER_IPTABLES", target: "newer-iptables", ownLibc: true}, // trixie's
-	}
-}
-
-// unpackedRunner runs an unpacked release's programs, by the names
-// CommandsFor gives, with its own libraries and extension modules, never
-// the machine's.
-type unpackedRunner struct {
-	sbin, libs, exts string
-	loader           string // its own glibc's ld.so, or "" for the machine's glibc
-}
+// unpackedRunner runs an unpacked release's programs (test/oldiptables),
+// by the names CommandsFor gives.
+type unpackedRunner struct{ p oldiptables.Programs }
 
 func (r unpackedRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("%s: not a program name", name)
+	cmd, err := r.p.Command(name, args...)
+	if err != nil {
+		return nil, err
 	}
-	prog := filepath.Join(r.sbin, name)
-	var cmd *exec.Cmd
-	if r.loader == "" {
-		cmd = exec.CommandContext(ctx, prog, args...) // #nosec G204 -- the test's own unpacked binary
-		cmd.Env = []string{"LD_LIBRARY_PATH=" + r.libs, "XTABLES_LIBDIR=" + r.exts}
-	} else {
-		// argv[0] stays the program's name: xtables-*-multi dispatches on it.
-		cmd = exec.CommandContext(ctx, r.loader, append([]string{"--library-path", r.libs, "--argv0", name, prog}, args...)...) // #nosec G204 -- as above
-		cmd.Env = []string{"XTABLES_LIBDIR=" + r.exts}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	return run(cmd, name, stdin)
 }
 
-// runner finds the release where its variable, or else `make`, put it,
-// and checks that both backends' programs are that release.
-func (rel otherRelease) runner(t *testing.T) unpackedRunner {
+// runner is an unpacked release's, found where make put it.
+func runner(t *testing.T, rel oldiptables.Release) unpackedRunner {
 	t.Helper()
-	dir, required := os.LookupEnv(rel.env)
-	if !required {
-		dir = filepath.Join("..", "..", "..", "_output", "tools", "iptables-"+rel.version)
-	}
-	missing := func(what string) {
-		t.Helper()
-		if required {
-			t.Fatalf("%s=%s holds no unpacked iptables %s (%s); run `make %s`", rel.env, dir, rel.version, what, rel.target)
-		}
-		t.Skipf("no iptables %s in %s (%s): run `make %s`", rel.version, dir, what, rel.target)
-	}
-	libs, _ := filepath.Glob(filepath.Join(dir, "usr", "lib", "*", "libxtables.so.12"))
-	if len(libs) != 1 {
-		missing(fmt.Sprintf("%d libxtables found", len(libs)))
-	}
-	lib := filepath.Dir(libs[0])
-	r := unpackedRunner{sbin: filepath.Join(dir, "usr", "sbin"), libs: lib, exts: filepath.Join(lib, "xtables")}
-	if rel.ownLibc {
-		lds, _ := filepath.Glob(filepath.Join(lib, "ld-linux*.so.*"))
-		if len(lds) != 1 {
-			missing(fmt.Sprintf("%d glibc loaders found", len(lds)))
-		}
-		r.loader = lds[0]
-	}
-	for b, kind := range map[release.Backend]string{release.NFT: "nf_tables", release.Legacy: "legacy"} {
-		name := CommandsFor(b, iptables.IPv4).Restore
-		out, err := r.Run(t.Context(), nil, name, "--version")
-		if v, k, ok := parseVersion(out); err != nil || !ok || v != rel.version || k != kind {
-			missing(fmt.Sprintf("%s --version: %q, %v; want v%s (%s)", name, out, err, rel.version, kind))
-		}
-	}
-	return r
+	return unpackedRunner{rel.Find(t, filepath.Join("..", "..", ".."))}
 }
 
 func newNS(t *testing.T) ns.NetNS {
@@ -174,15 +115,15 @@ func TestAuditReadsEveryReleasesRules(t *testing.T) {
 	requireAuditRelease(t)
 	specs := iptablestest.Specs()
 	names := slices.Sorted(maps.Keys(specs))
-	for _, rel := range otherReleases() {
-		t.Run("written-by-"+rel.version, func(t *testing.T) {
-			writer := rel.runner(t)
+	for _, rel := range oldiptables.Releases() {
+		t.Run("written-by-"+rel.Version, func(t *testing.T) {
+			writer := runner(t, rel)
 			for _, b := range []release.Backend{release.NFT, release.Legacy} {
 				for _, name := range names {
 					t.Run(string(b)+"/"+name, func(t *testing.T) {
 						if d := writeAndCheck(t, iptables.Build(specs[name], true, true), b, writer, ExecRunner{}); len(d) > 0 {
 							t.Errorf("the audit's iptables %s reads %s's rules as other than the model, and would repair them:\n%s",
-								auditRelease, rel.version, strings.Join(d, "\n"))
+								auditRelease, rel.Version, strings.Join(d, "\n"))
 						}
 					})
 				}
@@ -193,8 +134,8 @@ func TestAuditReadsEveryReleasesRules(t *testing.T) {
 	// the audit's release writes, drops ports and marks from the rules,
 	// so the same Check by it reports differences for every spec.
 	t.Run("control/1.8.7-reads-"+auditRelease, func(t *testing.T) {
-		oldest := otherReleases()[0]
-		reader := oldest.runner(t)
+		oldest := oldiptables.Releases()[0]
+		reader := runner(t, oldest)
 		dropped := map[string]bool{}
 		for _, name := range names {
 			d := writeAndCheck(t, iptables.Build(specs[name], true, true), release.NFT, ExecRunner{}, reader)
@@ -202,9 +143,9 @@ func TestAuditReadsEveryReleasesRules(t *testing.T) {
 				t.Errorf("%s: %v", name, err)
 			}
 		}
-		t.Logf("%s dropped %v", oldest.version, slices.Sorted(maps.Keys(dropped)))
+		t.Logf("%s dropped %v", oldest.Version, slices.Sorted(maps.Keys(dropped)))
 		if !dropped["--dport"] || !dropped["--mark"] {
-			t.Errorf("%s dropped %v, want --dport and --mark among them", oldest.version, slices.Sorted(maps.Keys(dropped)))
+			t.Errorf("%s dropped %v, want --dport and --mark among them", oldest.Version, slices.Sorted(maps.Keys(dropped)))
 		}
 	})
 }

@@ -23,9 +23,10 @@ const LockWaitSeconds = 10
 type Programmer struct {
 	Runner  Runner
 	Backend release.Backend
-	// Transaction writes a ruleset in one nf_tables transaction; nil is
-	// nfnl.Write. It is the netlink seam, as Runner is the exec one.
-	Transaction func(*iptables.Ruleset) error
+	// Transaction writes a ruleset in one nf_tables transaction, laid
+	// out as an iptables release does; nil is nfnl.Write. It is the
+	// netlink seam, as Runner is the exec one.
+	Transaction func(*iptables.Ruleset, nfnl.Layout) error
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
@@ -39,11 +40,12 @@ type Programmer struct {
 // and reads back, as the audit's repairs and every reconcile do.
 type Write struct {
 	// Netlink: the families whose first write is one nf_tables
-	// transaction (nfnl.Write) in place of iptables-restore; the caller
-	// found each writable so (NetlinkWritable). When the transaction
-	// fails, iptables-restore writes instead; when its outcome is
-	// unknown, Apply reads back and reconciles.
-	Netlink map[iptables.Family]bool
+	// transaction (nfnl.Write) in place of iptables-restore, each laid
+	// out as the family's iptables release on the node writes it; the
+	// caller found each writable so (NetlinkWritable). When the
+	// transaction fails, iptables-restore writes instead; when its
+	// outcome is unknown, Apply reads back and reconciles.
+	Netlink map[iptables.Family]nfnl.Layout
 	// Only makes a ruleset that was not written over netlink Apply's
 	// answer: no iptables-restore, no read-back. The node agent writes so
 	// for the plugin's shim: its container's iptables need not be the
@@ -136,8 +138,9 @@ var errLate = errors.New("past the deadline: the caller stopped waiting")
 // nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
 // and the read-back, unless Only.
 func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
+	layout, ok := w.Netlink[rs.Family]
 	switch {
-	case !w.Netlink[rs.Family]:
+	case !ok:
 		return Written{}
 	case p.restorer != nil:
 		return Written{Refused: ErrUserNS}
@@ -149,7 +152,7 @@ func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 	if write == nil {
 		write = nfnl.Write
 	}
-	if err := write(rs); err != nil {
+	if err := write(rs, layout); err != nil {
 		return Written{Refused: err}
 	}
 	return Written{Netlink: true}

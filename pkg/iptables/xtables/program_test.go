@@ -148,23 +148,56 @@ func TestParseBackend(t *testing.T) {
 	}
 }
 
-// v4 asks for the IPv4 rules' first write over netlink.
-var v4 = map[iptables.Family]bool{iptables.IPv4: true}
+// layoutOf is release v's layout, which nfnl must know.
+func layoutOf(t testing.TB, v string) nfnl.Layout {
+	t.Helper()
+	l, ok := nfnl.LayoutOf(v)
+	if !ok {
+		t.Fatalf("nfnl lays out no rules as iptables %s writes them", v)
+	}
+	return l
+}
+
+// v4 asks for the IPv4 rules' first write over netlink, laid out as
+// iptables 1.8.9 writes them.
+var v4 = func() map[iptables.Family]nfnl.Layout {
+	l, _ := nfnl.LayoutOf("1.8.9")
+	return map[iptables.Family]nfnl.Layout{iptables.IPv4: l}
+}()
 
 // The netlink writer replaces the first restore only: with Trusted its
 // success is the answer, without it the rules are read back; when it
 // fails, iptables-restore writes and Written says why. A family the
-// Write does not name is restored.
+// Write does not name is restored. The transaction lays the rules out as
+// the Write says the family's release does.
 func TestApplyNetlinkFirst(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	wrote := 0
-	ok := func(*iptables.Ruleset) error { wrote++; return nil }
+	var laidOut []string
+	ok := func(_ *iptables.Ruleset, l nfnl.Layout) error {
+		wrote++
+		laidOut = append(laidOut, l.Release())
+		return nil
+	}
 
 	f := &fakeRunner{}
 	p := &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4}); err != nil || !w.Netlink || wrote != 1 || len(f.calls) != 0 {
 		t.Errorf("trusted: %+v, err %v, %d netlink writes, ran %q; want one write and nothing run", w, err, wrote, f.calls)
 	}
+	if strings.Join(laidOut, " ") != "1.8.9" {
+		t.Errorf("trusted: laid out as %q, want 1.8.9 as the Write says", laidOut)
+	}
+	for _, v := range []string{"1.8.7", "1.8.11"} {
+		laidOut, wrote = nil, 0
+		f = &fakeRunner{}
+		p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
+		netlink := map[iptables.Family]nfnl.Layout{iptables.IPv4: layoutOf(t, v)}
+		if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: netlink}); err != nil || !w.Netlink || strings.Join(laidOut, " ") != v || len(f.calls) != 0 {
+			t.Errorf("iptables %s: %+v, err %v, laid out as %q, ran %q; want one write laid out as %s", v, w, err, laidOut, f.calls, v)
+		}
+	}
+	wrote = 0
 
 	f = &fakeRunner{saves: []string{saveOf(&rs)}}
 	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
@@ -175,14 +208,14 @@ func TestApplyNetlinkFirst(t *testing.T) {
 	f = &fakeRunner{}
 	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}
 	wrote = 0
-	v6only := map[iptables.Family]bool{iptables.IPv6: true}
+	v6only := map[iptables.Family]nfnl.Layout{iptables.IPv6: v4[iptables.IPv4]}
 	if w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v6only}); err != nil || w.Netlink || wrote != 0 || strings.Join(f.calls, "|") != "iptables-nft-restore --noflush --wait=10" {
 		t.Errorf("another family's netlink: %+v, err %v, %d netlink writes, ran %q; want iptables-restore only", w, err, wrote, f.calls)
 	}
 
 	refused := errors.New("nf_tables refused it")
 	f = &fakeRunner{}
-	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset) error { return refused }}
+	p = &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset, nfnl.Layout) error { return refused }}
 	w, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Netlink: v4})
 	if err != nil {
 		t.Fatal(err)
@@ -207,14 +240,14 @@ func TestApplyOnlyNetlink(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	for name, c := range map[string]struct {
 		err     error
-		netlink map[iptables.Family]bool
+		netlink map[iptables.Family]nfnl.Layout
 	}{
 		"refused":        {errors.New("nf_tables refused it"), v4},
 		"lost":           {fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome), v4},
-		"not the family": {nil, map[iptables.Family]bool{iptables.IPv6: true}},
+		"not the family": {nil, map[iptables.Family]nfnl.Layout{iptables.IPv6: v4[iptables.IPv4]}},
 	} {
 		f := &fakeRunner{}
-		p := &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset) error { return c.err }}
+		p := &Programmer{Runner: f, Backend: release.NFT, Transaction: func(*iptables.Ruleset, nfnl.Layout) error { return c.err }}
 		_, got := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: true, Netlink: c.netlink})
 		if !errors.Is(got, ErrNotWritten) || (c.err != nil && !errors.Is(got, c.err)) || len(f.calls) != 0 {
 			t.Errorf("%s: %v, ran %q; want the batch's error and nothing run", name, got, f.calls)
@@ -227,7 +260,7 @@ func TestApplyOnlyNetlink(t *testing.T) {
 // and never restores a fresh namespace's rules on top.
 func TestApplyNetlinkUnknownOutcomeReadsBack(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	lost := func(*iptables.Ruleset) error {
+	lost := func(*iptables.Ruleset, nfnl.Layout) error {
 		return fmt.Errorf("%w: recvfrom: no buffer space available", nfnl.ErrUnknownOutcome)
 	}
 	// It was committed: the read-back finds the model.
@@ -251,15 +284,19 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	rs.Rules[0].Chain = "ISTIO_INBOUND;reboot"
 	wrote := 0
-	for name, transaction := range map[string]func(*iptables.Ruleset) error{
+	for name, transaction := range map[string]func(*iptables.Ruleset, nfnl.Layout) error{
 		"no netlink":      nil,
-		"netlink refused": func(*iptables.Ruleset) error { return errors.New("nf_tables refused it") },
-		"netlink writes":  func(*iptables.Ruleset) error { wrote++; return nil },
+		"netlink refused": func(*iptables.Ruleset, nfnl.Layout) error { return errors.New("nf_tables refused it") },
+		"netlink writes":  func(*iptables.Ruleset, nfnl.Layout) error { wrote++; return nil },
 	} {
+		netlink := v4
+		if transaction == nil {
+			netlink = nil
+		}
 		for _, only := range []bool{false, true} {
 			f := &fakeRunner{}
 			p := &Programmer{Runner: f, Backend: release.NFT, Transaction: transaction}
-			_, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && transaction != nil, Netlink: map[iptables.Family]bool{iptables.IPv4: transaction != nil}})
+			_, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Only: only && transaction != nil, Netlink: netlink})
 			if err == nil || !strings.Contains(err.Error(), "unsafe token") || len(f.calls) != 0 || wrote != 0 {
 				t.Errorf("%s (netlink only %v): %v, ran %q, %d netlink writes; want Plan's refusal and nothing written", name, only, err, f.calls, wrote)
 			}
@@ -273,7 +310,7 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 func TestApplyNoTransactionPastTheDeadline(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	wrote := 0
-	ok := func(*iptables.Ruleset) error { wrote++; return nil }
+	ok := func(*iptables.Ruleset, nfnl.Layout) error { wrote++; return nil }
 	past := time.Now().Add(-time.Millisecond)
 	f := &fakeRunner{}
 	p := &Programmer{Runner: f, Backend: release.NFT, Transaction: ok}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
@@ -123,13 +124,14 @@ func writeAtomic(path string, data []byte) error {
 	return err
 }
 
-// NetlinkWritable says why a family's rules cannot be written over
-// netlink (pkg/iptables/nfnl) on this node, or nil (release.Writable).
-// On a release not remembered, the symlinks are walked to tell the
-// backend: release.Auto leading to legacy says so; then run=false never runs the
-// program, and is a no, while run=true reads the release and remembers it.
-func NetlinkWritable(b release.Backend, f iptables.Family, cacheDir string, run bool) error {
-	return release.Writable(b, f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
+// NetlinkWritable returns the layout a family's rules are written over
+// netlink in on this node (pkg/iptables/nfnl), or says why they cannot be
+// (release.Writable). On a release not remembered, the symlinks are
+// walked to tell the backend: release.Auto leading to legacy says so;
+// then run=false never runs the program, and is a no, while run=true
+// reads the release and remembers it.
+func NetlinkWritable(b release.Backend, f iptables.Family, cacheDir string, run bool) (nfnl.Layout, error) {
+	v, err := release.Writable(b, f == iptables.IPv6, cacheDir, func(cacheFile, name, path, key string) (string, error) {
 		r, err := release.At(path)
 		if err != nil {
 			return "", err
@@ -144,4 +146,12 @@ func NetlinkWritable(b release.Backend, f iptables.Family, cacheDir string, run 
 		// told: a switch since is caught after the run.
 		return rememberNFTVersion(cacheFile, name, path, key)
 	})
+	if err != nil {
+		return nfnl.Layout{}, err
+	}
+	l, ok := nfnl.LayoutOf(v)
+	if !ok {
+		return nfnl.Layout{}, fmt.Errorf("iptables %s: no layout of it to write", v)
+	}
+	return l, nil
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
@@ -26,6 +27,10 @@ func fakeIptables(t *testing.T, version string) (dir, runs string) {
 	t.Setenv("PATH", dir)
 	return dir, runs
 }
+
+// machineRelease is the release the fakes print: the machine's, whose
+// layout nfnl knows.
+const machineRelease = "1.8.9"
 
 func countRuns(t *testing.T, runs string) int {
 	b, _ := os.ReadFile(runs)
@@ -74,32 +79,80 @@ func TestNFTVersionRefusesLegacyAndNoise(t *testing.T) {
 // remembered for the program as it was before a change, is a no; the
 // plugin's check remembers it.
 func TestNetlinkWritableWithoutRunning(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+machineRelease+" (nf_tables)")
 	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
 		t.Fatal(err)
 	}
 	cache := t.TempDir()
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 0 {
-		t.Fatalf("nothing remembered: %v after %d runs, want a no and no run", err, countRuns(t, runs))
+	if l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || l != (nfnl.Layout{}) || countRuns(t, runs) != 0 {
+		t.Fatalf("nothing remembered: %q, %v after %d runs, want a no and no run", l.Release(), err, countRuns(t, runs))
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
-		t.Fatalf("the plugin's check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
+	if l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil || l.Release() != machineRelease || countRuns(t, runs) != 1 {
+		t.Fatalf("the plugin's check: %q, %v after %d runs, want %s's layout after one run", l.Release(), err, countRuns(t, runs), machineRelease)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err != nil || countRuns(t, runs) != 1 {
-		t.Errorf("remembered: %v after %d runs, want yes and no further run", err, countRuns(t, runs))
+	if l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err != nil || l.Release() != machineRelease || countRuns(t, runs) != 1 {
+		t.Errorf("remembered: %q, %v after %d runs, want %s's layout and no further run", l.Release(), err, countRuns(t, runs), machineRelease)
 	}
 	later := time.Now().Add(time.Minute)
 	if err := os.Chtimes(filepath.Join(dir, "iptables-restore"), later, later); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || countRuns(t, runs) != 1 {
-		t.Errorf("the program changed: %v, want a no without a run", err)
+	if l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil || l != (nfnl.Layout{}) || countRuns(t, runs) != 1 {
+		t.Errorf("the program changed: %q, %v, want a no without a run", l.Release(), err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, "", true); err == nil {
+	if _, err := NetlinkWritable(release.NFT, iptables.IPv4, "", true); err == nil {
 		t.Error("no cache_dir: yes, want a no")
 	}
-	if err := NetlinkWritable(release.Legacy, iptables.IPv4, cache, true); err == nil {
+	if _, err := NetlinkWritable(release.Legacy, iptables.IPv4, cache, true); err == nil {
 		t.Error("legacy: yes, want a no")
+	}
+}
+
+// Each release nfnl lays out is written in its own layout; another
+// (1.8.8 and 1.8.10 are in no Debian archive) is a no, whether the
+// plugin reads it or finds it remembered.
+func TestNetlinkWritableLaysOutTheNodesRelease(t *testing.T) {
+	for v, laidOut := range map[string]bool{"1.8.7": true, "1.8.9": true, "1.8.11": true, "1.8.8": false, "1.8.10": false} {
+		t.Run(v, func(t *testing.T) {
+			check := func(how string, l nfnl.Layout, err error) {
+				t.Helper()
+				switch {
+				case laidOut && (err != nil || l.Release() != v):
+					t.Errorf("%s: %q, %v; want %s's layout", how, l.Release(), err, v)
+				case !laidOut && (err == nil || l != (nfnl.Layout{}) || !strings.Contains(err.Error(), v)):
+					t.Errorf("%s: %q, %v; want a no naming %s", how, l.Release(), err, v)
+				}
+			}
+			// The plugin reads the release, and remembers it.
+			dir, runs := fakeIptables(t, "v"+v+" (nf_tables)")
+			prog := filepath.Join(dir, "iptables-nft-restore")
+			if err := os.Symlink("iptables-restore", prog); err != nil {
+				t.Fatal(err)
+			}
+			cache := t.TempDir()
+			l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true)
+			check("read", l, err)
+			l, err = NetlinkWritable(release.NFT, iptables.IPv4, cache, false)
+			check("remembered", l, err)
+			if n := countRuns(t, runs); n != 1 {
+				t.Errorf("ran iptables-restore --version %d times, want once", n)
+			}
+
+			// The shim finds it remembered, as another build wrote it.
+			cache = t.TempDir()
+			key, err := release.Key("iptables-nft-restore", prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(cache, "iptables-nft-restore.version"), release.File(key, v), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l, err = NetlinkWritable(release.NFT, iptables.IPv4, cache, false)
+			check("remembered by another", l, err)
+			if n := countRuns(t, runs); n != 1 {
+				t.Errorf("ran iptables-restore --version %d times, want once", n)
+			}
+		})
 	}
 }
 
@@ -108,7 +161,7 @@ func TestNetlinkWritableWithoutRunning(t *testing.T) {
 // time, the release is not remembered; pointed at a legacy one, release.Auto says
 // so without running it.
 func TestNetlinkWritableFollowsTheLink(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+machineRelease+" (nf_tables)")
 	script, err := os.ReadFile(filepath.Join(dir, "iptables-restore"))
 	if err != nil {
 		t.Fatal(err)
@@ -135,18 +188,18 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	}
 	cache := t.TempDir()
 	link("xtables-nft-multi")
-	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, true); err != nil || countRuns(t, runs) != 1 {
-		t.Fatalf("first check: %v after %d runs, want yes after one run", err, countRuns(t, runs))
+	if l, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, true); err != nil || l.Release() != machineRelease || countRuns(t, runs) != 1 {
+		t.Fatalf("first check: %q, %v after %d runs, want %s's layout after one run", l.Release(), err, countRuns(t, runs), machineRelease)
 	}
-	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err != nil {
-		t.Fatalf("remembered: %v", err)
+	if l, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err != nil || l.Release() != machineRelease {
+		t.Fatalf("remembered: %q, %v; want %s's layout", l.Release(), err, machineRelease)
 	}
 	link("xtables-nft-multi.new")
-	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
+	if _, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
 		t.Errorf("another file of the same size and time: %v, want not remembered", err)
 	}
 	link("xtables-legacy-multi")
-	if err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
+	if _, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
 		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
 	}
 }
@@ -156,14 +209,14 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 // its release is read is not remembered either; a cache file that is a
 // FIFO is no answer, never a hang.
 func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
-	dir, runs := fakeIptables(t, "v"+release.Layout+" (nf_tables)")
+	dir, runs := fakeIptables(t, "v"+machineRelease+" (nf_tables)")
 	prog := filepath.Join(dir, "iptables-restore")
 	cache := t.TempDir()
 	if err := os.Symlink("iptables-restore", filepath.Join(dir, "iptables-nft-restore")); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil {
-		t.Fatal(err)
+	if l, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err != nil || l.Release() != machineRelease {
+		t.Fatalf("%q, %v; want %s's layout", l.Release(), err, machineRelease)
 	}
 	st, err := os.Stat(prog)
 	if err != nil {
@@ -173,7 +226,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rewritten := strings.Replace(string(old), release.Layout, "1.8.1", 1) // same length
+	rewritten := strings.Replace(string(old), machineRelease, "1.8.1", 1) // same length
 	f, err := os.OpenFile(prog, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +238,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.Chtimes(prog, st.ModTime(), st.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
+	if _, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
 		t.Error("rewritten in place with the same size and time: still remembered")
 	}
 
@@ -194,14 +247,14 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 	if err := os.WriteFile(other, []byte("#!/bin/sh\necho 'iptables-restore v1.8.9 (legacy)'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	switching := "#!/bin/sh\necho x >> " + runs + "\n/bin/ln -sf " + other + " " + filepath.Join(dir, "iptables-nft-restore") + "\necho 'iptables-restore v" + release.Layout + " (nf_tables)'\n"
+	switching := "#!/bin/sh\necho x >> " + runs + "\n/bin/ln -sf " + other + " " + filepath.Join(dir, "iptables-nft-restore") + "\necho 'iptables-restore v" + machineRelease + " (nf_tables)'\n"
 	if err := os.WriteFile(prog, []byte(switching), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err == nil || !strings.Contains(err.Error(), "changed") {
+	if _, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, true); err == nil || !strings.Contains(err.Error(), "changed") {
 		t.Errorf("switched while read: %v, want a no saying it changed", err)
 	}
-	if err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
+	if _, err := NetlinkWritable(release.NFT, iptables.IPv4, cache, false); err == nil {
 		t.Error("switched while read: remembered")
 	}
 
@@ -210,7 +263,7 @@ func TestNetlinkWritableDistrustsTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- NetlinkWritable(release.NFT, iptables.IPv4, fifoDir, false) }()
+	go func() { _, err := NetlinkWritable(release.NFT, iptables.IPv4, fifoDir, false); done <- err }()
 	select {
 	case err := <-done:
 		if err == nil {

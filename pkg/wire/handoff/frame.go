@@ -30,6 +30,7 @@ func (r Request) MarshalBinary() ([]byte, error) {
 	for _, f := range r.Netlink {
 		b = appendBytes(b, []byte(f))
 	}
+	b = appendBytes(b, []byte(r.Release))
 	b = appendBytes(b, r.Stdin)
 	if len(b) > MaxRequest {
 		return nil, errors.New("the request is " + strconv.Itoa(len(b)) + " bytes, over " + strconv.Itoa(MaxRequest))
@@ -55,6 +56,7 @@ func (r *Request) UnmarshalBinary(b []byte) error {
 	for i := uint32(0); i < n && d.err == nil; i++ {
 		r.Netlink = append(r.Netlink, string(d.bytes()))
 	}
+	r.Release = string(d.bytes())
 	r.Stdin = d.bytes()
 	r.Deadline = int64(deadline) // #nosec G115 -- written from an int64
 	return d.end("request")

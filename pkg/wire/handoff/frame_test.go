@@ -10,10 +10,10 @@ import (
 
 var sampleRequest = Request{ContainerID: "c1", Netns: "/var/run/netns/cni-1", IfName: "eth0",
 	Args: "K8S_POD_NAME=web", Path: "/opt/cni/bin", Stdin: []byte(`{"cniVersion":"1.0.0","name":"k8s"}`),
-	Netlink: []string{"ipv4", "ipv6"}, Deadline: 1795817510882920006}
+	Netlink: []string{"ipv4", "ipv6"}, Release: "1.8.11", Deadline: 1795817510882920006}
 
 func TestFrameRoundTrip(t *testing.T) {
-	for _, req := range []Request{sampleRequest, {Deadline: -1, Stdin: []byte{}}} {
+	for _, req := range []Request{sampleRequest, {Deadline: -1, Stdin: []byte{}}, {Release: "1.8.7", Stdin: []byte{}}} {
 		b, err := req.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)

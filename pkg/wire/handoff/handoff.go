@@ -23,8 +23,8 @@ import (
 )
 
 // Version is the wire format's version (frame.go); a reader refuses
-// another. 1 was JSON.
-const Version = 2
+// another. 1 was JSON; 2 had no Release (its families were 1.8.9's).
+const Version = 3
 
 // EnvHandedBack is set, in the plugin's environment, to why the agent,
 // asked to run the ADD, did not finish it: it may have written rules, so
@@ -59,11 +59,12 @@ type Request struct {
 	Path        string
 	Stdin       []byte
 	// Netlink names the families ("ipv4", "ipv6") whose iptables on the
-	// node is nf_tables in the layout pkg/iptables/nfnl writes, as the
-	// shim found them on the node the way the plugin does. The agent
-	// writes no other family: its container's iptables need not be the
-	// node's.
+	// node is nf_tables at Release, a release pkg/iptables/nfnl lays
+	// rules out as, as the shim found them on the node the way the
+	// plugin does. The agent writes no other family: its container's
+	// iptables need not be the node's.
 	Netlink []string
+	Release string
 	// Deadline is when the shim stops waiting (Unix nanoseconds, the
 	// node's clock): the agent writes nothing after it, since by then the
 	// plugin runs the ADD.

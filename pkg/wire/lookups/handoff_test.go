@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -80,15 +81,15 @@ func TestHandOffRoundTrip(t *testing.T) {
 	})
 	stdin := append([]byte(`{"name":"k8s","pad":"`), bytes.Repeat([]byte("x"), 200<<10)...)
 	stdin = append(stdin, `"}`...)
-	req := handoff.Request{ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "eth0", Args: "K=V", Stdin: stdin, Netlink: []string{"ipv4"}}
+	req := handoff.Request{ContainerID: "c1", Netns: "/var/run/netns/x", IfName: "eth0", Args: "K=V", Stdin: stdin, Netlink: []string{"ipv4"}, Release: "1.8.9"}
 	resp, err := handoff.Send(path, req, int(file.Fd()), 5*time.Second)
 	close(answered)
 	if err != nil || !resp.Done || string(resp.Stdout) != "result" || string(resp.Stderr) != "log" {
 		t.Fatalf("Send = %+v, %v; want the agent's answer", resp, err)
 	}
 	r := <-got
-	if r.ContainerID != "c1" || r.Netns != req.Netns || !bytes.Equal(r.Stdin, stdin) || r.Deadline == 0 || len(r.Netlink) != 1 || r.Netlink[0] != "ipv4" {
-		t.Errorf("the agent got %+v (stdin %d bytes), want the request (%d bytes)", r.ContainerID, len(r.Stdin), len(stdin))
+	if r.ContainerID != "c1" || r.Netns != req.Netns || !bytes.Equal(r.Stdin, stdin) || r.Deadline == 0 || len(r.Netlink) != 1 || r.Netlink[0] != "ipv4" || r.Release != "1.8.9" {
+		t.Errorf("the agent got %q, netlink %v as iptables %q (stdin %d bytes), want the request (%d bytes)", r.ContainerID, r.Netlink, r.Release, len(r.Stdin), len(stdin))
 	}
 	if !<-sameFile {
 		t.Error("the agent's descriptor is not the file the shim opened")
@@ -139,20 +140,23 @@ func TestHandOffRefusals(t *testing.T) {
 	if _, err := handoff.Send(other, req, fd, 5*time.Second); !errors.As(err, &verr) || verr.Got != handoff.Version+1 {
 		t.Errorf("an agent of another version: %v, want its VersionError", err)
 	}
-	// This agent answers a frame of another version with a hand-back.
-	b, _ := req.MarshalBinary()
-	b[len(handoff.Magic)+1]++
-	c, err := net.Dial("unix", handedBack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = c.Write(b)
-	_ = c.(*net.UnixConn).CloseWrite()
-	got, _ := io.ReadAll(c)
-	_ = c.Close()
-	var resp handoff.Response
-	if err := resp.UnmarshalBinary(got); err != nil || resp.Done || !strings.Contains(resp.HandBack, "version 3, not 2") {
-		t.Errorf("a frame of another version: %+v, %v; want a hand-back naming the versions", resp, err)
+	// This agent answers a frame of another version, a newer shim's or
+	// an older one's (version 2 named no release), with a hand-back.
+	for _, v := range []int{handoff.Version + 1, handoff.Version - 1} {
+		b, _ := req.MarshalBinary()
+		b[len(handoff.Magic)+1] = byte(v)
+		c, err := net.Dial("unix", handedBack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write(b)
+		_ = c.(*net.UnixConn).CloseWrite()
+		got, _ := io.ReadAll(c)
+		_ = c.Close()
+		var resp handoff.Response
+		if err := resp.UnmarshalBinary(got); err != nil || resp.Done || !strings.Contains(resp.HandBack, fmt.Sprintf("version %d, not %d", v, handoff.Version)) {
+			t.Errorf("a frame of version %d: %+v, %v; want a hand-back naming the versions", v, resp, err)
+		}
 	}
 	if _, err := handoff.Send(filepath.Join(t.TempDir(), "none.sock"), req, fd, 5*time.Second); err == nil {
 		t.Error("no agent: no error")

@@ -1,0 +1,101 @@
+// Package oldiptables runs other Debian releases' iptables beside the
+// machine's own, from where fetch.sh unpacked them (nothing installed):
+// for the tests that compare what each release writes and reads.
+package oldiptables
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A Release is an iptables fetch.sh unpacks.
+type Release struct {
+	Version string
+	env     string // its directory; make test sets it, and then a missing release fails the test
+	target  string // the make target that unpacks it
+	// ownLibc: it needs a newer glibc than the machine's, and runs
+	// through its own glibc's loader.
+	ownLibc bool
+}
+
+// Releases are the unpacked ones: bullseye's 1.8.7 and trixie's 1.8.11.
+// The machine's own is bookworm's 1.8.9.
+func Releases() []Release {
+	return []Release{
+		{Version: "1.8.7", env: "ISTIO_CNI_OLD_IPTABLES", target: "old-iptables"},
+		{Version: "1.8.11", env: "ISTIO_CNI_NEWER_IPTABLES", target: "newer-iptables", ownLibc: true},
+	}
+}
+
+// Programs runs one unpacked release's programs by the names iptables
+// gives them (iptables-nft-restore, ip6tables-legacy-save, ...), with its
+// own libraries and extension modules, never the machine's.
+type Programs struct {
+	sbin, libs, exts string
+	loader           string // its own glibc's ld.so, or "" for the machine's glibc
+}
+
+// Command is the program name run with args, with no environment but
+// what the release needs.
+func (p Programs) Command(name string, args ...string) (*exec.Cmd, error) {
+	if strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("%s: not a program name", name)
+	}
+	prog := filepath.Join(p.sbin, name)
+	if p.loader == "" {
+		cmd := exec.Command(prog, args...) // #nosec G204 -- the test's own unpacked binary
+		cmd.Env = []string{"LD_LIBRARY_PATH=" + p.libs, "XTABLES_LIBDIR=" + p.exts}
+		return cmd, nil
+	}
+	// argv[0] stays the program's name: xtables-*-multi dispatches on it.
+	cmd := exec.Command(p.loader, append([]string{"--library-path", p.libs, "--argv0", name, prog}, args...)...) // #nosec G204 -- as above
+	cmd.Env = []string{"XTABLES_LIBDIR=" + p.exts}
+	return cmd, nil
+}
+
+// Find finds the release where its variable, or else `make`, put it
+// (root is the repository's), and checks that both backends' restore
+// programs are that release: a missing release skips the test, or fails
+// it under make test.
+func (rel Release) Find(t testing.TB, root string) Programs {
+	t.Helper()
+	dir, required := os.LookupEnv(rel.env)
+	if !required {
+		dir = filepath.Join(root, "_output", "tools", "iptables-"+rel.Version)
+	}
+	missing := func(what string) {
+		t.Helper()
+		if required {
+			t.Fatalf("%s=%s holds no unpacked iptables %s (%s); run `make %s`", rel.env, dir, rel.Version, what, rel.target)
+		}
+		t.Skipf("no iptables %s in %s (%s): run `make %s`", rel.Version, dir, what, rel.target)
+	}
+	libs, _ := filepath.Glob(filepath.Join(dir, "usr", "lib", "*", "libxtables.so.12"))
+	if len(libs) != 1 {
+		missing(fmt.Sprintf("%d libxtables found", len(libs)))
+	}
+	lib := filepath.Dir(libs[0])
+	p := Programs{sbin: filepath.Join(dir, "usr", "sbin"), libs: lib, exts: filepath.Join(lib, "xtables")}
+	if rel.ownLibc {
+		lds, _ := filepath.Glob(filepath.Join(lib, "ld-linux*.so.*"))
+		if len(lds) != 1 {
+			missing(fmt.Sprintf("%d glibc loaders found", len(lds)))
+		}
+		p.loader = lds[0]
+	}
+	for _, name := range []string{"iptables-nft-restore", "iptables-legacy-restore"} {
+		cmd, err := p.Command(name, "--version")
+		var out []byte
+		if err == nil {
+			out, err = cmd.Output()
+		}
+		if err != nil || !strings.Contains(string(out), " v"+rel.Version+" ") {
+			missing(fmt.Sprintf("%s --version: %q, %v", name, out, err))
+		}
+	}
+	return p
+}
