@@ -66,6 +66,9 @@ type agentRun struct {
 	netlink map[iptables.Family]nfnl.Layout
 	// noLayout says why the shim's families are not written here.
 	noLayout string
+	// legacy: the families the shim found legacy, written with the
+	// agent's own iptables-legacy-restore.
+	legacy map[iptables.Family]bool
 	// logFile is the entry's log_file where the agent sees it: the line
 	// goes there only once the ADD is finished.
 	logFile string
@@ -88,18 +91,20 @@ func (a AgentSide) RunAdd(req handoff.Request, netnsFD int) (resp handoff.Respon
 			resp, after = handoff.Response{HandBack: fmt.Sprintf("the agent's ADD panicked: %v", r)}, nil
 		}
 	}()
-	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]nfnl.Layout{}}
-	if layout, ok := nfnl.LayoutOf(req.Release); ok {
-		for _, f := range req.Netlink {
-			switch f {
-			case iptables.IPv4.String():
-				run.netlink[iptables.IPv4] = layout
-			case iptables.IPv6.String():
-				run.netlink[iptables.IPv6] = layout
-			}
-		}
-	} else {
+	run := &agentRun{req: req, side: a, netlink: map[iptables.Family]nfnl.Layout{}, legacy: map[iptables.Family]bool{}}
+	layout, ok := nfnl.LayoutOf(req.Release)
+	if !ok && len(req.Netlink) > 0 {
 		run.noLayout = "the agent lays out no rules as iptables " + strconv.Quote(req.Release) + " writes them"
+	}
+	for _, f := range req.Netlink {
+		if fam, known := familyNamed(f); known && ok {
+			run.netlink[fam] = layout
+		}
+	}
+	for _, f := range req.Legacy {
+		if fam, known := familyNamed(f); known {
+			run.legacy[fam] = true
+		}
 	}
 	args := &skel.CmdArgs{ContainerID: req.ContainerID, IfName: req.IfName, Args: req.Args, Path: req.Path, StdinData: req.Stdin,
 		// The descriptor, not the node's path: the agent's container
@@ -206,6 +211,12 @@ func (r *agentRun) admit(conf *Config) error {
 	// The line goes to the log file once the ADD is finished (RunAdd).
 	r.logFile, conf.LogFile = conf.LogFile, ""
 	switch {
+	case len(r.legacy) > 0 && len(r.netlink) > 0:
+		return handBack("the node's families are on two backends")
+	case len(r.legacy) > 0:
+		// The shim resolved the entry's backend on the node: legacy.
+		conf.parsed.Backend = release.Legacy
+		return nil
 	case r.noLayout != "":
 		return handBack("%s", r.noLayout)
 	case len(r.netlink) == 0:
@@ -214,6 +225,17 @@ func (r *agentRun) admit(conf *Config) error {
 	// The shim resolved the entry's backend on the node: nf_tables.
 	conf.parsed.Backend = release.NFT
 	return nil
+}
+
+// familyNamed is the family a hand-off names.
+func familyNamed(name string) (iptables.Family, bool) {
+	switch name {
+	case iptables.IPv4.String():
+		return iptables.IPv4, true
+	case iptables.IPv6.String():
+		return iptables.IPv6, true
+	}
+	return 0, false
 }
 
 // handBack makes any ADD error in the agent a hand-back: the agent never
@@ -225,14 +247,21 @@ func (r *agentRun) handBack(err error) error {
 	return fmt.Errorf("%w: %w", errHandBack, err)
 }
 
-// write is netlink only, in the families the shim found nf_tables in, and
-// trusted: the agent runs no iptables-save for an ADD, so one that must
-// read back (a repeated ADD) is the plugin's.
+// write is netlink only, in the families the shim found nf_tables in, or
+// the agent's iptables-legacy-restore where it found legacy; trusted
+// either way: the agent runs no iptables-save for an ADD, so one that
+// must read back (a repeated ADD) is the plugin's.
 func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error) {
 	if !trusted {
 		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
 	}
-	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: time.Unix(0, r.req.Deadline)}, nil
+	deadline := time.Unix(0, r.req.Deadline)
+	if len(r.legacy) > 0 {
+		// Legacy: the agent's iptables-legacy-restore, started only
+		// before the deadline; a failure hands the ADD back.
+		return xtables.Write{Trusted: true, Deadline: deadline}, nil
+	}
+	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: deadline}, nil
 }
 
 // deliver sends the report once the shim has its answer (RunAdd's after).
@@ -260,8 +289,8 @@ func (r *agentRun) name() string { return "agent" }
 // deadline again (xtables.Write.Deadline).
 func (r *agentRun) mayWrite(pl plan) error {
 	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
-		if _, ok := r.netlink[f]; wanted && !ok {
-			return handBack("the node's %s is not nf_tables at a release the agent lays out", f)
+		if _, ok := r.netlink[f]; wanted && !ok && !r.legacy[f] {
+			return handBack("the node's %s is neither legacy nor nf_tables at a release the agent lays out", f)
 		}
 	}
 	if r.late() {

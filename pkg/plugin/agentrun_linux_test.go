@@ -252,6 +252,71 @@ func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 	}
 }
 
+// On a legacy node the agent writes with its own iptables-legacy-restore
+// (the shim names the legacy families): what legacy's iptables-save then
+// prints is what the plugin's own restore writes; past the shim's
+// deadline it writes nothing and hands the ADD back.
+func TestAgentRunAddOnALegacyNode(t *testing.T) {
+	if _, err := exec.LookPath("iptables-legacy-restore"); err != nil {
+		t.Skip("no iptables-legacy-restore")
+	}
+	f := newAgentFixture(t)
+	f.meshed("u1")
+	legacyReq := func(path string) handoff.Request {
+		req := f.request(path, "u1", prevDual)
+		req.Stdin = bytes.Replace(req.Stdin, []byte(`"iptables_backend":"nft"`), []byte(`"iptables_backend":"legacy"`), 1)
+		req.Netlink, req.Release, req.Legacy = nil, "", []string{"ipv4", "ipv6"}
+		return req
+	}
+	fd, path := newNetns(t)
+	resp, _ := f.side.RunAdd(legacyReq(path), fd)
+	if !resp.Done {
+		t.Fatalf("handed back: %s", resp.HandBack)
+	}
+	if !bytes.Contains(resp.Stderr, []byte(`"ran_in":"agent"`)) || !bytes.Contains(resp.Stderr, []byte(`"rules_by":"iptables-restore"`)) {
+		t.Errorf("log line %s, want ran_in agent and rules_by iptables-restore", resp.Stderr)
+	}
+	rec, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
+	if err != nil || len(rec) != 1 || rec[0].Backend != release.Legacy {
+		t.Fatalf("records %+v, %v: want one with legacy", rec, err)
+	}
+	want, _ := rec[0].Model()
+	for _, rs := range want.Rulesets() {
+		out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.CommandsFor(release.Legacy, rs.Family).Save).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs, err := iptables.ParseSave(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := iptables.Diff(rs, obs); len(d) > 0 {
+			t.Errorf("%s: legacy holds other than the model: %v", rs.Family, d)
+		}
+	}
+
+	// Past the deadline: nothing written, handed back.
+	fd, path = newNetns(t)
+	late := legacyReq(path)
+	late.ContainerID = "c-late"
+	f.side.Now = func() time.Time { return time.Unix(0, late.Deadline).Add(-time.Millisecond) } // the agent's checks pass ...
+	w, err := (&agentRun{req: late, legacy: map[iptables.Family]bool{iptables.IPv4: true}}).write(nil, plan{}, true)
+	if err != nil || len(w.Netlink) != 0 || w.Only || !w.Trusted || !w.Deadline.Equal(time.Unix(0, late.Deadline)) {
+		t.Errorf("legacy write %+v, %v: want a trusted restore bounded by the shim's deadline", w, err)
+	}
+	late.Deadline = time.Now().Add(-time.Second).UnixNano()
+	f.side.Now = time.Now
+	if resp, _ := f.side.RunAdd(late, fd); resp.Done || resp.HandBack == "" {
+		t.Errorf("a late request: %+v, want handed back", resp)
+	}
+	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.CommandsFor(release.Legacy, fam).Save).Output()
+		if err != nil || strings.Contains(string(out), "ISTIO") {
+			t.Errorf("%s after a late request: %v\n%s", fam, err, out)
+		}
+	}
+}
+
 // In the agent, the report of an ADD whose entry names the agent's own
 // socket goes to the agent's handler in its process, after the answer;
 // an entry naming another socket is reported there, as the plugin does.

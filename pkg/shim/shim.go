@@ -103,23 +103,33 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	req := handoff.Request{ContainerID: e.Getenv("CNI_CONTAINERID"), Netns: e.Getenv("CNI_NETNS"),
 		IfName: e.Getenv("CNI_IFNAME"), Args: e.Getenv("CNI_ARGS"), Path: e.Getenv("CNI_PATH"), Stdin: stdin}
 	var off []string
+	backend := conf.IptablesBackend
+	if backend == "" {
+		backend = release.Auto
+	}
 	for _, f := range conf.families() {
 		// Never run here: a release not remembered yet is the plugin's
 		// to read, and this ADD's to hand over.
-		v, err := release.Writable(conf.IptablesBackend, f.ipv6, conf.CacheDir, nil)
+		v, err := release.Writable(backend, f.ipv6, conf.CacheDir, nil)
 		switch {
-		case err != nil:
-			off = append(off, err.Error())
-			continue
-		case req.Release != "" && v != req.Release:
+		case err == nil && req.Release != "" && v != req.Release:
 			// One package gives both; two releases are the plugin's.
 			off = append(off, f.name+" is iptables "+v+", the other family "+req.Release)
-			continue
+		case err == nil:
+			req.Netlink, req.Release = append(req.Netlink, f.name), v
+		case legacy(backend, f):
+			// The x_tables ABI is every release's: the agent's own
+			// iptables-legacy-restore writes as the node's would.
+			req.Legacy = append(req.Legacy, f.name)
+		default:
+			off = append(off, err.Error())
 		}
-		req.Netlink, req.Release = append(req.Netlink, f.name), v
 	}
-	if len(req.Netlink) == 0 {
-		return handoff.Response{}, "no family goes over netlink on this node: [" + strings.Join(off, " ") + "]", false
+	switch {
+	case len(req.Netlink) > 0 && len(req.Legacy) > 0:
+		return handoff.Response{}, "the node's families are on two backends: nf_tables " + strings.Join(req.Netlink, ",") + ", legacy " + strings.Join(req.Legacy, ","), false
+	case len(req.Netlink) == 0 && len(req.Legacy) == 0:
+		return handoff.Response{}, "no family the agent writes on this node: [" + strings.Join(off, " ") + "]", false
 	}
 	if req.Netns == "" {
 		return handoff.Response{}, "no CNI_NETNS", false
@@ -195,4 +205,11 @@ func (e Env) fail(version string, err error) int {
 	enc.SetEscapeHTML(false) // the message as the plugin's own would print it
 	_ = enc.Encode(cniError{CNIVersion: version, Code: 999, Msg: "istio-cni: " + err.Error()})
 	return 1
+}
+
+// legacy says whether a family's rules go through iptables-legacy on
+// this node: pinned so, or the node's own iptables leading there.
+func legacy(b release.Backend, f family) bool {
+	resolved, err := b.Resolve(f.ipv6)
+	return err == nil && resolved == release.Legacy
 }

@@ -218,6 +218,76 @@ func TestAddHandsOffTheNodesRelease(t *testing.T) {
 	}
 }
 
+// On a legacy node the agent writes with its own iptables-legacy-restore
+// (the x_tables ABI is every release's): the shim hands the ADD off naming
+// the legacy families, pinned so or the node's own iptables leading
+// there; a node whose families are on two backends is the plugin's.
+func TestAddHandsOffLegacy(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nft := nodeWithNFT(t, machineRelease)
+	bin := os.Getenv("PATH") // nodeWithNFT's fake programs
+	for p, script := range map[string]string{
+		"xtables-legacy-multi": "#!/bin/sh\necho 'iptables-restore v1.8.9 (legacy)'\n",
+		"xtables-nft-multi":    "#!/bin/sh\necho 'iptables-restore v" + machineRelease + " (nf_tables)'\n",
+	} {
+		if err := os.WriteFile(filepath.Join(bin, p), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(nft), &m); err != nil {
+		t.Fatal(err)
+	}
+	// node is the entry (iptables_backend b) on a node whose
+	// iptables-restore and ip6tables-restore lead to v4 and v6, the
+	// nf_tables ones remembered as the plugin remembers them.
+	node := func(b, v4, v6 string) string {
+		cache := t.TempDir()
+		for name, to := range map[string]string{"iptables-restore": v4, "ip6tables-restore": v6} {
+			_ = os.Remove(filepath.Join(bin, name))
+			if err := os.Symlink(to, filepath.Join(bin, name)); err != nil {
+				t.Fatal(err)
+			}
+			if to == "xtables-nft-multi" {
+				if _, err := xtables.CachedNFTVersion(filepath.Join(cache, name+".version"), name); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		m["iptables_backend"], m["cache_dir"] = b, cache
+		out, _ := json.Marshal(m)
+		return string(out)
+	}
+	for _, c := range []struct {
+		name            string
+		backend, v4, v6 string
+		legacy, netlink []string // both nil: not handed off
+	}{
+		{"pinned legacy", "legacy", "xtables-nft-multi", "xtables-nft-multi", []string{"ipv4", "ipv6"}, nil},
+		{"auto, legacy", "auto", "xtables-legacy-multi", "xtables-legacy-multi", []string{"ipv4", "ipv6"}, nil},
+		{"the default, legacy", "", "xtables-legacy-multi", "xtables-legacy-multi", []string{"ipv4", "ipv6"}, nil},
+		{"auto, nft", "auto", "xtables-nft-multi", "xtables-nft-multi", nil, []string{"ipv4", "ipv6"}},
+		{"auto, two backends", "auto", "xtables-nft-multi", "xtables-legacy-multi", nil, nil},
+	} {
+		h := &harness{env: addEnv(netns), stdin: node(c.backend, c.v4, c.v6), answer: handoff.Response{Done: true}}
+		h.run(t)
+		if c.legacy == nil && c.netlink == nil {
+			if len(h.hands) != 0 || len(h.execs) != 1 || !slices.ContainsFunc(h.execs[0].env, func(kv string) bool {
+				return strings.HasPrefix(kv, handoff.EnvNotHandedOff+"=") && strings.Contains(kv, "two backends")
+			}) {
+				t.Errorf("%s: hand-offs %+v, execs %v; want the full plugin, told the families are on two backends", c.name, h.hands, h.execs)
+			}
+			continue
+		}
+		if len(h.hands) != 1 || len(h.execs) != 0 || !slices.Equal(h.hands[0].Legacy, c.legacy) || !slices.Equal(h.hands[0].Netlink, c.netlink) {
+			t.Errorf("%s: hand-offs %+v, execs %v; want one naming legacy %v, netlink %v", c.name, h.hands, h.execs, c.legacy, c.netlink)
+		}
+	}
+}
+
 // IPv6's iptables is checked only for a pod that may have IPv6.
 func TestAddChecksTheFamiliesThePodMayHave(t *testing.T) {
 	netns := filepath.Join(t.TempDir(), "netns")
@@ -261,7 +331,6 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 	nft := nodeWithNFT(t, machineRelease)
 	other := withRelease(t, nft, "1.8.10")
 	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
-	legacy := strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1)
 	for name, c := range map[string]struct {
 		stdin   string
 		env     map[string]string
@@ -273,7 +342,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		"the agent hands back":   {nft, addEnv(netns), handoff.Response{HandBack: "the agent does not hold the pod"}, nil, "the agent: the agent does not hold the pod", true},
 		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
 		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
-		"legacy iptables":        {legacy, addEnv(netns), handoff.Response{}, nil, "no family goes over netlink", false},
+		"legacy, handed back":    {strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1), addEnv(netns), handoff.Response{HandBack: "no"}, nil, "the agent: no", true},
 		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.10, whose layout is not", false},
 		"not JSON":               {"{", addEnv(netns), handoff.Response{}, nil, "does not decode", false},
 		"no netns":               {nft, addEnv(""), handoff.Response{}, nil, "no CNI_NETNS", false},

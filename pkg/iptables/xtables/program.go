@@ -51,9 +51,10 @@ type Write struct {
 	// for the plugin's shim: its container's iptables need not be the
 	// node's, so it hands anything the batch cannot do back to the plugin.
 	Only bool
-	// Deadline, if set, is when the caller stops waiting: no
-	// transaction starts after it. The node agent sets the shim's: by
-	// then the plugin runs the ADD, and the agent must write nothing more.
+	// Deadline, if set, is when the caller stops waiting: no first
+	// write (transaction or restore) starts after it. The node agent
+	// sets the shim's: by then the plugin runs the ADD, and the agent
+	// must write nothing more.
 	Deadline time.Time
 	// Trusted skips the read-back after a successful first write:
 	// iptables-restore commits each table atomically, so success means
@@ -106,6 +107,9 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 			// namespace's rules on top.
 			restoreErr = written.Refused
 			if !errors.Is(restoreErr, nfnl.ErrUnknownOutcome) {
+				if late(w) {
+					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
+				}
 				restoreErr = p.restore(ctx, rs.Family, text)
 			}
 		}
@@ -130,8 +134,11 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 	return written, lastErr
 }
 
-// errLate: the caller's deadline passed before the transaction.
+// errLate: the caller's deadline passed before the first write.
 var errLate = errors.New("past the deadline: the caller stopped waiting")
+
+// late says whether w's deadline has passed: no first write starts then.
+func late(w Write) bool { return !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) }
 
 // fresh writes the ruleset in one transaction when w asks for its family.
 // A failure leaves the namespace as it was, but for
@@ -145,7 +152,7 @@ func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 	case p.restorer != nil:
 		return Written{Refused: ErrUserNS}
 	}
-	if !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) {
+	if late(w) {
 		return Written{Refused: errLate}
 	}
 	write := p.Transaction

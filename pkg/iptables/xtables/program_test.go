@@ -306,7 +306,7 @@ func TestApplyWritesNothingPlanRefuses(t *testing.T) {
 
 // A transaction never starts past the Write's deadline: with Only, the
 // batch is not written and nothing runs (the agent hands the ADD back);
-// without, iptables-restore writes as for any refusal.
+// without, no iptables-restore starts either (TestApplyRestoresOnlyBeforeTheDeadline).
 func TestApplyNoTransactionPastTheDeadline(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	wrote := 0
@@ -317,10 +317,25 @@ func TestApplyNoTransactionPastTheDeadline(t *testing.T) {
 	if _, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Only: true, Trusted: true, Deadline: past}); !errors.Is(err, ErrNotWritten) || !errors.Is(err, errLate) || wrote != 0 || len(f.calls) != 0 {
 		t.Errorf("only netlink: %v, %d writes, ran %q; want nothing written", err, wrote, f.calls)
 	}
-	if w, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Trusted: true, Deadline: past}); err != nil || w.Netlink || !errors.Is(w.Refused, errLate) || wrote != 0 || len(f.calls) != 1 {
-		t.Errorf("restore allowed: %+v, %v, %d writes, ran %q; want iptables-restore", w, err, wrote, f.calls)
+	if w, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Trusted: true, Deadline: past}); !errors.Is(err, errLate) || w.Netlink || !errors.Is(w.Refused, errLate) || wrote != 0 || len(f.calls) != 0 {
+		t.Errorf("restore allowed: %+v, %v, %d writes, ran %q; want nothing written past the deadline", w, err, wrote, f.calls)
 	}
 	if w, err := p.Apply(context.Background(), &rs, Write{Netlink: v4, Only: true, Trusted: true, Deadline: time.Now().Add(time.Hour)}); err != nil || !w.Netlink || wrote != 1 {
 		t.Errorf("before the deadline: %+v, %v, %d writes; want the transaction", w, err, wrote)
+	}
+}
+
+// A Write with a deadline starts no restore past it (the node agent's on
+// a legacy node, whose shim has stopped waiting); before it, the restore
+// is the answer.
+func TestApplyRestoresOnlyBeforeTheDeadline(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	f := &fakeRunner{}
+	p := &Programmer{Runner: f, Backend: release.Legacy}
+	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Deadline: time.Now().Add(-time.Millisecond)}); !errors.Is(err, errLate) || len(f.calls) != 0 {
+		t.Errorf("past the deadline: %v, ran %q; want errLate and nothing run", err, f.calls)
+	}
+	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Deadline: time.Now().Add(time.Hour)}); err != nil || len(f.calls) != 1 || !strings.HasPrefix(f.calls[0], "iptables-legacy-restore ") {
+		t.Errorf("before the deadline: %v, ran %q; want one iptables-legacy-restore", err, f.calls)
 	}
 }

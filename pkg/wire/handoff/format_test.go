@@ -16,7 +16,7 @@ import (
 // request's and an answer's bytes, every field set. See test/formats.
 func TestFrameFormatIsItsVersion(t *testing.T) {
 	req, err := Request{ContainerID: "c", Netns: "/n", IfName: "eth0", Args: "K=V", Path: "/opt/cni/bin",
-		Stdin: []byte("{}"), Netlink: []string{"ipv4", "ipv6"}, Release: "1.8.9", Deadline: 0x0102030405060708}.MarshalBinary()
+		Stdin: []byte("{}"), Netlink: []string{"ipv4", "ipv6"}, Release: "1.8.9", Legacy: []string{"ipv6"}, Deadline: 0x0102030405060708}.MarshalBinary()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,11 @@ func (r Request) MarshalBinary() ([]byte, error) {
 	for _, s := range []string{r.ContainerID, r.Netns, r.IfName, r.Args, r.Path} {
 		b = appendBytes(b, []byte(s))
 	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(r.Netlink))) // #nosec G115 -- at most two families
-	for _, f := range r.Netlink {
-		b = appendBytes(b, []byte(f))
+	for _, families := range [][]string{r.Netlink, r.Legacy} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(families))) // #nosec G115 -- at most two families
+		for _, f := range families {
+			b = appendBytes(b, []byte(f))
+		}
 	}
 	b = appendBytes(b, []byte(r.Release))
 	b = appendBytes(b, r.Stdin)
@@ -48,14 +50,7 @@ func (r *Request) UnmarshalBinary(b []byte) error {
 	for _, f := range fields {
 		*f = string(d.bytes())
 	}
-	n := d.u32()
-	if n > 2 {
-		d.fail(errors.New(utoa(n) + " families"))
-	}
-	r.Netlink = nil
-	for i := uint32(0); i < n && d.err == nil; i++ {
-		r.Netlink = append(r.Netlink, string(d.bytes()))
-	}
+	r.Netlink, r.Legacy = d.families(), d.families()
 	r.Release = string(d.bytes())
 	r.Stdin = d.bytes()
 	r.Deadline = int64(deadline) // #nosec G115 -- written from an int64
@@ -177,6 +172,19 @@ func (d *decoder) bytes() []byte {
 		d.fail(errors.New("a field of " + utoa(n) + " bytes, over " + strconv.Itoa(MaxRequest)))
 	}
 	return d.take(int(n))
+}
+
+// families reads a list of at most two family names.
+func (d *decoder) families() []string {
+	n := d.u32()
+	if n > 2 {
+		d.fail(errors.New(utoa(n) + " families"))
+	}
+	var fs []string
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		fs = append(fs, string(d.bytes()))
+	}
+	return fs
 }
 
 func (d *decoder) end(what string) error {

@@ -13,7 +13,7 @@ var sampleRequest = Request{ContainerID: "c1", Netns: "/var/run/netns/cni-1", If
 	Netlink: []string{"ipv4", "ipv6"}, Release: "1.8.11", Deadline: 1795817510882920006}
 
 func TestFrameRoundTrip(t *testing.T) {
-	for _, req := range []Request{sampleRequest, {Deadline: -1, Stdin: []byte{}}, {Release: "1.8.7", Stdin: []byte{}}} {
+	for _, req := range []Request{sampleRequest, {Deadline: -1, Stdin: []byte{}}, {Release: "1.8.7", Stdin: []byte{}}, {Legacy: []string{"ipv4", "ipv6"}, Stdin: []byte{}}} {
 		b, err := req.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
