@@ -3,7 +3,6 @@ package decision
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -53,12 +52,16 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	// A setting set by reference (valueFrom: a ConfigMap, a Secret, a
 	// field) is the kubelet's to resolve at container start, after ADD.
 	// Upstream reads it as unset, and so does the plugin, so that the
-	// same pods start with the same rules; Unread says so.
-	var unread []string
+	// same pods start with the same rules; Unread says so. As for the
+	// kubelet, a name's last entry is its value.
+	last := make(map[string]kube.EnvVar, len(proxy.Env))
 	for _, e := range proxy.Env {
-		read := e.Name == envDNSCapture || e.Name == envDualStack || e.Name == envInvalidDrop
-		if len(e.ValueFrom) > 0 && read && !slices.Contains(unread, e.Name) {
-			unread = append(unread, e.Name)
+		last[e.Name] = e
+	}
+	var unread []string
+	for _, name := range []string{envDNSCapture, envDualStack, envInvalidDrop} {
+		if len(last[name].ValueFrom) > 0 {
+			unread = append(unread, name)
 		}
 	}
 	invalidDrop, err := envBool(env, envInvalidDrop)

@@ -339,6 +339,15 @@ func TestProxyEnvByReference(t *testing.T) {
 			if note := UnreadNote(d.Unread); !strings.Contains(note, name) || !strings.Contains(note, "valueFrom") {
 				t.Errorf("note %q", note)
 			}
+			// The last entry of a name is its value, for the kubelet
+			// and the decision alike.
+			byValue := onProxy(func(c *kube.Container) {
+				c.Env = append(c.Env, kube.EnvVar{Name: name, ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"dns"}}`)},
+					kube.EnvVar{Name: name, Value: "true"})
+			})
+			if d, err := Pod(newPod(byValue)); err != nil || len(d.Unread) != 0 || reflect.DeepEqual(d.Spec, unset.Spec) && !d.DualStack {
+				t.Errorf("%s by reference, then by value: %+v, %v; want it read, true", name, d, err)
+			}
 		}
 	}
 }

@@ -71,7 +71,7 @@ type Decision struct {
 // decision reads with valueFrom.
 func UnreadNote(names []string) string {
 	return "istio-proxy sets " + strings.Join(names, ", ") + " with valueFrom, which istio-cni cannot read before the pod starts: " +
-		"taken as unset, as upstream istio-cni takes it; set it with value for the rules to follow it"
+		"taken as unset, as upstream istio-cni takes such settings; set them with value for the rules to follow them"
 }
 
 func skip(r Reason) Decision { return Decision{Reason: r} }
@@ -106,8 +106,8 @@ func Annotations(a map[string]string) (Decision, bool) {
 }
 
 // Pod decides for a pod read from the API, in istio-cni's order. An error
-// means the pod must be redirected but its settings are invalid or not
-// supported; nothing may be programmed then.
+// means the pod must be redirected but its settings are invalid; nothing
+// may be programmed then.
 func Pod(pod *kube.Pod) (Decision, error) {
 	if pod.Spec.HostNetwork {
 		return skip(HostNetwork), nil

@@ -45,11 +45,13 @@ func (a *Agent) reportHandler(wake func(uid string)) func(reports.Report) {
 		if rep.Verb == "ADD" && rep.PodUID != "" && wake != nil {
 			wake(rep.PodUID)
 		}
-		switch {
-		case rep.Note == reports.NoteCredentialsRefused:
-			a.installer.PluginTokenRefused()
-		case rep.Note != "" && rep.Error == "":
-			a.notes.tell(rep, log)
+		for _, note := range rep.Notes() {
+			switch {
+			case note == reports.NoteCredentialsRefused:
+				a.installer.PluginTokenRefused()
+			case rep.Error == "":
+				a.notes.tell(rep, note, log)
+			}
 		}
 	}
 }
@@ -124,11 +126,18 @@ func (m verbMetrics) count(rep reports.Report) {
 	}
 }
 
-// ReasonIPv4OnlyProxy is the Event when a pod's IPv6 is captured but its
-// proxy is not dual-stack.
-const ReasonIPv4OnlyProxy = "IstioIPv6CapturedIPv4OnlyProxy"
+// The Events the plugin's notes on a pod become.
+const (
+	// ReasonIPv4OnlyProxy: a pod's IPv6 is captured but its proxy is not
+	// dual-stack.
+	ReasonIPv4OnlyProxy = "IstioIPv6CapturedIPv4OnlyProxy"
+	// ReasonProxyEnvNotRead: ADD took env vars of the pod's proxy set
+	// with valueFrom as unset, as upstream does.
+	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
+)
 
-// podNotes says what the plugin's reports note of a pod, once per pod.
+// podNotes says what the plugin's reports note of a pod, once per pod and
+// note.
 type podNotes struct {
 	events *Events // nil without API access: the log line only
 	told   map[string]bool
@@ -138,8 +147,8 @@ type podNotes struct {
 // pods; forgetting all of them now and then repeats one note per pod.
 const maxTold = 4096
 
-func (n *podNotes) tell(rep reports.Report, log *slog.Logger) {
-	key := rep.PodUID + "/" + rep.Note
+func (n *podNotes) tell(rep reports.Report, note string, log *slog.Logger) {
+	key := rep.PodUID + "/" + note
 	if n.told[key] {
 		return
 	}
@@ -147,15 +156,19 @@ func (n *podNotes) tell(rep reports.Report, log *slog.Logger) {
 		n.told = map[string]bool{}
 	}
 	n.told[key] = true
-	msg := rep.Note
-	if rep.Note == reports.NoteIPv4OnlyProxy {
-		msg = decision.IPv6ProxyNote
+	kind, reason, msg := "", "", note // a newer plugin's: the log line only
+	switch {
+	case note == reports.NoteIPv4OnlyProxy:
+		kind, reason, msg = corev1.EventTypeNormal, ReasonIPv4OnlyProxy, decision.IPv6ProxyNote
+	case strings.HasPrefix(note, reports.NoteProxyEnvNotRead):
+		names := strings.Split(strings.TrimPrefix(note, reports.NoteProxyEnvNotRead), "+")
+		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvNotRead, decision.UnreadNote(names)
 	}
 	log.Warn("pod note", "pod", rep.Pod, "uid", rep.PodUID, "note", msg)
 	ns, name, ok := strings.Cut(rep.Pod, "/")
-	if n.events == nil || !ok || rep.Note != reports.NoteIPv4OnlyProxy {
+	if n.events == nil || !ok || reason == "" {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: ns, Name: name, UID: types.UID(rep.PodUID)}
-	n.events.recorder.Event(ref, corev1.EventTypeNormal, ReasonIPv4OnlyProxy, msg)
+	n.events.recorder.Event(ref, kind, reason, msg)
 }

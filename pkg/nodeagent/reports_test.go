@@ -24,11 +24,11 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: reports.NoteIPv4OnlyProxy}
 	for range 3 {
-		n.tell(rep, log)
+		n.tell(rep, rep.Note, log)
 	}
 	other := rep
 	other.Pod, other.PodUID = "team-a/web-2", "uid-2"
-	n.tell(other, log)
+	n.tell(other, other.Note, log)
 	close(rec.Events)
 	var got []string
 	for e := range rec.Events {
@@ -36,6 +36,31 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	}
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" IPv6 egress is captured but the sidecar listens on IPv4 only") {
 		t.Errorf("Events %q, want one per pod", got)
+	}
+}
+
+// TestProxyEnvNotReadOncePerPod: the plugin's note that ADD took proxy
+// env vars set with valueFrom as unset becomes one Warning Event on the
+// pod naming them, beside the IPv6 note of the same report; a note this
+// agent does not know is logged only.
+func TestProxyEnvNotReadOncePerPod(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
+		notes: podNotes{events: &Events{recorder: rec}}}
+	handle := a.reportHandler(nil)
+	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1",
+		Note: reports.NoteIPv4OnlyProxy + "," + reports.ProxyEnvNotRead([]string{"ISTIO_META_DNS_CAPTURE", "INVALID_DROP"}) + ",a-later-note"}
+	for range 3 {
+		handle(rep)
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" ") ||
+		!strings.HasPrefix(got[1], "Warning "+ReasonProxyEnvNotRead+" istio-proxy sets ISTIO_META_DNS_CAPTURE, INVALID_DROP with valueFrom") {
+		t.Errorf("Events %q, want the IPv6 note and one %s naming both", got, ReasonProxyEnvNotRead)
 	}
 }
 

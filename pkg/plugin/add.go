@@ -135,6 +135,7 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 	}
 	if len(out.decision.Unread) > 0 {
 		out.warnings = append(out.warnings, decision.UnreadNote(out.decision.Unread))
+		out.notes = append(out.notes, reports.ProxyEnvNotRead(out.decision.Unread))
 	}
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node())}, true, nil
 }
@@ -148,7 +149,7 @@ func (p *Plugin) stack(conf *Config, out *outcome, pl *plan, hasIPv6 func() (boo
 	}
 	out.families = decision.FamilyNames(stack.V4, stack.V6)
 	if stack.IPv4OnlyProxy {
-		out.note = reports.NoteIPv4OnlyProxy
+		out.notes = append(out.notes, reports.NoteIPv4OnlyProxy)
 	}
 	pl.v4, pl.v6 = stack.V4, stack.V6
 	return nil

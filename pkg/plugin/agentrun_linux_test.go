@@ -28,6 +28,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 // requireNFTLayout skips unless the node's iptables-nft is a release
@@ -249,6 +250,30 @@ func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pod with hostUsers: false: its rules cannot go over netlink (the
+// kernel takes owner matches only from inside its user namespace), so the
+// agent hands the ADD back having written nothing; the plugin restores.
+func TestAgentRunAddHandsBackAUserNamespacePod(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	f.meshed("u1")
+	n, err := podsim.NewUserNSNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = podsim.CloseNetns(n) })
+	resp, after := f.side.RunAdd(f.request(n.Path(), "u1", prevV4), int(n.Fd()))
+	if resp.Done || after != nil || !strings.Contains(resp.HandBack, "hostUsers: false") {
+		t.Fatalf("%+v, want handed back naming hostUsers: false", resp)
+	}
+	if out := saveIn(t, n.Path(), iptables.IPv4); strings.Contains(out, "ISTIO") {
+		t.Errorf("the agent wrote rules before handing back:\n%s", out)
+	}
+	if recs := tree(t, filepath.Join(f.run, "sandboxes")); len(recs) != 1 { // the directory itself
+		t.Errorf("records %v, want none", recs)
 	}
 }
 

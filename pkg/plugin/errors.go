@@ -18,7 +18,6 @@ const (
 	ErrPodNotFound   uint = 100 // the API has no such pod
 	ErrAPIDenied     uint = 101 // 401 or 403: the plugin's kubeconfig is wrong or lacks rights
 	ErrPodSettings   uint = 102 // a traffic annotation or proxy setting is invalid
-	ErrUnsupported   uint = 103 // no longer returned (it was a proxy env var set with valueFrom)
 	ErrRules         uint = 104 // iptables failed or read back differently; rolled back
 	ErrRulesMismatch uint = 105 // CHECK: the pod's rules are missing or differ
 )

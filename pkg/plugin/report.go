@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -39,7 +40,7 @@ func (p *Plugin) report(log *slog.Logger, conf *Config, verb string, args *skel.
 		Redirect:   out.decision.Redirect,
 		Reason:     string(out.decision.Reason),
 		Families:   out.families,
-		Note:       out.note,
+		Note:       strings.Join(out.notes, ","),
 		DurationMS: millis(end.Sub(start)),
 		APIMS:      millis(out.apiTime),
 		NetnsMS:    millis(out.netnsTime),

@@ -108,8 +108,8 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 
 // TestProxyEnvByReference: a pod whose proxy sets INVALID_DROP from a
 // ConfigMap starts as upstream starts it, with the rules of the unset
-// value; the log line names what was not read (the agent's audit puts
-// it on the pod).
+// value; the log line warns, naming what was not read, and the report
+// notes it for the agent to put on the pod.
 func TestProxyEnvByReference(t *testing.T) {
 	a := listenAgent(t)
 	h := newHarness()
@@ -128,10 +128,10 @@ func TestProxyEnvByReference(t *testing.T) {
 		t.Errorf("programmed %+v, want the rules of INVALID_DROP unset, %+v", h.net.programmed, unset.net.programmed)
 	}
 	rep := a.next(t)
-	if !rep.Redirect || rep.Error != "" {
-		t.Errorf("report %+v, want a redirected pod", rep)
+	if !rep.Redirect || rep.Error != "" || rep.Note != reports.ProxyEnvNotRead([]string{"INVALID_DROP"}) {
+		t.Errorf("report %+v, want a redirected pod noted %q", rep, reports.ProxyEnvNotRead([]string{"INVALID_DROP"}))
 	}
-	if !strings.Contains(h.stderr.String(), "istio-proxy sets INVALID_DROP with valueFrom") {
+	if !strings.Contains(h.stderr.String(), `"level":"WARN"`) || !strings.Contains(h.stderr.String(), "istio-proxy sets INVALID_DROP with valueFrom") {
 		t.Errorf("the log line does not say INVALID_DROP was not read:\n%s", h.stderr)
 	}
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -26,9 +27,8 @@ type outcome struct {
 	rulesBy string
 	// warnings are problems that did not change the verb's result.
 	warnings []string
-	// note is something the agent tells people of the pod
-	// (reports.Note*).
-	note string
+	// notes are what the agent tells people of the pod (reports.Note*).
+	notes []string
 	// podFrom is what the decision read: "runtime" (the annotations the
 	// runtime passed settled it), "agent" or "api" (who answered the pod
 	// lookup); empty when there was none.
@@ -106,12 +106,15 @@ func logOutcome(log *slog.Logger, verb string, args *skel.CmdArgs, out outcome, 
 	if len(out.warnings) > 0 {
 		attrs = append(attrs, "warnings", out.warnings)
 	}
-	if out.note == reports.NoteIPv4OnlyProxy {
+	if slices.Contains(out.notes, reports.NoteIPv4OnlyProxy) {
 		attrs = append(attrs, "note", decision.IPv6ProxyNote)
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		log.Error(verb+" failed", append(attrs, "error", err.Error())...)
-		return
+	case len(out.warnings) > 0:
+		log.Warn(verb, attrs...)
+	default:
+		log.Info(verb, attrs...)
 	}
-	log.Info(verb, attrs...)
 }

@@ -219,7 +219,8 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 // address: the fallback when the runtime passed no prevResult.
 func (n *Network) HasIPv6(path string) (bool, error) {
 	var found bool
-	err := n.do(path, func(*xtables.Programmer) (err error) {
+	// No Programmer: reading addresses needs no user namespace's root.
+	err := (&Network{}).do(path, func(*xtables.Programmer) (err error) {
 		found, err = hasGlobalIPv6()
 		return err
 	})

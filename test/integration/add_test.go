@@ -109,8 +109,8 @@ func TestDecisionOnARealNode(t *testing.T) {
 	}
 }
 
-// TestBadSettingsProgramNothing: a meshed pod whose settings are invalid or
-// unsupported fails ADD and its namespace holds nothing of ours.
+// TestBadSettingsProgramNothing: a meshed pod whose settings are invalid
+// fails ADD and its namespace holds nothing of ours.
 func TestBadSettingsProgramNothing(t *testing.T) {
 	for _, tc := range []struct {
 		ann  map[string]string

@@ -7,7 +7,7 @@ import "istio-cni.local/istio-cni/pkg/iptables/release"
 // release's without a word (1.8.7 prints 1.8.9's native `--dport 15008`
 // as nothing), so Write lays rules out as the node's own release does.
 // What each differs in was read off the kernel's dump of every golden
-// spec as Debian's releases write it (parity_linux_test.go):
+// spec as Debian's releases write it (releases_linux_test.go):
 //
 //   - 1.8.7 matches ports with the x_tables tcp and udp matches, and
 //     marks with the mark match; 1.8.9 and 1.8.11 natively (payload, meta

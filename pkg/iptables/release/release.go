@@ -13,6 +13,7 @@ package release
 import (
 	"errors"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,14 +27,7 @@ import (
 var Layouts = []string{"1.8.7", "1.8.9", "1.8.11"}
 
 // HasLayout says whether nfnl lays rules out as release v writes them.
-func HasLayout(v string) bool {
-	for _, l := range Layouts {
-		if l == v {
-			return true
-		}
-	}
-	return false
-}
+func HasLayout(v string) bool { return slices.Contains(Layouts, v) }
 
 // Backend is which iptables writes and reads a pod's rules, as the
 // plugin's iptables_backend names it. Auto uses the node's own

@@ -14,7 +14,8 @@ import (
 )
 
 // LockWaitSeconds bounds the wait for the xtables lock that iptables-legacy
-// shares node-wide; the caller's context bounds the whole operation.
+// shares node-wide (in a hostUsers: false pod's user namespace, the pod's
+// own: userNSLock); the caller's context bounds the whole operation.
 const LockWaitSeconds = 10
 
 // Programmer applies, verifies and removes rule models in the current

@@ -53,12 +53,19 @@ func (r nsenterRunner) Run(ctx context.Context, stdin []byte, name string, args 
 		return nil, fmt.Errorf("%w; writing its rules needs nsenter (util-linux): %w", ErrUserNS, err)
 	}
 	// The calling thread is in the pod's network namespace, which the
-	// child inherits; nsenter enters the user namespace, becomes its
-	// root and runs the program.
-	cmd := exec.CommandContext(ctx, nsenter, append([]string{"--user=/proc/self/fd/3", "--", path}, args...)...)
+	// child inherits; nsenter enters the user namespace and becomes its
+	// uid 0, so the program keeps its capabilities there across exec.
+	// Credentials otherwise preserved: setting the groups would need
+	// CAP_SETGID, which the agent does not hold, in a user namespace
+	// that may deny setgroups (as one made with Go's defaults does).
+	cmd := exec.CommandContext(ctx, nsenter, append([]string{"--user=/proc/self/fd/3", "--preserve-credentials", "--setuid=0", "--", path}, args...)...)
 	cmd.ExtraFiles = []*os.File{r.userns}
 	cmd.Env = append(os.Environ(), userNSLock)
-	return run(cmd, name, stdin)
+	out, err := run(cmd, name, stdin)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%s, under nsenter, as the pod's root; legacy needs iptables 1.8.6 or later): %w", ErrUserNS, name, err)
+	}
+	return out, nil
 }
 
 // InUserNS is p for a network namespace the user namespace open as userns

@@ -81,9 +81,6 @@ const (
 	// the pod's (another pod claims its address, or ADD recorded the
 	// namespace for another pod), so it neither reads nor programs one.
 	ReasonNotChecked = "IstioRedirectNotChecked"
-	// ReasonProxyEnvNotRead: the pod's proxy sets env vars the decision
-	// reads with valueFrom, which ADD took as unset, as upstream does.
-	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
 )
 
 // Auditor checks the node's meshed pods; Run drives it.
@@ -104,8 +101,6 @@ type Auditor struct {
 	// notes are what was said once of a pod (its settings changed, it has
 	// no record), so it is not said every pass; by pod UID.
 	notes map[string]string
-	// unread: noteUnread said it of the pod; by pod UID.
-	unread map[string]bool
 }
 
 // New returns an auditor; call Run.
@@ -114,7 +109,7 @@ func New(cfg Config, deps Deps) *Auditor {
 		deps.Now = time.Now
 	}
 	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), after: time.After,
-		pods: map[string]*podState{}, notes: map[string]string{}, unread: map[string]bool{}}
+		pods: map[string]*podState{}, notes: map[string]string{}}
 	a.blind.Store(true)
 	return a
 }

@@ -13,6 +13,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/test/podsim"
 )
 
 // TestRepairNeedsEachCapability is why the DaemonSet adds each capability:
@@ -21,6 +22,8 @@ import (
 // them fails. NET_RAW is legacy's only (its raw socket); nft speaks
 // netlink. The repair runs in a child of the test whose bounding set
 // setpriv limits (a root process's exec gets exactly its bounding set).
+// A hostUsers: false pod's namespace (its user namespace denying
+// setgroups) is repaired with the agent's set too.
 func TestRepairNeedsEachCapability(t *testing.T) {
 	if path := os.Getenv("AUDIT_CAPS_NETNS"); path != "" {
 		repairHelper(t, path, release.Backend(os.Getenv("AUDIT_CAPS_BACKEND")))
@@ -37,18 +40,30 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 		backend release.Backend
 		caps    string
 		fails   string // what the failure says; "" for success
+		userns  bool   // a hostUsers: false pod's namespace (podsim.NewUserNSNetns)
 	}{
-		{release.NFT, "net_admin,net_raw,sys_admin", ""},
-		{release.Legacy, "net_admin,net_raw,sys_admin", ""},
-		{release.NFT, "net_admin,net_raw", "entering the network namespace: operation not permitted"}, // no setns
-		{release.Legacy, "net_admin,net_raw", "entering the network namespace: operation not permitted"},
-		{release.NFT, "net_raw,sys_admin", "Permission denied"}, // no iptables
-		{release.Legacy, "net_raw,sys_admin", "unable to initialize table"},
-		{release.NFT, "net_admin,sys_admin", ""},
-		{release.Legacy, "net_admin,sys_admin", "unable to initialize table"}, // no raw socket
+		{release.NFT, "net_admin,net_raw,sys_admin", "", false},
+		{release.Legacy, "net_admin,net_raw,sys_admin", "", false},
+		{release.NFT, "net_admin,net_raw", "entering the network namespace: operation not permitted", false}, // no setns
+		{release.Legacy, "net_admin,net_raw", "entering the network namespace: operation not permitted", false},
+		{release.NFT, "net_raw,sys_admin", "Permission denied", false}, // no iptables
+		{release.Legacy, "net_raw,sys_admin", "unable to initialize table", false},
+		{release.NFT, "net_admin,sys_admin", "", false},
+		{release.Legacy, "net_admin,sys_admin", "unable to initialize table", false}, // no raw socket
+		// nsenter, run with the agent's set, writes as the pod's root.
+		{release.NFT, "net_admin,net_raw,sys_admin", "", true},
+		{release.Legacy, "net_admin,net_raw,sys_admin", "", true},
 	} {
-		t.Run(string(tc.backend)+"/"+tc.caps, func(t *testing.T) {
-			netns, err := testutils.NewNS()
+		name := string(tc.backend) + "/" + tc.caps
+		if tc.userns {
+			name += "/userns"
+		}
+		t.Run(name, func(t *testing.T) {
+			newNS := testutils.NewNS
+			if tc.userns {
+				newNS = podsim.NewUserNSNetns
+			}
+			netns, err := newNS()
 			if err != nil {
 				t.Fatal(err)
 			}

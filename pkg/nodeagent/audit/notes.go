@@ -81,20 +81,6 @@ func (a *Auditor) notChecked(pod *corev1.Pod, why string, listed map[string]*cor
 
 const noteNotChecked = "not checked: "
 
-// noteUnread says, once per pod, that its proxy sets env vars the decision
-// reads with valueFrom, which ADD took as unset (decision.UnreadNote): a
-// log line and a Warning Event.
-func (a *Auditor) noteUnread(pod *corev1.Pod, names []string) {
-	uid := string(pod.UID)
-	if a.unread[uid] {
-		return
-	}
-	a.unread[uid] = true
-	note := decision.UnreadNote(names)
-	a.deps.Log.Warn("audit: "+note, "pod", podName(pod), "uid", uid)
-	a.deps.Events.Event(pod, corev1.EventTypeWarning, ReasonProxyEnvNotRead, note)
-}
-
 // newerRecord is the sandbox's record when a later build wrote it.
 func newerRecord(recs []applied.Record, ino uint64) (applied.Record, bool) {
 	for _, r := range recs {

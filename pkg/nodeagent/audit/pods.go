@@ -65,11 +65,6 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			delete(a.notes, uid)
 		}
 	}
-	for uid := range a.unread {
-		if listed[uid] == nil {
-			delete(a.unread, uid)
-		}
-	}
 	defer a.updateGauge()
 	if len(cands) == 0 {
 		a.view.Beat() // nothing to find: no view to doubt
@@ -144,9 +139,6 @@ func (a *Auditor) decide(pod *corev1.Pod) (candidate, bool) {
 	d, err := decision.Pod(kp)
 	if err != nil {
 		return candidate{pod: pod, err: err, records: recs, recordsErr: recsErr, validationFailed: failed}, true
-	}
-	if d.Redirect && len(d.Unread) > 0 {
-		a.noteUnread(pod, d.Unread)
 	}
 	return candidate{pod: pod, decision: d, records: recs, recordsErr: recsErr, validationFailed: failed}, d.Redirect || redirectedAtAdd(recs)
 }

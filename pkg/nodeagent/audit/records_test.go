@@ -325,24 +325,3 @@ func TestNewerPassedRecordOfAPlainPodIsNoCandidate(t *testing.T) {
 		t.Errorf("unchecked = %v, namespaces read %d: want a plain pod left out of the audit", u, h.net.checked)
 	}
 }
-
-// TestProxyEnvNotReadOncePerPod: a meshed pod whose proxy sets
-// ISTIO_META_DNS_CAPTURE from a ConfigMap was started as if it were unset
-// (as upstream starts it); the audit says so on the pod once, and checks
-// the pod as usual.
-func TestProxyEnvNotReadOncePerPod(t *testing.T) {
-	h := newHarness(t, Repair)
-	p := meshed("by-reference")
-	p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE",
-		ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "mesh"}, Key: "dns"}}}}
-	h.add(p, true)
-	h.passesPastConfirm()
-	h.passesPastConfirm()
-	evs := h.eventsOf(ReasonProxyEnvNotRead)
-	if len(evs) != 1 || !strings.Contains(evs[0], "ISTIO_META_DNS_CAPTURE with valueFrom") {
-		t.Errorf("events %q: want one %s naming the variable", evs, ReasonProxyEnvNotRead)
-	}
-	if len(h.net.programmed) != 0 {
-		t.Errorf("the pod's redirect was repaired %d times, want none", len(h.net.programmed))
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -41,8 +42,9 @@ type Report struct {
 	// Families are the address families redirected: "ipv4", "ipv6",
 	// "ipv4,ipv6", or empty when nothing was.
 	Families string `json:"families,omitempty"`
-	// Note is something the agent should tell people of the pod, a Note*
-	// code, or empty.
+	// Note is what the agent should tell people of the pod: Note* codes,
+	// comma-separated (Notes), or empty. An agent that knows none of
+	// them logs the text.
 	Note string `json:"note,omitempty"`
 	// Error is the verb's error, empty on success. A DEL reports its
 	// cleanup problem here although DEL itself always succeeds.
@@ -61,6 +63,22 @@ const NoteIPv4OnlyProxy = "ipv6-captured-ipv4-only-proxy"
 // NoteCredentialsRefused: the API server refused the plugin's token (401
 // or 403); the agent mints a new one at once.
 const NoteCredentialsRefused = "credentials-refused"
+
+// NoteProxyEnvNotRead opens the note that ADD took istio-proxy env vars
+// set with valueFrom as unset (decision.Decision.Unread): the prefix,
+// then their names joined by "+" (ProxyEnvNotRead).
+const NoteProxyEnvNotRead = "proxy-env-not-read:"
+
+// ProxyEnvNotRead is the note naming env vars ADD took as unset.
+func ProxyEnvNotRead(names []string) string { return NoteProxyEnvNotRead + strings.Join(names, "+") }
+
+// Notes are the report's Note codes.
+func (r Report) Notes() []string {
+	if r.Note == "" {
+		return nil
+	}
+	return strings.Split(r.Note, ",")
+}
 
 // cutMark ends a string that encode shortened.
 const cutMark = "..."
