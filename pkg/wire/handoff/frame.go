@@ -13,6 +13,12 @@ import (
 // all big-endian. A lookup is a JSON line, so Magic tells them apart on
 // the agent's socket; an agent from before reads a frame as a bad lookup
 // and closes, which the shim takes as "run the plugin".
+//
+// A frame carries the oldest version that says all it holds, and a reader
+// takes every version from oldestVersion to its own: while a rollout or a
+// rollback mixes two builds on a node, the shim of one and the agent of
+// the other still hand off whatever the older one can run. A response, and
+// a request for 1.8.9's layout with no legacy family, are version 2's.
 
 // Magic opens every hand-off frame.
 const Magic = "ICNI"
@@ -21,18 +27,20 @@ var errShort = errors.New("truncated")
 
 // MarshalBinary is the request's frame.
 func (r Request) MarshalBinary() ([]byte, error) {
-	b := header(len(r.ContainerID) + len(r.Netns) + len(r.IfName) + len(r.Args) + len(r.Path) + len(r.Stdin) + 64)
+	version := uint16(Version)
+	if r.Release == v2Release && len(r.Legacy) == 0 {
+		version = oldestVersion
+	}
+	b := header(version, len(r.ContainerID)+len(r.Netns)+len(r.IfName)+len(r.Args)+len(r.Path)+len(r.Stdin)+64)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Deadline)) // #nosec G115 -- Unix nanoseconds, read back as int64
 	for _, s := range []string{r.ContainerID, r.Netns, r.IfName, r.Args, r.Path} {
 		b = appendBytes(b, []byte(s))
 	}
-	for _, families := range [][]string{r.Netlink, r.Legacy} {
-		b = binary.BigEndian.AppendUint32(b, uint32(len(families))) // #nosec G115 -- at most two families
-		for _, f := range families {
-			b = appendBytes(b, []byte(f))
-		}
+	b = appendFamilies(b, r.Netlink)
+	if version >= 3 {
+		b = appendFamilies(b, r.Legacy)
+		b = appendBytes(b, []byte(r.Release))
 	}
-	b = appendBytes(b, []byte(r.Release))
 	b = appendBytes(b, r.Stdin)
 	if len(b) > MaxRequest {
 		return nil, errors.New("the request is " + strconv.Itoa(len(b)) + " bytes, over " + strconv.Itoa(MaxRequest))
@@ -44,14 +52,18 @@ func (r Request) MarshalBinary() ([]byte, error) {
 // that says so.
 func (r *Request) UnmarshalBinary(b []byte) error {
 	d := decoder{b: b}
-	d.header()
+	version := d.header()
 	deadline := d.u64()
 	fields := []*string{&r.ContainerID, &r.Netns, &r.IfName, &r.Args, &r.Path}
 	for _, f := range fields {
 		*f = string(d.bytes())
 	}
-	r.Netlink, r.Legacy = d.families(), d.families()
-	r.Release = string(d.bytes())
+	r.Netlink = d.families()
+	r.Legacy, r.Release = nil, v2Release
+	if version >= 3 {
+		r.Legacy = d.families()
+		r.Release = string(d.bytes())
+	}
 	r.Stdin = d.bytes()
 	r.Deadline = int64(deadline) // #nosec G115 -- written from an int64
 	return d.end("request")
@@ -59,7 +71,7 @@ func (r *Request) UnmarshalBinary(b []byte) error {
 
 // MarshalBinary is the response's frame.
 func (r Response) MarshalBinary() ([]byte, error) {
-	b := header(len(r.HandBack) + len(r.Stdout) + len(r.Stderr) + 16)
+	b := header(oldestVersion, len(r.HandBack)+len(r.Stdout)+len(r.Stderr)+16)
 	done := byte(0)
 	if r.Done {
 		done = 1
@@ -91,11 +103,20 @@ func (r *Response) UnmarshalBinary(b []byte) error {
 	return d.end("answer")
 }
 
-// header starts a frame with room for size more bytes.
-func header(size int) []byte {
+// header starts a frame of a version with room for size more bytes.
+func header(version uint16, size int) []byte {
 	b := make([]byte, 0, len(Magic)+2+size)
 	b = append(b, Magic...)
-	return binary.BigEndian.AppendUint16(b, Version)
+	return binary.BigEndian.AppendUint16(b, version)
+}
+
+// appendFamilies appends a list of family names.
+func appendFamilies(b []byte, families []string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(families))) // #nosec G115 -- at most two families
+	for _, f := range families {
+		b = appendBytes(b, []byte(f))
+	}
+	return b
 }
 
 func appendBytes(b, v []byte) []byte {
@@ -129,13 +150,16 @@ func (d *decoder) take(n int) []byte {
 	return v
 }
 
-func (d *decoder) header() {
+// header reads Magic and the version, one this build reads.
+func (d *decoder) header() uint16 {
 	if m := d.take(len(Magic)); d.err == nil && string(m) != Magic {
 		d.fail(errors.New("not a hand-off frame"))
 	}
-	if v := d.u16(); d.err == nil && v != Version {
+	v := d.u16()
+	if d.err == nil && (v < oldestVersion || v > Version) {
 		d.fail(&VersionError{Got: int(v)})
 	}
+	return v
 }
 
 func (d *decoder) byte() byte {

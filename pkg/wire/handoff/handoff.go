@@ -22,9 +22,16 @@ import (
 	"unsafe"
 )
 
-// Version is the wire format's version (frame.go); a reader refuses
-// another. 1 was JSON; 2 had no Release (its families were 1.8.9's).
+// Version is the wire format's newest version (frame.go); a reader takes
+// every version from oldestVersion to it and refuses any other. 1 was
+// JSON; 2 has no Release (its families are 1.8.9's, v2Release) and no
+// Legacy.
 const Version = 3
+
+const (
+	oldestVersion = 2
+	v2Release     = "1.8.9"
+)
 
 // EnvHandedBack is set, in the plugin's environment, to why the agent,
 // asked to run the ADD, did not finish it: it may have written rules, so

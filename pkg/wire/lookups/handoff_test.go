@@ -133,16 +133,16 @@ func TestHandOffRefusals(t *testing.T) {
 	other := fakeAgent(t, func(c net.Conn) {
 		_, _ = c.Read(make([]byte, 64<<10))
 		b, _ := handoff.Response{Done: true}.MarshalBinary()
-		b[len(handoff.Magic)+1]++ // the version's low byte
+		b[len(handoff.Magic)+1] = handoff.Version + 1 // the version's low byte
 		_, _ = c.Write(b)
 	})
 	var verr *handoff.VersionError
 	if _, err := handoff.Send(other, req, fd, 5*time.Second); !errors.As(err, &verr) || verr.Got != handoff.Version+1 {
 		t.Errorf("an agent of another version: %v, want its VersionError", err)
 	}
-	// This agent answers a frame of another version, a newer shim's or
-	// an older one's (version 2 named no release), with a hand-back.
-	for _, v := range []int{handoff.Version + 1, handoff.Version - 1} {
+	// This agent answers a frame of a version it does not read, a newer
+	// shim's or one older than every version it reads, with a hand-back.
+	for _, v := range []int{handoff.Version + 1, 1} {
 		b, _ := req.MarshalBinary()
 		b[len(handoff.Magic)+1] = byte(v)
 		c, err := net.Dial("unix", handedBack)
