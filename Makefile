@@ -14,7 +14,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 # is built (kube-binaries): Kubernetes 1.36 needs containerd 2, and
 # Debian's is 1.6. So are its reference CNI plugins (cni-plugins):
 # Debian's (1.1.1) speak CNI only up to 1.0.0.
-APT_PACKAGES := iptables etcd-server util-linux iproute2 time runc prometheus
+APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prometheus
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
@@ -188,6 +188,7 @@ test-e2e:
 # share the cores (the single-node e2e's and one of these).
 test-packages:
 	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) ISTIO_CNI_NEWER_IPTABLES=$(CURDIR)/$(NEWER_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
+	cd test/upstream && $(GO) test -count=1 ./...
 	$(FILL) $(GO) test -count=1 -timeout 20m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
@@ -212,9 +213,11 @@ unit:
 	$(GO) test -count=1 ./pkg/... ./cmd/...
 
 ## goldens: rewrite the rule and conflist golden files after an intended
-## change; review the diff (git diff pkg/*/testdata).
+## change, and pkg/nftables' cni-*.golden from upstream's istio-nftables;
+## review the diff (git diff pkg/*/testdata).
 goldens:
 	$(GO) test -count=1 ./pkg/iptables ./pkg/chain -update
+	cd test/upstream && $(GO) test -count=1 -run TestCNIGoldens . -update
 
 ## fuzz: run each fuzzer for FUZZTIME (30s) over the input istio-cni reads
 ## from others: pods' annotations, the primary's config, iptables-save output

@@ -21,13 +21,14 @@ const dumpTimeout = 5 * time.Second
 // dump runs one NLM_F_DUMP request and returns each reply's attributes. A dump the
 // kernel flags as interrupted by a change (NLM_F_DUMP_INTR) is errChanged.
 func (c *conn) dump(typ uint16, family uint8) ([][]byte, error) {
-	return c.request(typ, family, unix.NLM_F_DUMP)
+	return c.request(typ, family, unix.NLM_F_DUMP, nil)
 }
 
-// request sends one request and returns its replies up to the dump's end
-// or the ack (a request that is not a dump must ask for one).
-func (c *conn) request(typ uint16, family uint8, flags uint16) ([][]byte, error) {
-	req := frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|flags, 1, family, 0, nil)
+// request sends one request, with attributes (a dump's filter) or none,
+// and returns its replies up to the dump's end or the ack (a request that
+// is not a dump must ask for one).
+func (c *conn) request(typ uint16, family uint8, flags uint16, payload []byte) ([][]byte, error) {
+	req := frame(nil, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|flags, 1, family, 0, payload)
 	if err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, os.NewSyscallError("sendto(NETLINK_NETFILTER)", err)
 	}
@@ -79,7 +80,7 @@ func (c *conn) request(typ uint16, family uint8, flags uint16) ([][]byte, error)
 // generation returns the namespace's ruleset generation, which every
 // committed transaction advances.
 func (c *conn) generation() (uint32, error) {
-	msgs, err := c.request(unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, unix.NLM_F_ACK)
+	msgs, err := c.request(unix.NFT_MSG_GETGEN, unix.AF_UNSPEC, unix.NLM_F_ACK, nil)
 	if err != nil {
 		return 0, fmt.Errorf("reading the ruleset generation: %w", err)
 	}
