@@ -26,6 +26,7 @@ var pluginPackages = []string{
 	"pkg/iptables/xtables",
 	"pkg/kube",
 	"pkg/kube/apilookup",
+	"pkg/nftables",
 	"pkg/nsthread",
 	"pkg/plugin",
 	"pkg/pluginconf",

@@ -24,27 +24,57 @@ func TestRecordFormatIsItsVersion(t *testing.T) {
 	formats.Check(t, "record-header", 1, formats.JSON(header{}))
 }
 
-// TestRecordAsWrittenIsRead: a record as this version writes it, frozen,
-// is read back whole by this build: the bytes an older build of this
-// version left on the node, not only their shape.
+// TestRecordAsWrittenIsRead: a record as each version writes it, frozen,
+// is read back whole by this build: the bytes an older build left on the
+// node, not only their shape. Version 1 is an iptables sandbox's (every
+// build since writes those as 1), 2 a native nftables one's.
 func TestRecordAsWrittenIsRead(t *testing.T) {
-	want := Record{Version: Version, PodUID: "u1", Pod: "ns/p", Container: "c1", NetnsInode: 7, IPv4: true, IPv6: true, Backend: "nft",
-		Spec: iptables.DefaultSpec(), At: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
-	want.Spec.InvalidDrop, want.Spec.DNSCapture, want.Spec.TProxy = true, true, true
-	want.Spec.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
-	want.Spec.ExcludeInterfaces = []iptables.IfName{"eth9"}
-	b, err := json.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
+	for v := 1; v <= Version; v++ {
+		want := Record{Version: v, PodUID: "u1", Pod: "ns/p", Container: "c1", NetnsInode: 7, IPv4: true, IPv6: true, Backend: "nft",
+			Spec: iptables.DefaultSpec(), At: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}
+		want.Spec.InvalidDrop, want.Spec.DNSCapture, want.Spec.TProxy = true, true, true
+		want.Spec.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		want.Spec.ExcludeInterfaces = []iptables.IfName{"eth9"}
+		if v == 2 {
+			want.Backend, want.Native = "", true
+		}
+		b, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		formats.Check(t, "record-sample", v, string(b)+"\n")
+		frozen, err := os.ReadFile(filepath.Join("testdata", "formats", fmt.Sprintf("record-sample.v%d.txt", v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := decode(bytes.TrimSpace(frozen))
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("v%d: decode(the frozen record) = %+v, %v; want %+v", v, got, ok, want)
+		}
 	}
-	formats.Check(t, "record-sample", Version, string(b)+"\n")
-	frozen, err := os.ReadFile(filepath.Join("testdata", "formats", fmt.Sprintf("record-sample.v%d.txt", Version)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, ok := decode(bytes.TrimSpace(frozen))
-	if !ok || !reflect.DeepEqual(got, want) {
-		t.Errorf("decode(the frozen record) = %+v, %v; want %+v", got, ok, want)
+}
+
+// TestRecordSaysTheOldestVersionThatHoldsIt: an iptables sandbox's
+// record is still version 1, which the build before native nftables
+// audits; a native one's is 2, which that build leaves alone.
+func TestRecordSaysTheOldestVersionThatHoldsIt(t *testing.T) {
+	s := Store{Dir: t.TempDir()}
+	for _, native := range []bool{false, true} {
+		r := Record{PodUID: "u1", Pod: "ns/p", Container: fmt.Sprint("c", native), IPv4: true, Spec: iptables.DefaultSpec(), Native: native}
+		if err := s.Write(r); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(s.Dir, r.PodUID, r.Container+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h header
+		if err := json.Unmarshal(data, &h); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]int{false: 1, true: 2}[native]; h.Version != want {
+			t.Errorf("native=%v: record version %d, want %d", native, h.Version, want)
+		}
 	}
 }
 
@@ -52,7 +82,7 @@ func TestRecordAsWrittenIsRead(t *testing.T) {
 // whatever shape, is read for its header and nothing else; a record of no
 // version is none.
 func TestNewerRecordIsReadForItsHeaderOnly(t *testing.T) {
-	r, ok := decode([]byte(`{"version":2,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"ipv4":"both"}`))
+	r, ok := decode([]byte(`{"version":3,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"ipv4":"both"}`))
 	if !ok || !r.Newer() || r.PodUID != "u1" || r.Container != "c1" || r.NetnsInode != 7 || r.Passed {
 		t.Errorf("decode = %+v, %v: want the header of a newer record", r, ok)
 	}
@@ -60,7 +90,7 @@ func TestNewerRecordIsReadForItsHeaderOnly(t *testing.T) {
 		t.Errorf("a newer record's model: %v: want unknown, not \"no rules\"", known)
 	}
 	// A sandbox a newer build passed through is one no build programmed.
-	if r, ok := decode([]byte(`{"version":2,"podUID":"u1","container":"c1","netnsInode":7,"passed":true,"spec":7}`)); !ok || !r.Passed || !r.Newer() {
+	if r, ok := decode([]byte(`{"version":3,"podUID":"u1","container":"c1","netnsInode":7,"passed":true,"spec":7}`)); !ok || !r.Passed || !r.Newer() {
 		t.Errorf("decode = %+v, %v: want a newer record that passed", r, ok)
 	}
 	for _, bad := range []string{`{"podUID":"u1","container":"c1"}`, `{"version":0}`, `{"version":"2"}`, `{"version":1,"spec":["x"]}`} {

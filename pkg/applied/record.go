@@ -43,7 +43,12 @@ import (
 // audit leaves such a sandbox alone and says so. Any change to what a
 // record holds takes a new version: format_test.go ties each version to
 // its fields.
-const Version = 1
+//
+// A record says its version as the oldest that holds it: 2 only for a
+// sandbox with native nftables rules, so an agent of a build before
+// native nftables leaves those alone (it would check them for iptables
+// rules and "repair" them), and audits the rest as before.
+const Version = 2
 
 // Record is what ADD programmed in one sandbox.
 type Record struct {
@@ -63,7 +68,10 @@ type Record struct {
 	// Backend is the iptables implementation ADD used (legacy or nft, as
 	// its auto resolved on the node): the agent reads and repairs with it.
 	Backend release.Backend `json:"backend,omitempty"`
-	At      time.Time       `json:"at"`
+	// Native: the rules are native nftables (pkg/nftables), not
+	// iptables; Backend is empty then. Version 2.
+	Native bool      `json:"native,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Newer reports that a later build wrote the record: only its header was
@@ -145,7 +153,10 @@ func (s Store) Stage(r Record) (*Staged, error) {
 	if !validID(r.PodUID) || !validID(r.Container) {
 		return nil, fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
 	}
-	r.Version = Version
+	r.Version = 1
+	if r.Native {
+		r.Version = 2
+	}
 	data, err := json.Marshal(r)
 	if err != nil {
 		return nil, err

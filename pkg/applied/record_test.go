@@ -30,7 +30,7 @@ func TestWriteReadRemovePrune(t *testing.T) {
 		}
 	}
 	got, err := s.ForPod("uid-a")
-	if err != nil || len(got) != 1 || !SameSpec(got[0].Spec, a.Spec) || got[0].NetnsInode != 42 || got[0].Version != Version {
+	if err != nil || len(got) != 1 || !SameSpec(got[0].Spec, a.Spec) || got[0].NetnsInode != 42 || got[0].Version != 1 {
 		t.Fatalf("ForPod: %+v, %v", got, err)
 	}
 	if fi, err := os.Stat(filepath.Join(s.Dir, "uid-a", "c1.json")); err != nil || fi.Mode().Perm() != 0o600 {

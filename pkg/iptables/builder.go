@@ -26,6 +26,9 @@ type Ruleset struct {
 type Model struct {
 	V4 *Ruleset
 	V6 *Ruleset
+	// Spec is what the rulesets were built from: native nftables
+	// (pkg/nftables) builds its one ruleset for both families from it.
+	Spec Spec
 }
 
 // Rulesets returns the non-nil rulesets, IPv4 first.
@@ -42,7 +45,7 @@ func (m Model) Rulesets() []*Ruleset {
 // Build returns the model for a spec: the families are those the pod has
 // addresses in.
 func Build(spec Spec, v4, v6 bool) Model {
-	var m Model
+	m := Model{Spec: spec}
 	if v4 {
 		rs := BuildFamily(spec, IPv4)
 		m.V4 = &rs

@@ -45,12 +45,13 @@ func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec reco
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
-		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue, Backend: backend,
+		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
+		Writer:              audit.Writer{Backend: backend, Native: cfg.Install.NativeNftables},
 		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
 		Namespaces: netnsdir.NewFinder(cfg.Install.NetnsDir, time.Now()),
-		Network: func(b release.Backend) audit.Network {
-			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b, Confirmed: confirmed}}
+		Network: func(w audit.Writer) audit.Network {
+			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: w.Backend, Confirmed: confirmed}, Native: w.Native}
 		},
 		Pods:    pods,
 		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},

@@ -20,6 +20,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -97,6 +98,7 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 	c.opts = inspect.Options{Namespace: ns, Name: name, AgentNamespace: agentNamespace, CNINetDir: c.paths.CNINetDir,
 		Settings: decision.DefaultNodeSettings(), ExcludeNamespaces: settings.ExcludeNamespaces}
 	c.opts.Settings.IPv6 = settings.IPv6Redirect
+	c.opts.Native = settings.NativeNftables
 	return c, nil
 }
 
@@ -127,6 +129,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	}
 	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
 	network := &podnet.Network{Programmer: prog}
+	native := &podnet.Network{Native: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	report, err := inspect.Run(ctx, c.opts, inspect.Deps{
@@ -147,7 +150,19 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 			}
 			return n.Labels, nil
 		},
-		Check:   network.Check,
+		ObserveNative: func(_ context.Context, path string, m iptables.Model) (have []string, err error) {
+			err = podnet.Enter(path, func() error {
+				have, err = nfnl.ListNative(podnet.NativeOf(m))
+				return err
+			})
+			return have, err
+		},
+		Check: func(ctx context.Context, path string, m iptables.Model, isNative bool) ([]string, error) {
+			if isNative {
+				return native.Check(ctx, path, m)
+			}
+			return network.Check(ctx, path, m)
+		},
 		HasIPv6: network.HasIPv6,
 		Records: applied.Store{Dir: filepath.Join(paths.RunDir, install.RecordsDirName)},
 	})

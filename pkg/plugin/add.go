@@ -88,6 +88,9 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 		return netnsError(out.pod, "programming the redirect", err)
 	}
 	out.rulesBy = rulesBy(written)
+	if conf.parsed.Native {
+		out.rulesBy = "nftables"
+	}
 	committed = true
 	rec.commit(out)
 	return nil

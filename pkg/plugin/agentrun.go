@@ -69,6 +69,9 @@ type agentRun struct {
 	// legacy: the families the shim found legacy, written with the
 	// agent's own iptables-legacy-restore.
 	legacy map[iptables.Family]bool
+	// native: the entry writes native nftables, over netlink whatever
+	// the node's iptables (admit sets it).
+	native bool
 	// logFile is the entry's log_file where the agent sees it: the line
 	// goes there only once the ADD is finished.
 	logFile string
@@ -211,6 +214,11 @@ func (r *agentRun) admit(conf *Config) error {
 	// The line goes to the log file once the ADD is finished (RunAdd).
 	r.logFile, conf.LogFile = conf.LogFile, ""
 	switch {
+	case conf.parsed.Native:
+		// Native nftables goes over netlink from here as from the
+		// plugin: the node's iptables plays no part.
+		r.native = true
+		return nil
 	case len(r.legacy) > 0 && len(r.netlink) > 0:
 		return handBack("the node's families are on two backends")
 	case len(r.legacy) > 0:
@@ -256,6 +264,9 @@ func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error)
 		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
 	}
 	deadline := time.Unix(0, r.req.Deadline)
+	if r.native {
+		return xtables.Write{Only: true, Trusted: true, Deadline: deadline}, nil
+	}
 	if len(r.legacy) > 0 {
 		// Legacy: the agent's iptables-legacy-restore, started only
 		// before the deadline; a failure hands the ADD back.
@@ -289,7 +300,7 @@ func (r *agentRun) name() string { return "agent" }
 // deadline again (xtables.Write.Deadline).
 func (r *agentRun) mayWrite(pl plan) error {
 	for f, wanted := range map[iptables.Family]bool{iptables.IPv4: pl.v4, iptables.IPv6: pl.v6} {
-		if _, ok := r.netlink[f]; wanted && !ok && !r.legacy[f] {
+		if _, ok := r.netlink[f]; wanted && !ok && !r.legacy[f] && !r.native {
 			return handBack("the node's %s is neither legacy nor nf_tables at a release the agent lays out", f)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 	"istio-cni.local/istio-cni/test/podsim"
@@ -647,5 +648,41 @@ func TestAgentWriteCarriesTheDeadline(t *testing.T) {
 	}
 	if _, err := r.write(nil, plan{v4: true}, false); !errors.Is(err, errHandBack) {
 		t.Errorf("an untrusted write: %v, want a hand-back", err)
+	}
+}
+
+// With native_nftables the agent runs the ADD whatever the node's
+// iptables (the request names no family): upstream's native ruleset goes
+// in over netlink, and the record says so (version 2), so the audit
+// reads it back as nftables.
+func TestAgentRunAddNativeNftables(t *testing.T) {
+	f := newAgentFixture(t)
+	f.meshed("u1")
+	for _, prev := range []string{prevV4, prevDual} {
+		fd, path := newNetns(t)
+		req := f.request(path, "u1", prev)
+		req.Stdin = bytes.Replace(req.Stdin, []byte(`"iptables_backend":"nft"`), []byte(`"native_nftables":true`), 1)
+		req.Netlink, req.Release = nil, ""
+		resp, after := f.side.RunAdd(req, fd)
+		if !resp.Done {
+			t.Fatalf("handed back: %s", resp.HandBack)
+		}
+		after()
+		if !bytes.Contains(resp.Stderr, []byte(`"ran_in":"agent"`)) || !bytes.Contains(resp.Stderr, []byte(`"rules_by":"nftables"`)) {
+			t.Errorf("log line %s, want ran_in agent and rules_by nftables", resp.Stderr)
+		}
+		rec, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
+		if err != nil || len(rec) == 0 || !rec[len(rec)-1].Native || rec[len(rec)-1].Version != 2 || rec[len(rec)-1].Backend != "" {
+			t.Fatalf("records %+v, %v: want one native, version 2, no iptables backend", rec, err)
+		}
+		m, _ := rec[len(rec)-1].Model()
+		diffs, err := (&podnet.Network{Native: true}).Check(t.Context(), path, m)
+		if err != nil || len(diffs) > 0 {
+			t.Errorf("the native rules read back: %v, %v", diffs, err)
+		}
+		if got := saveIn(t, path, iptables.IPv4); strings.Contains(got, "ISTIO_") {
+			t.Errorf("iptables rules in a native pod:\n%s", got)
+		}
+		_ = os.Remove(filepath.Join(f.run, "sandboxes", "u1", "c-u1.json"))
 	}
 }

@@ -65,11 +65,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 }
 
 // fallbackConfig keeps what DEL can use from a config that did not
-// validate: the backend the node pinned, if readable, so the cleanup looks
-// where the rules are, and the agent's socket, so the problem is reported.
+// validate: the backend the node pinned (or native nftables), if
+// readable, so the cleanup looks where the rules are, and the agent's socket, so the problem is reported.
 func fallbackConfig(stdin []byte) *Config {
 	var raw struct {
 		IptablesBackend string `json:"iptables_backend"`
+		NativeNftables  bool   `json:"native_nftables"`
 		ReportsSocket   string `json:"reports_socket"`
 		RecordsDir      string `json:"records_dir"`
 	}
@@ -79,6 +80,7 @@ func fallbackConfig(stdin []byte) *Config {
 		if b, err := release.ParseBackend(raw.IptablesBackend); err == nil {
 			conf.parsed.Backend = b
 		}
+		conf.parsed.Native = raw.NativeNftables
 		if filepath.IsAbs(raw.ReportsSocket) {
 			conf.ReportsSocket = raw.ReportsSocket
 		}

@@ -50,6 +50,11 @@ func (inPlugin) name() string                    { return "" }
 func (inPlugin) netns(args *skel.CmdArgs) string { return args.Netns }
 
 func (inPlugin) write(conf *Config, pl plan, trusted bool) (xtables.Write, error) {
+	if conf.parsed.Native {
+		// Native nftables always goes over netlink (podnet): no
+		// iptables release to look up.
+		return xtables.Write{Trusted: trusted}, nil
+	}
 	return xtables.Write{Netlink: netlinkFamilies(conf, pl), Trusted: trusted}, nil
 }
 

@@ -31,7 +31,7 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 		return nil
 	}
 	r := applied.Record{PodUID: out.podUID, Pod: out.pod, Container: args.ContainerID,
-		Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, At: p.deps.Now()}
+		Spec: pl.spec, IPv4: pl.v4, IPv6: pl.v6, Native: conf.parsed.Native, At: p.deps.Now()}
 	store, backend, netns := applied.Store{Dir: conf.RecordsDir}, conf.parsed.Backend, args.Netns
 	rec := &record{done: make(chan struct{})}
 	go func() {
@@ -44,6 +44,10 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 			}
 		}()
 		r.NetnsInode = netnsInode(netns)
+		if r.Native {
+			rec.staged, rec.err = store.Stage(r)
+			return
+		}
 		if r.Backend, rec.err = backend.Resolve(false); rec.err != nil {
 			r.Backend = "" // the agent then uses the node's
 		}

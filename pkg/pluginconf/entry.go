@@ -31,6 +31,10 @@ type Entry struct {
 	LogFile  string `json:"log_file,omitempty"`
 	// IptablesBackend is auto, legacy or nft (see release.Backend).
 	IptablesBackend string `json:"iptables_backend,omitempty"`
+	// NativeNftables writes pods' rules as upstream's native nftables
+	// ruleset (pkg/nftables) instead of iptables rules, as upstream's
+	// native_nftables (global.nativeNftables) does.
+	NativeNftables bool `json:"native_nftables,omitempty"`
 	// APITimeout bounds a pod lookup with all its retries; APIAttemptTimeout
 	// each attempt. Go durations ("20s").
 	APITimeout        string `json:"api_timeout,omitempty"`
@@ -79,8 +83,10 @@ type RuntimeConfig struct {
 
 // Settings are an entry's values, validated and with defaults applied.
 type Values struct {
-	LogLevel    slog.Level
-	Backend     release.Backend
+	LogLevel slog.Level
+	Backend  release.Backend
+	// Native: pods' rules are native nftables, not iptables.
+	Native      bool
 	Timeouts    kube.Timeouts
 	TProxyMark  uint32
 	TProxyTable uint32
@@ -147,6 +153,9 @@ func (e *Entry) Normalize() (Values, error) {
 	}
 	if s.Backend, err = release.ParseBackend(e.IptablesBackend); err != nil {
 		return s, invalid("iptables_backend", "%v", err)
+	}
+	if s.Native = e.NativeNftables; s.Native && s.Backend != release.Auto {
+		return s, invalid("iptables_backend", "%q with native_nftables: pods' rules are native nftables then, written by no iptables: leave iptables_backend unset (or auto), or set native_nftables to false", s.Backend)
 	}
 	if s.Timeouts.Total, err = parseDuration(e.APITimeout, DefaultAPITimeout, MaxAPITimeout); err != nil {
 		return s, invalid("api_timeout", "%v", err)

@@ -18,9 +18,12 @@ import (
 	"istio-cni.local/istio-cni/pkg/nsthread"
 )
 
-// Network programs pods' network namespaces with a Programmer.
+// Network programs pods' network namespaces: with a Programmer
+// (iptables), or, Native, with upstream's native nftables ruleset
+// (native.go).
 type Network struct {
 	Programmer *xtables.Programmer
+	Native     bool
 }
 
 // passthroughV6 is the source Envoy binds for IPv6 inbound passthrough.
@@ -106,6 +109,9 @@ func Enter(path string, fn func() error) error {
 // With w.Only, what a failure wrote stays: the node agent hands the ADD
 // back to the plugin, which reconciles from what the namespace holds.
 func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
+	if n.Native {
+		return n.programNative(ctx, path, m, w)
+	}
 	rulesets := m.Rulesets()
 	written := make([]xtables.Written, len(rulesets))
 	errs := make([]error, len(rulesets))
@@ -177,6 +183,9 @@ func (n *Network) rollback(ctx context.Context, path string, rulesets []*iptable
 
 // Check lists how the namespace differs from the model.
 func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]string, error) {
+	if n.Native {
+		return n.checkNative(path, m)
+	}
 	var diffs []string
 	err := n.do(path, func(p *xtables.Programmer) error {
 		var err error
@@ -209,6 +218,9 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 
 // Cleanup removes everything of ours from both families.
 func (n *Network) Cleanup(ctx context.Context, path string) error {
+	if n.Native {
+		return n.cleanupNative(ctx, path)
+	}
 	return n.do(path, func(p *xtables.Programmer) error {
 		return errors.Join(p.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
 			removePolicyRoutes(iptables.IPv4, iptables.IPv6))

@@ -14,6 +14,7 @@ type entry struct {
 	PodSocket       string          `json:"pod_socket"`
 	CacheDir        string          `json:"cache_dir"`
 	IptablesBackend release.Backend `json:"iptables_backend"`
+	NativeNftables  bool            `json:"native_nftables"`
 	PrevResult      *prevResult     `json:"prevResult"`
 }
 

@@ -108,6 +108,11 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 		backend = release.Auto
 	}
 	for _, f := range conf.families() {
+		if conf.NativeNftables {
+			// Native nftables: the agent writes over netlink whatever
+			// the node's iptables (it reads native_nftables in stdin).
+			break
+		}
 		// Never run here: a release not remembered yet is the plugin's
 		// to read, and this ADD's to hand over.
 		v, err := release.Writable(backend, f.ipv6, conf.CacheDir, nil)
@@ -128,7 +133,7 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 	switch {
 	case len(req.Netlink) > 0 && len(req.Legacy) > 0:
 		return handoff.Response{}, "the node's families are on two backends: nf_tables " + strings.Join(req.Netlink, ",") + ", legacy " + strings.Join(req.Legacy, ","), false
-	case len(req.Netlink) == 0 && len(req.Legacy) == 0:
+	case len(req.Netlink) == 0 && len(req.Legacy) == 0 && !conf.NativeNftables:
 		return handoff.Response{}, "no family the agent writes on this node: [" + strings.Join(off, " ") + "]", false
 	}
 	if req.Netns == "" {

@@ -514,3 +514,24 @@ func TestVersionReadsNoStdin(t *testing.T) {
 		t.Errorf("VERSION with an unreadable stdin: exit %d, %q; want 0 and the answer", code, out.String())
 	}
 }
+
+// Native nftables goes to the agent whatever the node's iptables, even
+// none at all (RHEL 10): the agent writes it over netlink, and the
+// request names no iptables family or release.
+func TestAddHandsOffNativeNftables(t *testing.T) {
+	netns := filepath.Join(t.TempDir(), "netns")
+	if err := os.WriteFile(netns, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir()) // no iptables on the node
+	b, _ := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "k8s", "type": "istio-cni", "native_nftables": true,
+		"pod_socket": "/var/run/istio-cni/pods.sock", "cache_dir": t.TempDir()})
+	h := &harness{env: addEnv(netns), stdin: string(b), answer: handoff.Response{Done: true}}
+	h.run(t)
+	if len(h.hands) != 1 || len(h.execs) != 0 {
+		t.Fatalf("hand-offs %+v, execs %v; want one hand-off", h.hands, h.execs)
+	}
+	if r := h.hands[0]; len(r.Netlink) != 0 || len(r.Legacy) != 0 || r.Release != "" {
+		t.Errorf("the request names netlink %v, legacy %v, release %q: want no iptables family", r.Netlink, r.Legacy, r.Release)
+	}
+}

@@ -102,6 +102,7 @@ func sharedMeaning(objs map[string]map[string]any, upstream bool) map[string]any
 		"requests": res["requests"],
 		"chained":  chained, "confName": confName, "ownedConfig": owned,
 		"excludeNamespaces": data["EXCLUDE_NAMESPACES"],
+		"nativeNftables":    data["NATIVE_NFTABLES"],
 	}
 }
 
@@ -151,7 +152,8 @@ func TestUpstreamValuesFile(t *testing.T) {
 	if err != nil || len(profiles) < 10 {
 		t.Fatalf("upstream's helm-profiles: %v, %v", profiles, err)
 	}
-	cases := [][]string{{"-f", valuesFile}}
+	// global.nativeNftables reaches the agent as upstream's does.
+	cases := [][]string{{"-f", valuesFile}, {"-f", valuesFile, "--set", "global.nativeNftables=true"}}
 	for _, p := range profiles {
 		cases = append(cases, []string{"-f", valuesFile, "-f", p}, []string{"-f", p})
 	}
@@ -374,7 +376,7 @@ func TestUpstreamValuesNoted(t *testing.T) {
 		"--set", "global.variant=distroless", "--set", "global.networkPolicy.enabled=true", "--set", "global.nativeNftables=true",
 		"--set", "compatibilityVersion=1.28")
 	for _, want := range []string{"variant distroless: istio-cni has one image", "global.logAsJson false",
-		"global.networkPolicy.enabled: the agent runs on the host network", "global.nativeNftables: pods' rules are written with iptables",
+		"global.networkPolicy.enabled: the agent runs on the host network",
 		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28", "pilot, trustedZtunnelNamespace: values of Istio's other charts",
 		// Upstream's file names upstream's install-cni image, which cannot
 		// run this DaemonSet (it fails at once: the command is /install-cni).

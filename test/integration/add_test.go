@@ -9,40 +9,40 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 )
 
-var backends = []release.Backend{release.Legacy, release.NFT}
-
 // TestMeshedPodLifecycle runs ADD, CHECK and DEL for a meshed pod for every
-// CNI version and both iptables backends.
+// CNI version and every writer: both iptables backends, native nftables.
 func TestMeshedPodLifecycle(t *testing.T) {
 	for _, v := range version.All.SupportedVersions() {
 		if v == "0.1.0" || v == "0.2.0" {
 			continue // no chaining before 0.3.0
 		}
-		for _, b := range backends {
-			t.Run(v+"/"+string(b), func(t *testing.T) {
+		for _, w := range writers {
+			t.Run(v+"/"+w.name, func(t *testing.T) {
 				ctx := context.Background()
 				n, name := newNetwork(t), podName(t)
 				ann, ctrs := meshed(nil)
 				createPod(t, "team-a", name, ann, ctrs, nil)
 				s := newSandbox(t, "team-a", name)
-				list := conflist(t, n, v, istioConf(map[string]any{"iptables_backend": string(b)}))
+				list := conflist(t, n, v, istioConf(w.keys()))
 				mustAdd(t, n, s, list)
 				if !s.V4.IsValid() || !s.V6.IsValid() {
 					t.Fatalf("the bridge gave %v %v, want an IPv4 and an IPv6 address", s.V4, s.V6)
 				}
-				assertRules(t, s.Path(), b, iptables.DefaultSpec(), true)
+				assertRules(t, s.Path(), w, iptables.DefaultSpec(), true)
 				if v != "0.3.0" && v != "0.3.1" {
 					if err := n.Check(ctx, s); err != nil {
 						t.Fatalf("CHECK with the rules in place: %v", err)
 					}
-					tamper(t, s.Path(), b)
+					tamper(t, s.Path(), w)
 					err := n.Check(ctx, s)
-					if cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), "ISTIO_OUTPUT") {
+					chain := "ISTIO_OUTPUT"
+					if w.native() {
+						chain = "chain istio-output"
+					}
+					if cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), chain) {
 						t.Fatalf("CHECK after tampering = %v, want code %d", err, plugin.ErrRulesMismatch)
 					}
 				}
@@ -51,18 +51,16 @@ func TestMeshedPodLifecycle(t *testing.T) {
 						t.Fatalf("DEL #%d: %v", i+1, err)
 					}
 				}
-				assertNoRules(t, s.Path(), b)
+				assertNoRules(t, s.Path(), w)
 			})
 		}
 	}
 }
 
 // tamper deletes the outbound catch-all, as a stray iptables call would.
-func tamper(t *testing.T, path string, b release.Backend) {
+func tamper(t *testing.T, path string, w writer) {
 	t.Helper()
-	rules := "*nat\n-D ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n"
-	restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
-	runIn(t, path, rules, restore, "--noflush")
+	tamperWith(t, path, w, "*nat\n-D ISTIO_OUTPUT -j ISTIO_REDIRECT\nCOMMIT\n", "flush chain inet istio-proxy-nat istio-output\n")
 }
 
 // TestDecisionOnARealNode covers each outcome of the decision with the API's
@@ -101,9 +99,9 @@ func TestDecisionOnARealNode(t *testing.T) {
 			s := newSandbox(t, tc.ns, name)
 			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(nil)))
 			if tc.redirect {
-				assertRules(t, s.Path(), release.Auto, iptables.DefaultSpec(), true)
+				assertRules(t, s.Path(), autoWriter, iptables.DefaultSpec(), true)
 			} else {
-				assertNoRules(t, s.Path(), release.Auto)
+				assertNoRules(t, s.Path(), autoWriter)
 			}
 		})
 	}
@@ -136,7 +134,7 @@ func TestBadSettingsProgramNothing(t *testing.T) {
 					t.Errorf("error %q must name %s and %q", err, k, v)
 				}
 			}
-			assertNoRules(t, s.Path(), release.Auto)
+			assertNoRules(t, s.Path(), autoWriter)
 		})
 	}
 }

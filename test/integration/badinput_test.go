@@ -10,7 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/podsim"
@@ -83,7 +82,7 @@ func TestBadInput(t *testing.T) {
 			if r.code != tc.code || !strings.Contains(r.msg, tc.msg) {
 				t.Fatalf("%s: code %d %q, want code %d naming %q\nstderr: %s", tc.command, r.code, r.msg, tc.code, tc.msg, r.stderr)
 			}
-			assertNoRules(t, s.Path(), release.Auto)
+			assertNoRules(t, s.Path(), autoWriter)
 		})
 	}
 }
@@ -107,7 +106,7 @@ func TestAddTwiceAndDelAnywhere(t *testing.T) {
 			t.Fatalf("ADD #%d result %s: prevResult not passed through", i+1, r.stdout)
 		}
 	}
-	assertRules(t, s.Path(), release.Auto, iptables.DefaultSpec(), false)
+	assertRules(t, s.Path(), autoWriter, iptables.DefaultSpec(), false)
 	for _, netns := range []string{s.Path(), s.Path(), "", "/var/run/netns/does-not-exist"} {
 		if r := execPlugin(t, "DEL", stdin, netns, args); r.code != 0 {
 			t.Errorf("DEL in %q: %d %s", netns, r.code, r.msg)
@@ -116,7 +115,7 @@ func TestAddTwiceAndDelAnywhere(t *testing.T) {
 	if r := execPlugin(t, "DEL", []byte(`{"cniVersion":"1.0.0","name":"x","log_level":7}`), s.Path(), args); r.code != 0 {
 		t.Errorf("DEL with a bad config: %d %s", r.code, r.msg)
 	}
-	assertNoRules(t, s.Path(), release.Auto)
+	assertNoRules(t, s.Path(), autoWriter)
 }
 
 // TestStatusAndGC: STATUS, through the shim and the full plugin as a

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/podsim"
 )
@@ -31,8 +29,8 @@ func exchangeUDP(t *testing.T, netns string, uid int, addr string, srcPort ...st
 // and TCP, to any resolver address lands on the proxy's DNS listener
 // (15053); the proxy's own queries reach the real resolver.
 func TestDNSCaptureTraffic(t *testing.T) {
-	for _, b := range backends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
 			n := newNetwork(t)
 			resolver := newSandbox(t, "team-b", "resolver")
 			mustAdd(t, n, resolver, conflist(t, n, "1.0.0", nil))
@@ -43,11 +41,11 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			ctrs[1]["env"] = []map[string]string{{"name": "ISTIO_META_DNS_CAPTURE", "value": "true"}}
 			createPod(t, "team-a", name, ann, ctrs, nil)
 			s := newSandbox(t, "team-a", name)
-			list := conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)}))
+			list := conflist(t, n, "1.0.0", istioConf(w.keys()))
 			mustAdd(t, n, s, list)
 			spec := iptables.DefaultSpec()
 			spec.DNSCapture = true
-			assertRules(t, s.Path(), b, spec, true)
+			assertRules(t, s.Path(), w, spec, true)
 			// pilot-agent's DNS listener binds loopback.
 			startIn(t, s.Path(), proxyUID, "udp", "--host", "127.0.0.1", "--port", "15053", "--name", "dns-proxy")
 			startIn(t, s.Path(), proxyUID, "udp", "--host", "::1", "--port", "15053", "--name", "dns-proxy")
@@ -77,15 +75,15 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			if err := n.Check(ctx, s); err != nil {
 				t.Fatalf("CHECK with the rules in place: %v", err)
 			}
-			restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
-			runIn(t, s.Path(), "*raw\n-D ISTIO_INBOUND -p udp -m udp --sport 53 -j CT --zone 1\nCOMMIT\n", restore, "--noflush")
+			tamperWith(t, s.Path(), w, "*raw\n-D ISTIO_INBOUND -p udp -m udp --sport 53 -j CT --zone 1\nCOMMIT\n",
+				"flush chain inet istio-proxy-raw istio-inbound\n")
 			if err := n.Check(ctx, s); cniCode(err) != plugin.ErrRulesMismatch || !strings.Contains(err.Error(), "raw") {
 				t.Fatalf("CHECK after tampering with the raw table = %v, want code %d naming it", err, plugin.ErrRulesMismatch)
 			}
 			if err := n.Del(ctx, s); err != nil {
 				t.Fatal(err)
 			}
-			assertNoRules(t, s.Path(), b)
+			assertNoRules(t, s.Path(), w)
 		})
 	}
 }

@@ -84,26 +84,6 @@ func readRules(t *testing.T, path string, b release.Backend, f iptables.Family) 
 	return obs
 }
 
-// assertRules checks a namespace holds exactly the model for a spec.
-func assertRules(t *testing.T, path string, b release.Backend, spec iptables.Spec, v6 bool) {
-	t.Helper()
-	for _, rs := range iptables.Build(spec, true, v6).Rulesets() {
-		if d := iptables.Diff(rs, readRules(t, path, b, rs.Family)); len(d) > 0 {
-			t.Errorf("%s rules in the pod's namespace differ from the model:\n%v", rs.Family, d)
-		}
-	}
-}
-
-// assertNoRules checks a namespace holds nothing of ours in either family.
-func assertNoRules(t *testing.T, path string, b release.Backend) {
-	t.Helper()
-	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		if obs := readRules(t, path, b, f); !obs.Empty() {
-			t.Errorf("%s: the pod's namespace holds ISTIO chains", f)
-		}
-	}
-}
-
 // expectPrefix checks the line a connection returned (testproxy replies
 // start with who answered).
 func expectPrefix(t *testing.T, got, want string) {

@@ -35,12 +35,12 @@ func secondInterface(t *testing.T, pod *podsim.Sandbox) (peer *podsim.Sandbox) {
 // machine's) interface's traffic to the pod lands on the proxy's outbound
 // listener.
 func TestInterfaceAnnotationsTraffic(t *testing.T) {
-	for _, b := range backends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
 			n := newNetwork(t)
 			server := newSandbox(t, "team-b", "server")
 			mustAdd(t, n, server, conflist(t, n, "1.0.0", nil))
-			conf := istioConf(map[string]any{"iptables_backend": string(b)})
+			conf := istioConf(w.keys())
 			pod := func(t *testing.T, ann map[string]string) *podsim.Sandbox {
 				name := podName(t)
 				a, ctrs := meshed(ann)

@@ -12,7 +12,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
@@ -76,7 +75,7 @@ func TestMultusDelegate(t *testing.T) {
 			}); err == nil {
 				t.Error("the delegate created net1")
 			}
-			assertRules(t, s.Path(), release.Auto, iptables.DefaultSpec(), true)
+			assertRules(t, s.Path(), autoWriter, iptables.DefaultSpec(), true)
 			if v != "0.3.0" && v != "0.3.1" {
 				if err := n.CheckDelegate(ctx, s, conf, "net1"); err != nil {
 					t.Errorf("CHECK as a delegate: %v", err)
@@ -85,7 +84,7 @@ func TestMultusDelegate(t *testing.T) {
 			if err := n.DelDelegate(ctx, s, conf, "net1"); err != nil {
 				t.Fatalf("DEL as a delegate: %v", err)
 			}
-			assertNoRules(t, s.Path(), release.Auto)
+			assertNoRules(t, s.Path(), autoWriter)
 		})
 	}
 }

@@ -29,8 +29,8 @@ func startTProxyProxy(t *testing.T, netns string) {
 // destination, in both families; outbound is still redirected; CHECK sees
 // the policy routing go missing; DEL removes rules and routes.
 func TestTProxyTraffic(t *testing.T) {
-	for _, b := range backends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
 			ctx := context.Background()
 			n := newNetwork(t)
 			client := newSandbox(t, "team-b", "client")
@@ -41,10 +41,10 @@ func TestTProxyTraffic(t *testing.T) {
 			ann, ctrs := meshed(map[string]string{"sidecar.istio.io/interceptionMode": "TPROXY"})
 			createPod(t, "team-a", name, ann, ctrs, nil)
 			s := newSandbox(t, "team-a", name)
-			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)})))
+			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(w.keys())))
 			spec := iptables.DefaultSpec()
 			spec.TProxy = true
-			assertRules(t, s.Path(), b, spec, true)
+			assertRules(t, s.Path(), w, spec, true)
 			startTProxyProxy(t, s.Path())
 
 			for _, pair := range []struct{ from, to netip.Addr }{{client.V4, s.V4}, {client.V6, s.V6}} {
@@ -74,7 +74,7 @@ func TestTProxyTraffic(t *testing.T) {
 			if err := n.Del(ctx, s); err != nil {
 				t.Fatal(err)
 			}
-			assertNoRules(t, s.Path(), b)
+			assertNoRules(t, s.Path(), w)
 			for _, fam := range []string{"-4", "-6"} {
 				out, _ := exec.Command("ip", "-n", ns, fam, "route", "show", "table", "133").CombinedOutput()
 				if strings.TrimSpace(string(out)) != "" {

@@ -28,11 +28,11 @@ func serverPod(t *testing.T, n *podsim.Network) *podsim.Sandbox {
 // TestTrafficThroughTheProxy sends real connections through the rules the
 // plugin programmed: a server pod and meshed or unmeshed pods on one bridge.
 func TestTrafficThroughTheProxy(t *testing.T) {
-	for _, b := range backends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
 			n := newNetwork(t)
 			server := serverPod(t, n)
-			conf := istioConf(map[string]any{"iptables_backend": string(b)})
+			conf := istioConf(w.keys())
 
 			// pod starts a pod with the given annotations (nil: unmeshed) and,
 			// when meshed, its proxy.

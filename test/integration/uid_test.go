@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/plugin"
 )
 
@@ -36,12 +35,12 @@ func TestPodUID(t *testing.T) {
 	if r := execPlugin(t, "ADD", stdin, s.Path(), args+pod.Metadata.UID); r.code != 0 {
 		t.Fatalf("ADD with the pod's uid: %d %s", r.code, r.msg)
 	}
-	assertRules(t, s.Path(), release.Auto, iptables.DefaultSpec(), false)
+	assertRules(t, s.Path(), autoWriter, iptables.DefaultSpec(), false)
 
 	other := newSandbox(t, "team-a", name)
 	r := execPlugin(t, "ADD", stdin, other.Path(), args+"00000000-0000-0000-0000-000000000000")
 	if r.code != plugin.ErrPodNotFound {
 		t.Fatalf("ADD for another uid: %d %s, want code %d", r.code, r.msg, plugin.ErrPodNotFound)
 	}
-	assertNoRules(t, other.Path(), release.Auto)
+	assertNoRules(t, other.Path(), autoWriter)
 }

@@ -14,8 +14,8 @@ import (
 // uid as the pod sees it.
 func TestUserNamespacePod(t *testing.T) {
 	const mappedProxy = podsim.UserNSBase + proxyUID
-	for _, b := range backends {
-		t.Run(string(b), func(t *testing.T) {
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
 			n := newNetwork(t)
 			server := serverPod(t, n)
 
@@ -27,7 +27,7 @@ func TestUserNamespacePod(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = s.Close() })
-			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(map[string]any{"iptables_backend": string(b)})))
+			mustAdd(t, n, s, conflist(t, n, "1.0.0", istioConf(w.keys())))
 			startIn(t, s.Path(), mappedProxy, "proxy")
 
 			to := hostPort(server.V4, serverPort)

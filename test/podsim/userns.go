@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,4 +65,10 @@ func NewUserNSSandbox(podNS, podName string) (*Sandbox, error) {
 }
 
 // CloseNetns removes a namespace NewSandbox or NewUserNSSandbox made.
-func CloseNetns(n ns.NetNS) error { return errors.Join(n.Close(), testutils.UnmountNS(n)) }
+//
+// It unpins the file itself: testutils.UnmountNS, as root, only unpins
+// under /var/run/netns and says nothing of another path.
+func CloseNetns(n ns.NetNS) error {
+	path := n.Path()
+	return errors.Join(n.Close(), unix.Unmount(path, unix.MNT_DETACH), os.Remove(path))
+}

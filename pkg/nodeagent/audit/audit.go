@@ -12,7 +12,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
@@ -53,9 +52,9 @@ type PodActions interface {
 type Deps struct {
 	Pods       Pods
 	Namespaces Namespaces
-	// Network reads and programs namespaces with one iptables backend:
-	// the one ADD recorded for the sandbox, else Config.Backend.
-	Network func(release.Backend) Network
+	// Network reads and programs namespaces as one Writer does: the one
+	// ADD recorded for the sandbox, else Config.Writer.
+	Network func(Writer) Network
 	Records Records // nil: every pod is checked against its annotations
 	Actions PodActions
 	Events  record.EventRecorder

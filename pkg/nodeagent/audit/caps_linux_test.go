@@ -67,7 +67,7 @@ func TestRepairNeedsEachCapability(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+			t.Cleanup(func() { _ = podsim.CloseNetns(netns) })
 			bounding := "-all"
 			for _, c := range strings.Split(tc.caps, ",") {
 				bounding += ",+" + c

@@ -73,10 +73,18 @@ type Config struct {
 	Settings          decision.NodeSettings
 	// LabelKey=LabelValue is what the Label action sets.
 	LabelKey, LabelValue string
-	// Backend is the node's iptables backend, for sandboxes whose record
-	// does not name the one ADD used.
-	Backend release.Backend
+	// Writer is how the node's plugin writes rules (its iptables
+	// backend, or native nftables), for sandboxes whose record does not
+	// say how ADD wrote them.
+	Writer Writer
 	// ValidationContainer names the injector's validation init container
 	// (empty: DefaultValidationContainer).
 	ValidationContainer string
+}
+
+// Writer is how a sandbox's rules are written and read: iptables through
+// Backend, or native nftables (the plugin's native_nftables).
+type Writer struct {
+	Backend release.Backend
+	Native  bool
 }

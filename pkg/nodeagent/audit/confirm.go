@@ -63,11 +63,11 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	}
 	checkCtx, cancel := context.WithTimeout(ctx, CheckBudget)
 	defer cancel()
-	m, backend, ok, err := a.want(c, ns)
+	m, writer, ok, err := a.want(c, ns)
 	if !ok {
 		return true // neither recorded for this sandbox nor meshed now
 	}
-	network := a.deps.Network(backend)
+	network := a.deps.Network(writer)
 	var diffs []string
 	if err != nil {
 		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil

@@ -24,7 +24,6 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
 
@@ -132,7 +131,7 @@ func newHarness(t *testing.T, action Action) *harness {
 		ExcludeNamespaces: []string{"kube-system"},
 		Settings:          decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
 	}, Deps{
-		Pods: h.pods, Namespaces: h.ns, Network: func(release.Backend) Network { return h.net }, Actions: h.actions, Events: h.events,
+		Pods: h.pods, Namespaces: h.ns, Network: func(Writer) Network { return h.net }, Actions: h.actions, Events: h.events,
 		Records: h.records,
 		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,
 	})

@@ -17,6 +17,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // recordADD writes the record ADD would have left for p's sandbox.
@@ -323,5 +324,43 @@ func TestNewerPassedRecordOfAPlainPodIsNoCandidate(t *testing.T) {
 	h.passesPastConfirm()
 	if u := testutil.ToFloat64(h.metrics.Unchecked); u != 0 || h.net.checked != 0 {
 		t.Errorf("unchecked = %v, namespaces read %d: want a plain pod left out of the audit", u, h.net.checked)
+	}
+}
+
+// TestRecordSaysHowToReadTheRules: the audit reads and repairs a sandbox
+// as its ADD wrote it, whatever the node's plugin writes now: a native
+// record as nftables, an iptables record with its backend, and one that
+// names none with the node's iptables even on a node now native.
+func TestRecordSaysHowToReadTheRules(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		node    Writer
+		native  bool
+		backend release.Backend
+		want    Writer
+	}{
+		{"native record, iptables node", Writer{Backend: release.NFT}, true, "", Writer{Native: true}},
+		{"legacy record, native node", Writer{Native: true}, false, release.Legacy, Writer{Backend: release.Legacy}},
+		{"record naming no backend, native node", Writer{Native: true}, false, "", Writer{Backend: release.Auto}},
+		{"record naming no backend, iptables node", Writer{Backend: release.NFT}, false, "", Writer{Backend: release.NFT}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Repair)
+			h.a.cfg.Writer = tc.node
+			var asked []Writer
+			h.a.deps.Network = func(w Writer) Network { asked = append(asked, w); return h.net }
+			p := meshed("recorded")
+			h.add(p, false)
+			r := applied.Record{PodUID: string(p.UID), Pod: podName(p), Container: "sandbox-" + p.Name,
+				NetnsInode: h.ns[string(p.UID)].Inode, IPv4: true, Native: tc.native, Backend: tc.backend,
+				Spec: decision.FinalSpec(mustDecide(t, p), decision.DefaultNodeSettings())}
+			if err := h.records.Write(r); err != nil {
+				t.Fatal(err)
+			}
+			h.a.pass(context.Background(), nil)
+			if len(asked) == 0 || asked[len(asked)-1] != tc.want {
+				t.Errorf("the audit read the sandbox as %+v, want %+v", asked, tc.want)
+			}
+		})
 	}
 }

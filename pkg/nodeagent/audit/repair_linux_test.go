@@ -18,8 +18,9 @@ import (
 )
 
 // TestRepairInRealNamespace repairs a real namespace with iptables run as
-// the agent runs it (its own copy, found on PATH, in each backend) and
-// proves the result with the plugin's CHECK logic.
+// the agent runs it (its own copy, found on PATH, in each backend), and
+// with native nftables over netlink, and proves the result with the
+// plugin's CHECK logic.
 func TestRepairInRealNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
@@ -29,18 +30,22 @@ func TestRepairInRealNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, backend := range []release.Backend{release.Legacy, release.NFT} {
-		t.Run(string(backend), func(t *testing.T) {
-			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}}
+	for _, w := range []Writer{{Backend: release.Legacy}, {Backend: release.NFT}, {Native: true}} {
+		name := string(w.Backend)
+		if w.Native {
+			name = "native"
+		}
+		t.Run(name, func(t *testing.T) {
+			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: w.Backend}, Native: w.Native}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
-			h.a.deps.Network = func(b release.Backend) Network {
-				if b != backend {
-					t.Errorf("the audit asked for backend %q, the record says %q", b, backend)
+			h.a.deps.Network = func(got Writer) Network {
+				if got != w {
+					t.Errorf("the audit asked for writer %+v, the node's is %+v", got, w)
 				}
 				return network
 			}
-			h.a.cfg.Backend = backend
+			h.a.cfg.Writer = w
 			p := meshed("real")
 			h.pods.pods = append(h.pods.pods, p)
 			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}

@@ -18,9 +18,9 @@ import (
 // want is what the pod's namespace must hold: what ADD recorded for this
 // sandbox, else (a sandbox from before records, or its record lost) what
 // its annotations say now, as ADD computes it. ok=false: this sandbox was
-// not redirected and the pod is not meshed now. The backend is the one ADD
+// not redirected and the pod is not meshed now. The writer is the one ADD
 // used for it, else the node's.
-func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, release.Backend, bool, error) {
+func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, Writer, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
 		if r.NetnsInode != ns.Inode {
@@ -33,17 +33,24 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, release
 			if known {
 				a.noteSettingsChanged(c, r)
 			}
-			return iptables.Model{}, "", false, nil
+			return iptables.Model{}, Writer{}, false, nil
 		}
 		a.noteSettingsChanged(c, r)
-		b := a.cfg.Backend
-		if r.Backend == release.Legacy || r.Backend == release.NFT {
-			b = r.Backend
+		w := a.cfg.Writer
+		switch {
+		case r.Native:
+			w = Writer{Native: true}
+		case r.Backend == release.Legacy || r.Backend == release.NFT:
+			w = Writer{Backend: r.Backend}
+		case w.Native:
+			// An iptables record on a node now native: iptables as
+			// the node resolves it.
+			w = Writer{Backend: release.Auto}
 		}
-		return m, b, true, nil
+		return m, w, true, nil
 	}
 	if !c.decision.Redirect && c.err == nil {
-		return iptables.Model{}, "", false, nil
+		return iptables.Model{}, Writer{}, false, nil
 	}
 	if a.deps.Records != nil && a.notes[uid] != noteNoRecord {
 		a.notes[uid] = noteNoRecord
@@ -51,17 +58,17 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, release
 			"pod", podName(c.pod), "uid", uid)
 	}
 	if c.err != nil {
-		return iptables.Model{}, a.cfg.Backend, true, c.err
+		return iptables.Model{}, a.cfg.Writer, true, c.err
 	}
 	m, err := a.model(c, ns)
-	return m, a.cfg.Backend, true, err
+	return m, a.cfg.Writer, true, err
 }
 
 // model is the pod's rule model, its families from its addresses and its
 // namespace, exactly as ADD computes it.
 func (a *Auditor) model(c candidate, ns netnsdir.NSFile) (iptables.Model, error) {
 	stack, err := decision.Families(a.cfg.Settings.IPv6, c.decision.DualStack, apipod.IPs(c.pod), func() (bool, error) {
-		return a.deps.Network(a.cfg.Backend).HasIPv6(ns.Path)
+		return a.deps.Network(a.cfg.Writer).HasIPv6(ns.Path)
 	})
 	if err != nil {
 		return iptables.Model{}, fmt.Errorf("reading the pod's addresses: %w", err)

@@ -15,6 +15,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nftables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
@@ -40,8 +41,12 @@ type Deps struct {
 	}
 	// Observe reads a family's tables in a namespace (iptables-save).
 	Observe func(ctx context.Context, netns string, f iptables.Family) (*iptables.Observed, error)
-	// Check is the plugin's CHECK: the differences from the model.
-	Check func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	// ObserveNative lists our native nftables tables in a namespace, each
+	// rule named as the model m names it; nil: not read.
+	ObserveNative func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
+	// Check is the plugin's CHECK: the differences from the model, in
+	// native nftables or iptables.
+	Check func(ctx context.Context, netns string, m iptables.Model, native bool) ([]string, error)
 	// HasIPv6 reads whether the namespace has a global IPv6 address.
 	HasIPv6 func(netns string) (bool, error)
 	// NamespaceLabels reads a namespace's labels: whether Istio's
@@ -67,6 +72,9 @@ type Options struct {
 	// runtime uses chains istio-cni decides whether new pods reach the
 	// plugin at all.
 	CNINetDir string
+	// Native: the node's plugin writes native nftables (native_nftables),
+	// for a sandbox without a record saying how ADD wrote it.
+	Native bool
 }
 
 // Report is inspect's answer.
@@ -94,8 +102,10 @@ type Report struct {
 	NewerRecord int
 	// Notes are things to know about the pod (decision.IPv6ProxyNote).
 	Notes []string
-	// Want and Have are the tables in iptables-save form: Have only the
-	// rules istio-cni owns.
+	// Native: the rules are native nftables, not iptables.
+	Native bool
+	// Want and Have are the tables in iptables-save form, or, Native, as
+	// the nftables model lists them: Have only the rules istio-cni owns.
 	Want, Have []string
 	Diffs      []string
 	// NetnsErr explains why the namespace was not read.
@@ -167,32 +177,61 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		return r, nil
 	}
 	r.Netns = ns.Path
-	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		obs, err := d.Observe(ctx, ns.Path, f)
-		if err != nil {
-			if f == iptables.IPv6 {
-				continue // a node without ip6tables: IPv4 is what there is
-			}
-			r.NetnsErr = err.Error()
-			return r, nil
-		}
-		r.Have = append(r.Have, prefixed(f, obs.OursListing())...)
-	}
 	m, ok, err := want(&r, o, d, pod, dec, ns)
 	if err != nil {
+		r.NetnsErr = err.Error()
+		return r, nil
+	}
+	if r.Have, err = observe(ctx, d, ns.Path, m, r.Native); err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
 	if !ok {
 		return r, nil
 	}
-	for _, rs := range m.Rulesets() {
-		r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
+	if r.Native {
+		r.Want = nativeListing(m)
+	} else {
+		for _, rs := range m.Rulesets() {
+			r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
+		}
 	}
-	if r.Diffs, err = d.Check(ctx, ns.Path, m); err != nil {
+	if r.Diffs, err = d.Check(ctx, ns.Path, m, r.Native); err != nil {
 		r.NetnsErr = err.Error()
 	}
 	return r, nil
+}
+
+// observe lists the rules of ours the namespace holds: iptables' in each
+// family, or our native nftables tables.
+func observe(ctx context.Context, d Deps, netns string, m iptables.Model, native bool) ([]string, error) {
+	if native {
+		if d.ObserveNative == nil {
+			return nil, nil
+		}
+		return d.ObserveNative(ctx, netns, m)
+	}
+	var have []string
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		obs, err := d.Observe(ctx, netns, f)
+		if err != nil {
+			if f == iptables.IPv6 {
+				continue // a node without ip6tables: IPv4 is what there is
+			}
+			return nil, err
+		}
+		have = append(have, prefixed(f, obs.OursListing())...)
+	}
+	return have, nil
+}
+
+// nativeListing is the native nftables ruleset a model stands for.
+func nativeListing(m iptables.Model) []string {
+	if m.V4 == nil && m.V6 == nil {
+		return nil
+	}
+	rs := nftables.Build(m.Spec, m.V6 != nil)
+	return rs.Listing()
 }
 
 // want is what the pod must hold, as the node agent holds it to: the
@@ -206,6 +245,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 				continue
 			}
 			m, known := rec.Model()
+			r.Native = rec.Native
 			if !known {
 				r.Recorded, r.NewerRecord = true, rec.Version
 				return iptables.Model{}, false, nil
@@ -231,6 +271,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 			return m, true, nil
 		}
 	}
+	r.Native = o.Native
 	if !dec.Redirect || r.Invalid != "" {
 		return iptables.Model{}, false, nil
 	}

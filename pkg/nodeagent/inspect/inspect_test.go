@@ -46,7 +46,7 @@ func deps(p *Pod, save string, diffs []string) Deps {
 			}
 			return iptables.ParseSave([]byte(save))
 		},
-		Check:   func(context.Context, string, iptables.Model) ([]string, error) { return diffs, nil },
+		Check:   func(context.Context, string, iptables.Model, bool) ([]string, error) { return diffs, nil },
 		HasIPv6: func(string) (bool, error) { return false, nil },
 	}
 }
@@ -153,7 +153,10 @@ func TestRecordedSettingsWin(t *testing.T) {
 	d := deps(p, "*nat\nCOMMIT\n", nil)
 	d.Records = store
 	var wanted iptables.Model
-	d.Check = func(_ context.Context, _ string, m iptables.Model) ([]string, error) { wanted = m; return nil, nil }
+	d.Check = func(_ context.Context, _ string, m iptables.Model, _ bool) ([]string, error) {
+		wanted = m
+		return nil, nil
+	}
 	r, err := Run(context.Background(), opts(configDir(t, true)), d)
 	if err != nil {
 		t.Fatal(err)
@@ -236,13 +239,13 @@ func TestNewerRecordIsNotJudged(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "u1"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	newer := `{"version":2,"podUID":"u1","pod":"default/web-0","container":"c1","netnsInode":7,"spec":{"tomorrow":1}}`
+	newer := `{"version":3,"podUID":"u1","pod":"default/web-0","container":"c1","netnsInode":7,"spec":{"tomorrow":1}}`
 	if err := os.WriteFile(filepath.Join(dir, "u1", "c1.json"), []byte(newer), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d := deps(pod(map[string]string{decision.StatusAnnotation: "{}"}), "*nat\nCOMMIT\n", nil)
 	d.Records = applied.Store{Dir: dir}
-	d.Check = func(context.Context, string, iptables.Model) ([]string, error) {
+	d.Check = func(context.Context, string, iptables.Model, bool) ([]string, error) {
 		t.Error("checked against this build's model")
 		return nil, nil
 	}
@@ -251,7 +254,60 @@ func TestNewerRecordIsNotJudged(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := render(t, r)
-	if r.Consistent() || r.NewerRecord != 2 || !strings.Contains(out, "verdict:   unknown: a newer istio-cni") || !strings.Contains(out, "record version 2") {
+	if r.Consistent() || r.NewerRecord != 3 || !strings.Contains(out, "verdict:   unknown: a newer istio-cni") || !strings.Contains(out, "record version 3") {
 		t.Errorf("consistent %v; report:\n%s", r.Consistent(), out)
 	}
 }
+
+// TestNativeNftablesPod: a sandbox whose ADD wrote native nftables (its
+// record says so), or any on a node whose plugin does, is shown and
+// checked as nftables: the ruleset upstream's istio-nftables writes, our
+// tables as the kernel holds them, CHECK asked for nftables.
+func TestNativeNftablesPod(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	spec := decision.FinalSpec(decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}, decision.DefaultNodeSettings())
+	for _, tc := range []struct {
+		name           string
+		nodeNative     bool
+		recordedNative *bool // nil: no record
+	}{
+		{"recorded native", false, ptr(true)},
+		{"native node, no record", true, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := deps(p, "*nat\nCOMMIT\n", nil)
+			if tc.recordedNative != nil {
+				store := applied.Store{Dir: t.TempDir()}
+				if err := store.Write(applied.Record{PodUID: "u1", Pod: "default/web-0", Container: "c1", NetnsInode: 7, Spec: spec, IPv4: true, Native: *tc.recordedNative}); err != nil {
+					t.Fatal(err)
+				}
+				d.Records = store
+			}
+			d.Observe = func(context.Context, string, iptables.Family) (*iptables.Observed, error) {
+				t.Error("iptables read for a native pod")
+				return iptables.ParseSave(nil)
+			}
+			d.ObserveNative = func(context.Context, string, iptables.Model) ([]string, error) {
+				return []string{"table inet istio-proxy-nat"}, nil
+			}
+			var native bool
+			d.Check = func(_ context.Context, _ string, _ iptables.Model, n bool) ([]string, error) {
+				native = n
+				return nil, nil
+			}
+			o := opts(configDir(t, true))
+			o.Native = tc.nodeNative
+			r, err := Run(context.Background(), o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := render(t, r)
+			if !native || !r.Native || !strings.Contains(out, "rules:     native nftables") ||
+				!strings.Contains(out, "meta l4proto tcp counter redirect to :15001") || !strings.Contains(out, "verdict:   ok: redirected") {
+				t.Errorf("checked as native %v; report:\n%s", native, out)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // Print writes the report for a human.
@@ -49,6 +50,9 @@ func (r Report) Print(w io.Writer) error {
 	}
 	if r.Netns != "" {
 		line("netns:     %s", r.Netns)
+	}
+	if r.Native {
+		line("rules:     native nftables (tables %s)", strings.Join(nftables.Tables, ", "))
 	}
 	if r.NetnsErr != "" {
 		line("netns:     not read: %s", r.NetnsErr)

@@ -25,13 +25,14 @@ func TestBindFlagsDefaultsEnvAndFlags(t *testing.T) {
 		"CONFLICT_REPAIRS": "7", "CONFLICT_WINDOW": "1m",
 		"CNI_NET_DIR": "/etc/cni/net.d", "MODE": "owned", "EXCLUDE_NAMESPACES": "kube-system,istio-system",
 		"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "POD_NAMESPACE": "istio-cni",
+		"NATIVE_NFTABLES": "true",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.CNINetDir != "/etc/cni/net.d" || c.Mode != Inplace || c.CNIBinDir != "/opt/cni/bin" || c.FightRepairs != 7 || c.FightWindow != time.Minute ||
 		c.PluginSource != "/usr/local/bin" || len(c.ExcludeNamespaces) != 2 || c.APIHost != "10.96.0.1" ||
-		c.OwnedConfigName != "02-istio-cni.conflist" || c.PluginTokenTTL != time.Hour {
+		c.OwnedConfigName != "02-istio-cni.conflist" || c.PluginTokenTTL != time.Hour || !c.NativeNftables {
 		t.Errorf("config %+v", c)
 	}
 }
@@ -61,6 +62,7 @@ func TestBindFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"--plugin-token-ttl=5m"}, "--plugin-token-ttl"},
 		{[]string{"--plugin-token-ttl=48h"}, "--plugin-token-ttl"},
 		{[]string{"--plugin-token-ttl=soon"}, "--plugin-token-ttl"},
+		{[]string{"--native-nftables=sometimes"}, `--native-nftables: "sometimes": want true or false`},
 	} {
 		_, err := parse(tc.args, env(map[string]string{"POD_NAMESPACE": "istio-cni"}))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

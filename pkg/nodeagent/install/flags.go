@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/decision"
@@ -21,18 +22,26 @@ type PluginSettings struct {
 	ExcludeNamespaces []string
 	// IPv6Redirect is the plugin's ipv6_redirect (decision.IPv6Policy).
 	IPv6Redirect decision.IPv6Policy
+	// NativeNftables is the plugin's native_nftables: pods' rules are
+	// upstream's native nftables ruleset.
+	NativeNftables bool
 }
 
-// BindPluginSettings declares --exclude-namespaces and --ipv6-redirect.
-// Call the returned function after parsing for the checked settings.
+// BindPluginSettings declares --exclude-namespaces, --ipv6-redirect and
+// --native-nftables. Call the returned function after parsing for the
+// checked settings.
 func BindPluginSettings(f envflag.Set) func() (PluginSettings, error) {
-	var exclude, ipv6 string
+	var exclude, ipv6, native string
 	f.String(&exclude, "exclude-namespaces", "EXCLUDE_NAMESPACES", DefaultExcludeNamespaces, "comma-separated namespaces the plugin never redirects")
 	f.String(&ipv6, "ipv6-redirect", "IPV6_REDIRECT", string(decision.IPv6Always), "for pods with IPv6 whose proxy is not dual-stack: always capture IPv6 (connections the proxy cannot take are refused), or dual-stack-only (they go direct, as upstream's)")
+	f.String(&native, "native-nftables", "NATIVE_NFTABLES", "false", "true writes pods' rules as native nftables (upstream's global.nativeNftables), over netlink: the node needs no iptables and no nft")
 	return func() (PluginSettings, error) {
 		var s PluginSettings
 		var errs []error
 		var err error
+		if s.NativeNftables, err = strconv.ParseBool(native); err != nil {
+			errs = append(errs, fmt.Errorf("--native-nftables: %q: want true or false", native))
+		}
 		if s.IPv6Redirect, err = decision.ParseIPv6Policy(ipv6); err != nil {
 			errs = append(errs, fmt.Errorf("--ipv6-redirect: %w", err))
 		}

@@ -188,6 +188,7 @@ func (in *Installer) entry() pluginconf.Entry {
 		RecordsDir:        filepath.Join(run, RecordsDirName),
 		CacheDir:          filepath.Join(run, CacheDirName),
 		IPv6Redirect:      string(in.cfg.IPv6Redirect),
+		NativeNftables:    in.cfg.NativeNftables,
 		LogFile:           filepath.Join(run, LogDirName, PluginLogName),
 	}
 }

@@ -271,9 +271,6 @@ here, saying why (NOTES.txt prints them at install).
 {{- if .Values.global.networkPolicy.enabled }}
 - global.networkPolicy.enabled: the agent runs on the host network, which NetworkPolicies do not select; none is rendered.
 {{- end }}
-{{- if .Values.global.nativeNftables }}
-- global.nativeNftables: pods' rules are written with iptables; on a node whose iptables is the nft backend they are nftables rules.
-{{- end }}
 {{- $last := last (splitList "/" $s.image) -}}
 {{- $tag := ternary (last (splitList ":" $last)) "" (and (contains ":" $last) (not (contains "@" $last))) -}}
 {{- if and $tag (not (or (hasPrefix .Chart.AppVersion $tag) (hasPrefix (printf "v%s" .Chart.AppVersion) $tag))) }}
@@ -317,6 +314,7 @@ setting to the chart. Keys it does not know go through as they are.
   "MODE" (list "^(owned|inplace)$" "owned or inplace")
   "CHAINED_CNI_PLUGIN" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
   "NODE_TAINT" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
+  "NATIVE_NFTABLES" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
   "CONFLICT_REPAIRS" (list "^0*([2-9]|[1-9][0-9]+)$" "a whole number of at least 2")
   "MISSED_INJECTION_RESTARTS_PER_MINUTE" (list "^0*([1-9]|[1-5][0-9]|60)$" "a whole number from 1 to 60")
   "ISTIO_NAMESPACE" (list "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" "a namespace name: 1 to 63 lower-case letters, digits and '-'")

@@ -1,0 +1,124 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nftables"
+)
+
+// A Network with Native writes upstream's native nftables ruleset
+// (pkg/nftables) instead of iptables rules: one inet ruleset for both
+// families, written in one nf_tables transaction and read back over
+// netlink by this process in the pod's namespace (nfnl). It needs no
+// iptables and no nft on the node, and no hop into a pod's own user
+// namespace: nf_tables matches skuid and skgid as the namespace's owner
+// sees them, whoever wrote the rule (unlike xt_owner).
+
+// NativeOf is the native ruleset a model stands for; a model with no
+// family (a sandbox passed through) holds none of our tables.
+func NativeOf(m iptables.Model) *nftables.Ruleset {
+	if m.V4 == nil && m.V6 == nil {
+		return &nftables.Ruleset{}
+	}
+	rs := nftables.Build(m.Spec, m.V6 != nil)
+	return &rs
+}
+
+func familiesOf(m iptables.Model) []iptables.Family {
+	var fs []iptables.Family
+	for _, rs := range m.Rulesets() {
+		fs = append(fs, rs.Family)
+	}
+	return fs
+}
+
+// programNative is Program for native nftables: the ruleset, TPROXY's
+// policy routes and ::6 in, then read back; a failure removes them unless
+// w.Only (the agent hands the ADD back, and the plugin reconciles).
+func (n *Network) programNative(ctx context.Context, path string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
+	rs := NativeOf(m)
+	err := n.do(path, func(*xtables.Programmer) error {
+		if m.V6 != nil {
+			if err := addPassthroughV6(); err != nil {
+				return err
+			}
+		}
+		if err := nfnl.WriteNative(rs); err != nil {
+			return err
+		}
+		if rs.Route != nil {
+			for _, f := range familiesOf(m) {
+				if err := addPolicyRoute(f, rs.Route); err != nil {
+					return err
+				}
+			}
+		}
+		diffs, err := nfnl.DiffNative(rs)
+		if err != nil {
+			return fmt.Errorf("reading the nftables rules back: %w", err)
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("the nftables rules read back differ: %s", strings.Join(diffs, "; "))
+		}
+		return nil
+	})
+	written := map[iptables.Family]xtables.Written{}
+	for _, f := range familiesOf(m) {
+		written[f] = xtables.Written{Netlink: true}
+	}
+	if err == nil || w.Only {
+		return written, err
+	}
+	rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackBudget)
+	defer cancel()
+	if rbErr := n.cleanupNative(rbCtx, path); rbErr != nil {
+		err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
+	}
+	return written, err
+}
+
+// checkNative is Check for native nftables.
+func (n *Network) checkNative(path string, m iptables.Model) ([]string, error) {
+	rs := NativeOf(m)
+	var diffs []string
+	err := n.do(path, func(*xtables.Programmer) error {
+		var err error
+		if diffs, err = nfnl.DiffNative(rs); err != nil {
+			return fmt.Errorf("reading the nftables rules: %w", err)
+		}
+		if rs.Route != nil {
+			for _, f := range familiesOf(m) {
+				d, err := policyRouteDiffs(f, rs.Route)
+				if err != nil {
+					return err
+				}
+				diffs = append(diffs, d...)
+			}
+		}
+		if m.V6 != nil {
+			ok, err := hasPassthroughV6()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				diffs = append(diffs, "lo lacks "+passthroughV6.String())
+			}
+		}
+		return nil
+	})
+	return diffs, err
+}
+
+// cleanupNative removes our tables and TPROXY's policy routes. It runs
+// no iptables: a native node may have none.
+func (n *Network) cleanupNative(_ context.Context, path string) error {
+	return n.do(path, func(*xtables.Programmer) error {
+		return errors.Join(nfnl.DeleteNative(), removePolicyRoutes(iptables.IPv4, iptables.IPv6))
+	})
+}
