@@ -235,9 +235,11 @@ fuzz:
 
 ## bench: ADD latency, RSS and VERSION time against a real API server.
 ## UPSTREAM=/path/to/istio-cni adds upstream's plugin beside ours (or
-## bench-upstream, which builds it from its module, test/upstream).
+## bench-upstream, which builds it from its module, test/upstream);
+## NATIVE=1 measures the as-installed (and upstream's) ADD with native
+## nftables, against nft -f.
 bench: deps kube-binaries build
-	$(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM))
+	$(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
 
 bench-upstream: $(TOOLS)/upstream-istio-cni
 	$(MAKE) bench UPSTREAM=$(CURDIR)/$(TOOLS)/upstream-istio-cni

@@ -21,9 +21,6 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
-	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -46,8 +43,8 @@ const benchNode = "bench-node"
 
 // startInstalled lays out the node, starts the agent and waits until it
 // is ready (plugin, kubeconfig and conflist in place, its informer synced).
-func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer, plugin string) (*installedNode, error) {
-	nd, err := layOut(ctx, api, dir, installer, plugin)
+func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer, plugin string, native bool) (*installedNode, error) {
+	nd, err := layOut(ctx, api, dir, installer, plugin, native)
 	if err != nil && nd != nil {
 		nd.stop()
 		return nil, err
@@ -55,7 +52,7 @@ func startInstalled(ctx context.Context, api *cluster.APIServer, dir, installer,
 	return nd, err
 }
 
-func layOut(ctx context.Context, api *cluster.APIServer, dir, installer, plugin string) (*installedNode, error) {
+func layOut(ctx context.Context, api *cluster.APIServer, dir, installer, plugin string, native bool) (*installedNode, error) {
 	nd := &installedNode{root: dir, bin: filepath.Join(dir, "bin"), netd: filepath.Join(dir, "net.d"),
 		run: filepath.Join(dir, "run"), sa: filepath.Join(dir, "sa"), src: filepath.Join(dir, "image")}
 	for _, d := range []string{nd.bin, nd.netd, nd.run, nd.sa, nd.src} {
@@ -71,11 +68,11 @@ func layOut(ctx context.Context, api *cluster.APIServer, dir, installer, plugin 
 		return nil, fmt.Errorf("mounting a tmpfs for the node's run directory: %w", err)
 	}
 	nd.unmount = func() { _ = syscall.Unmount(nd.run, syscall.MNT_DETACH) }
-	return nd, nd.start(ctx, api, installer, plugin)
+	return nd, nd.start(ctx, api, installer, plugin, native)
 }
 
 // start fills the node's directories and starts the agent.
-func (nd *installedNode) start(ctx context.Context, api *cluster.APIServer, installer, plugin string) error {
+func (nd *installedNode) start(ctx context.Context, api *cluster.APIServer, installer, plugin string, native bool) error {
 	ca, err := os.ReadFile(api.CAFile)
 	if err != nil {
 		return err
@@ -118,7 +115,8 @@ func (nd *installedNode) start(ctx context.Context, api *cluster.APIServer, inst
 		"PLUGIN_SOURCE="+nd.src, "POD_NAMESPACE=istio-cni", "NODE_NAME="+benchNode, "NODE_TAINT=false",
 		"NETNS_DIR=/var/run/netns", "LOG_LEVEL=info",
 		"HEALTH_ADDR=127.0.0.1:"+strconv.Itoa(ports[0]), "METRICS_ADDR=127.0.0.1:"+strconv.Itoa(ports[1]),
-		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port)
+		"KUBERNETES_SERVICE_HOST=127.0.0.1", "KUBERNETES_SERVICE_PORT="+port,
+		"NATIVE_NFTABLES="+strconv.FormatBool(native))
 	nd.agent.Stdout, nd.agent.Stderr = &nd.logs, &nd.logs
 	// No Pdeathsig: it fires when the starting thread exits, and the
 	// bench's namespace threads do; stop() ends the agent.
@@ -223,8 +221,9 @@ func runningSandbox(ctx context.Context, api *cluster.APIServer, pod string) (ns
 }
 
 // installed measures ADD as installed against the floor in one table, with
-// the ratios the target is stated in.
-func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, installer string, conc int) error {
+// the ratios the target is stated in; native: with NATIVE_NFTABLES=true,
+// against `nft -f` of upstream's commands.
+func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, installer string, conc int, native bool) error {
 	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"node-bench","namespace":"bench","annotations":{"sidecar.istio.io/status":"{}"}},
  "spec":{"nodeName":"` + benchNode + `","containers":[{"name":"app","image":"app:v1"},{"name":"istio-proxy","image":"proxy:v1"}]}}`)
 	if err := api.CreatePod(ctx, pod); err != nil {
@@ -240,7 +239,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		return err
 	}
 	defer removeNS(seen)
-	nd, err := startInstalled(ctx, api, filepath.Join(dir, "node"), installer, b.plugin)
+	nd, err := startInstalled(ctx, api, filepath.Join(dir, "node"), installer, b.plugin, native)
 	if err != nil {
 		return err
 	}
@@ -268,27 +267,11 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	if _, err := run.execPlugin("ADD", "node-bench", seen.Path(), stdin, false); err != nil {
 		return err
 	}
-	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	text, err := iptables.Plan(&rs, nil)
+	f, err := installedFloor(native)
 	if err != nil {
 		return err
 	}
-	backend, err := release.Auto.Resolve(false)
-	if err != nil {
-		return err
-	}
-	// The plugin writes over netlink where the node's iptables-nft is the
-	// release whose layout it reproduces; the bench checks it did.
-	wantBy, version := "iptables-restore", "legacy"
-	if backend == release.NFT {
-		if version, err = xtables.NFTVersion(xtables.CommandsFor(backend, iptables.IPv4).Restore); err != nil {
-			return err
-		}
-		if release.HasLayout(version) {
-			wantBy = "netlink"
-		}
-	}
-	fmt.Printf("\n## As installed: install-cni (its node agent, the audit on) running, the plugin it installed called with the entry it wrote (%s %s; rules written by %s)\n\n", backend, version, wantBy)
+	fmt.Printf("\n## As installed: install-cni (its node agent, the audit on) running, the plugin it installed called with the entry it wrote (%s; rules written by %s)\n\n", f.node, f.wantBy)
 	fmt.Println("| measurement | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|")
 	results := map[string][]sample{}
@@ -298,10 +281,10 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		conc       int
 		one        func() (sample, error)
 	}{
-		{"floor1", "floor: bare iptables-restore", 1, func() (sample, error) { return floorOnce(backend, text) }},
-		{"add1", "ADD meshed pod (the agent answers the lookup and reads the rules back)", 1, run.addWith(backend, "node-bench", stdin, true, false)},
-		{"floorN", fmt.Sprintf("floor, %d at once", conc), conc, func() (sample, error) { return floorOnce(backend, text) }},
-		{"addN", fmt.Sprintf("ADD, %d at once", conc), conc, run.addWith(backend, "node-bench", stdin, false, false)},
+		{"floor1", "floor: bare " + f.name, 1, func() (sample, error) { return f.run(false) }},
+		{"add1", "ADD meshed pod (the agent answers the lookup and reads the rules back)", 1, run.addWith(f.backend, "node-bench", stdin, true, false)},
+		{"floorN", fmt.Sprintf("floor, %d at once", conc), conc, func() (sample, error) { return f.run(false) }},
+		{"addN", fmt.Sprintf("ADD, %d at once", conc), conc, run.addWith(f.backend, "node-bench", stdin, false, false)},
 	} {
 		s, err := collect(b.n, m.conc, m.one)
 		if err != nil {
@@ -316,8 +299,8 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 				if one.from != "agent" {
 					missed = append(missed, one.miss)
 				}
-				if one.rulesBy != wantBy {
-					return fmt.Errorf("%s: the rules were written by %q, want %q on this node (iptables %s)\n%s", m.label, one.rulesBy, wantBy, version, nd.logs.String())
+				if one.rulesBy != f.wantBy {
+					return fmt.Errorf("%s: the rules were written by %q, want %q on this node (%s)\n%s", m.label, one.rulesBy, f.wantBy, f.node, nd.logs.String())
 				}
 			}
 			if len(missed) > len(s)/20 {
@@ -345,7 +328,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		ratio(p("add1", 0.5), p("floor1", 0.5)), conc, ratio(p("addN", 0.99), p("floorN", 0.99)))
 	// The plugin's own peak: the agent answers, so the API lookup helper
 	// never runs (GNU time's %M would count it, a child, otherwise).
-	s, err := collect(min(b.n, 50), 1, run.addWith(backend, "node-bench", stdin, false, true))
+	s, err := collect(min(b.n, 50), 1, run.addWith(f.backend, "node-bench", stdin, false, true))
 	if err != nil {
 		return fmt.Errorf("peak RSS: %w\n%s", err, nd.logs.String())
 	}
@@ -358,7 +341,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	// Where this VM spends an exec's time: each first touch of a page
 	// costs tens of microseconds here, so page faults predict the ratio
 	// better than any in-process timer.
-	floors, err := collect(min(b.n, 50), 1, func() (sample, error) { return floorRun(backend, text, true) })
+	floors, err := collect(min(b.n, 50), 1, func() (sample, error) { return f.run(true) })
 	if err != nil {
 		return fmt.Errorf("floor page faults: %w", err)
 	}
@@ -368,8 +351,8 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 	if err != nil {
 		return fmt.Errorf("VERSION page faults: %w", err)
 	}
-	fmt.Printf("Minor page faults per process (GNU time, %%R, p50): ADD %d, its VERSION %d, the bare iptables-restore %d.\n",
-		medianFaults(s), medianFaults(versions), medianFaults(floors))
+	fmt.Printf("Minor page faults per process (GNU time, %%R, p50): ADD %d, its VERSION %d, the bare %s %d.\n",
+		medianFaults(s), medianFaults(versions), f.name, medianFaults(floors))
 	m := procStatus(nd.agent.Process.Pid)
 	fmt.Printf("The agent's RSS after the runs: %.1f MB (peak %.1f MB; now %.1f MB anonymous, %.1f MB of its binary and files).\n",
 		float64(m["VmRSS:"])/1024, float64(m["VmHWM:"])/1024, float64(m["RssAnon:"])/1024, float64(m["RssFile:"])/1024)

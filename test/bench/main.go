@@ -28,6 +28,7 @@ func main() {
 	n := flag.Int("n", 200, "samples per measurement")
 	conc := flag.Int("concurrency", 8, "ADDs at once in the concurrent run")
 	backends := flag.String("backends", "auto,legacy", "iptables backends to measure, comma-separated")
+	native := flag.Bool("native-nftables", false, "measure the as-installed table with NATIVE_NFTABLES=true, against nft -f")
 	events := flag.Int("events", 100, "installer repair events per measurement")
 	skipPlugin := flag.Bool("skip-plugin", false, "measure only the installer")
 	skipInstaller := flag.Bool("skip-installer", false, "measure only the plugin")
@@ -59,7 +60,7 @@ func main() {
 	}
 	var err error
 	if !*skipPlugin {
-		err = run(*plugin, *installer, *upstream, *n, *conc, strings.Split(*backends, ","))
+		err = run(*plugin, *installer, *upstream, *n, *conc, strings.Split(*backends, ","), *native)
 	}
 	if err == nil && !*skipInstaller {
 		err = installerBench(*events)
@@ -70,7 +71,7 @@ func main() {
 	}
 }
 
-func run(plugin, installer, upstream string, n, conc int, backends []string) error {
+func run(plugin, installer, upstream string, n, conc int, backends []string, native bool) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
@@ -132,11 +133,11 @@ func run(plugin, installer, upstream string, n, conc int, backends []string) err
 	if err := b.peakRSS(); err != nil {
 		return err
 	}
-	if err := b.installed(ctx, api, dir, installer, conc); err != nil {
+	if err := b.installed(ctx, api, dir, installer, conc, native); err != nil {
 		return fmt.Errorf("as installed: %w", err)
 	}
 	if upstream != "" {
-		if err := b.upstream(upstream, dir, conc); err != nil {
+		if err := b.upstream(upstream, dir, conc, native); err != nil {
 			return fmt.Errorf("upstream: %w", err)
 		}
 	}

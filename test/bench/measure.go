@@ -159,7 +159,7 @@ func removeNS(n ns.NetNS) {
 }
 
 // floorOnce is the floor: one iptables-restore of the same rules, started
-// from a thread inside a fresh namespace.
+// in a fresh namespace.
 func floorOnce(backend release.Backend, text []byte) (sample, error) {
 	return floorRun(backend, text, false)
 }
@@ -170,10 +170,26 @@ func floorRun(backend release.Backend, text []byte, rss bool) (sample, error) {
 	if err != nil {
 		return sample{}, err
 	}
+	return runFloor(text, rss, restore, "--noflush", "--wait=10")
+}
+
+// nftFloorRun is native nftables' floor: one `nft -f -` of upstream's
+// commands for the same pod, in a fresh namespace.
+func nftFloorRun(text []byte, rss bool) (sample, error) {
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		return sample{}, fmt.Errorf("nft, native nftables' floor (make deps installs it): %w", err)
+	}
+	return runFloor(text, rss, nft, "-f", "-")
+}
+
+// runFloor runs a program on text in a fresh namespace, timed; with rss
+// under GNU time, for its page faults.
+func runFloor(text []byte, rss bool, prog string, args ...string) (sample, error) {
 	return withNetns(func(n ns.NetNS) (sample, error) {
 		var s sample
 		err := n.Do(func(ns.NetNS) error {
-			cmd := exec.Command(restore, "--noflush", "--wait=10")
+			cmd := exec.Command(prog, args...) // #nosec G204 -- the bench's floor
 			var timeFile string
 			if rss {
 				f, err := os.CreateTemp("", "rss-")
@@ -183,14 +199,14 @@ func floorRun(backend release.Backend, text []byte, rss bool) (sample, error) {
 				timeFile = f.Name()
 				_ = f.Close()
 				defer os.Remove(timeFile)
-				cmd = exec.Command("/usr/bin/time", append(timeArgs(timeFile), restore, "--noflush", "--wait=10")...)
+				cmd = exec.Command("/usr/bin/time", append(append(timeArgs(timeFile), prog), args...)...) // #nosec G204 -- the bench's floor
 			}
 			cmd.Stdin = bytes.NewReader(text)
 			start := time.Now()
 			out, err := cmd.CombinedOutput()
 			s = sample{d: time.Since(start)}
 			if err != nil {
-				return fmt.Errorf("%s: %w: %s", restore, err, out)
+				return fmt.Errorf("%s: %w: %s", prog, err, out)
 			}
 			if rss {
 				data, err := os.ReadFile(timeFile) // #nosec G304 -- the bench's own temp file
@@ -261,6 +277,8 @@ func (b *bench) add(backend release.Backend, pod, prevResult string, check, rss 
 	return b.addWith(backend, pod, b.stdin(string(backend), prevResult), check, rss)
 }
 
+// addWith is add with the runtime's stdin; backend "" checks the rules as
+// native nftables.
 func (b *bench) addWith(backend release.Backend, pod string, stdin []byte, check, rss bool) func() (sample, error) {
 	want := "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"
 	switch pod {
@@ -272,7 +290,11 @@ func (b *bench) addWith(backend release.Backend, pod string, stdin []byte, check
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
 			s, err := b.execPlugin("ADD", pod, n.Path(), stdin, rss)
-			if err == nil && check {
+			switch {
+			case err != nil || !check:
+			case backend == "": // native nftables
+				err = verifyNative(n)
+			default:
 				err = verify(n, backend, want)
 			}
 			if err == nil && b.records != "" {

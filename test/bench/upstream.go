@@ -10,14 +10,18 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // upstream measures upstream istio-cni's plugin binary (given with
 // -upstream; the bench never fetches one) the same way: the same meshed
 // pod from the same API server, a fresh namespace per ADD, its rules
-// checked after each timed ADD, beside the same floor.
-func (b *bench) upstream(binary, dir string, conc int) error {
+// checked after each timed ADD, beside the same floor; native: both with
+// native_nftables (upstream's writes through the nft binary, which the
+// node must have), beside nft -f.
+func (b *bench) upstream(binary, dir string, conc int, native bool) error {
 	runDir := filepath.Join(dir, "upstream-run")
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return err
@@ -35,33 +39,29 @@ func (b *bench) upstream(binary, dir string, conc int) error {
 	entry, err := json.Marshal(map[string]any{
 		"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "istio-cni",
 		"plugin_log_level": "info", "cni_agent_run_dir": runDir, "pod_namespace": "istio-system",
-		"exclude_namespaces": []string{"kube-system"},
-		"kubernetes":         map[string]any{"kubeconfig": kubeconfig, "cni_bin_dir": filepath.Dir(binary), "exclude_namespaces": []string{"kube-system"}},
-		"prevResult":         json.RawMessage(prevV4),
+		"exclude_namespaces": []string{"kube-system"}, "native_nftables": native,
+		"kubernetes": map[string]any{"kubeconfig": kubeconfig, "cni_bin_dir": filepath.Dir(binary), "exclude_namespaces": []string{"kube-system"}},
+		"prevResult": json.RawMessage(prevV4),
 	})
 	if err != nil {
 		return err
 	}
-	backend, err := release.Auto.Resolve(false)
+	f, err := installedFloor(native)
 	if err != nil {
 		return err
 	}
-	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	text, err := iptables.Plan(&rs, nil)
-	if err != nil {
-		return err
-	}
+	backend := f.backend
 	up := &bench{plugin: binary, n: b.n, uids: b.uids}
-	fmt.Printf("\n## Upstream istio-cni's plugin (%s), the same pod, API server and floor (%s)\n\n", binary, backend)
+	fmt.Printf("\n## Upstream istio-cni's plugin (%s), the same pod, API server and floor (%s)\n\n", binary, f.node)
 	fmt.Println("| measurement | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|")
-	floor := func() (sample, error) { return floorOnce(backend, text) }
+	floor := func() (sample, error) { return f.run(false) }
 	for _, m := range []struct {
 		label string
 		conc  int
 		one   func() (sample, error)
 	}{
-		{"floor: bare iptables-restore", 1, floor},
+		{"floor: bare " + f.name, 1, floor},
 		{"upstream ADD meshed pod", 1, up.addAddressed(backend, entry, true, false)},
 		{fmt.Sprintf("floor, %d at once", conc), conc, floor},
 		{fmt.Sprintf("upstream ADD, %d at once", conc), conc, up.addAddressed(backend, entry, false, false)},
@@ -82,7 +82,8 @@ func (b *bench) upstream(binary, dir string, conc int) error {
 
 // addAddressed is addWith for upstream's plugin, which refuses a namespace
 // without an address: the primary's eth0 is there first (a link with
-// the prevResult's address, up; not timed).
+// the prevResult's address, up; not timed). Backend "": its rules are
+// native nftables, checked as the plugin reads its own.
 func (b *bench) addAddressed(backend release.Backend, stdin []byte, check, rss bool) func() (sample, error) {
 	return func() (sample, error) {
 		return withNetns(func(n ns.NetNS) (sample, error) {
@@ -90,7 +91,11 @@ func (b *bench) addAddressed(backend release.Backend, stdin []byte, check, rss b
 				return sample{}, err
 			}
 			s, err := b.execPlugin("ADD", "bench", n.Path(), stdin, rss)
-			if err == nil && check {
+			switch {
+			case err != nil || !check:
+			case backend == "":
+				err = verifyNative(n)
+			default:
 				err = verify(n, backend, "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001")
 			}
 			return s, err
@@ -121,6 +126,20 @@ func primaryLink(cidr string) error {
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// verifyNative: the namespace holds upstream's native ruleset for the
+// bench pod, as nfnl reads it.
+func verifyNative(n ns.NetNS) error {
+	rs := nftables.Build(iptables.DefaultSpec(), false)
+	var diffs []string
+	if err := n.Do(func(ns.NetNS) (err error) { diffs, err = nfnl.DiffNative(&rs); return err }); err != nil {
+		return err
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("upstream's native rules differ from the model: %v", diffs)
 	}
 	return nil
 }
