@@ -34,6 +34,16 @@ var (
 	loopbackV6    = netip.MustParsePrefix("::1/128")
 )
 
+// Of is the native ruleset an iptables model stands for: its spec, with
+// IPv6 rules when it has an IPv6 ruleset; a model with no family (a
+// sandbox passed through) holds none of our tables.
+func Of(m iptables.Model) Ruleset {
+	if m.V4 == nil && m.V6 == nil {
+		return Ruleset{}
+	}
+	return Build(m.Spec, m.V6 != nil)
+}
+
 // Build returns upstream's native nftables ruleset for a spec. The IPv4
 // rules are always there, as upstream writes them; v6 adds the IPv6 ones
 // (upstream's EnableIPv6: the pod has an IPv6 address). The order is
@@ -57,7 +67,9 @@ func Build(spec iptables.Spec, v6 bool) Ruleset {
 		b.tproxyMarks(spec)
 	}
 	var rs Ruleset
-	if spec.TProxy {
+	if spec.TProxy && !spec.InboundPorts.None() {
+		// Upstream routes TPROXY's mark only when it captures inbound
+		// ports (configureTProxyRoutes).
 		rs.Route = &iptables.PolicyRoute{Mark: spec.TProxyMark, Table: spec.TProxyTable}
 	}
 	for _, name := range Tables {

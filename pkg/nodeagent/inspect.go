@@ -24,6 +24,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
+	"istio-cni.local/istio-cni/pkg/nftables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
@@ -152,7 +153,8 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		},
 		ObserveNative: func(_ context.Context, path string, m iptables.Model) (have []string, err error) {
 			err = podnet.Enter(path, func() error {
-				have, err = nfnl.ListNative(podnet.NativeOf(m))
+				rs := nftables.Of(m)
+				have, err = nfnl.ListNative(&rs)
 				return err
 			})
 			return have, err

@@ -13,6 +13,17 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
+// withWriterOf is conf writing rules as the record says its ADD did:
+// native nftables or iptables.
+func withWriterOf(conf *Config, r applied.Record) *Config {
+	if r.Native == conf.parsed.Native {
+		return conf
+	}
+	c := *conf
+	c.parsed.Native = r.Native
+	return &c
+}
+
 // Check verifies that a pod that must be redirected holds exactly the rules
 // its model says, reading them from its namespace. Pods that are not ours to
 // redirect pass.
@@ -46,6 +57,8 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 				return nil
 			}
 			out.families = decision.FamilyNames(r.IPv4, r.IPv6)
+			// Read as ADD wrote them, whatever the node writes now.
+			conf = withWriterOf(conf, r)
 		}
 	}
 	if m.V4 == nil && m.V6 == nil {

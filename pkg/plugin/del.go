@@ -33,8 +33,12 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		out.pod, out.podUID = ref.String(), ref.uid
 	}
 	// ADD records every sandbox, pass-through ones too: the record goes
-	// first, whatever the pod.
+	// first, whatever the pod; its rules are removed as its ADD wrote
+	// them (native nftables or iptables), whatever the node writes now.
 	err := confErr
+	if r, ok := recorded(conf, args, out.podUID); ok && !r.Passed {
+		conf = withWriterOf(conf, r)
+	}
 	if conf.RecordsDir != "" {
 		if rErr := (applied.Store{Dir: conf.RecordsDir}).Remove(out.podUID, args.ContainerID); rErr != nil {
 			err = errors.Join(err, rErr)
@@ -70,7 +74,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 func fallbackConfig(stdin []byte) *Config {
 	var raw struct {
 		IptablesBackend string `json:"iptables_backend"`
-		NativeNftables  bool   `json:"native_nftables"`
+		NativeNftables  any    `json:"native_nftables"` // any: a bad value keeps the rest
 		ReportsSocket   string `json:"reports_socket"`
 		RecordsDir      string `json:"records_dir"`
 	}
@@ -80,7 +84,7 @@ func fallbackConfig(stdin []byte) *Config {
 		if b, err := release.ParseBackend(raw.IptablesBackend); err == nil {
 			conf.parsed.Backend = b
 		}
-		conf.parsed.Native = raw.NativeNftables
+		conf.parsed.Native = raw.NativeNftables == true
 		if filepath.IsAbs(raw.ReportsSocket) {
 			conf.ReportsSocket = raw.ReportsSocket
 		}

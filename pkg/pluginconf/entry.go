@@ -157,6 +157,11 @@ func (e *Entry) Normalize() (Values, error) {
 	if s.Native = e.NativeNftables; s.Native && s.Backend != release.Auto {
 		return s, invalid("iptables_backend", "%q with native_nftables: pods' rules are native nftables then, written by no iptables: leave iptables_backend unset (or auto), or set native_nftables to false", s.Backend)
 	}
+	if s.Native && s.IPv6 == decision.IPv6DualStackOnly {
+		// One inet table captures both families: IPv6 cannot be left
+		// to go direct, as dual-stack-only promises.
+		return s, invalid("ipv6_redirect", "%q with native_nftables: upstream's native rules capture IPv6 with IPv4 in one inet table, so it cannot go direct: use always, or set native_nftables to false", s.IPv6)
+	}
 	if s.Timeouts.Total, err = parseDuration(e.APITimeout, DefaultAPITimeout, MaxAPITimeout); err != nil {
 		return s, invalid("api_timeout", "%v", err)
 	}

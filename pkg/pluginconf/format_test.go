@@ -32,7 +32,7 @@ func TestEntryKeysAreTheirVersion(t *testing.T) {
 		{APITimeout: "61s"}, {APITimeout: "1s", APIAttemptTimeout: "2s"},
 		{TProxyMark: iptables.OutboundMark}, {TProxyRouteTable: 254},
 		{ExcludeNamespaces: []string{"Not_A_Namespace"}}, {LogFile: "relative"},
-		{NativeNftables: true, IptablesBackend: "legacy"},
+		{NativeNftables: true, IptablesBackend: "legacy"}, {NativeNftables: true, IPv6Redirect: "dual-stack-only"},
 	} {
 		_, err := probe.Normalize()
 		refusals = append(refusals, fmt.Sprint(err))

@@ -20,13 +20,8 @@ import (
 // namespace: nf_tables matches skuid and skgid as the namespace's owner
 // sees them, whoever wrote the rule (unlike xt_owner).
 
-// NativeOf is the native ruleset a model stands for; a model with no
-// family (a sandbox passed through) holds none of our tables.
-func NativeOf(m iptables.Model) *nftables.Ruleset {
-	if m.V4 == nil && m.V6 == nil {
-		return &nftables.Ruleset{}
-	}
-	rs := nftables.Build(m.Spec, m.V6 != nil)
+func nativeOf(m iptables.Model) *nftables.Ruleset {
+	rs := nftables.Of(m)
 	return &rs
 }
 
@@ -42,8 +37,12 @@ func familiesOf(m iptables.Model) []iptables.Family {
 // policy routes and ::6 in, then read back; a failure removes them unless
 // w.Only (the agent hands the ADD back, and the plugin reconciles).
 func (n *Network) programNative(ctx context.Context, path string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
-	rs := NativeOf(m)
+	rs := nativeOf(m)
 	err := n.do(path, func(*xtables.Programmer) error {
+		if w.Late() {
+			// The agent's shim stopped waiting: the plugin writes.
+			return fmt.Errorf("native rules not written: %w", xtables.ErrLate)
+		}
 		if m.V6 != nil {
 			if err := addPassthroughV6(); err != nil {
 				return err
@@ -85,7 +84,7 @@ func (n *Network) programNative(ctx context.Context, path string, m iptables.Mod
 
 // checkNative is Check for native nftables.
 func (n *Network) checkNative(path string, m iptables.Model) ([]string, error) {
-	rs := NativeOf(m)
+	rs := nativeOf(m)
 	var diffs []string
 	err := n.do(path, func(*xtables.Programmer) error {
 		var err error

@@ -108,7 +108,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 			// namespace's rules on top.
 			restoreErr = written.Refused
 			if !errors.Is(restoreErr, nfnl.ErrUnknownOutcome) {
-				if late(w) {
+				if w.Late() {
 					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
 				}
 				restoreErr = p.restore(ctx, rs.Family, text)
@@ -138,8 +138,11 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 // errLate: the caller's deadline passed before the first write.
 var errLate = errors.New("past the deadline: the caller stopped waiting")
 
-// late says whether w's deadline has passed: no first write starts then.
-func late(w Write) bool { return !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) }
+// Late says whether w's deadline has passed: no first write starts then.
+func (w Write) Late() bool { return !w.Deadline.IsZero() && !time.Now().Before(w.Deadline) }
+
+// ErrLate: the caller's deadline passed before the first write.
+var ErrLate = errLate
 
 // fresh writes the ruleset in one transaction when w asks for its family.
 // A failure leaves the namespace as it was, but for
@@ -153,7 +156,7 @@ func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 	case p.restorer != nil:
 		return Written{Refused: ErrUserNS}
 	}
-	if late(w) {
+	if w.Late() {
 		return Written{Refused: errLate}
 	}
 	write := p.Transaction

@@ -330,7 +330,8 @@ func TestNewerPassedRecordOfAPlainPodIsNoCandidate(t *testing.T) {
 // TestRecordSaysHowToReadTheRules: the audit reads and repairs a sandbox
 // as its ADD wrote it, whatever the node's plugin writes now: a native
 // record as nftables, an iptables record with its backend, and one that
-// names none with the node's iptables even on a node now native.
+// names none with the node's detected iptables backend even on a node
+// now native (the image has no plain iptables-save to resolve).
 func TestRecordSaysHowToReadTheRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -340,8 +341,8 @@ func TestRecordSaysHowToReadTheRules(t *testing.T) {
 		want    Writer
 	}{
 		{"native record, iptables node", Writer{Backend: release.NFT}, true, "", Writer{Native: true}},
-		{"legacy record, native node", Writer{Native: true}, false, release.Legacy, Writer{Backend: release.Legacy}},
-		{"record naming no backend, native node", Writer{Native: true}, false, "", Writer{Backend: release.Auto}},
+		{"legacy record, native node", Writer{Native: true, Backend: release.NFT}, false, release.Legacy, Writer{Backend: release.Legacy}},
+		{"record naming no backend, native node", Writer{Native: true, Backend: release.Legacy}, false, "", Writer{Backend: release.Legacy}},
 		{"record naming no backend, iptables node", Writer{Backend: release.NFT}, false, "", Writer{Backend: release.NFT}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

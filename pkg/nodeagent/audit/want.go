@@ -43,9 +43,9 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, Writer,
 		case r.Backend == release.Legacy || r.Backend == release.NFT:
 			w = Writer{Backend: r.Backend}
 		case w.Native:
-			// An iptables record on a node now native: iptables as
-			// the node resolves it.
-			w = Writer{Backend: release.Auto}
+			// An iptables record on a node now native: the node's
+			// iptables backend, as detected.
+			w = Writer{Backend: w.Backend}
 		}
 		return m, w, true, nil
 	}

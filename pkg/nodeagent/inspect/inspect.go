@@ -227,10 +227,7 @@ func observe(ctx context.Context, d Deps, netns string, m iptables.Model, native
 
 // nativeListing is the native nftables ruleset a model stands for.
 func nativeListing(m iptables.Model) []string {
-	if m.V4 == nil && m.V6 == nil {
-		return nil
-	}
-	rs := nftables.Build(m.Spec, m.V6 != nil)
+	rs := nftables.Of(m)
 	return rs.Listing()
 }
 
@@ -251,6 +248,9 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 				return iptables.Model{}, false, nil
 			}
 			if rec.Passed {
+				// A sandbox passed through records no writer: the
+				// node's says where ours would be.
+				r.Native = o.Native
 				r.Redirect, r.Recorded = false, true
 				return iptables.Model{}, false, nil
 			}

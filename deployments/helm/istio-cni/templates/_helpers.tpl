@@ -132,6 +132,11 @@ values, checked once. Rendered as YAML; templates read it with
 {{- if or (lt $rate 1) (gt $rate 60) -}}
 {{- fail (printf "missedInjection.restartsPerMinute %v: want a whole number from 1 to 60" .Values.missedInjection.restartsPerMinute) -}}
 {{- end -}}
+{{- $ipv6 := toString (coalesce $env.IPV6_REDIRECT .Values.ipv6Redirect) -}}
+{{- $native := toString (coalesce $env.NATIVE_NFTABLES .Values.global.nativeNftables) -}}
+{{- if and (regexMatch "^(1|t|T|TRUE|true|True)$" $native) (eq $ipv6 "dual-stack-only") -}}
+{{- fail "ipv6Redirect dual-stack-only with global.nativeNftables: upstream's native rules capture IPv6 with IPv4 in one inet table, so IPv6 cannot go direct: use ipv6Redirect always, or nativeNftables false" -}}
+{{- end -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
 {{- /* env may also set the config's shape; it is checked here as the
       agent checks it at start, so a refused shape fails the render

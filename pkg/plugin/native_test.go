@@ -1,0 +1,53 @@
+package plugin
+
+import (
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
+
+// A DEL whose config does not validate keeps what it can read of it: a
+// native_nftables of the wrong type costs only that key, not the
+// records directory and the reports socket beside it.
+func TestDelWithBadNativeValueKeepsTheRest(t *testing.T) {
+	c := fallbackConfig([]byte(`{"native_nftables":"true","records_dir":"/r","reports_socket":"/s"}`))
+	if c.RecordsDir != "/r" || c.ReportsSocket != "/s" || c.parsed.Native {
+		t.Errorf("fallback config %+v (native %v): want records_dir and reports_socket kept, not native", c, c.parsed.Native)
+	}
+	if c := fallbackConfig([]byte(`{"native_nftables":true,"log_level":7}`)); !c.parsed.Native {
+		t.Error("a valid native_nftables beside a bad key is lost")
+	}
+}
+
+// CHECK and DEL read and remove a sandbox's rules as its ADD wrote them,
+// whatever the node's entry says now (the setting was switched since).
+func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
+	for _, recordedNative := range []bool{true, false} {
+		dir := t.TempDir()
+		entry := confWithRecords(dir)
+		if !recordedNative {
+			entry = strings.Replace(entry, `"records_dir"`, `"native_nftables":true,"records_dir"`, 1)
+		}
+		a := cmdArgs(entry, podArgsUID)
+		a.Netns = t.TempDir()
+		r := applied.Record{PodUID: "0d5e2f4c-aaaa-bbbb-cccc-444455556666", Pod: "team-a/web-1", Container: a.ContainerID,
+			NetnsInode: netnsInode(a.Netns), IPv4: true, Spec: iptables.DefaultSpec(), Native: recordedNative}
+		if err := (applied.Store{Dir: dir}).Write(r); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness()
+		var asked []bool
+		h.p.deps.NewPodNetwork = func(c *Config) PodNetwork { asked = append(asked, c.parsed.Native); return h.net }
+		if err := h.p.Check(a); err != nil {
+			t.Fatalf("CHECK: %v", err)
+		}
+		if err := h.p.Del(a); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		if len(asked) != 2 || asked[0] != recordedNative || asked[1] != recordedNative {
+			t.Errorf("recorded native=%v: CHECK and DEL asked for native=%v", recordedNative, asked)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package podnet
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/nftables"
+)
+
+// nativeHeld is how our tables in the namespace differ from rs.
+func nativeHeld(t *testing.T, n ns.NetNS, rs nftables.Ruleset) []string {
+	t.Helper()
+	var d []string
+	if err := n.Do(func(ns.NetNS) (err error) { d, err = nfnl.DiffNative(&rs); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestNativeProgramCheckCleanup: a native Network writes the model's
+// native ruleset (TPROXY's routes and ::6 with it), CHECK finds it whole
+// and then a table gone, and Cleanup removes tables and routes.
+func TestNativeProgramCheckCleanup(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	net := &Network{Native: true}
+	spec := iptables.DefaultSpec()
+	spec.TProxy, spec.DNSCapture = true, true
+	m := iptables.Build(spec, true, true)
+	n := newNS(t)
+	if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := nativeHeld(t, n, nftables.Of(m)); len(d) > 0 {
+		t.Fatalf("after Program: %v", d)
+	}
+	if d, err := net.Check(ctx, n.Path(), m); err != nil || len(d) > 0 {
+		t.Fatalf("CHECK after Program: %v, %v", d, err)
+	}
+	if err := n.Do(func(ns.NetNS) error { return nfnl.WriteNative(&nftables.Ruleset{}) }); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := net.Check(ctx, n.Path(), m); err != nil || len(d) == 0 {
+		t.Fatalf("CHECK with our tables gone: %v, %v; want differences", d, err)
+	}
+	if err := net.Cleanup(ctx, n.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := net.Check(ctx, n.Path(), iptables.Model{}); err != nil || len(d) > 0 {
+		t.Errorf("after Cleanup: %v, %v; want nothing of ours", d, err)
+	}
+	var routes bool
+	if err := n.Do(func(ns.NetNS) (err error) {
+		for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			ok, err := hasPolicyRule(f, &iptables.PolicyRoute{Mark: spec.TProxyMark, Table: spec.TProxyTable})
+			if err != nil {
+				return err
+			}
+			routes = routes || ok
+		}
+		return nil
+	}); err != nil || routes {
+		t.Errorf("after Cleanup, policy rules left: %v, %v", routes, err)
+	}
+}
+
+// TestNativeWriteHonoursTheDeadline: past the caller's deadline (the
+// agent's shim stopped waiting) nothing is written.
+func TestNativeWriteHonoursTheDeadline(t *testing.T) {
+	requireRoot(t)
+	n := newNS(t)
+	m := iptables.Build(iptables.DefaultSpec(), true, false)
+	_, err := (&Network{Native: true}).Program(context.Background(), n.Path(), m, xtables.Write{Only: true, Deadline: time.Now().Add(-time.Second)})
+	if !errors.Is(err, xtables.ErrLate) {
+		t.Fatalf("Program past the deadline: %v, want ErrLate", err)
+	}
+	if d := nativeHeld(t, n, nftables.Ruleset{}); len(d) > 0 {
+		t.Errorf("written past the deadline: %v", d)
+	}
+}
