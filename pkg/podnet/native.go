@@ -91,25 +91,13 @@ func (n *Network) checkNative(path string, m iptables.Model) ([]string, error) {
 		if diffs, err = nfnl.DiffNative(rs); err != nil {
 			return fmt.Errorf("reading the nftables rules: %w", err)
 		}
-		if rs.Route != nil {
-			for _, f := range familiesOf(m) {
-				d, err := policyRouteDiffs(f, rs.Route)
-				if err != nil {
-					return err
-				}
-				diffs = append(diffs, d...)
-			}
+		routed := map[iptables.Family]*iptables.PolicyRoute{}
+		for _, f := range familiesOf(m) {
+			routed[f] = rs.Route
 		}
-		if m.V6 != nil {
-			ok, err := hasPassthroughV6()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				diffs = append(diffs, "lo lacks "+passthroughV6.String())
-			}
-		}
-		return nil
+		d, err := routeAndAddressDiffs(routed, m.V6 != nil)
+		diffs = append(diffs, d...)
+		return err
 	})
 	return diffs, err
 }

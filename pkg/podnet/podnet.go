@@ -192,28 +192,42 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 		if diffs, err = p.Check(ctx, m); err != nil {
 			return err
 		}
+		routed := map[iptables.Family]*iptables.PolicyRoute{}
 		for _, rs := range m.Rulesets() {
-			if rs.Route == nil {
-				continue
-			}
-			d, err := policyRouteDiffs(rs.Family, rs.Route)
-			if err != nil {
-				return err
-			}
-			diffs = append(diffs, d...)
+			routed[rs.Family] = rs.Route
 		}
-		if m.V6 != nil {
-			ok, err := hasPassthroughV6()
-			if err != nil {
-				return err
-			}
-			if !ok {
-				diffs = append(diffs, "lo lacks "+passthroughV6.String())
-			}
-		}
-		return nil
+		d, err := routeAndAddressDiffs(routed, m.V6 != nil)
+		diffs = append(diffs, d...)
+		return err
 	})
 	return diffs, err
+}
+
+// routeAndAddressDiffs is what CHECK reads besides the rules, from a
+// thread in the namespace, whichever wrote them: each family's TPROXY
+// policy route (nil: none), and ::6 on lo for a pod with IPv6.
+func routeAndAddressDiffs(routes map[iptables.Family]*iptables.PolicyRoute, v6 bool) ([]string, error) {
+	var diffs []string
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		if routes[f] == nil {
+			continue
+		}
+		d, err := policyRouteDiffs(f, routes[f])
+		if err != nil {
+			return diffs, err
+		}
+		diffs = append(diffs, d...)
+	}
+	if v6 {
+		ok, err := hasPassthroughV6()
+		if err != nil {
+			return diffs, err
+		}
+		if !ok {
+			diffs = append(diffs, "lo lacks "+passthroughV6.String())
+		}
+	}
+	return diffs, nil
 }
 
 // Cleanup removes everything of ours from both families.

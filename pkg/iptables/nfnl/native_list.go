@@ -1,7 +1,6 @@
 package nfnl
 
 import (
-	"errors"
 	"fmt"
 
 	"istio-cni.local/istio-cni/pkg/nftables"
@@ -17,20 +16,9 @@ func ListNative(rs *nftables.Ruleset) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := dial()
+	held, err := readHeld()
 	if err != nil {
 		return nil, err
-	}
-	defer c.close()
-	held, err := c.readNative()
-	for range readAttempts - 1 {
-		if !errors.Is(err, errChanged) {
-			break
-		}
-		held, err = c.readNative()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the inet tables: %w", err)
 	}
 	var out []string
 	for _, name := range nftables.Tables {

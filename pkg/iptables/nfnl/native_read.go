@@ -23,6 +23,16 @@ func DiffNative(rs *nftables.Ruleset) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	held, err := readHeld()
+	if err != nil {
+		return nil, err
+	}
+	return diffNative(want, held), nil
+}
+
+// readHeld reads our tables once nothing commits during the read, at
+// most readAttempts times.
+func readHeld() (map[string]*heldTable, error) {
 	c, err := dial()
 	if err != nil {
 		return nil, err
@@ -38,7 +48,7 @@ func DiffNative(rs *nftables.Ruleset) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the inet tables: %w", err)
 	}
-	return diffNative(want, held), nil
+	return held, nil
 }
 
 // heldTable is one of our tables as the kernel dumps it.
