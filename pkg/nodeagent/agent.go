@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/lifecycle"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
@@ -63,7 +63,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 		a.installer = install.New(cfg.Install, deps)
 		return a, nil
 	}
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kubeclient.New(rc)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	deps.Reinstalled = a.lifecycle.Reinstalled
 	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
-		if deps.PluginToken, err = install.PluginTokenMinter(rc, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
+		if deps.PluginToken, err = install.PluginTokenMinter(cs, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
 			cfg.Install.PluginTokenTTL, cfg.NodeName); err != nil {
 			return nil, err
 		}
@@ -86,7 +86,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 			if fresh {
 				rv = ""
 			}
-			n, err := cs.CoreV1().Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{ResourceVersion: rv})
+			n, err := cs.Nodes().Get(ctx, cfg.NodeName, metav1.GetOptions{ResourceVersion: rv})
 			if err != nil {
 				return "", err
 			}
@@ -102,7 +102,7 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 
 // nodeDuties builds what the configuration turns on: the audit, the
 // missed-injection detector, the taint.
-func (a *Agent) nodeDuties(cs kubernetes.Interface, reg prometheus.Registerer) error {
+func (a *Agent) nodeDuties(cs kubeclient.Interface, reg prometheus.Registerer) error {
 	cfg := a.cfg
 	if cfg.MissedInjection != missed.Off && cfg.NodeName == "" && cfg.AuditAction == audit.Off && !cfg.NodeTaint {
 		// Reporting is on by default; an agent run without its node's

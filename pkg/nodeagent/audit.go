@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"istio-cni.local/istio-cni/pkg/applied"
@@ -19,6 +18,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/childcaps"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -27,7 +27,7 @@ import (
 // newAudit wires the node audit to the node: its pods through an informer,
 // their namespaces through the node's netns directory, their rules through
 // the image's iptables (both backends) with the backend ADD used.
-func newAudit(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
+func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
 	log *slog.Logger) *audit.Auditor {
 	// The agent keeps CAP_SYS_ADMIN for setns; the iptables it runs get
 	// only what iptables needs.

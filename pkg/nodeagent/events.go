@@ -5,12 +5,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // Component is the Events' source.
@@ -23,10 +21,10 @@ type Events struct {
 	broadcaster record.EventBroadcaster
 }
 
-func newEvents(cs kubernetes.Interface, node string) *Events {
+func newEvents(cs kubeclient.Interface, node string) *Events {
 	b := record.NewBroadcasterWithCorrelatorOptions(record.CorrelatorOptions{})
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	return &Events{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component, Host: node})}
+	b.StartRecordingToSink(kubeclient.EventSink(cs))
+	return &Events{broadcaster: b, recorder: b.NewRecorder(kubeclient.Scheme, corev1.EventSource{Component: Component, Host: node})}
 }
 
 // flush gives the last Events a moment, then stops (Shutdown drops what is

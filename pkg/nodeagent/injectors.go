@@ -11,12 +11,11 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/yaml"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // injectorReader keeps a view of the cluster's sidecar injectors for the
@@ -25,13 +24,12 @@ import (
 // when needed, at most once a configTTL). What it cannot read it says,
 // once, and stands in for with the istio-discovery chart's defaults.
 type injectorReader struct {
-	cs             kubernetes.Interface
+	cs             kubeclient.Interface
 	istioNamespace string // where a URL webhook's ConfigMap lives
 	log            *slog.Logger
 	now            func() time.Time
 	listRetry      time.Duration // how often the webhooks are asked for while they cannot be listed
 
-	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 
 	mu sync.Mutex
@@ -51,9 +49,9 @@ type cachedConfig struct {
 // configTTL is how long a revision's configuration read is reused.
 const configTTL = time.Minute
 
-func newInjectorReader(cs kubernetes.Interface, istioNamespace string, log *slog.Logger) *injectorReader {
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	inf := factory.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
+func newInjectorReader(cs kubeclient.Interface, istioNamespace string, log *slog.Logger) *injectorReader {
+	inf := cache.NewSharedIndexInformer(kubeclient.ListWatch(cs, cs.MutatingWebhookConfigurations(), nil),
+		&admissionv1.MutatingWebhookConfiguration{}, 0, cache.Indexers{})
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if c, ok := obj.(*admissionv1.MutatingWebhookConfiguration); ok {
 			c.ManagedFields, c.Annotations = nil, nil
@@ -63,7 +61,7 @@ func newInjectorReader(cs kubernetes.Interface, istioNamespace string, log *slog
 		}
 		return obj, nil
 	})
-	return &injectorReader{cs: cs, istioNamespace: istioNamespace, log: log, now: time.Now, listRetry: time.Minute, factory: factory, informer: inf,
+	return &injectorReader{cs: cs, istioNamespace: istioNamespace, log: log, now: time.Now, listRetry: time.Minute, informer: inf,
 		configs: map[string]cachedConfig{}, said: map[string]bool{}}
 }
 
@@ -82,12 +80,12 @@ func (r *injectorReader) Start(ctx context.Context) bool {
 		go r.retryList(ctx)
 		return true
 	}
-	r.factory.Start(ctx.Done())
+	go r.informer.RunWithContext(ctx)
 	return cache.WaitForCacheSync(ctx.Done(), r.informer.HasSynced)
 }
 
 func (r *injectorReader) canList(ctx context.Context) error {
-	_, err := r.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{Limit: 1})
+	_, err := r.cs.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{Limit: 1})
 	return err
 }
 
@@ -105,7 +103,7 @@ func (r *injectorReader) retryList(ctx context.Context) {
 		if r.canList(ctx) != nil {
 			continue
 		}
-		r.factory.Start(ctx.Done())
+		go r.informer.RunWithContext(ctx)
 		if cache.WaitForCacheSync(ctx.Done(), r.informer.HasSynced) {
 			r.setFallback("")
 			r.log.Info("missed injection: the webhook configurations can be listed now; following them")
@@ -210,13 +208,13 @@ func (r *injectorReader) config(ctx context.Context, rev, ns string) (injection.
 }
 
 // readInjectorConfig reads the "config" key of an injector ConfigMap.
-func readInjectorConfig(ctx context.Context, cs kubernetes.Interface, ns, name string) (injection.Config, string) {
+func readInjectorConfig(ctx context.Context, cs kubeclient.Interface, ns, name string) (injection.Config, string) {
 	assumed := func(why string) (injection.Config, string) {
 		return injection.ChartConfig, fmt.Sprintf("ConfigMap %s/%s %s: the chart's default (policy enabled, no selectors) assumed", ns, name, why)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	cm, err := cs.ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return assumed("does not exist")
@@ -238,8 +236,8 @@ func readInjectorConfig(ctx context.Context, cs kubernetes.Interface, ns, name s
 // readInjectors reads the injectors once, for inspect: the webhook
 // configurations and each revision's configuration, or the chart's where
 // they cannot be read.
-func readInjectors(ctx context.Context, cs kubernetes.Interface, istioNamespace string) injection.View {
-	list, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+func readInjectors(ctx context.Context, cs kubeclient.Interface, istioNamespace string) injection.View {
+	list, err := cs.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return injection.ChartView("the MutatingWebhookConfigurations cannot be listed (" + err.Error() + ")")
 	}

@@ -19,6 +19,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient/clientset"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
@@ -46,7 +47,7 @@ func TestReadInjectors(t *testing.T) {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "istio-canary", Name: "istio-sidecar-injector-canary"},
 			Data: map[string]string{"config": "policy: disabled\nalwaysInjectSelector:\n- matchLabels:\n    app: web\ntemplates: {}\n"}},
 	)
-	view := readInjectors(context.Background(), cs, "istio-system")
+	view := readInjectors(context.Background(), clientset.Of(cs), "istio-system")
 	if len(view.Injectors) != 2 {
 		t.Fatalf("%d injectors, want the two of Istio: %+v", len(view.Injectors), view)
 	}
@@ -72,7 +73,7 @@ func TestReadInjectors(t *testing.T) {
 	cs.PrependReactor("list", "mutatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(admissionv1.Resource("mutatingwebhookconfigurations"), "", nil)
 	})
-	if view := readInjectors(context.Background(), cs, "istio-system"); !strings.Contains(view.From, "cannot be listed") || len(view.Injectors) != 1 {
+	if view := readInjectors(context.Background(), clientset.Of(cs), "istio-system"); !strings.Contains(view.From, "cannot be listed") || len(view.Injectors) != 1 {
 		t.Errorf("forbidden: %+v", view)
 	}
 }
@@ -92,7 +93,7 @@ func TestInjectorsFollowedOnceListable(t *testing.T) {
 		}
 		return true, nil, apierrors.NewForbidden(admissionv1.Resource("mutatingwebhookconfigurations"), "", nil)
 	})
-	r := newInjectorReader(cs, "istio-system", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := newInjectorReader(clientset.Of(cs), "istio-system", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	r.listRetry = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -31,6 +30,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/inspect"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
@@ -145,7 +145,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		},
 		Injectors: func(ctx context.Context) injection.View { return readInjectors(ctx, cs, c.istioNS) },
 		NamespaceLabels: func(ctx context.Context, name string) (map[string]string, error) {
-			n, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			n, err := cs.Namespaces().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return nil, fmt.Errorf("reading namespace %s: %w", name, err)
 			}
@@ -182,7 +182,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 
 // inspectClient: --kubeconfig, else the pod's own credentials, else (on
 // the node as root) the plugin's kubeconfig in the run directory.
-func inspectClient(kubeconfig, runDir string) (kubernetes.Interface, error) {
+func inspectClient(kubeconfig, runDir string) (kubeclient.Interface, error) {
 	var rc *rest.Config
 	var err error
 	switch {
@@ -196,11 +196,11 @@ func inspectClient(kubeconfig, runDir string) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect: API credentials: %w", err)
 	}
-	return kubernetes.NewForConfig(rc)
+	return kubeclient.New(rc)
 }
 
-func getPod(ctx context.Context, cs kubernetes.Interface, ns, name string) (*inspect.Pod, error) {
-	p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+func getPod(ctx context.Context, cs kubeclient.Interface, ns, name string) (*inspect.Pod, error) {
+	p, err := cs.Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
 	}

@@ -7,11 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 )
@@ -20,12 +19,10 @@ import (
 // labels: which ones select sidecar injection.
 type namespaceLabels struct {
 	informer cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
 }
 
-func newNamespaceLabels(cs kubernetes.Interface) (*namespaceLabels, error) {
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	inf := factory.Core().V1().Namespaces().Informer()
+func newNamespaceLabels(cs kubeclient.Interface) (*namespaceLabels, error) {
+	inf := cache.NewSharedIndexInformer(kubeclient.ListWatch(cs, cs.Namespaces(), nil), &corev1.Namespace{}, 0, cache.Indexers{})
 	if err := inf.SetTransform(func(obj any) (any, error) {
 		if ns, ok := obj.(*corev1.Namespace); ok {
 			ns.ManagedFields, ns.Annotations = nil, nil
@@ -34,12 +31,12 @@ func newNamespaceLabels(cs kubernetes.Interface) (*namespaceLabels, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return &namespaceLabels{informer: inf, factory: factory}, nil
+	return &namespaceLabels{informer: inf}, nil
 }
 
 // Start runs the informer until ctx ends and waits for its first list.
 func (n *namespaceLabels) Start(ctx context.Context) bool {
-	n.factory.Start(ctx.Done())
+	go n.informer.RunWithContext(ctx)
 	return cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced)
 }
 
@@ -60,7 +57,7 @@ func (n *namespaceLabels) Get(name string) (map[string]string, bool) {
 // namespace's labels and the cluster's injectors (a change to either wakes
 // it), Events, the gauge and the restart counter, and restart mode's
 // shared state in the API.
-func newMissed(cfg Config, cs kubernetes.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
+func newMissed(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec record.EventRecorder, reg prometheus.Registerer,
 	log *slog.Logger) (*missed.Detector, *missedSources, error) {
 	namespaces, err := newNamespaceLabels(cs)
 	if err != nil {

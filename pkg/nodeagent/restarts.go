@@ -14,8 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 )
 
@@ -33,7 +33,7 @@ import (
 // Leases of these names, and evict only in namespaces labelled for
 // injection.
 type apiRestarts struct {
-	cs        kubernetes.Interface
+	cs        kubeclient.Interface
 	namespace string // the agent's
 	perMinute int
 	now       func() time.Time
@@ -50,7 +50,7 @@ var _ missed.Restarts = apiRestarts{}
 
 // NewAPIRestarts is restart mode's shared state over cs, for the agent in
 // namespace, at most perMinute evictions a minute across the cluster.
-func NewAPIRestarts(cs kubernetes.Interface, namespace string, perMinute int) missed.Restarts {
+func NewAPIRestarts(cs kubeclient.Interface, namespace string, perMinute int) missed.Restarts {
 	return apiRestarts{cs: cs, namespace: namespace, perMinute: perMinute, now: time.Now}
 }
 
@@ -65,7 +65,7 @@ func (r apiRestarts) Round(ctx context.Context, pod *corev1.Pod, rev missed.Revi
 		// ReplicaSets and StatefulSets are apps/v1.
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: rev.Kind, Name: rev.Name, UID: types.UID(rev.UID)}},
 	}}
-	leases := r.cs.CoordinationV1().Leases(pod.Namespace)
+	leases := r.cs.Leases(pod.Namespace)
 	made, err := leases.Create(ctx, lease, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		made, err = leases.Get(ctx, name, metav1.GetOptions{})
@@ -79,7 +79,7 @@ func (r apiRestarts) Round(ctx context.Context, pod *corev1.Pod, rev missed.Revi
 // Take records one eviction in the budget Lease, if the last minute has
 // room for it.
 func (r apiRestarts) Take(ctx context.Context) (bool, error) {
-	leases := r.cs.CoordinationV1().Leases(r.namespace)
+	leases := r.cs.Leases(r.namespace)
 	lease, err := leases.Get(ctx, BudgetLease, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: BudgetLease, Namespace: r.namespace,
@@ -127,7 +127,7 @@ func recentEvictions(recorded string, now time.Time) []string {
 // Evict asks the API to evict the pod, as kubectl drain does.
 func (r apiRestarts) Evict(ctx context.Context, pod *corev1.Pod) error {
 	uid := pod.UID
-	err := r.cs.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
+	err := r.cs.Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
 	})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient/clientset"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
 )
 
@@ -27,7 +28,7 @@ func TestAPIRestarts(t *testing.T) {
 	cs := fake.NewClientset()
 	now := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	agent := func() apiRestarts {
-		return apiRestarts{cs: cs, namespace: "istio-cni", perMinute: 2, now: func() time.Time { return now }}
+		return apiRestarts{cs: clientset.Of(cs), namespace: "istio-cni", perMinute: 2, now: func() time.Time { return now }}
 	}
 	a, b := agent(), agent()
 	yes := true

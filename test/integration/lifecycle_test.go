@@ -70,7 +70,7 @@ func startWatcher(t *testing.T, admin kubernetes.Interface, ns string, wait time
 	}
 	token := tr.Status.Token
 	w := lifecycle.New(lifecycle.Config{Namespace: ns, DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni", ReplaceWait: wait},
-		clientFor(t, token), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		agentClient(t, token), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	w.Start(ctx)

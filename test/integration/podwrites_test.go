@@ -44,7 +44,7 @@ func TestPodWritesPolicy(t *testing.T) {
 		return p
 	}
 	onA, onA2, onB := pod("pw-on-a", "pw-node-a"), pod("pw-on-a-2", "pw-node-a"), pod("pw-on-b", "pw-node-b")
-	agentA := audit.APIActions{Client: clientFor(t, tokenA)}
+	agentA := audit.APIActions{Client: agentClient(t, tokenA)}
 	const key = "cni.istio.io/uninitialized"
 
 	// The policy may lag the apply.
@@ -108,7 +108,7 @@ func TestRestartsPolicy(t *testing.T) {
 		return p
 	}
 	inMesh, inPlain := pod("rs-mesh"), pod("rs-plain")
-	r := nodeagent.NewAPIRestarts(clientFor(t, token), "istio-cni", 5)
+	r := nodeagent.NewAPIRestarts(agentClient(t, token), "istio-cni", 5)
 	rev, _ := missed.RevisionOf(inMesh)
 	poll.Until(t, 20*time.Second, "an eviction outside the mesh's namespaces refused", func() (bool, string) {
 		err := r.Evict(ctx, inPlain)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
@@ -26,7 +27,7 @@ func TestDeploymentsRBAC(t *testing.T) {
 	// The installer's identity: a token for its ServiceAccount bound to its
 	// pod on a node, as kubelet projects it.
 	installerToken, _ := agentToken(t, ctx, "rbac-node")
-	mint, err := install.PluginTokenMinter(restConfig(installerToken), "istio-cni", "istio-cni-plugin", install.MinPluginTokenTTL, "rbac-node")
+	mint, err := install.PluginTokenMinter(agentClient(t, installerToken), "istio-cni", "istio-cni-plugin", install.MinPluginTokenTTL, "rbac-node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +101,17 @@ func TestDeploymentsRBAC(t *testing.T) {
 
 func restConfig(token string) *rest.Config {
 	return &rest.Config{Host: env.api.URL, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAFile: env.api.CAFile}}
+}
+
+// agentClient is the agent's own API client (pkg/nodeagent/kubeclient)
+// with token.
+func agentClient(t *testing.T, token string) kubeclient.Interface {
+	t.Helper()
+	c, err := kubeclient.New(restConfig(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func clientFor(t *testing.T, token string) *kubernetes.Clientset {

@@ -13,9 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
@@ -24,7 +24,7 @@ import (
 // agentOn is the agent's identity as the API server sees a token bound to
 // its pod on node: the ServiceAccount plus the node-name extra (admin
 // impersonation stands for kubelet's projected token).
-func agentOn(t *testing.T, node string) *kubernetes.Clientset {
+func agentOn(t *testing.T, node string) kubeclient.Interface {
 	t.Helper()
 	rc := restConfig(cluster.AdminToken)
 	rc.Impersonate = rest.ImpersonationConfig{
@@ -34,7 +34,7 @@ func agentOn(t *testing.T, node string) *kubernetes.Clientset {
 	if node != "" {
 		rc.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
-	c, err := kubernetes.NewForConfig(rc)
+	c, err := kubeclient.New(rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 		{"a finalizer", "taint-node-a", "taint-node-a", `{"metadata":{"finalizers":["example.com/block"]}}`},
 		{"a pod CIDR", "taint-node-a", "taint-node-a", `{"spec":{"podCIDR":"10.200.0.0/24","podCIDRs":["10.200.0.0/24"]}}`},
 	} {
-		_, err := agentOn(t, tc.asNode).CoreV1().Nodes().Patch(ctx, tc.node, types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
+		_, err := agentOn(t, tc.asNode).Nodes().Patch(ctx, tc.node, types.MergePatchType, []byte(tc.patch), metav1.PatchOptions{})
 		if err == nil || !strings.Contains(err.Error(), "istio-cni-node-taint") {
 			t.Errorf("%s: %v, want the policy to refuse it", tc.name, err)
 		}

@@ -121,10 +121,10 @@ func TestPluginTokenPolicy(t *testing.T) {
 	tokenB, _ := agentToken(t, ctx, "token-node-b")
 
 	// The product's own minter, as the agent on node a runs it.
-	if _, err := install.PluginTokenMinter(restConfig(tokenA), "istio-cni", "istio-cni-plugin", time.Hour, ""); err == nil {
+	if _, err := install.PluginTokenMinter(agentClient(t, tokenA), "istio-cni", "istio-cni-plugin", time.Hour, ""); err == nil {
 		t.Fatal("a minter without a node to bind to was made")
 	}
-	mint, err := install.PluginTokenMinter(restConfig(tokenA), "istio-cni", "istio-cni-plugin", time.Hour, "token-node-a")
+	mint, err := install.PluginTokenMinter(agentClient(t, tokenA), "istio-cni", "istio-cni-plugin", time.Hour, "token-node-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestPluginTokenPolicy(t *testing.T) {
 	}
 
 	// Node b's plugin token, then node a revoked alone.
-	mintB, err := install.PluginTokenMinter(restConfig(tokenB), "istio-cni", "istio-cni-plugin", time.Hour, "token-node-b")
+	mintB, err := install.PluginTokenMinter(agentClient(t, tokenB), "istio-cni", "istio-cni-plugin", time.Hour, "token-node-b")
 	if err != nil {
 		t.Fatal(err)
 	}

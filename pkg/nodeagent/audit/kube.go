@@ -8,19 +8,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // APIActions deletes and labels pods through the API, guarded by the pod's
 // UID so a recreated pod of the same name is never touched.
 type APIActions struct {
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 }
 
 // Delete deletes the pod.
 func (a APIActions) Delete(ctx context.Context, pod *corev1.Pod) error {
 	uid := pod.UID
-	err := a.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+	err := a.Client.Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	if err != nil {
@@ -39,7 +40,7 @@ func (a APIActions) Label(ctx context.Context, pod *corev1.Pod, key, value strin
 	if err != nil {
 		return err
 	}
-	_, err = a.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err = a.Client.Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("labelling pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}

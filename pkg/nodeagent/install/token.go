@@ -9,8 +9,8 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // TokenMinter returns a new bearer token for the plugin and when it expires.
@@ -43,7 +43,7 @@ const (
 // (ServiceAccountTokenNodeBinding, GA in 1.33); the agent's pod cannot
 // stand in, because the API server binds a token only to a pod that runs
 // as the token's own ServiceAccount.
-func PluginTokenMinter(cfg *rest.Config, namespace, serviceAccount string, ttl time.Duration, node string) (TokenMinter, error) {
+func PluginTokenMinter(client kubeclient.Interface, namespace, serviceAccount string, ttl time.Duration, node string) (TokenMinter, error) {
 	if namespace == "" || serviceAccount == "" {
 		return nil, errors.New("the plugin ServiceAccount's namespace and name are needed to mint its token")
 	}
@@ -52,10 +52,6 @@ func PluginTokenMinter(cfg *rest.Config, namespace, serviceAccount string, ttl t
 	}
 	if ttl < MinPluginTokenTTL || ttl > MaxPluginTokenTTL {
 		return nil, fmt.Errorf("the plugin's token lifetime %s: want %s to %s", ttl, MinPluginTokenTTL, MaxPluginTokenTTL)
-	}
-	client, err := corev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("client for minting the plugin's token: %w", err)
 	}
 	seconds := int64(ttl / time.Second)
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds,

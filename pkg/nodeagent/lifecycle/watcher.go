@@ -15,8 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // Config names the agent's own objects.
@@ -36,7 +37,7 @@ type Config struct {
 // answers, at shutdown, whether to uninstall (Check).
 type Watcher struct {
 	cfg    Config
-	client kubernetes.Interface
+	client kubeclient.Interface
 	log    *slog.Logger
 
 	mu  sync.Mutex
@@ -63,7 +64,7 @@ const (
 )
 
 // New returns a watcher; Start begins watching.
-func New(cfg Config, client kubernetes.Interface, log *slog.Logger) *Watcher {
+func New(cfg Config, client kubeclient.Interface, log *slog.Logger) *Watcher {
 	if cfg.ReplaceWait <= 0 {
 		cfg.ReplaceWait = DefaultReplaceWait
 	}
@@ -76,39 +77,34 @@ func New(cfg Config, client kubernetes.Interface, log *slog.Logger) *Watcher {
 // object, by name (RBAC grants them by resourceNames). A watch that cannot
 // start is logged: shutdown then relies on fresh reads.
 func (w *Watcher) Start(ctx context.Context) {
-	core, apps := w.client.CoreV1().RESTClient(), w.client.AppsV1().RESTClient()
-	for _, s := range []struct {
-		k      kind
-		getter cache.Getter
-		res    string
-		ns     string
-		name   string
-		obj    runtime.Object
-	}{
-		{namespaceKind, core, "namespaces", "", w.cfg.Namespace, &corev1.Namespace{}},
-		{daemonSetKind, apps, "daemonsets", w.cfg.Namespace, w.cfg.DaemonSet, &appsv1.DaemonSet{}},
-		{serviceAccountKind, core, "serviceaccounts", w.cfg.Namespace, w.cfg.ServiceAccount, &corev1.ServiceAccount{}},
-	} {
-		lw := cache.NewFilteredListWatchFromClient(s.getter, s.res, s.ns, func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.name).String()
-		})
-		inf := cache.NewSharedIndexInformer(lw, s.obj, 0, cache.Indexers{})
-		k := s.k
-		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-			if !errors.Is(err, context.Canceled) {
-				w.log.Debug("lifecycle watch", "object", string(k), "error", err.Error())
-			}
-		})
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { w.saw(k, o) },
-			UpdateFunc: func(_, o any) { w.saw(k, o) },
-			DeleteFunc: func(any) { w.deleted(k) },
-		}); err != nil {
-			w.log.Warn("lifecycle: cannot watch", "object", string(k), "error", err.Error())
-			continue
+	byName := func(name string) func(*metav1.ListOptions) {
+		return func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
 		}
-		go inf.RunWithContext(ctx)
 	}
+	w.watch(ctx, namespaceKind, kubeclient.ListWatch(w.client, w.client.Namespaces(), byName(w.cfg.Namespace)), &corev1.Namespace{})
+	w.watch(ctx, daemonSetKind, kubeclient.ListWatch(w.client, w.client.DaemonSets(w.cfg.Namespace), byName(w.cfg.DaemonSet)), &appsv1.DaemonSet{})
+	w.watch(ctx, serviceAccountKind, kubeclient.ListWatch(w.client, w.client.ServiceAccounts(w.cfg.Namespace), byName(w.cfg.ServiceAccount)),
+		&corev1.ServiceAccount{})
+}
+
+// watch runs one object's informer until ctx ends.
+func (w *Watcher) watch(ctx context.Context, k kind, lw cache.ListerWatcher, obj runtime.Object) {
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if !errors.Is(err, context.Canceled) {
+			w.log.Debug("lifecycle watch", "object", string(k), "error", err.Error())
+		}
+	})
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.saw(k, o) },
+		UpdateFunc: func(_, o any) { w.saw(k, o) },
+		DeleteFunc: func(any) { w.deleted(k) },
+	}); err != nil {
+		w.log.Warn("lifecycle: cannot watch", "object", string(k), "error", err.Error())
+		return
+	}
+	go inf.RunWithContext(ctx)
 }
 
 // saw records an object as a watch or read returned it.
@@ -259,7 +255,7 @@ func (w *Watcher) refresh(ctx context.Context) facts {
 	var node *corev1.Node
 	if w.cfg.NodeName != "" {
 		wg.Go(func() {
-			if n, err := w.client.CoreV1().Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{}); err == nil {
+			if n, err := w.client.Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{}); err == nil {
 				node = n
 			}
 		})
@@ -292,13 +288,13 @@ func (w *Watcher) read(ctx context.Context, k kind) refusal {
 	var err error
 	switch k {
 	case namespaceKind:
-		o, err = w.client.CoreV1().Namespaces().Get(ctx, w.cfg.Namespace, metav1.GetOptions{})
+		o, err = w.client.Namespaces().Get(ctx, w.cfg.Namespace, metav1.GetOptions{})
 	case daemonSetKind:
 		var ds *appsv1.DaemonSet
-		ds, err = w.client.AppsV1().DaemonSets(w.cfg.Namespace).Get(ctx, w.cfg.DaemonSet, metav1.GetOptions{})
+		ds, err = w.client.DaemonSets(w.cfg.Namespace).Get(ctx, w.cfg.DaemonSet, metav1.GetOptions{})
 		o = ds
 	case serviceAccountKind:
-		o, err = w.client.CoreV1().ServiceAccounts(w.cfg.Namespace).Get(ctx, w.cfg.ServiceAccount, metav1.GetOptions{})
+		o, err = w.client.ServiceAccounts(w.cfg.Namespace).Get(ctx, w.cfg.ServiceAccount, metav1.GetOptions{})
 	}
 	switch {
 	case err == nil:

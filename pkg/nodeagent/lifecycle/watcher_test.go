@@ -17,6 +17,8 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient/clientset"
 )
 
 // A DaemonSet deleted and recreated before the shutdown check, whose gap
@@ -29,7 +31,7 @@ func TestCheckNamesAReplacement(t *testing.T) {
 	client := fake.NewClientset(ds("a"),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni"}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni", Namespace: "istio-cni"}})
-	w := New(Config{Namespace: "istio-cni", DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni"}, client,
+	w := New(Config{Namespace: "istio-cni", DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni"}, clientset.Of(client),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	w.saw(daemonSetKind, ds("a")) // as the watch first shows it
 	ctx := context.Background()
@@ -50,7 +52,7 @@ func TestCheckNamesAReplacement(t *testing.T) {
 }
 
 func newTestWatcher(client *fake.Clientset) *Watcher {
-	return New(Config{Namespace: "istio-cni", DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni", NodeName: "node-a"}, client,
+	return New(Config{Namespace: "istio-cni", DaemonSet: "istio-cni-node", ServiceAccount: "istio-cni", NodeName: "node-a"}, clientset.Of(client),
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 

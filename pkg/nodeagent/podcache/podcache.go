@@ -10,27 +10,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // Pods is an informer over the pods bound to one node: the field selector
 // keeps the cache (and the API server's work) to this node.
 type Pods struct {
 	informer cache.SharedIndexInformer
-	factory  informers.SharedInformerFactory
 }
 
 // New builds the informer. Add handlers with OnChange, then Start it.
-func New(cs kubernetes.Interface, node string) (*Pods, error) {
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+func New(cs kubeclient.Interface, node string) (*Pods, error) {
+	lw := kubeclient.ListWatch(cs, cs.Pods(""), func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
-	}))
-	inf := factory.Core().V1().Pods().Informer()
+	})
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
 	// Managed fields are most of a pod's size and no duty reads them.
 	if err := inf.SetTransform(func(obj any) (any, error) {
 		if p, ok := obj.(*corev1.Pod); ok {
@@ -40,7 +38,7 @@ func New(cs kubernetes.Interface, node string) (*Pods, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return &Pods{informer: inf, factory: factory}, nil
+	return &Pods{informer: inf}, nil
 }
 
 // OnChange calls f with each added or updated pod (the cache's object: read
@@ -63,7 +61,7 @@ func (n *Pods) OnChange(f func(*corev1.Pod)) error {
 
 // Start runs the informer until ctx ends and waits for its first list.
 func (n *Pods) Start(ctx context.Context) bool {
-	n.factory.Start(ctx.Done())
+	go n.informer.RunWithContext(ctx)
 	return cache.WaitForCacheSync(ctx.Done(), n.informer.HasSynced)
 }
 

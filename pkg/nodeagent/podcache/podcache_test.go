@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient/clientset"
 )
 
 // Every handler hears each pod; the cache serves the plugin's subset,
@@ -19,7 +21,7 @@ func TestHandlersAndLookup(t *testing.T) {
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app"}, {Name: "istio-proxy"}}},
 	})
-	pods, err := New(cs, "node-a")
+	pods, err := New(clientset.Of(cs), "node-a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
 // Key is the taint's key; its effect is always NoSchedule (NoExecute would
@@ -35,7 +36,7 @@ type Readiness interface {
 
 // Controller applies the taint.
 type Controller struct {
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	Node   string
 	Ready  Readiness
 	// Grace is how long the agent may be not ready before the taint goes
@@ -110,7 +111,7 @@ func resetTimer(t *time.Timer, d time.Duration) { t.Reset(max(d, time.Millisecon
 func (c *Controller) set(ctx context.Context, want bool, why string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, c.Node, metav1.GetOptions{})
+	node, err := c.Client.Nodes().Get(ctx, c.Node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", c.Node, err)
 	}
@@ -126,7 +127,7 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, c.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.Client.Nodes().Patch(ctx, c.Node, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("patching node %s: %w", c.Node, err)
 	}
 	c.setGauge(want)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient/clientset"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
@@ -130,7 +131,7 @@ func TestControllerFollowsReadiness(t *testing.T) {
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(), other}},
 	})
 	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
-	c := &Controller{Client: client, Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
+	c := &Controller{Client: clientset.Of(client), Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
