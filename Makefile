@@ -237,9 +237,11 @@ fuzz:
 ## UPSTREAM=/path/to/istio-cni adds upstream's plugin beside ours (or
 ## bench-upstream, which builds it from its module, test/upstream);
 ## NATIVE=1 measures the as-installed (and upstream's) ADD with native
-## nftables, against nft -f.
-bench: deps kube-binaries build
-	$(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
+## nftables, against nft -f. IPTABLES=1.8.7 (Debian bullseye's) or 1.8.11
+## (trixie's) measures as on a node with that iptables instead of the
+## machine's 1.8.9, the floor included (test/oldiptables/asnode.sh).
+bench: deps kube-binaries build $(if $(IPTABLES),$(TOOLS)/iptables-$(IPTABLES)/usr/sbin/xtables-nft-multi)
+	$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)) $(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
 
 bench-upstream: $(TOOLS)/upstream-istio-cni
 	$(MAKE) bench UPSTREAM=$(CURDIR)/$(TOOLS)/upstream-istio-cni

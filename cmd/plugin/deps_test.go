@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"istio-cni.local/istio-cni/test/golist"
 )
 
 const module = "istio-cni.local/istio-cni/"
@@ -80,31 +82,18 @@ func TestPluginLinksNoAgentCode(t *testing.T) {
 }
 
 func checkDeps(t *testing.T, pkg, name string, ours, forbidden []string) {
-	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, pkg).Output()
-	if err != nil {
-		t.Fatalf("go list %s: %v", pkg, err)
-	}
-	importers := map[string][]string{}
-	var deps []string
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		deps = append(deps, f[0])
-		for _, imp := range f[1:] {
-			importers[imp] = append(importers[imp], f[0])
-		}
-	}
+	c := golist.Of(t, pkg)
 	isForbidden := func(p string) bool {
-		return slices.ContainsFunc(forbidden, func(f string) bool { return p == strings.TrimSuffix(f, "/") || strings.HasPrefix(p, f) })
+		return slices.ContainsFunc(forbidden, func(f string) bool { return golist.Under(p, f) })
 	}
-	for _, dep := range deps {
+	for _, dep := range c.Deps {
 		own, isOurs := strings.CutPrefix(dep, module)
 		switch {
 		case isOurs && !slices.Contains(ours, own):
-			t.Errorf("%s links %s (imported by %v): it links only %v", name, dep, importers[dep], ours)
+			t.Errorf("%s links %s (imported by %v): it links only %v", name, dep, c.EntersAt(dep, nil), ours)
 		case isForbidden(dep):
 			// Name only where its own closure enters it.
-			entries := slices.DeleteFunc(slices.Clone(importers[dep]), isForbidden)
-			if len(entries) > 0 {
+			if entries := c.EntersAt(dep, isForbidden); len(entries) > 0 {
 				t.Errorf("%s links %s (imported by %v): none of %v", name, dep, entries, forbidden)
 			}
 		}

@@ -75,7 +75,13 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 	deps.Reinstalled = a.lifecycle.Reinstalled
 	deps.Notify = nodeNotices{events: a.events, node: cfg.NodeName}
 	if cfg.Install.PluginServiceAccount != "" {
-		if deps.PluginToken, err = install.PluginTokenMinter(cs, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
+		// A client of its own: the plugin's credential must not wait
+		// behind the rate limit a burst of Events or relists spends.
+		tokens, err := kubeclient.New(rc)
+		if err != nil {
+			return nil, err
+		}
+		if deps.PluginToken, err = install.PluginTokenMinter(tokens, cfg.Install.PodNamespace, cfg.Install.PluginServiceAccount,
 			cfg.Install.PluginTokenTTL, cfg.NodeName); err != nil {
 			return nil, err
 		}

@@ -10,7 +10,8 @@ import (
 )
 
 // EventSink writes an event broadcaster's Events, each in its own
-// namespace, as client-go's EventSinkImpl does.
+// namespace, as client-go's EventSinkImpl does (in protobuf, as the
+// Events client sends every Event, where EventSinkImpl sends JSON).
 func EventSink(c Interface) record.EventSink { return eventSink{c} }
 
 type eventSink struct{ c Interface }

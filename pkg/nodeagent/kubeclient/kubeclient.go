@@ -4,7 +4,7 @@
 // just their groups. client-go's Clientset links and registers every
 // built-in API group when the process starts, about 55 packages of types
 // the agent never asks for: 6 MB of its resident memory on every node
-// (BENCHMARKS.md, "Node agent: memory").
+// (BENCHMARKS.md, "Node agent").
 package kubeclient
 
 import (
@@ -72,8 +72,14 @@ type client struct {
 	core, apps, coordination, admission rest.Interface
 }
 
-// New returns the client for rc.
+// New returns the client for rc. The User-Agent goes on rc before its HTTP
+// client is built: only the transport sets the header, and the API server
+// names the agent's field manager and audit entries after it.
 func New(rc *rest.Config) (Interface, error) {
+	rc = rest.CopyConfig(rc)
+	if rc.UserAgent == "" {
+		rc.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	h, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
@@ -100,9 +106,6 @@ func restClient(rc *rest.Config, h *http.Client, gv schema.GroupVersion, path st
 	c := rest.CopyConfig(rc)
 	c.GroupVersion, c.APIPath = &gv, path
 	c.NegotiatedSerializer = rest.CodecFactoryForGeneratedClient(Scheme, codecs).WithoutConversion()
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
 	return rest.RESTClientForConfigAndClient(c, h)
 }
 

@@ -1,6 +1,7 @@
 // Package clientset adapts a client-go Clientset to kubeclient.Interface,
 // for tests that drive the agent's code with client-go's fake Clientset.
-// The agent itself never links it (cmd/install-cni's layers test).
+// The agent itself never links it (cmd/install-cni's
+// TestAgentLinksOnlyItsAPIGroups).
 package clientset
 
 import (
