@@ -105,3 +105,75 @@ func nativeDiffs(t *testing.T, netns string, rs *nftables.Ruleset) []string {
 	}
 	return d
 }
+
+// 20b. Native nftables across builds: rolled back to the previous build
+// and forward again (kubectl set image), NATIVE_NFTABLES=true throughout.
+// The previous build predates native nftables: it ignores the setting, and
+// reads a native sandbox's record as none, so its audit (repair) finds the
+// pod without iptables rules and adds them, beside the native tables, to
+// the same proxy ports (logged: how many ISTIO rules the pod holds). Through both rollouts the native pod's tables stay
+// as written and its traffic goes through its proxy; the pods started under
+// the previous build get its iptables rules at their first attempt; plain
+// pods start; and once the current build runs again, every pod is audited
+// clean under the writer its record names, and new pods are native again.
+func TestNativeNftablesAcrossBuilds(t *testing.T) {
+	requireInstalled(t)
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Fatalf("nft (make deps installs it): %v", err)
+	}
+	current, previous := previousImage(t)
+	t.Cleanup(func() {
+		restoreBuild(t, current.Ref)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		if err := setAgentSetting(ctx, "NATIVE_NFTABLES", "false"); err != nil {
+			t.Errorf("turning native nftables off again: %v", err)
+		}
+	})
+	if err := setAgentSetting(t.Context(), "NATIVE_NFTABLES", "true"); err != nil {
+		t.Fatal(err)
+	}
+	requireInstalled(t)
+	want := nftables.Build(iptables.DefaultSpec(), false)
+	native := startPod(t, meshedPod(t, "native-across"))
+	assertNative(t, nft, native, &want, "")
+	netns, err := env.node.PodNetNS(t.Context(), native.Metadata.Namespace, native.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stays := func(when string) {
+		t.Helper()
+		if d := nativeDiffs(t, netns, &want); len(d) > 0 {
+			t.Errorf("%s: the native pod's tables changed: %v", when, d)
+		}
+		assertThroughProxyFromNow(t, native)
+		rules, err := env.node.IptablesSave(t.Context(), native.Metadata.Namespace, native.Metadata.Name)
+		t.Logf("%s: the native pod's iptables (%v): %d ISTIO rules", when, err, strings.Count(rules, "-A ISTIO_"))
+	}
+
+	rollImage(t, previous.Ref, 1)
+	stays("under the previous build")
+	old := startPod(t, meshedPod(t, "native-across-prev"))
+	assertRedirected(t, old)
+	assertNodeStartsPlainPods(t, "native-across-prev-plain")
+
+	rollImage(t, current.Ref, 2)
+	stays("back on the current build")
+	assertThroughProxyFromNow(t, old)
+	assertNative(t, nft, startPod(t, meshedPod(t, "native-across-again")), &want, "")
+}
+
+// rollImage rolls the DaemonSet to image and waits for its agent, ready,
+// and two full audit passes that checked meshed pods.
+func rollImage(t *testing.T, image string, meshed int) {
+	t.Helper()
+	old := installerPod(t)
+	kubectl(t, "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+image)
+	poll.Until(t, 3*time.Minute, "the agent of "+image, func() (bool, string) {
+		p, ok := installerPodOrEmpty(t)
+		return ok && p.Metadata.Name != old && allReady(p) && p.Spec.Containers[0].Image == image, agentPodStates(t)
+	})
+	requireInstalled(t)
+	waitAuditPasses(t, 2, meshed)
+}

@@ -75,6 +75,27 @@ func TestUpgradeAndRollbackAcrossBuilds(t *testing.T) {
 // previous shim), all imported into the node.
 func skewImages(t *testing.T) (current, previous cluster.Build, mixed [2]cluster.Build) {
 	t.Helper()
+	current, previous = previousImage(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+	for i, m := range []struct{ agent, plugin cluster.Build }{{previous, current}, {current, previous}} {
+		name := [2]string{"previous-agent-current-plugin", "current-agent-previous-plugin"}[i]
+		var err error
+		if mixed[i], err = cluster.BuildMixedImage(ctx, m.agent, m.plugin, "localhost/istio-cni/install-cni:"+name,
+			filepath.Join(t.TempDir(), name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := env.node.ImportImages(ctx, mixed[0].Tarball, mixed[1].Tarball); err != nil {
+		t.Fatal(err)
+	}
+	return current, previous, mixed
+}
+
+// previousImage is the current build (as the DaemonSet runs it) and the
+// previous one (built from history), imported into the node.
+func previousImage(t *testing.T) (current, previous cluster.Build) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -87,18 +108,11 @@ func skewImages(t *testing.T) (current, previous cluster.Build, mixed [2]cluster
 	if current.Ref == previous.Ref {
 		t.Fatalf("test bug: the DaemonSet already runs the previous build's image %s", previous.Ref)
 	}
-	for i, m := range []struct{ agent, plugin cluster.Build }{{previous, current}, {current, previous}} {
-		name := [2]string{"previous-agent-current-plugin", "current-agent-previous-plugin"}[i]
-		if mixed[i], err = cluster.BuildMixedImage(ctx, m.agent, m.plugin, "localhost/istio-cni/install-cni:"+name,
-			filepath.Join(t.TempDir(), name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := env.node.ImportImages(ctx, previous.Tarball, mixed[0].Tarball, mixed[1].Tarball); err != nil {
+	if err := env.node.ImportImages(ctx, previous.Tarball); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the builds' binaries: %s", compareBinaries(previous, current))
-	return current, previous, mixed
+	return current, previous
 }
 
 // compareBinaries says which of the image's binaries differ between two
