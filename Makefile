@@ -240,6 +240,15 @@ fuzz:
 ## nftables, against nft -f. IPTABLES=1.8.7 (Debian bullseye's) or 1.8.11
 ## (trixie's) measures as on a node with that iptables instead of the
 ## machine's 1.8.9, the floor included (test/oldiptables/asnode.sh).
+BENCH_RELEASES := 1.8.7 1.8.11
+ifneq ($(IPTABLES),)
+ifeq ($(filter $(IPTABLES),$(BENCH_RELEASES)),)
+$(error IPTABLES=$(IPTABLES): want one of $(BENCH_RELEASES), the releases test/oldiptables unpacks)
+endif
+ifneq ($(NATIVE),)
+$(error NATIVE with IPTABLES: native nftables writes no iptables; the swapped libnftnl would time the machine's nft on another release's library)
+endif
+endif
 bench: deps kube-binaries build $(if $(IPTABLES),$(TOOLS)/iptables-$(IPTABLES)/usr/sbin/xtables-nft-multi)
 	$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)) $(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
 

@@ -11,7 +11,7 @@ import (
 // agentAPIGroups are the only API types the agent links: the kinds it
 // reads and writes (pkg/nodeagent/kubeclient). A package of API types
 // costs the agent's resident memory on every node whether or not it asks
-// for the kind: client-go's Clientset registers about 55 of them at start
+// for the kind: client-go's Clientset registers 53 of them at start
 // (6 MB of the agent's RSS, BENCHMARKS.md "Node agent").
 var agentAPIGroups = []string{
 	"k8s.io/api/core/v1",

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,14 +110,16 @@ func nativeDiffs(t *testing.T, netns string, rs *nftables.Ruleset) []string {
 
 // 20b. Native nftables across builds: rolled back to the previous build
 // and forward again (kubectl set image), NATIVE_NFTABLES=true throughout.
-// The previous build predates native nftables: it ignores the setting, and
-// reads a native sandbox's record as none, so its audit (repair) finds the
-// pod without iptables rules and adds them, beside the native tables, to
-// the same proxy ports (logged: how many ISTIO rules the pod holds). Through both rollouts the native pod's tables stay
-// as written and its traffic goes through its proxy; the pods started under
-// the previous build get its iptables rules at their first attempt; plain
-// pods start; and once the current build runs again, every pod is audited
-// clean under the writer its record names, and new pods are native again.
+// The previous build (be8eded) predates native nftables: it ignores the
+// setting, and reads a native sandbox's record as none, so its audit
+// (repair) finds the pod without iptables rules and adds them beside the
+// native tables, to the same proxy ports; they stay until the pod goes
+// (docs/plugin.md). Through both rollouts the native pod's tables never
+// change (read every 200 ms) and its traffic goes through its proxy; a
+// pod started under the previous build gets its iptables rules at its
+// first attempt; plain pods start; back on the current build, after two
+// audit passes, both meshed pods still go through their proxies and a
+// new pod is native again, at its first attempt.
 func TestNativeNftablesAcrossBuilds(t *testing.T) {
 	requireInstalled(t)
 	nft, err := exec.LookPath("nft")
@@ -142,26 +146,87 @@ func TestNativeNftablesAcrossBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stays := func(when string) {
-		t.Helper()
-		if d := nativeDiffs(t, netns, &want); len(d) > 0 {
-			t.Errorf("%s: the native pod's tables changed: %v", when, d)
-		}
-		assertThroughProxyFromNow(t, native)
+	watch := watchNative(netns, &want)
+	t.Cleanup(watch.stop)
+	istioRules := func() (int, string) {
 		rules, err := env.node.IptablesSave(t.Context(), native.Metadata.Namespace, native.Metadata.Name)
-		t.Logf("%s: the native pod's iptables (%v): %d ISTIO rules", when, err, strings.Count(rules, "-A ISTIO_"))
+		if err != nil {
+			return 0, err.Error()
+		}
+		return strings.Count(rules, "-A ISTIO_"), rules
 	}
 
 	rollImage(t, previous.Ref, 1)
-	stays("under the previous build")
+	poll.Until(t, 2*time.Minute, "the previous build's audit to add its iptables rules to the native pod", func() (bool, string) {
+		n, rules := istioRules()
+		return n > 0, rules
+	})
+	assertThroughProxyFromNow(t, native)
 	old := startPod(t, meshedPod(t, "native-across-prev"))
 	assertRedirected(t, old)
+	assertFirstSandbox(t, old)
 	assertNodeStartsPlainPods(t, "native-across-prev-plain")
 
 	rollImage(t, current.Ref, 2)
-	stays("back on the current build")
+	assertThroughProxyFromNow(t, native)
 	assertThroughProxyFromNow(t, old)
-	assertNative(t, nft, startPod(t, meshedPod(t, "native-across-again")), &want, "")
+	again := startPod(t, meshedPod(t, "native-across-again"))
+	assertNative(t, nft, again, &want, "")
+	assertFirstSandbox(t, again)
+	if n, rules := istioRules(); n == 0 {
+		t.Errorf("the previous build's iptables rules in the native pod are gone after the upgrade (docs/plugin.md says they stay):\n%s", rules)
+	}
+	watch.check(t)
+}
+
+// nativeWatch reads a pod's native tables every 200 ms until checked.
+type nativeWatch struct {
+	stop  func()
+	mu    sync.Mutex
+	reads int
+	first string // the first difference or error seen
+}
+
+func watchNative(netns string, want *nftables.Ruleset) *nativeWatch {
+	w := &nativeWatch{}
+	w.stop = poll.Every(200*time.Millisecond, func() {
+		var d []string
+		err := podnet.Enter(netns, func() (err error) { d, err = nfnl.DiffNative(want); return err })
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.reads++
+		switch {
+		case w.first != "":
+		case err != nil:
+			w.first = fmt.Sprintf("read %d: %v", w.reads, err)
+		case len(d) > 0:
+			w.first = fmt.Sprintf("read %d: %v", w.reads, d)
+		}
+	})
+	return w
+}
+
+// check stops the watch: the tables never differed from the model.
+func (w *nativeWatch) check(t *testing.T) {
+	t.Helper()
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.first != "" {
+		t.Errorf("the native pod's tables changed: %s", w.first)
+	}
+	if w.reads < 10 {
+		t.Errorf("the native pod's tables were read %d times: the watch saw nothing", w.reads)
+	}
+	t.Logf("the native pod's tables read %d times, unchanged: %v", w.reads, w.first == "")
+}
+
+// assertFirstSandbox: the pod started at its first sandbox attempt.
+func assertFirstSandbox(t *testing.T, p cluster.Pod) {
+	t.Helper()
+	if err := firstSandbox(t.Context(), p); err != nil {
+		t.Error(err)
+	}
 }
 
 // rollImage rolls the DaemonSet to image and waits for its agent, ready,

@@ -9,7 +9,9 @@
 # the machine's) brings it for every program in the namespace, which the
 # machine's older-glibc programs run on as they would after an upgrade; one
 # that does not (bullseye's) runs on the machine's. Nothing outside the
-# namespace changes. `make bench IPTABLES=1.8.7` (or 1.8.11) runs it.
+# namespace changes. `make bench IPTABLES=1.8.7` (or 1.8.11) runs it. The
+# machine's own nft then runs on the release's libnftnl: not a native
+# nftables node (make refuses NATIVE with IPTABLES).
 set -euo pipefail
 
 if [ $# -lt 2 ] || [ ! -x "$1/usr/sbin/xtables-nft-multi" ]; then
@@ -27,7 +29,7 @@ lib=/usr/lib/x86_64-linux-gnu
 # glibc (or the reverse) aborts.
 pairs=()
 for m in xtables-nft-multi xtables-legacy-multi; do
-	[ -e "$dir/usr/sbin/$m" ] && pairs+=("$(realpath "$dir/usr/sbin/$m")" "$(realpath "/usr/sbin/$m")")
+	[ -e "$dir/usr/sbin/$m" ] && [ -e "/usr/sbin/$m" ] && pairs+=("$(realpath "$dir/usr/sbin/$m")" "$(realpath "/usr/sbin/$m")")
 done
 pairs+=("$dir$lib/xtables" "$(realpath "$lib/xtables")")
 # Each soname the machine has too (ld-linux-x86-64.so.2 sorts first,
@@ -38,12 +40,13 @@ for f in "$dir$lib"/*.so.[0-9]*; do
 	case $name in *.so.[0-9]*.*) continue ;; esac
 	[ -e "$lib/$name" ] && pairs+=("$(realpath "$f")" "$(realpath "$lib/$name")")
 done
+callers=${LD_LIBRARY_PATH-}
 for ((i = 0; i < ${#pairs[@]}; i += 2)); do
 	mount --bind "${pairs[i]}" "${pairs[i+1]}"
 	# Once its loader is in place, the mounts that follow run on the
 	# release'"'"'s glibc.
 	case ${pairs[i]} in */ld-linux*) export LD_LIBRARY_PATH=$dir$lib ;; esac
 done
-unset LD_LIBRARY_PATH
+if [ -n "$callers" ]; then export LD_LIBRARY_PATH=$callers; else unset LD_LIBRARY_PATH; fi
 exec "$@"
 ' asnode "$dir" "$@"

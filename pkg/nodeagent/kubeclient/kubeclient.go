@@ -2,7 +2,7 @@
 // just the kinds the agent reads and writes (client-go's gentype, as its
 // generated clients are built), over REST clients whose scheme registers
 // just their groups. client-go's Clientset links and registers every
-// built-in API group when the process starts, about 55 packages of types
+// built-in API group when the process starts, 53 packages of types
 // the agent never asks for: 6 MB of its resident memory on every node
 // (BENCHMARKS.md, "Node agent").
 package kubeclient
