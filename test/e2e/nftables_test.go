@@ -25,22 +25,7 @@ import (
 // inspect explains them; the app's requests reach the proxy; a table
 // deleted by hand is put back by the audit.
 func TestNativeNftables(t *testing.T) {
-	requireInstalled(t)
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		t.Fatalf("nft (the oracle this test lists the pod's tables with; make deps installs it): %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		if err := setAgentSetting(ctx, "NATIVE_NFTABLES", "false"); err != nil {
-			t.Errorf("turning native nftables off again: %v", err)
-		}
-	})
-	if err := setAgentSetting(t.Context(), "NATIVE_NFTABLES", "true"); err != nil {
-		t.Fatal(err)
-	}
-	requireInstalled(t)
+	nft := nativeOn(t)
 	poll.Until(t, time.Minute, "the owned conflist to say native_nftables", func() (bool, string) {
 		b, err := os.ReadFile(ownedPath())
 		return err == nil && strings.Contains(string(b), `"native_nftables": true`), string(b)
@@ -65,6 +50,30 @@ func TestNativeNftables(t *testing.T) {
 		d := nativeDiffs(t, netns, &want)
 		return len(d) == 0, strings.Join(d, "; ")
 	})
+}
+
+// nativeOn turns NATIVE_NFTABLES on until the test ends, the agent
+// restarted with it, and returns nft, the oracle the tests list a pod's
+// tables with.
+func nativeOn(t *testing.T) string {
+	t.Helper()
+	requireInstalled(t)
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		t.Fatalf("nft (the oracle this test lists the pod's tables with; make deps installs it): %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		if err := setAgentSetting(ctx, "NATIVE_NFTABLES", "false"); err != nil {
+			t.Errorf("turning native nftables off again: %v", err)
+		}
+	})
+	if err := setAgentSetting(t.Context(), "NATIVE_NFTABLES", "true"); err != nil {
+		t.Fatal(err)
+	}
+	requireInstalled(t)
+	return nft
 }
 
 // assertNative: the pod's namespace holds the native ruleset (as nft
@@ -121,24 +130,10 @@ func nativeDiffs(t *testing.T, netns string, rs *nftables.Ruleset) []string {
 // audit passes, both meshed pods still go through their proxies and a
 // new pod is native again, at its first attempt.
 func TestNativeNftablesAcrossBuilds(t *testing.T) {
-	requireInstalled(t)
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		t.Fatalf("nft (make deps installs it): %v", err)
-	}
+	nft := nativeOn(t)
 	current, previous := previousImage(t)
-	t.Cleanup(func() {
-		restoreBuild(t, current.Ref)
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		if err := setAgentSetting(ctx, "NATIVE_NFTABLES", "false"); err != nil {
-			t.Errorf("turning native nftables off again: %v", err)
-		}
-	})
-	if err := setAgentSetting(t.Context(), "NATIVE_NFTABLES", "true"); err != nil {
-		t.Fatal(err)
-	}
-	requireInstalled(t)
+	// Before NATIVE_NFTABLES goes off again (cleanups run last first).
+	t.Cleanup(func() { restoreBuild(t, current.Ref) })
 	want := nftables.Build(iptables.DefaultSpec(), false)
 	native := startPod(t, meshedPod(t, "native-across"))
 	assertNative(t, nft, native, &want, "")
