@@ -10,11 +10,13 @@ GOLANGCI_LINT_VERSION := v2.15.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
 # time (the bench's peak-RSS probe), the real node's runc, and promtool
-# (prometheus) for the chart's alert rules' tests. The node's containerd
+# (prometheus) for the chart's alert rules' tests, busybox (the
+# Flannel image's cp, as its own image has one) and a C toolchain
+# (flanneld links cgo, as Flannel builds it). The node's containerd
 # is built (kube-binaries): Kubernetes 1.36 needs containerd 2, and
 # Debian's is 1.6. So are its reference CNI plugins (cni-plugins):
 # Debian's (1.1.1) speak CNI only up to 1.0.0.
-APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prometheus
+APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prometheus busybox-static gcc libc6-dev
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
@@ -34,7 +36,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries cni-plugins helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
 
 all: build
 
@@ -118,6 +120,33 @@ $(addprefix $(CNI_PLUGINS)/,$(notdir $(CNI_PLUGIN_PACKAGES))) &: go.mod go.sum
 	$(GO) build -ldflags "-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$$($(GO) list -m -f '{{.Version}}' github.com/containernetworking/plugins)" \
 		-o $(CURDIR)/$(CNI_PLUGINS)/ $(addprefix github.com/containernetworking/plugins/plugins/,$(CNI_PLUGIN_PACKAGES))
 
+## flannel: the multi-node fleet's primary CNI as Flannel's own manifests
+## install it, in an image of its own (FLANNEL_IMAGE): flanneld and
+## install-conf built from github.com/flannel-io/flannel (test/flannel; cgo,
+## as Flannel builds it, for its udp backend), the flannel CNI plugin from
+## containernetworking/plugins v0.9.1 (test/flannel/cni), busybox's cp for
+## the plugin's init container, and iptables for flanneld's masquerade rules.
+FLANNEL := $(TOOLS)/flannel
+FLANNEL_IMAGE := localhost/flannel-io/flannel:v0.28.10
+FLANNEL_IMAGE_TAR := $(OUT)/flannel-image.tar
+flannel: $(FLANNEL_IMAGE_TAR)
+
+$(FLANNEL)/flanneld $(FLANNEL)/install_conf &: test/flannel/go.mod test/flannel/go.sum $(wildcard test/flannel/tencentvpc/*/*.go)
+	cd test/flannel && CGO_ENABLED=1 $(GO) build -tags netgo,osusergo \
+		-ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$$($(GO) list -m -f '{{.Version}}' github.com/flannel-io/flannel)" \
+		-o $(CURDIR)/$(FLANNEL)/ github.com/flannel-io/flannel github.com/flannel-io/flannel/cmd/install_conf
+	mv $(FLANNEL)/flannel $(FLANNEL)/flanneld
+
+$(FLANNEL)/cni/flannel: test/flannel/cni/go.mod test/flannel/cni/go.sum
+	cd test/flannel/cni && $(GO) build -ldflags "-s -w" -o $(CURDIR)/$@ github.com/containernetworking/plugins/plugins/meta/flannel
+
+$(FLANNEL_IMAGE_TAR): $(FLANNEL)/flanneld $(FLANNEL)/install_conf $(FLANNEL)/cni/flannel $(shell find cmd/mkimage -name '*.go') | deps
+	$(GO) run ./cmd/mkimage -o $@ -tag $(FLANNEL_IMAGE) -entrypoint /opt/bin/flanneld \
+		-file /opt/bin/flanneld=$(FLANNEL)/flanneld:0755 -file /opt/bin/install-conf=$(FLANNEL)/install_conf:0755 \
+		-file /flannel=$(FLANNEL)/cni/flannel:0755 -file /bin/busybox=/bin/busybox:0755 -link /bin/cp=busybox \
+		$(foreach f,iptables ip6tables iptables-save ip6tables-save iptables-restore ip6tables-restore,-link /usr/sbin/$(f)=xtables-nft-multi) \
+		$(IPTABLES_IMAGE_FILES)
+
 $(TOOLS)/golangci-lint:
 	GOBIN=$(CURDIR)/$(TOOLS) $(FILL) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -167,7 +196,7 @@ lint: $(TOOLS)/golangci-lint
 # the tests share its modules' packages (test/gomodules), and two go
 # builds at once each compile the packages neither has finished yet.
 # A build beside the tests starved them (BENCHMARKS.md, cold29).
-test: deps kube-binaries cni-plugins istio-binaries image helm old-iptables newer-iptables
+test: deps kube-binaries cni-plugins istio-binaries image flannel helm old-iptables newer-iptables
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
@@ -198,7 +227,7 @@ e2e: deps kube-binaries cni-plugins image helm
 ## e2e-multinode: only the multi-node tests (test/e2e/multinode): a fleet
 ## of NODES nodes (3 by default) on this machine, each a containerd and a
 ## kubelet in namespaces of its own, one control plane (docs/testing.md).
-e2e-multinode: deps kube-binaries cni-plugins image
+e2e-multinode: deps kube-binaries cni-plugins image flannel
 	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
@@ -272,10 +301,12 @@ $(TOOLS)/pilot-agent: test/upstream/go.mod test/upstream/go.sum
 
 ## bench-node: pod starts on a real node, meshed against plain; then what
 ## the agents cost the control plane and their nodes on fleets of 1 to
-## NODES nodes (3 by default) (BENCHMARKS.md).
-bench-node: deps kube-binaries cni-plugins image
+## NODES nodes (3 by default); then pod starts on a Flannel fleet of NODES
+## nodes, meshed against plain (BENCHMARKS.md).
+bench-node: deps kube-binaries cni-plugins image flannel
 	$(GO) run ./test/bench -node -pods 50 -burst 108
 	$(GO) run ./test/bench -fleet $(or $(NODES),3)
+	$(GO) run ./test/bench -flannel $(or $(NODES),3) -pods 50
 
 ## demo: a real local node with istio-cni installed from deployments/, a
 ## meshed and an unmeshed app; the node keeps running (make demo-down).

@@ -33,11 +33,12 @@ func main() {
 	skipPlugin := flag.Bool("skip-plugin", false, "measure only the installer")
 	skipInstaller := flag.Bool("skip-installer", false, "measure only the plugin")
 	node := flag.Bool("node", false, "measure only pod starts on a real node (see -pods)")
-	pods := flag.Int("pods", 30, "pods of each kind started on the real node")
+	pods := flag.Int("pods", 30, "pods of each kind started on the real node (-node) or the Flannel fleet (-flannel)")
 	burstPods := flag.Int("burst", 0, "then pods created at once on the emptied node, every other one meshed (108 fills kubelet's 110)")
 	fleet := flag.Int("fleet", 0, "measure only the agents on fleets of 1 to this many nodes (cluster.StartFleet)")
 	fleetPods := flag.String("fleet-pods", "10,25", "meshed pods a node started on the fleet, two counts, rising")
 	fleetIdle := flag.Duration("fleet-idle", time.Minute, "the fleet's idle window")
+	flannel := flag.Int("flannel", 0, "measure only pod starts on a Flannel fleet of this many nodes (see -pods)")
 	flag.Parse()
 	if *fleet > 0 {
 		var p1, p2 int
@@ -46,6 +47,13 @@ func main() {
 			os.Exit(2)
 		}
 		if err := fleetBench(*fleet, p1, p2, *fleetIdle); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *flannel > 0 {
+		if err := flannelBench(*flannel, *pods); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

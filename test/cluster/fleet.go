@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -27,6 +28,12 @@ type FleetOptions struct {
 	// AuditUsers: the API server logs these users' requests (see
 	// Options.AuditUsers and ReadAuditLog).
 	AuditUsers []string
+	// Primary is the nodes' primary CNI (PrimaryBridge by default).
+	// With PrimaryFlannel, StartFleet returns once every node has
+	// registered and has its pod range, NotReady: no primary has
+	// written its config yet. InstallFlannel (and istio-cni, in either
+	// order), then WaitReady.
+	Primary Primary
 	// Started, if set, is called with the fleet as soon as there is one
 	// to abort (Fleet.Abort), before any node starts: a signal during a
 	// start of minutes must find it.
@@ -46,8 +53,11 @@ type Fleet struct {
 	// Kubeconfig is an admin kubeconfig for kubectl.
 	Kubeconfig string
 	// Nodes are the nodes, once StartFleet returned.
-	Nodes   []*Node
+	Nodes []*Node
+	// Primary is the nodes' primary CNI (FleetOptions.Primary).
+	Primary Primary
 	control *Node // the controllers; no kubelet
+	opts    FleetOptions
 	// mu guards starting, the nodes begun so far (Nodes while StartFleet
 	// runs), which Abort reads from another goroutine.
 	mu       sync.Mutex
@@ -63,7 +73,9 @@ type Fleet struct {
 func FleetNodeName(i int) string { return fmt.Sprintf("istio-cni-fleet-%d", i) }
 
 // StartFleet brings the control plane up, then the nodes, and returns once
-// every node is Ready. On error, everything started is stopped.
+// every node is Ready (with PrimaryFlannel: registered, with its pod
+// range; see FleetOptions.Primary). On error, everything started is
+// stopped.
 func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	if o.Dir == "" {
 		return nil, errors.New("cluster: FleetOptions.Dir is required")
@@ -76,6 +88,9 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 5 * time.Minute
+	}
+	if o.Primary != PrimaryBridge && o.Primary != PrimaryFlannel {
+		return nil, fmt.Errorf("cluster: FleetOptions.Primary is %q; allowed: %q (bridge) or %q", o.Primary, PrimaryBridge, PrimaryFlannel)
 	}
 	bins, err := nodeBinaries()
 	if err != nil {
@@ -103,17 +118,17 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	}
 	// After the bridge of a run that left no entry is gone, its routes
 	// with it.
-	if err := fleetRangesFree(o.Nodes); err != nil {
+	if err := fleetRangesFree(o.Nodes, o.Primary); err != nil {
 		unregister(fleetBridge)
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	f := &Fleet{Kubeconfig: filepath.Join(o.Dir, "admin.kubeconfig")}
+	f := &Fleet{Kubeconfig: filepath.Join(o.Dir, "admin.kubeconfig"), Primary: o.Primary, opts: o}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, f.Stop())
 		}
 	}()
-	if f.hostDirs, err = ClaimHostDirs(nodeMountPoints...); err != nil {
+	if f.hostDirs, err = ClaimHostDirs(nodeMountPoints(o.Primary)...); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	if o.Started != nil {
@@ -135,6 +150,9 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	control := &Node{APIServer: api, Kubeconfig: f.Kubeconfig, dir: o.Dir, launcher: api.launcher, timeout: o.StartTimeout}
+	if o.Primary == PrimaryFlannel {
+		control.clusterCIDR = FlannelNetwork
+	}
 	f.mu.Lock()
 	f.control = control
 	f.mu.Unlock()
@@ -146,26 +164,91 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	// One at a time: each start is a burst of CPU, and a node that
 	// failed names itself.
 	for i := 1; i <= o.Nodes; i++ {
-		if err := f.startNode(ctx, bins, o, i); err != nil {
+		if err := f.startNode(ctx, bins, o, i, nil); err != nil {
 			return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 		}
 	}
 	f.Nodes = f.nodes()
-	// Every node routes the others' pod ranges through their eth0; this
-	// machine routes them all (the API server's webhooks, the tests).
 	for _, n := range f.Nodes {
-		for _, m := range f.Nodes {
-			if m != n {
-				if err := n.ns.run("ip", "route", "replace", m.Subnet.String(), "via", m.NodeIP.String()); err != nil {
-					return nil, fmt.Errorf("cluster: %w", err)
-				}
-			}
-		}
-		if out, err := exec.Command("ip", "route", "replace", n.Subnet.String(), "via", n.NodeIP.String()).CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("cluster: route to %s: %w: %s", n.Name, err, out)
+		if err := f.route(n); err != nil {
+			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// route routes n's pod range from this machine (the API server's
+// webhooks, the tests) and, on a bridge fleet, between n and every other
+// node through their eth0s (on a Flannel fleet, flanneld routes them
+// through its vxlan device).
+func (f *Fleet) route(n *Node) error {
+	for _, m := range f.Nodes {
+		if m == n || f.Primary != PrimaryBridge {
+			continue
+		}
+		if err := n.ns.run("ip", "route", "replace", m.Subnet.String(), "via", m.NodeIP.String()); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		if err := m.ns.run("ip", "route", "replace", n.Subnet.String(), "via", n.NodeIP.String()); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if out, err := exec.Command("ip", "route", "replace", n.Subnet.String(), "via", n.NodeIP.String()).CombinedOutput(); err != nil {
+		return fmt.Errorf("cluster: route to %s: %w: %s", n.Name, err, out)
+	}
+	return nil
+}
+
+// AddNode joins one more node to the running fleet, as a node a cluster
+// autoscaler adds: its containerd holding images (a node image's
+// preloaded ones) before its kubelet registers. It returns once the node
+// is Ready (on a Flannel fleet: registered with its pod range; the
+// DaemonSets already installed take it from there, and the caller waits
+// with WaitNodeReady).
+func (f *Fleet) AddNode(ctx context.Context, images ...string) (*Node, error) {
+	i := len(f.Nodes) + 1
+	if i > 9 {
+		return nil, fmt.Errorf("cluster: the fleet has %d nodes; at most 9", len(f.Nodes))
+	}
+	if f.Primary == PrimaryBridge { // a Flannel fleet's whole network was checked at its start
+		if out, err := exec.Command("ip", "-4", "route", "show", "root", fleetSubnet(i).String()).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" { // #nosec G204 -- the fleet's own range
+			return nil, fmt.Errorf("cluster: this machine routes in %s (%s %v): node %d's range", fleetSubnet(i), out, err, i)
+		}
+	}
+	bins, err := nodeBinaries()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := f.startNode(ctx, bins, f.opts, i, images); err != nil {
+		return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
+	}
+	n := f.nodes()[i-1]
+	f.Nodes = append(f.Nodes, n)
+	return n, f.route(n)
+}
+
+// WaitNodeReady waits until n is Ready, then lifts the not-ready taint.
+func (f *Fleet) WaitNodeReady(ctx context.Context, n *Node) error { return n.waitReady(ctx) }
+
+// RemoveNode takes the last node AddNode joined out of the fleet: stops it
+// (its pods' sandboxes removed while containerd runs), deletes its Node,
+// and its route.
+func (f *Fleet) RemoveNode(ctx context.Context, n *Node) error {
+	if len(f.Nodes) == 0 || f.Nodes[len(f.Nodes)-1] != n {
+		return fmt.Errorf("cluster: %s is not the fleet's last node", n.Name)
+	}
+	err := n.Stop()
+	if status, body, derr := f.Do(ctx, http.MethodDelete, "/api/v1/nodes/"+n.Name, nil); derr != nil || (status != http.StatusOK && status != http.StatusNotFound) {
+		err = errors.Join(err, fmt.Errorf("deleting node %s: %d %s %v", n.Name, status, body, derr))
+	}
+	if out, rerr := exec.Command("ip", "route", "del", n.Subnet.String()).CombinedOutput(); rerr != nil { // #nosec G204 -- the fleet's own route
+		err = errors.Join(err, fmt.Errorf("route to %s: %w: %s", n.Name, rerr, out))
+	}
+	f.Nodes = f.Nodes[:len(f.Nodes)-1]
+	f.mu.Lock()
+	f.starting = slices.DeleteFunc(f.starting, func(m *Node) bool { return m == n })
+	f.mu.Unlock()
+	return err
 }
 
 // nodes are the nodes begun so far.
@@ -175,14 +258,14 @@ func (f *Fleet) nodes() []*Node {
 	return slices.Clone(f.starting)
 }
 
-// podBridge is the primary CNI's bridge in every node's own network
-// namespace.
-const podBridge = "cni0"
+// fleetPodBridge is the primary CNI's bridge in every node's own network
+// namespace (Flannel's delegate names its bridge the same).
+const fleetPodBridge = "cni0"
 
 // startNode starts fleet node i: its namespaces and link, the primary CNI,
 // containerd and kubelet, and waits until the node is Ready. The node is
 // the fleet's (Stop, Abort) from its first step.
-func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int) error {
+func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int, images []string) error {
 	dir := filepath.Join(o.Dir, "nodes", fmt.Sprint(i))
 	// The node's name on this machine: its end of the link, its
 	// registry entry, its cgroup root. Deleting it (cleanHost, also a
@@ -190,7 +273,7 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	hostLink := fmt.Sprintf("icnifv%d", i)
 	// The fleet's primaries say CNI 1.0.0: the runtime never calls
 	// STATUS there, the case single nodes (1.1.0) no longer cover.
-	opts := NodeOptions{Dir: dir, Bridge: podBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout, PrimaryCNIVersion: "1.0.0"}
+	opts := NodeOptions{Dir: dir, Bridge: fleetPodBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout, PrimaryCNIVersion: "1.0.0"}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -220,50 +303,74 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	f.starting = append(f.starting, n)
 	f.mu.Unlock()
 	n.PrimaryConfig = filepath.Join(n.CNINetDir, "10-bridge.conflist")
-	for _, d := range []string{n.CNIBinDir, n.CNINetDir, n.IstioRunDir, n.PodLogDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := n.installPrimaryCNI(opts); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(n.NetnsDir, 0o755); err != nil {
-		return err
-	}
 	binds := []hostBind{
 		{src: n.CNIBinDir, dst: "/opt/cni/bin"},
 		{src: n.CNINetDir, dst: "/etc/cni/net.d"},
 		{src: n.IstioRunDir, dst: "/run/istio-cni"},
 		{src: n.NetnsDir, dst: "/run/netns", shared: true},
 	}
+	if o.Primary == PrimaryFlannel {
+		n.PrimaryConfig = filepath.Join(n.CNINetDir, FlannelConflist)
+		for _, d := range flannelNodeDirs {
+			binds = append(binds, hostBind{src: filepath.Join(dir, "host", d), dst: d})
+		}
+	}
+	for _, b := range binds {
+		if err := os.MkdirAll(b.src, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(n.PodLogDir, 0o755); err != nil {
+		return err
+	}
+	install := func() error { return n.installPrimaryCNI(opts) }
+	if o.Primary == PrimaryFlannel {
+		install = n.installReferencePlugins
+	}
+	if err := install(); err != nil {
+		return err
+	}
 	ns, err := createNodeNS(dir, n.Name, binds)
 	if err != nil {
 		return err
 	}
 	n.ns = &ns
-	if err := n.link(); err != nil {
+	if err := n.link(o.Primary == PrimaryBridge); err != nil {
 		return err
 	}
 	n.launcher = newLauncher("")
 	n.launcher.enter = ns.enter()
 	cctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
-	for _, start := range []func(context.Context, nodeBins, string) error{n.startContainerd, n.startKubelet} {
-		if err := start(cctx, bins, dir); err != nil {
-			return err
-		}
+	if err := n.startContainerd(cctx, bins, dir); err != nil {
+		return err
+	}
+	if err := n.ImportImages(cctx, images...); err != nil {
+		return err
+	}
+	if err := n.startKubelet(cctx, bins, dir); err != nil {
+		return err
+	}
+	if o.Primary == PrimaryFlannel {
+		return n.waitPodCIDR(cctx)
 	}
 	return n.waitReady(cctx)
 }
 
 // nodeMountPoints are where a fleet node's directories are bound.
-var nodeMountPoints = []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/istio-cni", "/run/netns"}
+func nodeMountPoints(p Primary) []string {
+	points := []string{"/opt/cni/bin", "/etc/cni/net.d", "/run/istio-cni", "/run/netns"}
+	if p == PrimaryFlannel {
+		points = append(points, flannelNodeDirs...)
+	}
+	return points
+}
 
 // link joins the node's network namespace to the fleet's bridge by a veth
-// (n.bridge here, eth0 with the node's address in the node) and gives its
-// pods their bridge. A link of that name a killed run left goes first.
-func (n *Node) link() error {
+// (n.bridge here, eth0 with the node's address in the node) and, with
+// podBridge, gives its pods their bridge (Flannel's plugin makes its own).
+// A link of that name a killed run left goes first.
+func (n *Node) link(podBridge bool) error {
 	if err := deleteBridge(n.bridge); err != nil {
 		return err
 	}
@@ -276,13 +383,18 @@ func (n *Node) link() error {
 			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	for _, args := range [][]string{
+	steps := [][]string{
 		{"addr", "add", netip.PrefixFrom(n.NodeIP, fleetLink.Bits()).String(), "dev", "eth0"},
 		{"link", "set", "eth0", "up"},
-		{"link", "add", podBridge, "type", "bridge"},
-		{"addr", "add", n.gateway.String(), "dev", podBridge},
-		{"link", "set", podBridge, "up"},
-	} {
+	}
+	if podBridge {
+		steps = append(steps, [][]string{
+			{"link", "add", fleetPodBridge, "type", "bridge"},
+			{"addr", "add", n.gateway.String(), "dev", fleetPodBridge},
+			{"link", "set", fleetPodBridge, "up"},
+		}...)
+	}
+	for _, args := range steps {
 		if err := n.ns.run("ip", args...); err != nil {
 			return err
 		}

@@ -44,6 +44,23 @@ const testAudit = `    - op: add
 // agents run with deployments/' settings, as the bench measures them. It
 // returns kubectl's output.
 func (f *Fleet) Install(ctx context.Context, dir string, fastAudit bool) (string, error) {
+	out, err := f.Apply(ctx, dir, fastAudit)
+	if err != nil {
+		return out, err
+	}
+	return out, f.WaitInstalled(ctx)
+}
+
+// WaitInstalled waits for istio-cni's DaemonSet to roll out: an agent
+// Ready on every node.
+func (f *Fleet) WaitInstalled(ctx context.Context) error {
+	_, err := f.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=5m")
+	return err
+}
+
+// Apply is Install without the wait: on a node with no primary CNI yet,
+// istio-cni's agent runs but is not Ready until one writes its config.
+func (f *Fleet) Apply(ctx context.Context, dir string, fastAudit bool) (string, error) {
 	base, err := DeploymentsDir()
 	if err != nil {
 		return "", err
@@ -64,12 +81,7 @@ func (f *Fleet) Install(ctx context.Context, dir string, fastAudit bool) (string
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(data), 0o600); err != nil {
 		return "", err
 	}
-	out, err := f.Kubectl(ctx, "apply", "-k", dir)
-	if err != nil {
-		return out, err
-	}
-	_, err = f.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=5m")
-	return out, err
+	return f.Kubectl(ctx, "apply", "-k", dir)
 }
 
 // Kubectl runs kubectl against the fleet as admin.

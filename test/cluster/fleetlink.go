@@ -26,10 +26,14 @@ var (
 // (ip route replace), and its traffic would go where it was not made.
 // What a killed run left is gone by now (SweepStale deletes its links,
 // and their routes with them).
-func fleetRangesFree(nodes int) error {
+func fleetRangesFree(nodes int, primary Primary) error {
 	prefixes := []netip.Prefix{fleetLink}
 	for i := 1; i <= nodes; i++ {
 		prefixes = append(prefixes, fleetSubnet(i))
+	}
+	if primary == PrimaryFlannel {
+		// Its ranges are the controller manager's to hand out.
+		prefixes = []netip.Prefix{fleetLink, FlannelNetwork}
 	}
 	for _, p := range prefixes {
 		// root: the prefix itself and any more specific route inside it.
@@ -38,7 +42,7 @@ func fleetRangesFree(nodes int) error {
 			return fmt.Errorf("reading this machine's routes in %s: %w: %s", p, err, out)
 		}
 		if r := strings.TrimSpace(string(out)); r != "" {
-			return fmt.Errorf("this machine already routes in %s (%s): the fleet's ranges are %s and 10.252.1-9.0/24", p, r, fleetLink)
+			return fmt.Errorf("this machine already routes in %s (%s): the fleet's ranges are %s and 10.252.1-9.0/24 (a Flannel fleet's, %s)", p, r, fleetLink, FlannelNetwork)
 		}
 	}
 	return nil

@@ -79,12 +79,15 @@ type Node struct {
 	ns       *nodeNS
 	// joined: a fleet node, which shares its API server and controllers
 	// with the fleet and never stops them.
-	joined     bool
-	components []*proc    // started after the API server, stopped before it
-	netnsPaths []string   // sandboxes' network namespaces seen at teardown or reboot
-	netnsMu    sync.Mutex // netnsPaths, which teardown appends to from several goroutines
-	timeout    time.Duration
-	lastReboot time.Duration // see LastRebootDuration
+	joined bool
+	// clusterCIDR, on a Flannel fleet's control node: the controller
+	// manager allocates each node a /24 of it.
+	clusterCIDR netip.Prefix
+	components  []*proc    // started after the API server, stopped before it
+	netnsPaths  []string   // sandboxes' network namespaces seen at teardown or reboot
+	netnsMu     sync.Mutex // netnsPaths, which teardown appends to from several goroutines
+	timeout     time.Duration
+	lastReboot  time.Duration // see LastRebootDuration
 	abortState
 }
 
@@ -189,18 +192,8 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 // installPrimaryCNI copies the reference plugins into the node's bin
 // directory and writes the primary conflist as a node image would.
 func (n *Node) installPrimaryCNI(o NodeOptions) error {
-	src, err := referencePluginDir()
-	if err != nil {
+	if err := n.installReferencePlugins(); err != nil {
 		return err
-	}
-	for _, p := range referencePlugins {
-		data, err := os.ReadFile(filepath.Join(src, p)) // #nosec G304 -- the reference plugins
-		if err != nil {
-			return fmt.Errorf("primary CNI: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(n.CNIBinDir, p), data, 0o755); err != nil { // #nosec G306 -- executables
-			return err
-		}
 	}
 	version := o.PrimaryCNIVersion
 	if version == "" {
@@ -227,6 +220,25 @@ func (n *Node) installPrimaryCNI(o NodeOptions) error {
 		return err
 	}
 	return os.WriteFile(n.PrimaryConfig, data, 0o644) // #nosec G306 -- CNI configs are world-readable on nodes
+}
+
+// installReferencePlugins puts the CNI reference plugins into the node's
+// /opt/cni/bin, as a node's OS package does.
+func (n *Node) installReferencePlugins() error {
+	src, err := referencePluginDir()
+	if err != nil {
+		return err
+	}
+	for _, p := range referencePlugins {
+		data, err := os.ReadFile(filepath.Join(src, p)) // #nosec G304 -- the reference plugins
+		if err != nil {
+			return fmt.Errorf("primary CNI: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(n.CNIBinDir, p), data, 0o755); err != nil { // #nosec G306 -- executables
+			return err
+		}
+	}
+	return nil
 }
 
 // waitSettled waits for what pods need: the node Ready, the default

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -121,3 +122,14 @@ func (n *Node) HostPath(path string) (string, error) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Command is name run on the node as an operator's shell there would run
+// it: in the node's network, mount and UTS namespaces on a fleet's, in
+// this machine's on a single node.
+func (n *Node) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	argv := append([]string{name}, args...)
+	if n.joined && n.ns != nil {
+		argv = append(n.ns.enter(), argv...)
+	}
+	return exec.CommandContext(ctx, argv[0], argv[1:]...) // #nosec G204 -- the harness's own commands
+}

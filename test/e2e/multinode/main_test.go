@@ -24,6 +24,14 @@ import (
 var env struct {
 	fleet *cluster.Fleet
 	dir   string
+	// beforeFlannel is what each node showed with istio-cni installed
+	// and no primary CNI yet (installBeforeFlannel).
+	beforeFlannel map[string]nodeWithoutPrimary
+	// installCNI is `make build`'s install-cni, for inspect on a node.
+	installCNI string
+	// images are the node images' tarballs (the test's, istio-cni's,
+	// Flannel's), for a node that joins.
+	images []string
 }
 
 func TestMain(m *testing.M) {
@@ -82,7 +90,14 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes, Started: func(f *cluster.Fleet) { started.Store(f) }})
+	flannel, err := cluster.MakeFlannelImage(ctx)
+	if err != nil {
+		return 1, err
+	}
+	images = append(images, flannel)
+	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
+	env.images = images
+	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes, Primary: cluster.PrimaryFlannel, Started: func(f *cluster.Fleet) { started.Store(f) }})
 	if err != nil {
 		return 1, err
 	}
@@ -108,7 +123,12 @@ func run(m *testing.M) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
-	out, err = fleet.Install(ctx, filepath.Join(dir, "overlay"), true)
+	// istio-cni first, on nodes with no primary yet; what they showed
+	// then is for TestIstioCNIBeforeFlannel.
+	out, err = fleet.InstallBeforeFlannel(ctx, dir, true, func(ctx context.Context) (err error) {
+		env.beforeFlannel, err = waitAgentsWithoutPrimary(ctx, fleet)
+		return err
+	})
 	fmt.Print(out)
 	if err != nil {
 		return 1, err
