@@ -66,7 +66,8 @@ func TestRollingUpgradeAcrossNodes(t *testing.T) {
 // uninstalls; the other nodes keep their files throughout (their agents
 // are replaced one by one, the template changed); plain pods start on
 // every node, and meshed ones where istio-cni still runs. Then the
-// selector is restored.
+// selector is restored, and istio-cni, installed on that node after its
+// primary, redirects the first meshed pod there.
 func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	requireAgentsReady(t, env.fleet.Nodes)
 	out, kept := env.fleet.Nodes[len(env.fleet.Nodes)-1], env.fleet.Nodes[:len(env.fleet.Nodes)-1]
@@ -112,6 +113,14 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":null}}}}}`)
 	requireAgentsReady(t, env.fleet.Nodes)
+	// istio-cni installed after the primary: on the node left out, the
+	// agent chains after the config Flannel wrote long before, and the
+	// first meshed pod there is redirected at its first attempt.
+	back := startPod(t, out, cluster.PodSpec{Namespace: "default", Name: "meshed-selector-back", Target: target, Sidecar: true, NodeName: out.Name})
+	requireFirstAttempt(t, out, back)
+	if err := rulesMatchModel(t.Context(), out, back.Metadata.Name); err != nil {
+		t.Error(err)
+	}
 }
 
 // leftOn lists what istio-cni has on node n: its binaries, any config
