@@ -16,7 +16,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 # is built (kube-binaries): Kubernetes 1.36 needs containerd 2, and
 # Debian's is 1.6. So are its reference CNI plugins (cni-plugins):
 # Debian's (1.1.1) speak CNI only up to 1.0.0.
-APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prometheus busybox-static gcc libc6-dev
+APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prometheus busybox gcc libc6-dev
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
@@ -131,7 +131,7 @@ FLANNEL_IMAGE := localhost/flannel-io/flannel:v0.28.10
 FLANNEL_IMAGE_TAR := $(OUT)/flannel-image.tar
 flannel: $(FLANNEL_IMAGE_TAR)
 
-$(FLANNEL)/flanneld $(FLANNEL)/install_conf &: test/flannel/go.mod test/flannel/go.sum $(wildcard test/flannel/tencentvpc/*/*.go)
+$(FLANNEL)/flanneld $(FLANNEL)/install_conf &: test/flannel/go.mod test/flannel/go.sum $(wildcard test/flannel/tencentvpc/go.mod test/flannel/tencentvpc/*/*.go)
 	cd test/flannel && CGO_ENABLED=1 $(GO) build -tags netgo,osusergo \
 		-ldflags "-s -w -extldflags -static -X github.com/flannel-io/flannel/pkg/version.Version=$$($(GO) list -m -f '{{.Version}}' github.com/flannel-io/flannel)" \
 		-o $(CURDIR)/$(FLANNEL)/ github.com/flannel-io/flannel github.com/flannel-io/flannel/cmd/install_conf

@@ -391,3 +391,48 @@ func (f *Fleet) InstallBeforeFlannel(ctx context.Context, dir string, fastAudit 
 	}
 	return out, f.WaitReady(ctx)
 }
+
+// RejoinFlannel does on a Flannel node whose Node was deleted and has
+// registered again what its operator must: the controller manager gave
+// the new Node another pod range, which flanneld, started with the old
+// one, does not follow, and which the other nodes' flanneld do not route
+// (the new Node lacks its annotations). It waits for the new range (n's
+// Subnet and this machine's route follow), deletes the node's cni0 (the
+// bridge plugin refuses one holding the old gateway address), then the
+// node's Flannel pod, and waits for its replacement to be Ready.
+func (f *Fleet) RejoinFlannel(ctx context.Context, n *Node) error {
+	if f.Primary != PrimaryFlannel {
+		return fmt.Errorf("cluster: the fleet's primary is %q, not Flannel", f.Primary)
+	}
+	old := n.Subnet
+	if err := n.waitPodCIDR(ctx); err != nil {
+		return err
+	}
+	if old != n.Subnet {
+		_ = exec.Command("ip", "route", "del", old.String()).Run() // #nosec G204 -- the fleet's own route; gone already is fine
+		if err := f.route(n); err != nil {
+			return err
+		}
+	}
+	if err := n.ns.run("ip", "link", "delete", fleetPodBridge); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
+		return err
+	}
+	if out, err := f.Kubectl(ctx, "-n", "kube-flannel", "delete", "pod", "-l", "app=flannel", "--field-selector", "spec.nodeName="+n.Name, "--wait=true"); err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	kubelet := n.components[len(n.components)-1]
+	return poll(ctx, kubelet, func(ctx context.Context) error {
+		var list struct {
+			Items []Pod `json:"items"`
+		}
+		if err := n.getJSON(ctx, "/api/v1/namespaces/kube-flannel/pods?labelSelector=app%3Dflannel&fieldSelector=spec.nodeName%3D"+n.Name, &list); err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if p.Metadata.DeletionTimestamp == nil && p.Status.Phase == "Running" && len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].Ready {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Ready Flannel pod on %s yet", n.Name)
+	})
+}

@@ -164,7 +164,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	// One at a time: each start is a burst of CPU, and a node that
 	// failed names itself.
 	for i := 1; i <= o.Nodes; i++ {
-		if err := f.startNode(ctx, bins, o, i, nil); err != nil {
+		if _, err := f.startNode(ctx, bins, o, i, nil); err != nil {
 			return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 		}
 	}
@@ -219,10 +219,11 @@ func (f *Fleet) AddNode(ctx context.Context, images ...string) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	if err := f.startNode(ctx, bins, f.opts, i, images); err != nil {
+	n, err := f.startNode(ctx, bins, f.opts, i, images)
+	if err != nil {
+		// Stop and Abort still take it down: it stays in starting.
 		return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 	}
-	n := f.nodes()[i-1]
 	f.Nodes = append(f.Nodes, n)
 	return n, f.route(n)
 }
@@ -231,8 +232,9 @@ func (f *Fleet) AddNode(ctx context.Context, images ...string) (*Node, error) {
 func (f *Fleet) WaitNodeReady(ctx context.Context, n *Node) error { return n.waitReady(ctx) }
 
 // RemoveNode takes the last node AddNode joined out of the fleet: stops it
-// (its pods' sandboxes removed while containerd runs), deletes its Node,
-// and its route.
+// (its pods' sandboxes removed while containerd runs), deletes its Node
+// and the pods bound to it (the DaemonSets' among them, which the pod
+// garbage collector would leave for up to a minute), and its route.
 func (f *Fleet) RemoveNode(ctx context.Context, n *Node) error {
 	if len(f.Nodes) == 0 || f.Nodes[len(f.Nodes)-1] != n {
 		return fmt.Errorf("cluster: %s is not the fleet's last node", n.Name)
@@ -240,6 +242,10 @@ func (f *Fleet) RemoveNode(ctx context.Context, n *Node) error {
 	err := n.Stop()
 	if status, body, derr := f.Do(ctx, http.MethodDelete, "/api/v1/nodes/"+n.Name, nil); derr != nil || (status != http.StatusOK && status != http.StatusNotFound) {
 		err = errors.Join(err, fmt.Errorf("deleting node %s: %d %s %v", n.Name, status, body, derr))
+	}
+	// No kubelet is left to confirm their end: deleted at once.
+	if out, kerr := f.Kubectl(ctx, "delete", "pods", "--all-namespaces", "--field-selector", "spec.nodeName="+n.Name, "--force", "--grace-period=0", "--wait=true"); kerr != nil {
+		err = errors.Join(err, fmt.Errorf("deleting node %s's pods: %w: %s", n.Name, kerr, out))
 	}
 	if out, rerr := exec.Command("ip", "route", "del", n.Subnet.String()).CombinedOutput(); rerr != nil { // #nosec G204 -- the fleet's own route
 		err = errors.Join(err, fmt.Errorf("route to %s: %w: %s", n.Name, rerr, out))
@@ -265,7 +271,7 @@ const fleetPodBridge = "cni0"
 // startNode starts fleet node i: its namespaces and link, the primary CNI,
 // containerd and kubelet, and waits until the node is Ready. The node is
 // the fleet's (Stop, Abort) from its first step.
-func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int, images []string) error {
+func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int, images []string) (*Node, error) {
 	dir := filepath.Join(o.Dir, "nodes", fmt.Sprint(i))
 	// The node's name on this machine: its end of the link, its
 	// registry entry, its cgroup root. Deleting it (cleanHost, also a
@@ -275,10 +281,10 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	// STATUS there, the case single nodes (1.1.0) no longer cover.
 	opts := NodeOptions{Dir: dir, Bridge: fleetPodBridge, Subnet: fleetSubnet(i), StartTimeout: o.StartTimeout, PrimaryCNIVersion: "1.0.0"}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	if err := register(dir, hostLink, false); err != nil {
-		return err
+		return nil, err
 	}
 	n := &Node{
 		APIServer:        f.APIServer,
@@ -317,44 +323,44 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	}
 	for _, b := range binds {
 		if err := os.MkdirAll(b.src, 0o755); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := os.MkdirAll(n.PodLogDir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	install := func() error { return n.installPrimaryCNI(opts) }
 	if o.Primary == PrimaryFlannel {
 		install = n.installReferencePlugins
 	}
 	if err := install(); err != nil {
-		return err
+		return nil, err
 	}
 	ns, err := createNodeNS(dir, n.Name, binds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	n.ns = &ns
 	if err := n.link(o.Primary == PrimaryBridge); err != nil {
-		return err
+		return nil, err
 	}
 	n.launcher = newLauncher("")
 	n.launcher.enter = ns.enter()
 	cctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	if err := n.startContainerd(cctx, bins, dir); err != nil {
-		return err
+		return nil, err
 	}
 	if err := n.ImportImages(cctx, images...); err != nil {
-		return err
+		return nil, err
 	}
 	if err := n.startKubelet(cctx, bins, dir); err != nil {
-		return err
+		return nil, err
 	}
 	if o.Primary == PrimaryFlannel {
-		return n.waitPodCIDR(cctx)
+		return n, n.waitPodCIDR(cctx)
 	}
-	return n.waitReady(cctx)
+	return n, n.waitReady(cctx)
 }
 
 // nodeMountPoints are where a fleet node's directories are bound.

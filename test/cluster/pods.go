@@ -32,6 +32,10 @@ type PodSpec struct {
 	// and the injector's status annotation; NativeSidecar makes it an init
 	// container with restartPolicy Always.
 	Sidecar, NativeSidecar bool
+	// Forward: the sidecar's outbound listener passes each connection on
+	// to its original destination (testproxy proxy --forward), so a
+	// meshed client calling a meshed server reads both proxies' lines.
+	Forward bool
 	// OptedOut labels the pod sidecar.istio.io/inject=false: with Sidecar,
 	// a pod with the same containers that istio-cni leaves alone.
 	OptedOut bool
@@ -69,7 +73,11 @@ func (s PodSpec) JSON() []byte {
 	}
 	if s.Sidecar || s.NativeSidecar {
 		meta["annotations"] = map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"]}`}
-		proxy := ctr("istio-proxy", proxyUID, "proxy")
+		args := []string{"proxy"}
+		if s.Forward {
+			args = append(args, "--forward")
+		}
+		proxy := ctr("istio-proxy", proxyUID, args...)
 		if s.NativeSidecar {
 			proxy["restartPolicy"] = "Always"
 			inits = append(inits, proxy)

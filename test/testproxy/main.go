@@ -4,10 +4,15 @@
 // test can see where a connection landed after iptables REDIRECT. "client"
 // dials and prints whatever the peer sent.
 //
-//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH] [--health-addr ADDR]
+//	testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--forward] [--ready-file PATH] [--health-addr ADDR]
 //	testproxy server --port PORT [--name server] [--ready-file PATH]
 //	testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
 //	testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
+//
+// With --forward, the proxy's outbound listener also dials the connection's
+// original destination (as the proxy's own uid, which the sidecar rules
+// let out directly) and appends what that peer sent after its own line: a
+// meshed client calling a meshed server then reads both proxies' lines.
 //
 // With --every, client repeats the exchange until stopped, writing each
 // reply, or "error: ..." for a failed attempt, as it comes (an app
@@ -39,7 +44,7 @@ import (
 )
 
 const usage = `usage:
-  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--ready-file PATH] [--health-addr ADDR]
+  testproxy proxy  [--outbound-port 15001] [--inbound-port 15006] [--tproxy] [--forward] [--ready-file PATH] [--health-addr ADDR]
   testproxy server --port PORT [--name NAME] [--ready-file PATH]
   testproxy client --addr HOST:PORT [--timeout 5s] [--every DURATION] [--udp [--src-port PORT]]
   testproxy udp    --port PORT [--host IP] [--name udp] [--ready-file PATH]
@@ -97,6 +102,7 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	tproxy := fs.Bool("tproxy", false, "inbound listener transparent (IP_TRANSPARENT), for TPROXY mode")
 	ipv4Only := fs.Bool("ipv4-only", false, "listen on 0.0.0.0 only, as Envoy does without ISTIO_DUAL_STACK")
 	health := fs.String("health-addr", "", "address of an HTTP GET /healthz/ready answering 200, where Istio's injected probes ask (Envoy's :15021)")
+	forward := fs.Bool("forward", false, "outbound: also dial the original destination and append its reply")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -111,10 +117,11 @@ func runProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	if *tproxy {
 		in.reply, in.transparent = tproxyReply("inbound"), true
 	}
-	return serve(ctx, []endpoint{
-		{name: "outbound", port: outbound.port, reply: proxyReply("outbound"), ipv4Only: *ipv4Only},
-		in,
-	}, *readyFile, stderr)
+	out := endpoint{name: "outbound", port: outbound.port, reply: proxyReply("outbound"), ipv4Only: *ipv4Only}
+	if *forward {
+		out.reply = forwardReply(ctx, out.reply)
+	}
+	return serve(ctx, []endpoint{out, in}, *readyFile, stderr)
 }
 
 func runServer(ctx context.Context, args []string, stderr io.Writer) error {

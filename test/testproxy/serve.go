@@ -72,6 +72,24 @@ func proxyReply(listener string) func(*net.TCPConn) string {
 	}
 }
 
+// forwardReply is reply's line followed by what the connection's original
+// destination sends when dialed from here, or an "error: forward ..." line;
+// ioTimeout bounds the exchange.
+func forwardReply(ctx context.Context, reply func(*net.TCPConn) string) func(*net.TCPConn) string {
+	return func(c *net.TCPConn) string {
+		line := reply(c)
+		dst, err := originalDst(c)
+		if err != nil {
+			return line + "error: forward: no original destination: " + err.Error() + "\n"
+		}
+		var upstream strings.Builder
+		if err := dialAndCopy(ctx, dst.String(), ioTimeout, &upstream); err != nil {
+			return line + upstream.String() + "error: forward to " + dst.String() + ": " + err.Error() + "\n"
+		}
+		return line + upstream.String()
+	}
+}
+
 func serverReply(name string) func(*net.TCPConn) string {
 	return func(c *net.TCPConn) string {
 		return fmt.Sprintf("server name=%s local=%s peer=%s\n",

@@ -325,6 +325,53 @@ func TestRedirectInNetns(t *testing.T) {
 	}
 }
 
+// TestForwardInNetns: with --forward, a connection REDIRECTed to the
+// outbound listener gets the proxy's line, then what its original
+// destination answered the proxy's own dial (which the rule, matching the
+// app's uid only, lets out), as a sidecar passes traffic on to the next.
+func TestForwardInNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a network namespace")
+	}
+	for _, tool := range []string{"ip", "iptables", "setpriv"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	bin := testBinary(t)
+	ns := fmt.Sprintf("testproxy-fwd-%d", os.Getpid())
+	mustRun(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			t.Errorf("ip netns delete %s: %v: %s", ns, err, out)
+		}
+	})
+	inNS := func(args ...string) []string { return append([]string{"netns", "exec", ns}, args...) }
+	mustRun(t, "ip", inNS("ip", "link", "set", "lo", "up")...)
+	dir := t.TempDir()
+	_, stopProxy := startProcess(t, exec.Command("ip", inNS(bin, "proxy", "--forward", "--ready-file", filepath.Join(dir, "proxy"))...), filepath.Join(dir, "proxy"))
+	_, stopServer := startProcess(t, exec.Command("ip", inNS(bin, "server", "--port", "9999", "--name", "up", "--ready-file", filepath.Join(dir, "server"))...), filepath.Join(dir, "server"))
+	const app = "1000"
+	mustRun(t, "ip", inNS("iptables", "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "--dport", "9999",
+		"-m", "owner", "--uid-owner", app, "-j", "REDIRECT", "--to-ports", "15001")...)
+	got := mustRun(t, "ip", inNS("setpriv", "--reuid", app, "--regid", app, "--clear-groups", bin, "client", "--addr", "127.0.0.1:9999")...)
+	want := regexp.MustCompile(`^proxy listener=outbound orig=127\.0\.0\.1:9999 peer=127\.0\.0\.1:\d+ uid=0\nserver name=up local=127\.0\.0\.1:9999 peer=127\.0\.0\.1:\d+\n$`)
+	if !want.MatchString(got) {
+		t.Errorf("through the forwarding proxy: got %q, want match for %s", got, want)
+	}
+	// Without a destination to reach, the proxy says so after its line.
+	stopServerErr := stopServer()
+	got = mustRun(t, "ip", inNS("setpriv", "--reuid", app, "--regid", app, "--clear-groups", bin, "client", "--addr", "127.0.0.1:9999")...)
+	if !strings.HasPrefix(got, "proxy listener=outbound orig=127.0.0.1:9999 ") || !strings.Contains(got, "\nerror: forward to 127.0.0.1:9999: ") {
+		t.Errorf("forwarding to nothing: got %q", got)
+	}
+	for _, err := range []error{stopServerErr, stopProxy()} {
+		if err != nil {
+			t.Errorf("after SIGTERM: %v, want exit 0", err)
+		}
+	}
+}
+
 // mustRun runs a command and returns its stdout, failing the test on error.
 func mustRun(t *testing.T, name string, args ...string) string {
 	t.Helper()

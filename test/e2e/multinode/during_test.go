@@ -30,7 +30,15 @@ const (
 // stream and fails the test once.
 func meshedDuring(t *testing.T, prefix string, op func()) {
 	t.Helper()
-	s := &podStream{t: t, prefix: prefix, target: serverAddr(t), perNode: map[string]int{},
+	meshedDuringAllowing(t, prefix, nil, op)
+}
+
+// meshedDuringAllowing is meshedDuring that lets through a pod whose
+// failed sandboxes excused says are not istio-cni's doing (one of the
+// primary's own, say), as long as it then ran with its rules.
+func meshedDuringAllowing(t *testing.T, prefix string, excused func(events string) bool, op func()) {
+	t.Helper()
+	s := &podStream{t: t, prefix: prefix, target: serverAddr(t), excused: excused, perNode: map[string]int{},
 		slots: make(chan struct{}, duringAlive), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	// op may end the test (t.Fatal): the stream must not outlive it. A
@@ -63,6 +71,7 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 type podStream struct {
 	t              *testing.T
 	prefix, target string
+	excused        func(events string) bool
 	wg             sync.WaitGroup
 	slots          chan struct{}
 	stop, done     chan struct{}
@@ -123,7 +132,7 @@ func (s *podStream) start(i int, afterOp bool) {
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
-		err := startedRedirected(s.t.Context(), n, name)
+		err := startedRedirected(s.t.Context(), n, name, s.excused)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil && s.failure == nil {
@@ -142,8 +151,9 @@ func (s *podStream) finish() {
 }
 
 // startedRedirected waits for the pod on node n, checks its sandbox never
-// failed and its namespace holds the rule model, and deletes it.
-func startedRedirected(ctx context.Context, n *cluster.Node, name string) error {
+// failed (or failed as excused, if set, allows) and its namespace holds
+// the rule model, and deletes it.
+func startedRedirected(ctx context.Context, n *cluster.Node, name string, excused func(events string) bool) error {
 	defer func() { _ = n.DeletePod(context.Background(), "default", name) }()
 	wctx, cancel := context.WithTimeout(ctx, podTimeout)
 	_, err := n.WaitRunning(wctx, "default", name)
@@ -151,7 +161,7 @@ func startedRedirected(ctx context.Context, n *cluster.Node, name string) error 
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
 	}
-	if ev := n.PodEvents(ctx, "default", name); strings.Contains(ev, "FailedCreatePodSandBox") {
+	if ev := n.PodEvents(ctx, "default", name); strings.Contains(ev, "FailedCreatePodSandBox") && (excused == nil || !excused(ev)) {
 		return fmt.Errorf("node %s: %s: a sandbox failed before it ran: %s", n.Name, name, ev)
 	}
 	return rulesMatchModel(ctx, n, name)

@@ -6,16 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -23,68 +24,98 @@ import (
 // nodeWithoutPrimary is what a node showed once istio-cni's agent had
 // installed itself there, before any primary CNI.
 type nodeWithoutPrimary struct {
-	netd       []string // the files in its /etc/cni/net.d
-	agentReady bool
-	nodeReady  bool
+	netd      []string // the files in its /etc/cni/net.d
+	readyz    string   // the agent's /readyz answer
+	nodeReady bool
 }
 
-// waitAgentsWithoutPrimary waits until every node's agent has installed
-// the plugin and its kubeconfig (it has run its install pass), then
-// records what each node shows.
+// waitingForPrimary is how the agent's /readyz says it waits for one.
+const waitingForPrimary = "no valid primary CNI config"
+
+// waitAgentsWithoutPrimary waits until every node's agent says, on its
+// /readyz, that it waits for a primary CNI (it has run its install pass),
+// records what each node shows, then creates a meshed pod bound to each
+// node (kubelet holds it until the node's network is ready), for
+// TestIstioCNIBeforeFlannel.
 func waitAgentsWithoutPrimary(ctx context.Context, fleet *cluster.Fleet) (map[string]nodeWithoutPrimary, error) {
-	err := poll.Wait(3*time.Minute, "istio-cni's agent installed on every node", func() (bool, string) {
-		for _, n := range fleet.Nodes {
-			for _, f := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.IstioRunDir, install.KubeconfigName)} {
-				if _, err := os.Stat(f); err != nil {
-					return false, fmt.Sprintf("node %s: %v", n.Name, err)
-				}
-			}
-		}
-		return true, ""
-	})
-	if err != nil {
-		return nil, err
-	}
-	pods, err := agentPods(ctx)
-	if err != nil {
-		return nil, err
-	}
 	seen := map[string]nodeWithoutPrimary{}
 	for _, n := range fleet.Nodes {
+		var s nodeWithoutPrimary
+		url := fmt.Sprintf("http://%s/readyz", netip.AddrPortFrom(n.NodeIP, agentHealthPort))
+		err := poll.Wait(3*time.Minute, "node "+n.Name+"'s agent waiting for a primary CNI", func() (bool, string) {
+			status, body, err := httpGet(ctx, url)
+			if err != nil {
+				return false, err.Error()
+			}
+			s.readyz = fmt.Sprintf("%d %s", status, body)
+			return status != http.StatusOK && strings.Contains(body, waitingForPrimary), s.readyz
+		})
+		if err != nil {
+			return nil, err
+		}
 		entries, err := os.ReadDir(n.CNINetDir)
 		if err != nil {
 			return nil, err
 		}
-		var s nodeWithoutPrimary
 		for _, e := range entries {
 			s.netd = append(s.netd, e.Name())
 		}
-		p, ok := pods[n.Name]
-		s.agentReady = ok && allReady(p)
 		if s.nodeReady, _, err = n.NodeReady(ctx); err != nil {
 			return nil, err
 		}
 		seen[n.Name] = s
 	}
+	for _, n := range fleet.Nodes {
+		spec := cluster.PodSpec{Namespace: "default", Name: beforeFlannelPod(n), Target: "127.0.0.1:9", Sidecar: true, NodeName: n.Name} // its rules are checked, not its traffic
+		if err := n.CreatePod(ctx, spec.JSON()); err != nil {
+			return nil, err
+		}
+	}
 	return seen, nil
 }
 
+// agentHealthPort is the agent's /readyz port on its node (hostNetwork).
+const agentHealthPort = 8000
+
+// beforeFlannelPod is the meshed pod made on n before Flannel.
+func beforeFlannelPod(n *cluster.Node) string {
+	return "before-flannel-" + strings.TrimPrefix(n.Name, "istio-cni-fleet-")
+}
+
+func httpGet(ctx context.Context, url string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
 // TestIstioCNIBeforeFlannel: installed before the primary (the fleet's
-// bring-up, installBeforeFlannel), istio-cni's agent installs the plugin,
-// writes no config of its own and is not Ready while the node has no
-// primary, and the node stays NotReady; once Flannel writes its conflist,
+// bring-up), istio-cni's agent installs the plugin and then, while the
+// node has no primary, writes no config of its own and says on /readyz
+// that it waits for one; the node stays NotReady. A meshed pod bound to
+// each node meanwhile waits with it. Once Flannel writes its conflist,
 // istio-cni's chains after it (Flannel's cniVersion, name and plugins,
-// then istio-cni), and a meshed pod on every node starts at its first
-// sandbox attempt with its rules.
+// then istio-cni), and each waiting pod starts at its first sandbox
+// attempt with exactly the rule model, in the node's Flannel lease; so
+// does a meshed pod made afterwards.
 func TestIstioCNIBeforeFlannel(t *testing.T) {
 	for _, n := range env.fleet.Nodes {
 		before, ok := env.beforeFlannel[n.Name]
 		switch {
 		case !ok:
 			t.Errorf("node %s: nothing recorded before Flannel", n.Name)
-		case len(before.netd) != 0 || before.agentReady || before.nodeReady:
-			t.Errorf("node %s before Flannel: /etc/cni/net.d %v (want empty), agent Ready %v, node Ready %v (want neither)",
-				n.Name, before.netd, before.agentReady, before.nodeReady)
+		case len(before.netd) != 0 || before.nodeReady || !strings.Contains(before.readyz, waitingForPrimary):
+			t.Errorf("node %s before Flannel: /etc/cni/net.d %v (want empty), node Ready %v (want not), the agent's /readyz %q",
+				n.Name, before.netd, before.nodeReady, before.readyz)
 		}
 		data, err := os.ReadFile(ownedPath(n))
 		if err != nil {
@@ -109,63 +140,82 @@ func TestIstioCNIBeforeFlannel(t *testing.T) {
 	}
 	target := serverAddr(t)
 	for _, n := range env.fleet.Nodes {
-		name := "after-flannel-" + strings.TrimPrefix(n.Name, "istio-cni-fleet-")
-		p := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: name, Target: target, Sidecar: true, NodeName: n.Name})
-		requireFirstAttempt(t, n, p)
-		rules, err := n.IptablesSave(t.Context(), "default", name)
+		waiting := beforeFlannelPod(n)
+		t.Cleanup(func() { _ = n.DeletePod(context.Background(), "default", waiting) })
+		ctx, cancel := context.WithTimeout(t.Context(), podTimeout)
+		p, err := n.WaitRunning(ctx, "default", waiting)
+		cancel()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("node %s: the meshed pod made before Flannel: %v", n.Name, err)
 		}
-		if !strings.Contains(rules, "-A ISTIO_OUTPUT") || !strings.Contains(rules, "-A PREROUTING -p tcp -j ISTIO_INBOUND") {
-			t.Errorf("node %s: meshed pod %s has no redirection:\n%s", n.Name, name, rules)
-		}
-		if !n.Subnet.Contains(mustAddr(t, p.Status.PodIP)) {
-			t.Errorf("node %s: pod %s has %s, outside the node's Flannel lease %s", n.Name, name, p.Status.PodIP, n.Subnet)
+		after := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: "after-flannel-" + strings.TrimPrefix(n.Name, "istio-cni-fleet-"), Target: target, Sidecar: true, NodeName: n.Name})
+		for _, p := range []cluster.Pod{p, after} {
+			requireFirstAttempt(t, n, p)
+			if err := rulesMatchModel(t.Context(), n, p.Metadata.Name); err != nil {
+				t.Error(err)
+			}
+			if !n.Subnet.Contains(mustAddr(t, p.Status.PodIP)) {
+				t.Errorf("node %s: pod %s has %s, outside the node's Flannel lease %s", n.Name, p.Metadata.Name, p.Status.PodIP, n.Subnet)
+			}
 		}
 	}
 }
 
-// TestMeshedAcrossFlannel: between nodes over Flannel's vxlan overlay, a
-// meshed server's inbound traffic goes through its proxy, which sees the
-// calling pod's own address (no NAT between pods), and a meshed client's
-// outbound traffic goes through its proxy with the server as the original
-// destination; inspect, run on each node, says both pods are redirected
-// and the plain one is not. (The test proxy answers rather than forwards,
-// so each direction is its own request.)
+// TestMeshedAcrossFlannel: between nodes over Flannel's vxlan overlay, in
+// each direction, a meshed client's request leaves through its own proxy
+// (outbound, original destination the server) and, passed on by it,
+// arrives through the meshed server's proxy (inbound, from the client
+// pod's own address: no NAT between pods), one exchange crossing both
+// pods' rules; a plain client's request reaches the meshed server's
+// inbound proxy directly. inspect, run on each node, says the meshed pods
+// are redirected and the plain one is not.
 func TestMeshedAcrossFlannel(t *testing.T) {
-	from, to := env.fleet.Nodes[0], env.fleet.Nodes[len(env.fleet.Nodes)-1]
-	server := startPod(t, to, cluster.PodSpec{Namespace: "default", Name: "flannel-mserver", Server: true, Sidecar: true, NodeName: to.Name})
-	target := fmt.Sprintf("%s:%d", server.Status.PodIP, cluster.ServerPort)
-	// Carried by Flannel: nothing else routes one node's pods to another's.
-	if out, err := from.Command(t.Context(), "ip", "route", "get", server.Status.PodIP).CombinedOutput(); err != nil || !strings.Contains(string(out), " dev flannel.1 ") {
-		t.Errorf("node %s routes %s %s (%v); want through flannel.1, Flannel's vxlan device", from.Name, server.Status.PodIP, out, err)
+	first, last := env.fleet.Nodes[0], env.fleet.Nodes[len(env.fleet.Nodes)-1]
+	for _, dir := range []struct {
+		from, to *cluster.Node
+		suffix   string
+	}{{first, last, "ab"}, {last, first, "ba"}} {
+		server := startPod(t, dir.to, cluster.PodSpec{Namespace: "default", Name: "flannel-mserver-" + dir.suffix, Server: true, Sidecar: true, NodeName: dir.to.Name})
+		target := fmt.Sprintf("%s:%d", server.Status.PodIP, cluster.ServerPort)
+		// Carried by Flannel: nothing else routes one node's pods to another's.
+		if out, err := dir.from.Command(t.Context(), "ip", "route", "get", server.Status.PodIP).CombinedOutput(); err != nil || !strings.Contains(string(out), " dev flannel.1 ") {
+			t.Errorf("node %s routes %s %s (%v); want through flannel.1, Flannel's vxlan device", dir.from.Name, server.Status.PodIP, out, err)
+		}
+		client := startPod(t, dir.from, cluster.PodSpec{Namespace: "default", Name: "flannel-mclient-" + dir.suffix, Target: target, Sidecar: true, Forward: true, NodeName: dir.from.Name})
+		// One reply, two lines in the container's log (each behind the
+		// CRI log format's timestamp, stream and tag).
+		both := regexp.MustCompile(`proxy listener=outbound orig=` + regexp.QuoteMeta(target) + ` peer=\S+ uid=1337\n\S+ stdout F proxy listener=inbound orig=` +
+			regexp.QuoteMeta(target) + ` peer=` + regexp.QuoteMeta(client.Status.PodIP) + `:\d+ uid=1337\n`)
+		poll.Until(t, 30*time.Second, dir.from.Name+"'s meshed client through both proxies to "+dir.to.Name, func() (bool, string) {
+			log := dir.from.ContainerLog(client, "app")
+			return both.MatchString(log), log
+		})
+		if log := dir.from.ContainerLog(client, "app"); strings.Contains(log, "server name=") {
+			t.Errorf("a meshed request reached the meshed server's app past its proxy:\n%s", log)
+		}
+		for _, c := range []struct {
+			n   *cluster.Node
+			pod string
+		}{{dir.to, server.Metadata.Name}, {dir.from, client.Metadata.Name}} {
+			if out, code := inspectOn(t, c.n, "default/"+c.pod); code != 0 || !strings.Contains(out, "verdict:   ok: redirected") {
+				t.Errorf("inspect default/%s on %s (exit %d) says no redirection:\n%s", c.pod, c.n.Name, code, out)
+			}
+		}
 	}
-	meshed := startPod(t, from, cluster.PodSpec{Namespace: "default", Name: "flannel-mclient", Target: target, Sidecar: true, NodeName: from.Name})
-	plain := startPod(t, from, cluster.PodSpec{Namespace: "default", Name: "flannel-pclient", Target: target, NodeName: from.Name})
-
+	target := ""
+	if p, found, err := last.GetPod(t.Context(), "default", "flannel-mserver-ab"); err != nil || !found {
+		t.Fatalf("the meshed server: %v (found %v)", err, found)
+	} else {
+		target = fmt.Sprintf("%s:%d", p.Status.PodIP, cluster.ServerPort)
+	}
+	plain := startPod(t, first, cluster.PodSpec{Namespace: "default", Name: "flannel-pclient", Target: target, NodeName: first.Name})
 	inbound := "proxy listener=inbound orig=" + target + " peer=" + plain.Status.PodIP + ":"
 	poll.Until(t, 30*time.Second, "the plain client's request through the meshed server's inbound proxy, from its own address", func() (bool, string) {
-		log := from.ContainerLog(plain, "app")
-		return strings.Contains(log, inbound), log
+		log := first.ContainerLog(plain, "app")
+		return strings.Contains(log, inbound) && !strings.Contains(log, "listener=outbound"), log
 	})
-	outbound := "proxy listener=outbound orig=" + target
-	poll.Until(t, 30*time.Second, "the meshed client's request through its outbound proxy", func() (bool, string) {
-		log := from.ContainerLog(meshed, "app")
-		return strings.Contains(log, outbound), log
-	})
-	for _, c := range []struct {
-		n    *cluster.Node
-		pod  string
-		want string
-	}{
-		{to, "flannel-mserver", "verdict:   ok: redirected"},
-		{from, "flannel-mclient", "verdict:   ok: redirected"},
-		{from, "flannel-pclient", "not redirected: no istio-proxy container"},
-	} {
-		out, code := inspectOn(t, c.n, "default/"+c.pod)
-		if code != 0 || !strings.Contains(out, c.want) {
-			t.Errorf("inspect default/%s on %s (exit %d) lacks %q:\n%s", c.pod, c.n.Name, code, c.want, out)
-		}
+	if out, code := inspectOn(t, first, "default/flannel-pclient"); code != 0 || !strings.Contains(out, "not redirected: no istio-proxy container") {
+		t.Errorf("inspect default/flannel-pclient on %s (exit %d):\n%s", first.Name, code, out)
 	}
 }
 
@@ -249,13 +299,14 @@ func TestNodeJoinsAfterInstall(t *testing.T) {
 
 // TestFlannelRestartedAndRolled: while meshed pods keep starting on every
 // node, Flannel's pods are restarted on every node at once (each one's init
-// container rewrites 10-flannel.conflist, unchanged), then its DaemonSet
-// is rolled to a new image
-// whose CNI config says cniVersion 0.4.0: on every node istio-cni's
-// conflist follows Flannel's new one, never goes missing, and every pod
-// that started meanwhile did so at its first attempt with its rules
-// (meshedDuring). How long each node's follow took is logged; the
-// figures live in BENCHMARKS.md.
+// containers rewrite 10-flannel.conflist, unchanged), then its DaemonSet is
+// rolled to a new image tag (the same build: only one flanneld release
+// builds here) with a CNI config that says cniVersion 0.4.0. On every node
+// istio-cni's conflist follows Flannel's new one and never goes missing,
+// and every pod started meanwhile runs with its rules, at its first
+// attempt or, where Flannel's own plugin copy failed a sandbox, its second
+// (flannelsOwnFailure). Each node's follow time is logged (the mtimes of
+// the two files).
 func TestFlannelRestartedAndRolled(t *testing.T) {
 	requireAgentsReady(t, env.fleet.Nodes)
 	const next = cluster.FlannelImage + "-next"
@@ -266,7 +317,7 @@ func TestFlannelRestartedAndRolled(t *testing.T) {
 	}
 	stopWatch := watchFiles(t, env.fleet.Nodes)
 	follow := watchFollow(t, env.fleet.Nodes, `"cniVersion": "0.4.0"`)
-	meshedDuring(t, "flannel-roll", func() {
+	meshedDuringAllowing(t, "flannel-roll", flannelsOwnFailure, func() {
 		// Restarted on every node at once, as after a crash or an eviction.
 		var old []string
 		for _, p := range flannelPods(t) {
@@ -303,6 +354,25 @@ func TestFlannelRestartedAndRolled(t *testing.T) {
 		t.Errorf("istio-cni's files went missing while Flannel rolled: %v", gaps)
 	}
 	t.Logf("Flannel's new conflist → istio-cni's following it, by node: %v", follow())
+}
+
+// flannelsOwnFailure: the pod's one failed sandbox was the flannel
+// plugin's, none istio-cni's. Flannel's init container copies its plugin
+// into /opt/cni/bin with a plain cp -f, as Flannel's manifest does, so a
+// sandbox set up during the copy can fail once for Flannel's reasons; the
+// issue allows a pod that one retry.
+func flannelsOwnFailure(events string) bool {
+	failed := 0
+	for _, line := range strings.Split(events, "\n") {
+		if !strings.Contains(line, "FailedCreatePodSandBox") {
+			continue
+		}
+		if strings.Contains(line, "istio-cni") || !strings.Contains(line, `plugin type="flannel"`) || !strings.Contains(line, "(x1)") {
+			return false
+		}
+		failed++
+	}
+	return failed == 1
 }
 
 // flannelPods are Flannel's pods not being deleted.

@@ -40,16 +40,24 @@ func mustAddr(t *testing.T, s string) netip.Addr {
 	return a
 }
 
-var serverOnce sync.Once
+var (
+	serverOnce sync.Once
+	serverNode *cluster.Node
+)
 
-// serverAddr is the address of a plain server pod on the last node, which
-// every app dials; it lives for the whole run.
+// serverAddr is the address of a plain server pod on the last node (at
+// its first call: a node joined later is not it), which every app dials;
+// it lives for the whole run.
 func serverAddr(t *testing.T) string {
 	t.Helper()
-	to := env.fleet.Nodes[len(env.fleet.Nodes)-1]
-	s := cluster.PodSpec{Namespace: "default", Name: "server", Server: true, NodeName: to.Name}
 	var err error
-	serverOnce.Do(func() { err = to.CreatePod(context.Background(), s.JSON()) })
+	serverOnce.Do(func() {
+		serverNode = env.fleet.Nodes[len(env.fleet.Nodes)-1]
+		s := cluster.PodSpec{Namespace: "default", Name: "server", Server: true, NodeName: serverNode.Name}
+		err = serverNode.CreatePod(context.Background(), s.JSON())
+	})
+	to := serverNode
+	s := cluster.PodSpec{Namespace: "default", Name: "server"}
 	if err != nil {
 		t.Fatal(err)
 	}

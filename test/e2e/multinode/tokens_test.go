@@ -132,9 +132,23 @@ func TestNodeDeletedRevokesOnlyItsTokens(t *testing.T) {
 	if _, uid := tokenNode(t, pluginToken(t, victim)); uid == "" || uid == oldUID {
 		t.Errorf("node %s's new token is bound to uid %q, the old node's was %q", victim.Name, uid, oldUID)
 	}
+	if env.fleet.Primary == cluster.PrimaryFlannel {
+		// A new Node, a new pod range: Flannel must be told, as its
+		// operator would (RejoinFlannel), or the node's pods are cut off.
+		if err := env.fleet.RejoinFlannel(t.Context(), victim); err != nil {
+			t.Fatal(err)
+		}
+	}
 	name := "after-reregister"
 	startPod(t, victim, cluster.PodSpec{Namespace: "default", Name: name, Target: serverAddr(t), Sidecar: true, NodeName: victim.Name})
 	if err := rulesMatchModel(t.Context(), victim, name); err != nil {
 		t.Error(err)
 	}
+	// The node is on the network again for the tests after: a plain pod
+	// there reaches the server on another node.
+	plain := startPod(t, victim, cluster.PodSpec{Namespace: "default", Name: "after-reregister-plain", Target: serverAddr(t), NodeName: victim.Name})
+	poll.Until(t, 30*time.Second, "a plain pod on "+victim.Name+" reaching the server", func() (bool, string) {
+		log := victim.ContainerLog(plain, "app")
+		return strings.Contains(log, "server name=server"), log
+	})
 }
