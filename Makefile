@@ -218,7 +218,7 @@ test-e2e:
 test-packages:
 	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) ISTIO_CNI_NEWER_IPTABLES=$(CURDIR)/$(NEWER_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
 	cd test/upstream && $(GO) test -count=1 ./...
-	$(FILL) $(GO) test -count=1 -timeout 20m ./test/e2e/multinode
+	$(FILL) $(GO) test -count=1 -timeout 30m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries cni-plugins image helm
@@ -228,7 +228,7 @@ e2e: deps kube-binaries cni-plugins image helm
 ## of NODES nodes (3 by default) on this machine, each a containerd and a
 ## kubelet in namespaces of its own, one control plane (docs/testing.md).
 e2e-multinode: deps kube-binaries cni-plugins image flannel
-	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 20m -v ./test/e2e/multinode
+	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 30m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
 ## 50 perturbations while meshed pods come and go; figures in

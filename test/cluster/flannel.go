@@ -404,6 +404,8 @@ func (f *Fleet) RejoinFlannel(ctx context.Context, n *Node) error {
 	if f.Primary != PrimaryFlannel {
 		return fmt.Errorf("cluster: the fleet's primary is %q, not Flannel", f.Primary)
 	}
+	ctx, cancel := context.WithTimeout(ctx, n.timeout)
+	defer cancel()
 	old := n.Subnet
 	if err := n.waitPodCIDR(ctx); err != nil {
 		return err
@@ -417,7 +419,7 @@ func (f *Fleet) RejoinFlannel(ctx context.Context, n *Node) error {
 	if err := n.ns.run("ip", "link", "delete", fleetPodBridge); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 		return err
 	}
-	if out, err := f.Kubectl(ctx, "-n", "kube-flannel", "delete", "pod", "-l", "app=flannel", "--field-selector", "spec.nodeName="+n.Name, "--wait=true"); err != nil {
+	if out, err := f.Kubectl(ctx, "-n", "kube-flannel", "delete", "pod", "-l", "app=flannel", "--field-selector", "spec.nodeName="+n.Name, "--wait=true", "--timeout=2m"); err != nil {
 		return fmt.Errorf("%w\n%s", err, out)
 	}
 	kubelet := n.components[len(n.components)-1]

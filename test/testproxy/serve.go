@@ -72,9 +72,12 @@ func proxyReply(listener string) func(*net.TCPConn) string {
 	}
 }
 
+// forwardTimeout bounds a forwarded exchange, within the test client's
+// own 2 s, so its error line still reaches the client.
+const forwardTimeout = 1500 * time.Millisecond
+
 // forwardReply is reply's line followed by what the connection's original
-// destination sends when dialed from here, or an "error: forward ..." line;
-// ioTimeout bounds the exchange.
+// destination sends when dialed from here, or an "error: forward ..." line.
 func forwardReply(ctx context.Context, reply func(*net.TCPConn) string) func(*net.TCPConn) string {
 	return func(c *net.TCPConn) string {
 		line := reply(c)
@@ -82,8 +85,13 @@ func forwardReply(ctx context.Context, reply func(*net.TCPConn) string) func(*ne
 		if err != nil {
 			return line + "error: forward: no original destination: " + err.Error() + "\n"
 		}
+		// Not redirected here (a dial of the listener itself): forwarding
+		// would dial this listener again, and again.
+		if dst == plainAddrPort(c.LocalAddr()) {
+			return line + "error: forward: the original destination is this listener\n"
+		}
 		var upstream strings.Builder
-		if err := dialAndCopy(ctx, dst.String(), ioTimeout, &upstream); err != nil {
+		if err := dialAndCopy(ctx, dst.String(), forwardTimeout, &upstream); err != nil {
 			return line + upstream.String() + "error: forward to " + dst.String() + ": " + err.Error() + "\n"
 		}
 		return line + upstream.String()
