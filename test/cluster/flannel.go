@@ -282,16 +282,7 @@ var flannelNodeDirs = []string{"/run/flannel", "/var/lib/cni"}
 // MakeFlannelImage runs `make flannel` and returns the image's tarball,
 // for ImportImages.
 func MakeFlannelImage(ctx context.Context) (string, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "flannel")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("make flannel: %w\n%s", err, out)
-	}
-	return filepath.Join(root, "_output", "flannel-image.tar"), nil
+	return makeTarball(ctx, "flannel", "flannel-image.tar")
 }
 
 // InstallFlannel applies Flannel's manifest (written into dir) as a user

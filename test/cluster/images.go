@@ -58,16 +58,22 @@ func BuildImages(ctx context.Context, dir string) ([]string, error) {
 // MakeImage runs `make image` in the repository, as a user builds the
 // product's image, and returns the tarball's path.
 func MakeImage(ctx context.Context) (string, error) {
+	return makeTarball(ctx, "image", "istio-cni-image.tar")
+}
+
+// makeTarball runs `make target` in the repository and returns the path
+// of the tarball it writes under _output.
+func makeTarball(ctx context.Context, target, tarball string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", target) // #nosec G204 -- the Makefile's own targets
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("make image: %w\n%s", err, out)
+		return "", fmt.Errorf("make %s: %w\n%s", target, err, out)
 	}
-	return filepath.Join(root, "_output", "istio-cni-image.tar"), nil
+	return filepath.Join(root, "_output", tarball), nil
 }
 
 // DeploymentsDir is the repository's deployments/ directory.
