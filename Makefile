@@ -20,6 +20,10 @@ APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prom
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
+# SHIM is the shim's file name in the image, the name the installer copies
+# it by; the version-skew tests build an earlier release's installer with
+# this tree's shim, which that release copies as istio-cni.
+SHIM ?= istio-cni-sidecar
 KUBE_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
 CONTAINERD_BINARIES := containerd containerd-shim-runc-v2 ctr
 NODE_BINARIES := $(KUBE_BINARIES) $(CONTAINERD_BINARIES)
@@ -36,7 +40,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node demo demo-down clean
+.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
 
 all: build
 
@@ -44,12 +48,12 @@ all: build
 help:
 	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
-## build: the plugin as nodes get it (static: the shim /opt/cni/bin/istio-cni,
-## the full plugin istio-cni-full and its API lookup helper istio-cni-apilookup
-## beside it).
-build: $(BIN)/istio-cni $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni
+## build: the plugin as nodes get it (static: the shim
+## /opt/cni/bin/istio-cni-sidecar, the full plugin istio-cni-full and its API
+## lookup helper istio-cni-apilookup beside it).
+build: $(BIN)/istio-cni-sidecar $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni
 
-$(BIN)/istio-cni: $(GO_SOURCES)
+$(BIN)/istio-cni-sidecar: $(GO_SOURCES)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin
 
 $(BIN)/istio-cni-full: $(GO_SOURCES)
@@ -78,9 +82,9 @@ IPTABLES_IMAGE_FILES = -libraries \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
 	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
 
-$(IMAGE_TAR): $(BIN)/istio-cni $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
+$(IMAGE_TAR): $(BIN)/$(SHIM) $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
 	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
-		-file /install-cni=$(BIN)/install-cni:0755 -file /istio-cni=$(BIN)/istio-cni:0755 \
+		-file /install-cni=$(BIN)/install-cni:0755 -file /$(SHIM)=$(BIN)/$(SHIM):0755 \
 		-file /istio-cni-full=$(BIN)/istio-cni-full:0755 -file /istio-cni-apilookup=$(BIN)/istio-cni-apilookup:0755 \
 		$(IPTABLES_IMAGE_FILES)
 
@@ -196,7 +200,7 @@ lint: $(TOOLS)/golangci-lint
 # the tests share its modules' packages (test/gomodules), and two go
 # builds at once each compile the packages neither has finished yet.
 # A build beside the tests starved them (BENCHMARKS.md, cold29).
-test: deps kube-binaries cni-plugins istio-binaries image flannel helm old-iptables newer-iptables
+test: deps kube-binaries cni-plugins istio-binaries upstream-cni-image image flannel helm old-iptables newer-iptables
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
@@ -279,13 +283,33 @@ $(error NATIVE with IPTABLES: native nftables writes no iptables; the swapped li
 endif
 endif
 bench: deps kube-binaries build $(if $(IPTABLES),$(TOOLS)/iptables-$(IPTABLES)/usr/sbin/xtables-nft-multi)
-	$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)) $(GO) run ./test/bench -plugin $(BIN)/istio-cni $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
+	$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)) $(GO) run ./test/bench -plugin $(BIN)/istio-cni-sidecar $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
 
 bench-upstream: $(TOOLS)/upstream-istio-cni
 	$(MAKE) bench UPSTREAM=$(CURDIR)/$(TOOLS)/upstream-istio-cni
 
 $(TOOLS)/upstream-istio-cni: test/upstream/go.mod test/upstream/go.sum
 	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(CURDIR)/$@ istio.io/istio/cni/cmd/istio-cni
+
+## upstream-cni-image: upstream Istio's istio-cni installer image, laid out as
+## its cni/deployments/kubernetes/Dockerfile.install-cni lays it out
+## (/usr/local/bin/install-cni, /opt/cni/bin/istio-cni, iptables), both
+## built from the istio.io/istio module test/upstream pins: the e2e's
+## switch from upstream's istio-cni and back (docs/migration.md). The
+## installer takes pilot-agent's tags (upstream adds grpcnotrace and
+## retrynotrace, which only drop tracing), so the two share their compiles.
+UPSTREAM_CNI_IMAGE := localhost/istio-cni-test/install-cni:istio-test
+UPSTREAM_CNI_IMAGE_TAR := $(OUT)/upstream-cni-image.tar
+upstream-cni-image: $(UPSTREAM_CNI_IMAGE_TAR)
+
+$(TOOLS)/upstream-install-cni: test/upstream/go.mod test/upstream/go.sum
+	cd test/upstream && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -tags agent,disable_pgv -o $(CURDIR)/$@ istio.io/istio/cni/cmd/install-cni
+
+$(UPSTREAM_CNI_IMAGE_TAR): $(TOOLS)/upstream-install-cni $(TOOLS)/upstream-istio-cni $(shell find cmd/mkimage -name '*.go') | deps
+	$(GO) run ./cmd/mkimage -o $@ -tag $(UPSTREAM_CNI_IMAGE) -entrypoint /usr/local/bin/install-cni \
+		-file /usr/local/bin/install-cni=$(TOOLS)/upstream-install-cni:0755 -file /opt/cni/bin/istio-cni=$(TOOLS)/upstream-istio-cni:0755 \
+		$(foreach f,iptables ip6tables iptables-save ip6tables-save iptables-restore ip6tables-restore,-link /usr/sbin/$(f)=xtables-nft-multi) \
+		$(IPTABLES_IMAGE_FILES)
 
 ## istio-binaries: istiod (pilot-discovery) and pilot-agent, built from the
 ## istio.io/istio module test/upstream pins, with upstream's build tags; the

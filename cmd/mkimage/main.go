@@ -6,7 +6,7 @@
 //	mkimage -o _output/install-cni.tar -tag localhost/istio-cni/install-cni:0.1.0 \
 //	    -entrypoint /install-cni \
 //	    -file /install-cni=_output/bin/install-cni \
-//	    -file /istio-cni=_output/bin/istio-cni
+//	    -file /istio-cni-sidecar=_output/bin/istio-cni-sidecar
 //
 // Flags:
 //

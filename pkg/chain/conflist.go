@@ -24,6 +24,31 @@ type plugin struct {
 	raw json.RawMessage
 }
 
+// entryKind says whose istio-cni entry a plugin is, if any.
+type entryKind int
+
+const (
+	notEntry          entryKind = iota
+	ourEntry                    // this release's (PluginType)
+	legacyEntry                 // an earlier release's of this project (LegacyType)
+	upstreamEntryKind           // upstream Istio's installer's (LegacyType, its keys)
+)
+
+func (p plugin) kind() entryKind {
+	switch {
+	case p.typ == PluginType:
+		return ourEntry
+	case p.typ != LegacyType:
+		return notEntry
+	case upstreamEntry(p.raw):
+		return upstreamEntryKind
+	}
+	return legacyEntry
+}
+
+// ours: an entry this project wrote, this release or an earlier one.
+func (k entryKind) ours() bool { return k == ourEntry || k == legacyEntry }
+
 // isListFile reports how runtimes read a file: containerd (go-cni), CRI-O
 // (ocicni) and libcni's own loaders parse only a .conflist as a plugin list,
 // and a .conf or .json as one plugin config.
@@ -152,12 +177,13 @@ func fromConf(data []byte) (*conflist, error) {
 	}, nil
 }
 
-// dropEntries removes every istio-cni plugin and reports how many.
+// dropEntries removes every istio-cni plugin, ours of any release and
+// upstream's, and reports how many.
 func (c *conflist) dropEntries() int {
 	n := len(c.plugins)
 	kept := c.plugins[:0:0]
 	for _, p := range c.plugins {
-		if p.typ != PluginType {
+		if p.kind() == notEntry {
 			kept = append(kept, p)
 		}
 	}
@@ -165,13 +191,30 @@ func (c *conflist) dropEntries() int {
 	return n - len(kept)
 }
 
+// hasEntry: the list holds an entry of ours, of any release.
 func (c *conflist) hasEntry() bool {
 	for _, p := range c.plugins {
-		if p.typ == PluginType {
+		if p.kind().ours() {
 			return true
 		}
 	}
 	return false
+}
+
+// upstreamEntries are the list's entries upstream's installer wrote, in
+// order; none when data is not a plugin list.
+func upstreamEntries(data []byte) []plugin {
+	c, err := parseList(data)
+	if err != nil {
+		return nil
+	}
+	var out []plugin
+	for _, p := range c.plugins {
+		if p.kind() == upstreamEntryKind {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (c *conflist) types() []string {

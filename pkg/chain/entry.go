@@ -17,8 +17,19 @@ import (
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
-// PluginType is istio-cni's "type" in a plugin list.
-const PluginType = "istio-cni"
+// PluginType is istio-cni's "type" in a plugin list, and so its binary's
+// name in the CNI bin directory: a name upstream Istio's istio-cni never
+// writes or removes. Upstream's installer copies its own binary over
+// <bin dir>/istio-cni on every pass, and its shutdown deletes that binary
+// and any entry of that type, whoever wrote them; under a name of its own
+// this one installs beside it, and a switch either way leaves no moment
+// without a working plugin (docs/migration.md).
+const PluginType = "istio-cni-sidecar"
+
+// LegacyType is the type this project's releases wrote before PluginType,
+// and the one upstream Istio's installer writes: an entry of it is ours
+// when it lacks every key only upstream's carries (upstreamEntry).
+const LegacyType = "istio-cni"
 
 // entryJSON is the entry as written: its type and capabilities first, then
 // its keys.

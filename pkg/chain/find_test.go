@@ -115,7 +115,7 @@ func TestFindPrimaryRealConfigs(t *testing.T) {
 			if p.Name != name || p.Mode != mode || string(p.Data) != string(want.Data) {
 				t.Errorf("got %s %v, want %s %v", p.Name, p.Mode, name, mode)
 			}
-			if _, err := chain.Owned(p, testEntry); err != nil {
+			if _, err := chain.Owned(p, testEntry, nil); err != nil {
 				t.Errorf("Owned: %v", err)
 			}
 		})

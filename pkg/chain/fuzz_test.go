@@ -24,7 +24,7 @@ func FuzzOwnedFromAnyPrimary(f *testing.F) {
 		if err != nil {
 			return
 		}
-		out, err := chain.Owned(p, testEntry)
+		out, err := chain.Owned(p, testEntry, nil)
 		if err != nil {
 			return
 		}

@@ -28,12 +28,12 @@ func TestGolden(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.primary, func(t *testing.T) {
 			p := loadPrimary(t, tc.primary)
-			owned, err := chain.Owned(p, testEntry)
+			owned, err := chain.Owned(p, testEntry, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkGolden(t, filepath.Join("testdata", "owned", tc.primary+".golden"), owned)
-			inplace, err := chain.Inplace(p, testEntry)
+			inplace, err := chain.Inplace(p, testEntry, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,19 +75,19 @@ func TestApplyTwice(t *testing.T) {
 	for name := range primaryModes {
 		t.Run(name, func(t *testing.T) {
 			p := loadPrimary(t, name)
-			first, err := chain.Inplace(p, testEntry)
+			first, err := chain.Inplace(p, testEntry, true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			newName, _ := chain.InplaceName(name)
-			second, err := chain.Inplace(&chain.Primary{Name: newName, Data: first}, testEntry)
+			second, err := chain.Inplace(&chain.Primary{Name: newName, Data: first}, testEntry, true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(first, second) {
 				t.Errorf("second run differs\n--- first\n%s--- second\n%s", first, second)
 			}
-			if err := chain.Verify(first, p, testEntry); err != nil {
+			if err := chain.Verify(first, p, testEntry, true); err != nil {
 				t.Errorf("Verify(Owned output) = %v", err)
 			}
 		})

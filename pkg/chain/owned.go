@@ -14,12 +14,19 @@ var ErrOnlyEntry = errors.New("istio-cni is the only plugin in the list")
 
 // Owned builds the owned conflist from the primary: a .conf or .json (one
 // plugin config) becomes a one-plugin list keeping "name" and "cniVersion";
-// any existing istio-cni entries are dropped; our entry is appended last, so
-// it sees the primary's result. Every other field is kept as the primary has
-// it; a converted .conf also gets "loadOnlyInlinedPlugins": true (see
-// fromConf). Output is deterministic: top-level keys sorted, two-space indent,
-// final newline. Errors name the file and what is wrong.
-func Owned(p *Primary, e pluginconf.Entry) ([]byte, error) {
+// the primary's istio-cni entries are dropped (ours of any release, and
+// upstream Istio's, which its installer keeps in the primary and may take
+// out, with its binary, at any moment); our entry is appended, so it sees
+// the primary's result. Then come the entries upstream's installer wrote
+// into current, the file as it is now: it chains into the config that
+// sorts first, ours when it starts after this one, and manages its entry
+// there (at uninstall it takes it out before its binary); dropped, it
+// would insert it again at once. Both plugins then run; upstream's finds
+// the rules ours wrote and leaves them. Every other field is kept as the
+// primary has it; a converted .conf also gets "loadOnlyInlinedPlugins":
+// true (see fromConf). Output is deterministic: top-level keys sorted,
+// two-space indent, final newline. Errors name the file and what is wrong.
+func Owned(p *Primary, e pluginconf.Entry, current []byte) ([]byte, error) {
 	c, err := parsePrimary(p)
 	if err != nil {
 		return nil, err
@@ -30,15 +37,20 @@ func Owned(p *Primary, e pluginconf.Entry) ([]byte, error) {
 	}
 	c.dropEntries()
 	c.plugins = append(c.plugins, plugin{typ: PluginType, raw: entry})
+	c.plugins = append(c.plugins, upstreamEntries(current)...)
 	return c.render()
 }
 
-// Inplace returns the content for inplace mode: the same bytes as Owned,
-// written by the caller under InplaceName(p.Name) instead of a name of our
-// own. Running it on its own output changes nothing, so a re-install over
-// a file it already rewrote (or an old upstream install) is a no-op.
-func Inplace(p *Primary, e pluginconf.Entry) ([]byte, error) {
-	return Owned(p, e)
+// Inplace returns the content for inplace mode: Owned of the primary with
+// the primary itself as the current file when keepUpstream (upstream's
+// entries stay, after ours), written by the caller under InplaceName(p.Name)
+// instead of a name of our own. Running it on its own output changes
+// nothing, so a re-install over a file it already rewrote is a no-op.
+func Inplace(p *Primary, e pluginconf.Entry, keepUpstream bool) ([]byte, error) {
+	if !keepUpstream {
+		return Owned(p, e, nil)
+	}
+	return Owned(p, e, p.Data)
 }
 
 // InplaceName is where Inplace's output goes: the primary itself for a
@@ -70,7 +82,7 @@ func WithoutOurEntry(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	if _, ok := m["plugins"]; !ok {
-		if typ, _ := pluginType(data); typ == PluginType && !upstreamEntry(data) {
+		if typ, _ := pluginType(data); (plugin{typ: typ, raw: data}).kind().ours() {
 			return nil, ErrOnlyEntry
 		}
 		return data, nil
@@ -82,7 +94,7 @@ func WithoutOurEntry(data []byte) ([]byte, error) {
 	n := len(c.plugins)
 	kept := c.plugins[:0:0]
 	for _, p := range c.plugins {
-		if p.typ != PluginType || upstreamEntry(p.raw) {
+		if !p.kind().ours() {
 			kept = append(kept, p)
 		}
 	}

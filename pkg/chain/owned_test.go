@@ -14,7 +14,7 @@ import (
 func TestOwnedPreserves(t *testing.T) {
 	p := &chain.Primary{Name: "10-x.conflist", Data: []byte(`{"name":"n","cniVersion":"1.0.0","disableCheck":"true","x-vendor":{"b":1,"a":2},
 		"plugins":[{"type":"x","big":18446744073709551615,"f":1.50,"s":"caf\u00e9 <a&b>","z":null,"a":[]}]}`)}
-	got, err := chain.Owned(p, pluginconf.Entry{Kubeconfig: "/k"})
+	got, err := chain.Owned(p, pluginconf.Entry{Kubeconfig: "/k"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestOwnedPreserves(t *testing.T) {
 // loadOnlyInlinedPlugins keeps libcni >= 1.3 from reading every .conf in
 // the config dir as that network's plugins.
 func TestOwnedNamelessConf(t *testing.T) {
-	got, err := chain.Owned(&chain.Primary{Name: "10-b.conf", Data: []byte(`{"type":"bridge"}`)}, testEntry)
+	got, err := chain.Owned(&chain.Primary{Name: "10-b.conf", Data: []byte(`{"type":"bridge"}`)}, testEntry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestOwnedErrors(t *testing.T) {
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", LogLevel: "loud"}, `field "log_level": unknown level "loud": want debug, info, warn or error`},
 		{"10-x.conflist", ok, pluginconf.Entry{Kubeconfig: "/k", ReportsSocket: "reports.sock"}, `field "reports_socket": "reports.sock" is not an absolute path`},
 	} {
-		_, err := chain.Owned(&chain.Primary{Name: tc.name, Data: []byte(tc.data)}, tc.e)
+		_, err := chain.Owned(&chain.Primary{Name: tc.name, Data: []byte(tc.data)}, tc.e, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Owned(%s, %s) err = %v, want %q", tc.name, tc.data, err, tc.want)
 		}
@@ -83,7 +83,7 @@ func TestOwnedAgentSocket(t *testing.T) {
 	p := loadPrimary(t, "10-flannel.conflist")
 	e := testEntry
 	e.ReportsSocket = "/var/run/istio-cni/reports.sock"
-	got, err := chain.Owned(p, e)
+	got, err := chain.Owned(p, e, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,17 +92,17 @@ func TestOwnedAgentSocket(t *testing.T) {
 		t.Errorf("output lacks %q:\n%s", want, got)
 	}
 	checkLibcni(t, got)
-	if err := chain.Verify(got, p, e); err != nil {
+	if err := chain.Verify(got, p, e, true); err != nil {
 		t.Errorf("Verify with the socket: %v", err)
 	}
-	if err := chain.Verify(got, p, testEntry); err == nil || !strings.Contains(err.Error(), `field "reports_socket"`) {
+	if err := chain.Verify(got, p, testEntry, true); err == nil || !strings.Contains(err.Error(), `field "reports_socket"`) {
 		t.Errorf("Verify against an entry without the socket: %v", err)
 	}
 }
 
 func TestWithoutOurEntry(t *testing.T) {
 	p := loadPrimary(t, "10-flannel.conflist")
-	inplace, err := chain.Inplace(p, testEntry)
+	inplace, err := chain.Inplace(p, testEntry, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestWithoutOurEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := chain.Verify(inplace, &chain.Primary{Name: p.Name, Data: restored}, testEntry); err != nil {
+	if err := chain.Verify(inplace, &chain.Primary{Name: p.Name, Data: restored}, testEntry, true); err != nil {
 		t.Errorf("WithoutOurEntry lost more than the entry: %v", err)
 	}
 	if strings.Contains(string(restored), chain.PluginType) {

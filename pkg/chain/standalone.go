@@ -48,19 +48,19 @@ func Standalone(e pluginconf.Entry) ([]byte, error) {
 var upstreamKeys = []string{"cni_agent_run_dir", "plugin_log_level", "pod_namespace", "ambient_enabled", "kubernetes"}
 
 // UpstreamEntry reports whether a config holds an istio-cni entry written
-// by upstream Istio's installer rather than this one: another installer
-// manages istio-cni on the node.
+// by upstream Istio's installer rather than this one: that installer is
+// (or was) on the node too.
 func UpstreamEntry(data []byte) bool {
 	if c, err := parseList(data); err == nil {
 		for _, p := range c.plugins {
-			if p.typ == PluginType && upstreamEntry(p.raw) {
+			if p.kind() == upstreamEntryKind {
 				return true
 			}
 		}
 		return false
 	}
 	typ, _ := pluginType(data)
-	return typ == PluginType && upstreamEntry(data)
+	return (plugin{typ: typ, raw: data}).kind() == upstreamEntryKind
 }
 
 // upstreamEntry: one istio-cni entry carries a key only upstream's

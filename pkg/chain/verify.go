@@ -11,12 +11,17 @@ import (
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
-// Verify reports why ownedData is not what Owned(p, e) produces, compared
-// as JSON values (key order and whitespace do not count), or nil. It names
+// Verify reports why ownedData is not what Owned produces from p and e,
+// with the upstream entries ownedData holds when keepUpstream, compared as
+// JSON values (key order and whitespace do not count), or nil. It names
 // the first difference: the plugin types in order, then the first plugin
 // field, then the first top-level field.
-func Verify(ownedData []byte, p *Primary, e pluginconf.Entry) error {
-	wantData, err := Owned(p, e)
+func Verify(ownedData []byte, p *Primary, e pluginconf.Entry, keepUpstream bool) error {
+	current := ownedData
+	if !keepUpstream {
+		current = nil
+	}
+	wantData, err := Owned(p, e, current)
 	if err != nil {
 		return fmt.Errorf("cannot build the expected chain: %w", err)
 	}

@@ -10,11 +10,11 @@ import (
 
 func TestVerify(t *testing.T) {
 	p := loadPrimary(t, "10-calico.conflist")
-	owned, err := chain.Owned(p, testEntry)
+	owned, err := chain.Owned(p, testEntry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := chain.Verify(owned, p, testEntry); err != nil {
+	if err := chain.Verify(owned, p, testEntry, true); err != nil {
 		t.Fatalf("Verify(Owned output) = %v", err)
 	}
 	// Key order and spacing do not count.
@@ -23,12 +23,12 @@ func TestVerify(t *testing.T) {
 		`{"type":"bandwidth","capabilities":{"bandwidth":true}}],` +
 		`"cniVersion":"0.3.1","name":"k8s-pod-network"}`
 	calicoOnly := &chain.Primary{Name: "10-calico.conflist", Data: []byte(reordered)}
-	ownedReordered, err := chain.Owned(calicoOnly, testEntry)
+	ownedReordered, err := chain.Owned(calicoOnly, testEntry, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	compact := strings.Join(strings.Fields(string(ownedReordered)), "")
-	if err := chain.Verify([]byte(compact), calicoOnly, testEntry); err != nil {
+	if err := chain.Verify([]byte(compact), calicoOnly, testEntry, true); err != nil {
 		t.Errorf("Verify(compacted) = %v", err)
 	}
 
@@ -49,15 +49,15 @@ func TestVerify(t *testing.T) {
 		e    pluginconf.Entry
 		want string
 	}{
-		{"entry missing", withoutEntry, p, testEntry, "istio-cni entry is missing; plugin types are [calico portmap bandwidth], want [calico portmap bandwidth istio-cni]"},
-		{"plugin added", owned, morePlugins, testEntry, "plugin types are [calico portmap bandwidth istio-cni], want [tuning calico portmap bandwidth istio-cni]"},
+		{"entry missing", withoutEntry, p, testEntry, "istio-cni entry is missing; plugin types are [calico portmap bandwidth], want [calico portmap bandwidth istio-cni-sidecar]"},
+		{"plugin added", owned, morePlugins, testEntry, "plugin types are [calico portmap bandwidth istio-cni-sidecar], want [tuning calico portmap bandwidth istio-cni-sidecar]"},
 		{"plugin field", owned, otherMTU, testEntry, `plugins[0] (calico): field "mtu" = 0, want 1440`},
 		{"top field", owned, otherTop, testEntry, `top level: field "cniVersion" = "0.3.1", want "1.0.0"`},
-		{"entry field", owned, p, otherEntry, `plugins[3] (istio-cni): field "exclude_namespaces" = ["kube-system"], want ["kube-system","istio-system"]`},
+		{"entry field", owned, p, otherEntry, `plugins[3] (istio-cni-sidecar): field "exclude_namespaces" = ["kube-system"], want ["kube-system","istio-system"]`},
 		{"garbage", []byte("{not json"), p, testEntry, "not a valid plugin list"},
 		{"bad primary", owned, &chain.Primary{Name: "x.conf", Data: []byte("{}")}, testEntry, "cannot build the expected chain: x.conf"},
 	} {
-		err := chain.Verify(tc.data, tc.p, tc.e)
+		err := chain.Verify(tc.data, tc.p, tc.e, true)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Verify = %v, want it to contain %q", tc.name, err, tc.want)
 		}

@@ -152,7 +152,7 @@ func (a *Agent) nodeDuties(cs kubeclient.Interface, reg prometheus.Registerer) e
 		})
 		reg.MustRegister(tainted)
 		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
-			Exempt: []string{install.ShutdownReason, install.OtherInstallerReason, install.UninstalledReason, install.RefusedReason},
+			Exempt: []string{install.ShutdownReason, install.UninstalledReason, install.RefusedReason},
 			Log:    a.log.With("component", "taint"), Tainted: tainted}
 	}
 	return nil

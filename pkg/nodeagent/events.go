@@ -76,6 +76,6 @@ func (f nodeNotices) OtherInstaller(file string) {
 		return
 	}
 	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeWarning, ReasonOtherInstaller,
-		"upstream Istio's istio-cni manages this node (its entry is in %s): this istio-cni installs nothing here and is not ready. "+
-			"To migrate, uninstall upstream's (helm uninstall istio-cni, or istioctl with components.cni.enabled=false); this one then installs at once", file)
+		"upstream Istio's istio-cni is installed on this node too (its entry is in %s); this istio-cni chains its own plugin, under names upstream's never touches. "+
+			"Finish the switch by uninstalling one of the two (docs/migration.md)", file)
 }

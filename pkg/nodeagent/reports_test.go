@@ -106,7 +106,7 @@ func TestNodeNotices(t *testing.T) {
 	want := []string{
 		"Warning " + ReasonConflict + " another writer keeps undoing 02-istio-cni.conflist (deleted by another process): 10 repairs in 30s",
 		"Normal " + ReasonConflictOver + " no repair of 02-istio-cni.conflist needed for 30s",
-		"Warning " + ReasonOtherInstaller + " upstream Istio's istio-cni manages this node (its entry is in 10-calico.conflist)",
+		"Warning " + ReasonOtherInstaller + " upstream Istio's istio-cni is installed on this node too (its entry is in 10-calico.conflist)",
 	}
 	if len(got) != len(want) {
 		t.Fatalf("reports %q", got)

@@ -100,7 +100,7 @@ func (s Values) Node() decision.NodeSettings {
 
 // Defaults, in one place.
 const (
-	DefaultKubeconfig        = "/var/run/istio-cni/istio-cni-kubeconfig"
+	DefaultKubeconfig        = "/var/run/istio-cni/istio-cni-sidecar-kubeconfig"
 	DefaultAPITimeout        = 20 * time.Second
 	DefaultAPIAttemptTimeout = 5 * time.Second
 	// MaxAPITimeout keeps a lookup, with the plugin's budget for the pod's

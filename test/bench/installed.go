@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -171,7 +172,7 @@ func (nd *installedNode) entry(prevResult string) ([]byte, error) {
 			continue
 		}
 		for _, p := range list.Plugins {
-			if string(p["type"]) != `"istio-cni"` {
+			if string(p["type"]) != `"`+chain.PluginType+`"` {
 				continue
 			}
 			p["cniVersion"], _ = json.Marshal(list.CNIVersion)

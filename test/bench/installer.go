@@ -14,6 +14,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 )
@@ -200,7 +201,7 @@ func (nd *fakeNode) firstChains() bool {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(nd.netd, e.Name()))
-		return err == nil && strings.Contains(string(data), `"istio-cni"`)
+		return err == nil && strings.Contains(string(data), `"`+chain.PluginType+`"`)
 	}
 	return false
 }
@@ -239,7 +240,7 @@ func (nd *fakeNode) repairs(kind string, gap time.Duration, n int) ([]time.Durat
 			if err := os.Remove(filepath.Join(nd.netd, foreignName)); err != nil {
 				return nil, err
 			}
-			if _, err := nd.waitFor(nd.ownedIs(func(s string) bool { return strings.Contains(s, `"istio-cni"`) }), 10*time.Second); err != nil {
+			if _, err := nd.waitFor(nd.ownedIs(func(s string) bool { return strings.Contains(s, `"`+chain.PluginType+`"`) }), 10*time.Second); err != nil {
 				return nil, fmt.Errorf("after the foreign config went: %w", err)
 			}
 		}
@@ -257,7 +258,7 @@ func (nd *fakeNode) undo(kind string) (func() bool, error) {
 		serial := fmt.Sprintf(`"serial":%d,`, nd.serial)
 		return nd.ownedIs(func(s string) bool {
 			s = strings.Join(strings.Fields(s), "")
-			return strings.Contains(s, serial) && strings.Contains(s, `"istio-cni"`)
+			return strings.Contains(s, serial) && strings.Contains(s, `"`+chain.PluginType+`"`)
 		}), nil
 	case foreignFirst:
 		// Another CNI's config appears sorting first (a copy of the
@@ -276,14 +277,14 @@ func (nd *fakeNode) undo(kind string) (func() bool, error) {
 		if err := os.Remove(filepath.Join(nd.netd, ownedName)); err != nil {
 			return nil, err
 		}
-		return nd.ownedIs(func(s string) bool { return strings.Contains(s, `"istio-cni"`) }), nil
+		return nd.ownedIs(func(s string) bool { return strings.Contains(s, `"`+chain.PluginType+`"`) }), nil
 	}
 	if err := nd.rotateToken(); err != nil {
 		return nil, err
 	}
 	token := nd.token()
 	return func() bool {
-		kc, err := os.ReadFile(filepath.Join(nd.kc, "istio-cni-kubeconfig"))
+		kc, err := os.ReadFile(filepath.Join(nd.kc, install.KubeconfigName))
 		return err == nil && strings.Contains(string(kc), token)
 	}, nil
 }

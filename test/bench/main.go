@@ -22,7 +22,7 @@ import (
 )
 
 func main() {
-	plugin := flag.String("plugin", "_output/bin/istio-cni", "the plugin binary")
+	plugin := flag.String("plugin", "_output/bin/istio-cni-sidecar", "the plugin binary")
 	installer := flag.String("installer", "_output/bin/install-cni", "the install-cni binary, for the as-installed table")
 	upstream := flag.String("upstream", "", "upstream istio-cni's plugin binary, measured beside ours (never fetched: bring your own)")
 	n := flag.Int("n", 200, "samples per measurement")

@@ -63,7 +63,7 @@ const (
 )
 
 func (b *bench) stdin(backend, prevResult string) []byte {
-	return []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni",
+	return []byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"istio-cni-sidecar",
  "kubeconfig":%q,"exclude_namespaces":["kube-system"],"log_level":"info","iptables_backend":%q,
  "prevResult":%s}`, b.kubeconfig, backend, prevResult))
 }

@@ -39,6 +39,10 @@ type Options struct {
 	// serving certificate names; default 127.0.0.1. A fleet's nodes,
 	// each in its own network namespace, reach it on their shared link.
 	Host netip.Addr
+	// AlsoNamed are more addresses the serving certificate names: a
+	// node's gateway, where a proxy lets its pods (which have no Service
+	// network) reach the server.
+	AlsoNamed []netip.Addr
 	// AuditUsers, when set, has the API server write an audit log
 	// (AuditLogPath) of these users' requests, metadata only: what a
 	// component costs the control plane, counted per request.
@@ -100,7 +104,7 @@ func StartAPIServer(ctx context.Context, o Options) (_ *APIServer, err error) {
 	if !o.Host.IsValid() {
 		o.Host = netip.MustParseAddr("127.0.0.1")
 	}
-	certs, err := writeCerts(o.Dir, o.Host)
+	certs, err := writeCerts(o.Dir, append([]netip.Addr{o.Host}, o.AlsoNamed...))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}

@@ -26,9 +26,9 @@ type certFiles struct {
 }
 
 // writeCerts generates a throw-away CA, an ECDSA P-256 serving certificate for
-// 127.0.0.1/localhost and host (ECDSA keeps TLS handshakes cheap for
+// 127.0.0.1/localhost and hosts (ECDSA keeps TLS handshakes cheap for
 // benchmarks) and a service-account signing key, and writes them to dir.
-func writeCerts(dir string, host netip.Addr) (certFiles, error) {
+func writeCerts(dir string, hosts []netip.Addr) (certFiles, error) {
 	f := certFiles{
 		caCert:      filepath.Join(dir, "ca.crt"),
 		servingCert: filepath.Join(dir, "apiserver.crt"),
@@ -66,7 +66,10 @@ func writeCerts(dir string, host netip.Addr) (certFiles, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
 		// 10.96.0.1 is the kubernetes Service IP in --service-cluster-ip-range.
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1), net.IP(host.AsSlice())},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)},
+	}
+	for _, h := range hosts {
+		srvTmpl.IPAddresses = append(srvTmpl.IPAddresses, net.IP(h.AsSlice()))
 	}
 	srvDER, _, err := sign(srvTmpl, caCert, &srvKey.PublicKey, caKey)
 	if err != nil {

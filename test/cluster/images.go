@@ -84,3 +84,10 @@ func DeploymentsDir() (string, error) {
 	}
 	return filepath.Join(root, "deployments"), nil
 }
+
+// MakeUpstreamCNIImage runs `make upstream-cni-image`: upstream Istio's
+// istio-cni installer image (UpstreamCNIImage), built from the module
+// test/upstream pins, and returns the tarball's path.
+func MakeUpstreamCNIImage(ctx context.Context) (string, error) {
+	return makeTarball(ctx, "upstream-cni-image", "upstream-cni-image.tar")
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -38,10 +39,13 @@ type Istio struct {
 // The injected containers' image: hub/proxyv2:tag, as the chart composes
 // it (ProxyImageArchive builds it).
 const (
-	IstioHub       = "localhost/istio-cni-test"
-	IstioTag       = "istio-test"
-	ProxyImage     = IstioHub + "/proxyv2:" + IstioTag
-	IstioNamespace = "istio-system"
+	IstioHub   = "localhost/istio-cni-test"
+	IstioTag   = "istio-test"
+	ProxyImage = IstioHub + "/proxyv2:" + IstioTag
+	// UpstreamCNIImage is upstream's istio-cni installer as its chart
+	// composes the name from the same hub and tag (MakeUpstreamCNIImage).
+	UpstreamCNIImage = IstioHub + "/install-cni:" + IstioTag
+	IstioNamespace   = "istio-system"
 )
 
 // IstioBinaries are pilot-discovery and pilot-agent, which `make
@@ -120,8 +124,10 @@ func IstioManifests() (string, error) {
 }
 
 // ProxyImageArchive builds the injected containers' image into dir: the
-// real pilot-agent for istio-validation and the test proxy in Envoy's
-// place for istio-proxy, behind test/pilotagent, the entrypoint.
+// real pilot-agent for istio-validation and istio-init and the test proxy
+// in Envoy's place for istio-proxy, behind test/pilotagent, the
+// entrypoint; and this machine's iptables (nft), which istio-init runs,
+// as proxyv2 holds its own.
 func ProxyImageArchive(ctx context.Context, dir string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -142,12 +148,77 @@ func ProxyImageArchive(ctx context.Context, dir string) (string, error) {
 		}
 		files = append(files, image.File{Path: name, Source: out, Mode: 0o755})
 	}
-	img, err := image.Build(image.Spec{Files: files, Entrypoint: []string{"/usr/local/bin/pilot-agent"}})
+	files = append(files, image.File{Path: "/usr/sbin/xtables-nft-multi", Source: "/usr/sbin/xtables-nft-multi", Mode: 0o755})
+	var links []image.Link
+	for _, l := range []string{"iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore"} {
+		links = append(links, image.Link{Path: "/usr/sbin/" + l, Target: "xtables-nft-multi"})
+	}
+	modules, err := filepath.Glob("/usr/lib/*/xtables/*.so")
+	if err != nil {
+		return "", err
+	}
+	for _, m := range modules {
+		files = append(files, image.File{Path: m, Source: m, Mode: 0o644})
+	}
+	if files, err = image.WithLibraries(files, image.LibraryDirs(multiarchTriplet())); err != nil {
+		return "", err
+	}
+	img, err := image.Build(image.Spec{Files: files, Links: links, Entrypoint: []string{"/usr/local/bin/pilot-agent"}})
 	if err != nil {
 		return "", err
 	}
 	tarball := filepath.Join(dir, "proxyv2.tar")
 	return tarball, image.WriteArchive(tarball, img, ProxyImage)
+}
+
+// multiarchTriplet is this machine's Debian multiarch directory name.
+func multiarchTriplet() string {
+	if runtime.GOARCH == "arm64" {
+		return "aarch64-linux-gnu"
+	}
+	return "x86_64-linux-gnu"
+}
+
+// SetCNIMode upgrades the istio-discovery release with pilot.cni.enabled
+// on or off (istio-validation, or istio-init as without a CNI) and waits
+// until the injector, asked in a dry run, injects that way into a pod in
+// namespace, an injection-enabled one.
+func (i *Istio) SetCNIMode(ctx context.Context, on bool, namespace string) error {
+	chart, err := IstioChart()
+	if err != nil {
+		return err
+	}
+	helm, err := Helm()
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, helm, "--kubeconfig", i.n.Kubeconfig, "upgrade", "istiod", chart, // #nosec G204 -- test harness
+		"-n", IstioNamespace, "--reuse-values", "--set", fmt.Sprintf("cni.enabled=%v", on), "--wait=false").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("helm upgrade istiod: %w\n%s", err, out)
+	}
+	want := "istio-init"
+	if on {
+		want = "istio-validation"
+	}
+	probe := PodSpec{Namespace: namespace, Name: "cni-mode-probe", Target: "127.0.0.1:1"}.JSON()
+	var last string
+	for {
+		status, body, err := i.n.Do(ctx, http.MethodPost, "/api/v1/namespaces/"+namespace+"/pods?dryRun=All", probe)
+		var p Pod
+		if err == nil && status == http.StatusCreated && json.Unmarshal(body, &p) == nil && len(p.Spec.InitContainers) > 0 {
+			if last = p.Spec.InitContainers[0].Name; last == want {
+				return nil
+			}
+		} else {
+			last = fmt.Sprintf("%d %v", status, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the injector still injects %s, want %s: %w", last, want, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // InstallIstio installs the istio-discovery chart and starts istiod; it

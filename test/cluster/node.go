@@ -167,7 +167,7 @@ func StartNode(ctx context.Context, o NodeOptions) (_ *Node, err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
-	n.APIServer, err = StartAPIServer(ctx, Options{Dir: o.Dir, Node: true, Detach: o.Detach, StartTimeout: o.StartTimeout})
+	n.APIServer, err = StartAPIServer(ctx, Options{Dir: o.Dir, Node: true, Detach: o.Detach, StartTimeout: o.StartTimeout, AlsoNamed: []netip.Addr{n.NodeIP}})
 	if err != nil {
 		n.APIServer = nil
 		return nil, err

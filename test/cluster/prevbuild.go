@@ -80,12 +80,21 @@ type Build struct {
 	BinDir  string // its binaries: the shim, full plugin, lookup helper and agent
 }
 
-// The image's binaries: the agent's, and the plugin's three, which the
-// agent installs on the node.
+// The image's binaries: the agent's, and the plugin's two besides the
+// shim, which the agent installs on the node.
 var (
 	agentBinaries  = []string{"install-cni"}
-	pluginBinaries = []string{"istio-cni", "istio-cni-full", "istio-cni-apilookup"}
+	pluginBinaries = []string{"istio-cni-full", "istio-cni-apilookup"}
 )
+
+// Shim is the file name of b's shim: istio-cni-sidecar, or istio-cni in
+// builds from before it (upstream Istio's plugin's name).
+func (b Build) Shim() string {
+	if _, err := os.Stat(filepath.Join(b.BinDir, "istio-cni-sidecar")); err == nil {
+		return "istio-cni-sidecar"
+	}
+	return "istio-cni"
+}
 
 // BuildMixedImage builds an image whose agent is agent's build and whose
 // plugin binaries are plugin's, tagged ref, into dir: a node in the middle
@@ -102,17 +111,22 @@ func BuildMixedImage(ctx context.Context, agent, plugin Build, ref, dir string) 
 	if err := os.MkdirAll(b.BinDir, 0o755); err != nil {
 		return Build{}, err
 	}
-	args := []string{"image", "BIN=" + b.BinDir, "IMAGE=" + ref, "IMAGE_TAR=" + b.Tarball}
+	// The shim goes in under the name the agent's build installs it by.
+	shim := agent.Shim()
+	args := []string{"image", "BIN=" + b.BinDir, "IMAGE=" + ref, "IMAGE_TAR=" + b.Tarball, "SHIM=" + shim}
 	for _, f := range []struct {
 		from  Build
-		names []string
-	}{{agent, agentBinaries}, {plugin, pluginBinaries}} {
-		for _, name := range f.names {
-			data, err := os.ReadFile(filepath.Join(f.from.BinDir, name)) // #nosec G304 -- a build's output
+		files []imageFile
+	}{
+		{agent, files(agentBinaries)},
+		{plugin, append(files(pluginBinaries), imageFile{plugin.Shim(), shim})},
+	} {
+		for _, name := range f.files {
+			data, err := os.ReadFile(filepath.Join(f.from.BinDir, name.from)) // #nosec G304 -- a build's output
 			if err != nil {
 				return Build{}, err
 			}
-			dst := filepath.Join(b.BinDir, name)
+			dst := filepath.Join(b.BinDir, name.to)
 			if err := os.WriteFile(dst, data, 0o755); err != nil { // #nosec G306 -- an executable
 				return Build{}, err
 			}
@@ -123,6 +137,18 @@ func BuildMixedImage(ctx context.Context, agent, plugin Build, ref, dir string) 
 		return Build{}, fmt.Errorf("building the mixed image %s: %w\n%s", ref, err, out)
 	}
 	return b, nil
+}
+
+// imageFile is a build's binary, from, put in an image as to.
+type imageFile struct{ from, to string }
+
+// files names each of names as itself.
+func files(names []string) []imageFile {
+	out := make([]imageFile, len(names))
+	for i, n := range names {
+		out[i] = imageFile{n, n}
+	}
+	return out
 }
 
 // runMake runs make in dir as its own make, not a sub-make of one that

@@ -20,9 +20,11 @@ type apiProxy struct {
 	wg    sync.WaitGroup
 }
 
-func newAPIProxy(target string) (*apiProxy, error) {
+// newAPIProxy listens on listen (host:port) and forwards every
+// connection to target.
+func newAPIProxy(listen, target string) (*apiProxy, error) {
 	p := &apiProxy{target: target, conns: map[net.Conn]struct{}{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,17 @@ const (
 // stream, and its error, with the pod's Events, fails the test once.
 func meshedDuring(t *testing.T, prefix string, op func()) {
 	t.Helper()
+	streamDuring(t, prefix, func(ctx context.Context, name string) error {
+		return env.node.CreatePod(ctx, meshedPod(t, name).JSON())
+	}, checkStartedRedirected, op)
+}
+
+// streamDuring creates pods named prefix-N with create while op runs, and
+// for a second after it, at most duringAlive at once and duringMax in
+// all, and checks each with check (which deletes it). The first pod that
+// fails stops the stream and fails the test once.
+func streamDuring(t *testing.T, prefix string, create, check func(ctx context.Context, name string) error, op func()) {
+	t.Helper()
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -56,7 +67,7 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 				return
 			}
 			name := fmt.Sprintf("%s-%d", prefix, created)
-			if err := env.node.CreatePod(t.Context(), meshedPod(t, name).JSON()); err != nil {
+			if err := create(t.Context(), name); err != nil {
 				<-slots
 			} else {
 				created++
@@ -64,7 +75,7 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 				go func() {
 					defer wg.Done()
 					defer func() { <-slots }()
-					err := checkStartedRedirected(t.Context(), name)
+					err := check(t.Context(), name)
 					mu.Lock()
 					if err != nil && failure == nil {
 						failure = err
@@ -86,7 +97,7 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 	close(stop)
 	<-streamDone
 	wg.Wait()
-	t.Logf("%d meshed pods created during the operation (at most %d at once), %d checked", created, duringAlive, checked)
+	t.Logf("%d pods created during the operation (at most %d at once), %d checked", created, duringAlive, checked)
 	if failure != nil {
 		t.Fatal(failure)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -32,7 +33,7 @@ func TestInstalled(t *testing.T) {
 	var list struct {
 		Plugins []map[string]any `json:"plugins"`
 	}
-	if err := json.Unmarshal(owned, &list); err != nil || len(list.Plugins) != 3 || list.Plugins[2]["type"] != "istio-cni" {
+	if err := json.Unmarshal(owned, &list); err != nil || len(list.Plugins) != 3 || list.Plugins[2]["type"] != chain.PluginType {
 		t.Errorf("owned conflist should chain istio-cni after bridge and portmap (%v):\n%s", err, owned)
 	}
 	// The plugin's kubeconfig holds its own minted token, not the

@@ -30,21 +30,6 @@ func fullPath() string       { return filepath.Join(env.node.CNIBinDir, install.
 func kubeconfigPath() string { return filepath.Join(env.node.IstioRunDir, install.KubeconfigName) }
 func ownedPath() string      { return filepath.Join(env.node.CNINetDir, "02-istio-cni.conflist") }
 
-// replaceFile writes a node file as an installer does: a temporary file
-// renamed over path. Writing in place fails with ETXTBSY while the
-// runtime executes the plugin binary, and lets a reader see half a config.
-func replaceFile(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".e2e-tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
-}
-
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

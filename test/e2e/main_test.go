@@ -111,7 +111,7 @@ func run(m *testing.M) (code int, err error) {
 	if env.primary, err = os.ReadFile(node.PrimaryConfig); err != nil {
 		return 1, err
 	}
-	if env.proxy, err = newAPIProxy(fmt.Sprintf("127.0.0.1:%d", node.APIPort())); err != nil {
+	if env.proxy, err = newAPIProxy("127.0.0.1:0", fmt.Sprintf("127.0.0.1:%d", node.APIPort())); err != nil {
 		return 1, err
 	}
 	defer env.proxy.down()

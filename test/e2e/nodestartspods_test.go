@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -60,60 +59,6 @@ func TestNodeSelectorMovesTheAgentOff(t *testing.T) {
 	requireInstalled(t)
 }
 
-// 15b. The migration from upstream Istio's istio-cni, rolled back: while
-// upstream's installer manages the node (its entry in the primary's
-// config, its binary and kubeconfig at the same paths), this project is
-// removed. Its uninstall takes only what it wrote: upstream's entry,
-// binary and kubeconfig stay.
-func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
-	requireInstalled(t)
-	upstreamPrimary := withUpstreamEntry(t, env.primary)
-	// Upstream's entry first: from then on this agent writes nothing.
-	if err := replaceFile(env.node.PrimaryConfig, upstreamPrimary, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Should the test stop early, the node gets its own files back (the
-	// next test reinstalls).
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			restoreNodeFiles()
-		}
-	})
-	poll.Until(t, 30*time.Second, "the agent yielding to upstream's installer", func() (bool, string) {
-		return readyz() == http.StatusServiceUnavailable, fmt.Sprint(readyz())
-	})
-	// A Go binary of another module stands for upstream's istio-cni.
-	foreign, err := cluster.Kubectl()
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary, err := os.ReadFile(foreign) // #nosec G304 -- the test's kubectl
-	if err != nil {
-		t.Fatal(err)
-	}
-	for path, data := range map[string][]byte{pluginPath(): binary, kubeconfigPath(): []byte(upstreamKubeconfig)} {
-		if err := replaceFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if out, err := env.node.Kubectl(t.Context(), "delete", "-k", env.overlay, "--wait=true"); err != nil {
-		t.Fatalf("kubectl delete -k: %v\n%s", err, out)
-	}
-	poll.Until(t, 2*time.Minute, "no agent pod", func() (bool, string) { return len(installerPods(t)) == 0, "" })
-	for path, want := range map[string][]byte{env.node.PrimaryConfig: upstreamPrimary, pluginPath(): binary, kubeconfigPath(): []byte(upstreamKubeconfig)} {
-		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, want) { // #nosec G304 -- the node's files
-			t.Errorf("%s after our uninstall: %v; want upstream's, untouched", path, err)
-		}
-	}
-	if exists(ownedPath()) {
-		t.Errorf("our conflist %s is left", ownedPath())
-	}
-	restoreNodeFiles()
-	restored = true
-	reinstall(t)
-}
-
 // awaySelector is the DaemonSet's patch that keeps it off the node (no
 // node has the label); agentBack undoes it.
 const awaySelector = `{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/os":"linux","e2e.istio-cni/away":"yes"}}}}}`
@@ -139,60 +84,6 @@ func agentBack(t *testing.T) {
 	if _, err := env.node.Kubectl(ctx, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p", back); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// upstreamKubeconfig is a plugin kubeconfig as upstream Istio's installer
-// writes it (its own context name).
-const upstreamKubeconfig = `apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster: {server: "https://127.0.0.1:1", certificate-authority-data: Q0E=}
-contexts:
-- name: istio-cni-context
-  context: {cluster: local, user: istio-cni}
-current-context: istio-cni-context
-users:
-- name: istio-cni
-  user: {token: upstream-token}
-`
-
-// withUpstreamEntry is the primary conflist with upstream Istio's chained
-// entry appended, as its installer (Istio 1.24+) writes it in place.
-func withUpstreamEntry(t *testing.T, primary []byte) []byte {
-	t.Helper()
-	var list map[string]any
-	if err := json.Unmarshal(primary, &list); err != nil {
-		t.Fatal(err)
-	}
-	list["plugins"] = append(list["plugins"].([]any), map[string]any{
-		"type": "istio-cni", "name": "istio-cni", "plugin_log_level": "info", "cni_agent_run_dir": "/var/run/istio-cni",
-		"ambient_enabled": false, "exclude_namespaces": []string{"kube-system"}, "pod_namespace": "istio-system",
-	})
-	out, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// restoreNodeFiles undoes the stand-in for upstream: the primary's own
-// config back, the foreign binary and kubeconfig gone.
-func restoreNodeFiles() {
-	_ = replaceFile(env.node.PrimaryConfig, env.primary, 0o644)
-	for _, p := range []string{pluginPath(), kubeconfigPath()} {
-		_ = os.Remove(p)
-	}
-}
-
-// readyz is the agent's /readyz status, 0 when it does not answer.
-func readyz() int {
-	resp, err := http.Get(env.agent.HealthURL("/readyz"))
-	if err != nil {
-		return 0
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
 }
 
 // agentCrashLooping rolls the DaemonSet to an agent that exits at once (a

@@ -119,9 +119,13 @@ func previousImage(t *testing.T) (current, previous cluster.Build) {
 // builds: a skew of identical binaries proves little.
 func compareBinaries(a, b cluster.Build) string {
 	var out []string
-	for _, name := range []string{"istio-cni", "istio-cni-full", "istio-cni-apilookup", "install-cni"} {
-		x, errA := os.ReadFile(filepath.Join(a.BinDir, name))
-		y, errB := os.ReadFile(filepath.Join(b.BinDir, name))
+	for _, name := range []string{"shim", "istio-cni-full", "istio-cni-apilookup", "install-cni"} {
+		na, nb := name, name
+		if name == "shim" {
+			na, nb = a.Shim(), b.Shim()
+		}
+		x, errA := os.ReadFile(filepath.Join(a.BinDir, na))
+		y, errB := os.ReadFile(filepath.Join(b.BinDir, nb))
 		switch {
 		case errA != nil || errB != nil:
 			out = append(out, fmt.Sprintf("%s unreadable (%v, %v)", name, errA, errB))

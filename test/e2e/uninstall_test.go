@@ -341,7 +341,7 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 		t.Errorf("helm install's notes name no upstream value left unused:\n%s", out)
 	}
 	requireInstalled(t)
-	if primary, err := os.ReadFile(env.node.PrimaryConfig); exists(ownedPath()) || err != nil || !strings.Contains(string(primary), `"istio-cni"`) {
+	if primary, err := os.ReadFile(env.node.PrimaryConfig); exists(ownedPath()) || err != nil || !strings.Contains(string(primary), `"`+chain.PluginType+`"`) {
 		t.Errorf("upstream's istioOwnedCNIConfig false: our own conflist exists %v (%v); want our entry in %s", exists(ownedPath()), err, env.node.PrimaryConfig)
 	}
 	agent, _ := installerPodOrEmpty(t)

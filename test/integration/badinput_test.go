@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/cluster"
@@ -139,8 +140,8 @@ func TestStatusAndGC(t *testing.T) {
 		}
 	}
 	// The shim alone, its full plugin not installed beside it.
-	alone := filepath.Join(t.TempDir(), "istio-cni")
-	shim, err := os.ReadFile(filepath.Join(env.binDir, "istio-cni")) // #nosec G304 -- the built shim
+	alone := filepath.Join(t.TempDir(), chain.PluginType)
+	shim, err := os.ReadFile(filepath.Join(env.binDir, chain.PluginType)) // #nosec G304 -- the built shim
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -28,7 +29,7 @@ type execResult struct {
 // the network config on stdin. An empty netns leaves CNI_NETNS unset.
 func execPlugin(t *testing.T, command string, stdin []byte, netns, cniArgs string) execResult {
 	t.Helper()
-	cmd := podsim.PluginCommand(filepath.Join(env.binDir, "istio-cni"), command, netns, cniArgs, stdin)
+	cmd := podsim.PluginCommand(filepath.Join(env.binDir, chain.PluginType), command, netns, cniArgs, stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

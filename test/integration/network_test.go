@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/test/podsim"
 )
 
@@ -27,7 +28,7 @@ func newNetwork(t *testing.T) *podsim.Network {
 // istioConf is the plugin's conflist entry for a test; extra fields override.
 func istioConf(extra map[string]any) map[string]any {
 	c := map[string]any{
-		"type":                "istio-cni",
+		"type":                chain.PluginType,
 		"kubeconfig":          env.kubeconfig,
 		"exclude_namespaces":  []string{"kube-system"},
 		"log_level":           "debug",

@@ -10,7 +10,7 @@ import (
 // Binaries are the programs a simulated node runs, built from this module
 // and from the containernetworking/plugins module it requires.
 var Binaries = map[string]string{
-	"istio-cni":           "istio-cni.local/istio-cni/cmd/plugin",
+	"istio-cni-sidecar":   "istio-cni.local/istio-cni/cmd/plugin",
 	"istio-cni-full":      "istio-cni.local/istio-cni/cmd/plugin/full",
 	"istio-cni-apilookup": "istio-cni.local/istio-cni/cmd/plugin/apilookup",
 	"install-cni":         "istio-cni.local/istio-cni/cmd/install-cni",

@@ -6,11 +6,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"sigs.k8s.io/knftables"
-
 	"istio.io/istio/tools/common/config"
 	"istio.io/istio/tools/istio-nftables/pkg/builder"
 	"istio.io/istio/tools/istio-nftables/pkg/capture"
+	"sigs.k8s.io/knftables"
 )
 
 var update = flag.Bool("update", false, "rewrite pkg/nftables/testdata's cni-*.golden from upstream's code")

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/kube/apilookup"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install/envflag"
@@ -64,6 +65,12 @@ type Config struct {
 	// stopped), until FightWindow passes without one.
 	FightRepairs int
 	FightWindow  time.Duration
+	// RuntimeDrain is how long the runtime may still run a config taken
+	// out of the directory: it reloads on the change, but a sandbox whose
+	// setup began before runs the chain it loaded to its end (containerd
+	// holds it for the whole chain). The binaries and kubeconfig that
+	// config names are removed only this long after it.
+	RuntimeDrain time.Duration
 }
 
 // The config's default names: the owned conflist sorts before most
@@ -78,8 +85,15 @@ const (
 // configured otherwise (upstream's default too).
 const DefaultExcludeNamespaces = "kube-system"
 
-// KubeconfigName is the plugin kubeconfig's file name in RunDir.
-const KubeconfigName = "istio-cni-kubeconfig"
+// KubeconfigName is the plugin kubeconfig's file name in RunDir: not
+// upstream Istio's istio-cni-kubeconfig, which its installer rewrites on
+// every pass and deletes at shutdown, in the same directory.
+const KubeconfigName = "istio-cni-sidecar-kubeconfig"
+
+// LegacyKubeconfigName is where earlier releases of this project wrote
+// theirs (upstream's name): removed once ours and named by no config
+// (removeLegacy).
+const LegacyKubeconfigName = "istio-cni-kubeconfig"
 
 // PluginLogName is the plugin's log file (its log_file) in LogDirName,
 // kept to 1 MiB and one rotated copy (PluginLogName.1): the node's record
@@ -123,8 +137,14 @@ func (c Config) FromHostRunDir(path string) (string, bool) {
 }
 
 // PluginBinary is the plugin's file name in PluginSource and CNIBinDir:
-// the shim the runtime runs (pkg/shim).
-const PluginBinary = "istio-cni"
+// the shim the runtime runs (pkg/shim), named as its entry's type
+// (chain.PluginType), which upstream Istio's installer never touches.
+const PluginBinary = chain.PluginType
+
+// LegacyPluginBinary is the shim's name in earlier releases of this
+// project, and upstream Istio's plugin's: removed once ours and named by
+// no config (removeLegacy).
+const LegacyPluginBinary = chain.LegacyType
 
 // FullBinary is the full plugin, installed beside the shim, which execs
 // it for every verb the node agent does not run.
@@ -151,7 +171,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	own := BindOwnFiles(f, selfDir)
 	plugin := BindPluginSettings(f)
 	podNamespace := BindPodNamespace(f, true)
-	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host")
+	f.String(&c.HostKubeconfigPath, "host-kubeconfig-path", "HOST_KUBECONFIG_PATH", NodeRunDir+"/"+KubeconfigName, "the kubeconfig's path as the plugin sees it on the host; one ending in "+LegacyKubeconfigName+" (earlier releases' name, which manifests keep setting so that a rollback starts) means "+KubeconfigName+" in its directory")
 	f.String(&c.ServiceAccountDir, "service-account-dir", "SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount", "the installer's service-account token and CA")
 	f.String(&c.PrimaryConfigName, "primary-config-name", "PRIMARY_CONFIG_NAME", "", "the primary CNI's config file to chain after (upstream's cniConfFileName); empty: the first valid one, as the runtime picks")
 	f.String(&raw.chained, "chained", "CHAINED_CNI_PLUGIN", "true", "true: chain istio-cni after the primary CNI; false: write a standalone config for Multus (--cni-net-dir is then Multus' config directory)")
@@ -161,6 +181,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&raw.ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
 	f.String(&raw.repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
 	f.String(&raw.window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
+	f.String(&raw.drain, "runtime-drain", "RUNTIME_DRAIN", "5s", "how long after a config of ours leaves the directory the runtime may still run it (a sandbox set up meanwhile): the binaries and kubeconfig it names go only then (0s to 10s)")
 	return func() (Config, error) {
 		c.Paths = *paths
 		errs := raw.parse(&c)
@@ -182,12 +203,22 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 		if len(errs) > 0 {
 			return Config{}, errors.Join(errs...)
 		}
-		return c, c.validate()
+		if err := c.validate(); err != nil {
+			return c, err
+		}
+		if filepath.Base(c.HostKubeconfigPath) == LegacyKubeconfigName {
+			c.HostKubeconfigPath = filepath.Join(c.HostRunDir(), KubeconfigName)
+		}
+		return c, nil
 	}
 }
 
+// maxRuntimeDrain keeps the uninstall, after shutdownBudget's check,
+// within the DaemonSet's 30-second grace period.
+const maxRuntimeDrain = 10 * time.Second
+
 // rawFlags are the installer's own flags that are parsed, as given.
-type rawFlags struct{ level, mode, chained, repairs, window, ttl string }
+type rawFlags struct{ level, mode, chained, repairs, window, ttl, drain string }
 
 // parse sets c's fields from r; the errors name the flag.
 func (r rawFlags) parse(c *Config) []error {
@@ -198,6 +229,9 @@ func (r rawFlags) parse(c *Config) []error {
 	}
 	if c.FightWindow, err = time.ParseDuration(r.window); err != nil || c.FightWindow <= 0 {
 		errs = append(errs, fmt.Errorf("--conflict-window %q: want a duration such as 30s", r.window))
+	}
+	if c.RuntimeDrain, err = time.ParseDuration(r.drain); err != nil || c.RuntimeDrain < 0 || c.RuntimeDrain > maxRuntimeDrain {
+		errs = append(errs, fmt.Errorf("--runtime-drain %q: want a duration from 0s to 10s", r.drain))
 	}
 	if c.PluginTokenTTL, err = time.ParseDuration(r.ttl); err != nil || c.PluginTokenTTL < MinPluginTokenTTL || c.PluginTokenTTL > MaxPluginTokenTTL {
 		errs = append(errs, fmt.Errorf("--plugin-token-ttl %q: want a duration from 10m to 24h", r.ttl))
@@ -237,8 +271,8 @@ func (c Config) validate() error {
 		}
 		watched[p.value] = p.flag
 	}
-	if filepath.Base(c.HostKubeconfigPath) != KubeconfigName {
-		errs = append(errs, fmt.Errorf("--host-kubeconfig-path %q: the file is written as %s, so the path must end in it", c.HostKubeconfigPath, KubeconfigName))
+	if base := filepath.Base(c.HostKubeconfigPath); base != KubeconfigName && base != LegacyKubeconfigName {
+		errs = append(errs, fmt.Errorf("--host-kubeconfig-path %q: the file is written as %s, so the path must end in it (or in %s, earlier releases' name, which names the same directory)", c.HostKubeconfigPath, KubeconfigName, LegacyKubeconfigName))
 	}
 	name, ext := c.OwnedConfigName, ".conflist"
 	if !c.Chained {

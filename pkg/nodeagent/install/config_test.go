@@ -63,10 +63,23 @@ func TestBindFlagsRejectsBadValues(t *testing.T) {
 		{[]string{"--plugin-token-ttl=48h"}, "--plugin-token-ttl"},
 		{[]string{"--plugin-token-ttl=soon"}, "--plugin-token-ttl"},
 		{[]string{"--native-nftables=sometimes"}, `--native-nftables: "sometimes": want true or false`},
+		{[]string{"--runtime-drain=1m"}, "--runtime-drain"},
 	} {
 		_, err := parse(tc.args, env(map[string]string{"POD_NAMESPACE": "istio-cni"}))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to name %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestHostKubeconfigPathOfEarlierReleases: the path earlier releases took
+// (ending in upstream's file name), which manifests keep setting so that a
+// rollback's agent starts, names this release's file in its directory.
+func TestHostKubeconfigPathOfEarlierReleases(t *testing.T) {
+	for _, path := range []string{"/var/lib/istio-cni/" + LegacyKubeconfigName, "/var/lib/istio-cni/" + KubeconfigName} {
+		c, err := parse([]string{"--host-kubeconfig-path=" + path}, env(map[string]string{"POD_NAMESPACE": "istio-cni"}))
+		if err != nil || c.HostKubeconfigPath != "/var/lib/istio-cni/"+KubeconfigName {
+			t.Errorf("--host-kubeconfig-path=%s: %q, %v; want /var/lib/istio-cni/%s", path, c.HostKubeconfigPath, err, KubeconfigName)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -61,7 +62,12 @@ func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	data, err := chain.Owned(p, in.entry())
+	current, _ := cd.Lookup(name)
+	keep := current.Data
+	if !in.upstreamBinaryHere(keep) {
+		keep = nil
+	}
+	data, err := chain.Owned(p, in.entry(), keep)
 	if err != nil {
 		return outcome{problem: err}
 	}
@@ -102,6 +108,24 @@ func (in *Installer) installStandalone(netd *hostfs.Dir, cd chain.Dir) outcome {
 	return outcome{why: why, problem: in.removeStaleOwned(netd, cd)}
 }
 
+// upstreamBinaryHere: data holds upstream Istio's entry, and its binary
+// (<bin dir>/istio-cni, not an earlier release's of ours) is there. Only
+// then does that entry stay in a file we write: upstream's shutdown takes
+// it out of its file, then deletes the binary, and a write of ours from a
+// view of the directory taken before would put it back, naming a binary
+// that is gone, which fails every pod. The binary's removal is an event
+// (reasonUpstreamBinary) that runs the conflist step again.
+func (in *Installer) upstreamBinaryHere(data []byte) bool {
+	if data == nil || !chain.UpstreamEntry(data) {
+		return false
+	}
+	here, _ := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (bool, error) {
+		fi, err := d.Lstat(LegacyPluginBinary)
+		return err == nil && fi.Mode().IsRegular() && !in.ownsBinary(d, LegacyPluginBinary), nil
+	})
+	return here
+}
+
 // firstForeign is the first config file that is not ours, or "".
 func (in *Installer) firstForeign(cd chain.Dir) string {
 	for _, f := range cd.Files {
@@ -113,12 +137,9 @@ func (in *Installer) firstForeign(cd chain.Dir) string {
 }
 
 // isOurs: the configured name, the current one, or a generated name
-// holding our entry; never a file holding upstream Istio's entry, which
-// its installer inserts into the first config, ours included.
+// holding our entry, even when upstream Istio's installer, which chains
+// into the first config, has put its entry there too.
 func (in *Installer) isOurs(f chain.File) bool {
-	if f.Data != nil && chain.UpstreamEntry(f.Data) {
-		return false
-	}
 	if f.Name == in.cfg.OwnedConfigName || (f.Name == in.files.owned && in.cfg.Mode == Owned) {
 		return true
 	}
@@ -127,11 +148,22 @@ func (in *Installer) isOurs(f chain.File) bool {
 
 // removeStaleOwned removes conflists we wrote under other names (for an
 // earlier primary, by an earlier run of the agent, or in the other mode),
-// as cd lists them.
+// as cd lists them. One that upstream Istio's installer chained into is
+// its config now: only our entry comes out (it removes its entry there
+// itself, before its binary, at its uninstall).
 func (in *Installer) removeStaleOwned(netd *hostfs.Dir, cd chain.Dir) error {
 	var errs []error
 	for _, f := range cd.Files {
 		if f.Name == in.files.owned || !in.isOurs(f) {
+			continue
+		}
+		if f.Data != nil && chain.UpstreamEntry(f.Data) {
+			out, err := chain.WithoutOurEntry(f.Data)
+			if err == nil && !bytes.Equal(out, f.Data) {
+				in.log.Info("taking our entry out of our old conflist, which upstream Istio's installer chains into", "name", f.Name, "now", in.files.owned)
+				_, err = netd.WriteFile(f.Name, out, f.Mode.Perm())
+			}
+			errs = append(errs, err)
 			continue
 		}
 		in.log.Info("removing our conflist under an old name", "name", f.Name, "now", in.files.owned)
@@ -151,7 +183,7 @@ func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	data, err := chain.Inplace(p, in.entry())
+	data, err := chain.Inplace(p, in.entry(), in.upstreamBinaryHere(p.Data))
 	if err != nil {
 		return outcome{problem: err}
 	}

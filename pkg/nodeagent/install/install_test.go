@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/chain"
 )
 
 func TestInstallFreshNode(t *testing.T) {
@@ -34,7 +36,7 @@ func TestInstallFreshNode(t *testing.T) {
 		t.Errorf("kubeconfig:\n%s", kc)
 	}
 	name, owned := n.owned()
-	if name != "02-istio-cni.conflist" || !strings.Contains(owned, `"bridge"`) || !strings.Contains(owned, `"istio-cni"`) ||
+	if name != "02-istio-cni.conflist" || !strings.Contains(owned, `"bridge"`) || !strings.Contains(owned, `"`+chain.PluginType+`"`) ||
 		!strings.Contains(owned, `"io.kubernetes.cri.pod-annotations": true`) {
 		t.Errorf("owned conflist %s:\n%s", name, owned)
 	}

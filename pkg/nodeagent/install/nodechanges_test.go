@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"istio-cni.local/istio-cni/pkg/chain"
 )
 
 const bridgeConf = `{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"bridge","bridge":"cni0","ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]]}}`
@@ -44,7 +46,7 @@ func TestPrimaryRewrittenInPlace(t *testing.T) {
 		ok, why := n.in.Ready()
 		return !ok && strings.Contains(why, "keeping"), why
 	})
-	if _, owned := n.owned(); !strings.Contains(owned, `"istio-cni"`) {
+	if _, owned := n.owned(); !strings.Contains(owned, `"`+chain.PluginType+`"`) {
 		t.Fatalf("our copy was dropped while the primary was being rewritten:\n%s", owned)
 	}
 	n.write(primary, strings.Replace(bridgePrimary, `"portmap"`, `"bandwidth"`, 1), 0o644)
@@ -142,7 +144,7 @@ func TestInplaceConfPrimary(t *testing.T) {
 func TestStartRemovesCrashedWritesTemps(t *testing.T) {
 	n := newNode(t)
 	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
-	ours := []string{filepath.Join(n.bin, ".istio-cni.0123456789abcdef.tmp"), filepath.Join(n.netd, ".02-istio-cni.conflist.0123456789abcdef.tmp")}
+	ours := []string{filepath.Join(n.bin, "."+PluginBinary+".0123456789abcdef.tmp"), filepath.Join(n.netd, ".02-istio-cni.conflist.0123456789abcdef.tmp")}
 	theirs := filepath.Join(n.netd, ".calico.tmp")
 	for _, f := range append(ours, theirs) {
 		n.write(f, "partial", 0o644)

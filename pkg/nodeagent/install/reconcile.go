@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
 )
@@ -43,8 +44,8 @@ func (in *Installer) reconcile(t trigger) {
 	// The config directory, read once: every decision below is taken
 	// from this one view of it.
 	cd, readErr := ReadConfDir(in.cfg.CNINetDir)
-	if in.yieldToOtherInstaller(cd) {
-		return
+	if readErr == nil {
+		in.noticeOtherInstaller(cd)
 	}
 	var wrote []string
 	failed := ""
@@ -69,6 +70,11 @@ func (in *Installer) reconcile(t trigger) {
 		case writePreempted:
 			fight = in.fights.repaired(now, o.foreign, "sorts before our "+in.files.owned+"; another installer writes it")
 		}
+	}
+	if failed == "" {
+		in.removeLegacy()
+	} else {
+		in.files.legacyFreeSince = time.Time{} // the next good reconcile starts the drain
 	}
 	in.report(t, wrote, failed)
 	if fight != nil {

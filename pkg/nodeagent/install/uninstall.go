@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
@@ -20,30 +21,42 @@ import (
 // Uninstall removes what the installer put on the node, and only that:
 // first every config that chains our plugin (our conflists, under any name
 // this or an earlier run used, and our entry in any other file), so no new
-// sandbox is sent to a plugin that is about to go; then the kubeconfig and
-// the binary, when they are ours. Upstream Istio's installer writes its
-// entry, binary and kubeconfig at the same paths: on a node it manages (the
-// migration, rolled back) they stay, and its pods keep starting. If the
-// configs cannot be cleaned, the binary and kubeconfig stay: a config that
-// still names istio-cni with no binary would fail every pod.
+// sandbox is sent to a plugin that is about to go; then, RuntimeDrain
+// later (a sandbox set up meanwhile runs the chain it loaded), the
+// kubeconfig and the binary, when they are ours. Upstream Istio's entry,
+// binary and kubeconfig stay (a conflist of ours it chained into keeps its
+// entry): on a node it also manages (the switch back to it) its pods keep
+// starting. If the configs cannot be cleaned, the binary and kubeconfig
+// stay: a config that still names istio-cni with no binary would fail
+// every pod.
 func (in *Installer) Uninstall() error {
-	_, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (struct{}, error) {
+	chained, err := inDir(in.cfg.CNINetDir, 0o755, func(netd *hostfs.Dir) (bool, error) {
 		cd, err := readConfDir(netd)
 		if err != nil {
-			return struct{}{}, err
+			return false, err
 		}
 		in.files.owned = ""
-		return struct{}{}, errors.Join(in.removeStaleOwned(netd, cd), in.removeEntries(netd, cd))
+		chained := slices.ContainsFunc(cd.Files, func(f chain.File) bool {
+			return in.isOurs(f) || (f.Data != nil && (chain.HasEntry(f.Data) || chain.HasLegacyEntry(f.Data)))
+		})
+		return chained, errors.Join(in.removeStaleOwned(netd, cd), in.removeEntries(netd, cd))
 	})
 	if err != nil {
 		return fmt.Errorf("uninstalling: a CNI config may still chain istio-cni, so its binary and kubeconfig stay: %w", err)
+	}
+	if chained {
+		// A sandbox whose setup began before the configs went still runs
+		// ours.
+		time.Sleep(in.cfg.RuntimeDrain)
 	}
 	for _, f := range []struct {
 		dir, name string
 		ours      func(*hostfs.Dir) bool
 	}{
-		{in.cfg.RunDir, KubeconfigName, ownedKubeconfig},
+		{in.cfg.RunDir, KubeconfigName, ownedKubeconfig(KubeconfigName)},
+		{in.cfg.RunDir, LegacyKubeconfigName, ownedKubeconfig(LegacyKubeconfigName)},
 		{in.cfg.CNIBinDir, PluginBinary, in.ownedBinary(PluginBinary)},
+		{in.cfg.CNIBinDir, LegacyPluginBinary, in.ownedBinary(LegacyPluginBinary)},
 		{in.cfg.CNIBinDir, FullBinary, in.ownedBinary(FullBinary)},
 		{in.cfg.CNIBinDir, LookupBinary, in.ownedBinary(LookupBinary)},
 	} {
@@ -74,17 +87,20 @@ func (in *Installer) Uninstall() error {
 	return nil
 }
 
-// ownedKubeconfig: the plugin's kubeconfig is one this installer built
-// (upstream's, at the same path, has its own context name).
-func ownedKubeconfig(d *hostfs.Dir) bool {
-	data, err := d.ReadFile(KubeconfigName)
-	return err == nil && kubeconfig.Ours(data)
+// ownedKubeconfig: the plugin's kubeconfig called name is one this
+// installer built (upstream's, which an earlier release's shared the name
+// of, has its own context name).
+func ownedKubeconfig(name string) func(*hostfs.Dir) bool {
+	return func(d *hostfs.Dir) bool {
+		data, err := d.ReadFile(name)
+		return err == nil && kubeconfig.Ours(data)
+	}
 }
 
 // ownedBinary: the plugin binary (or its helper) is the image's own copy,
 // or any build of this module (its Go build info names the main module),
-// never upstream Istio's istio-cni, which is installed under the same
-// name.
+// never upstream Istio's istio-cni, under the name an earlier release of
+// ours used too.
 func (in *Installer) ownedBinary(name string) func(*hostfs.Dir) bool {
 	return func(d *hostfs.Dir) bool { return in.ownsBinary(d, name) }
 }

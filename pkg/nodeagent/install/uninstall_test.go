@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/applied"
 )
@@ -59,36 +60,6 @@ func TestUninstallRemovesEverything(t *testing.T) {
 	}
 }
 
-// The migration rolled back: while upstream Istio's installer manages the
-// node, this project is removed. Its uninstall takes only what it wrote:
-// upstream's entry, binary and kubeconfig (the same paths) stay, so meshed
-// pods keep starting on upstream's plugin.
-func TestUninstallLeavesUpstreamsFiles(t *testing.T) {
-	n := newNode(t)
-	primary := filepath.Join(n.netd, "10-bridge.conflist")
-	n.write(primary, upstreamBridge, 0o644)
-	bin, kc := filepath.Join(n.bin, PluginBinary), filepath.Join(n.kc, KubeconfigName)
-	n.write(bin, "upstream's binary", 0o755)
-	if err := os.MkdirAll(n.kc, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	n.write(kc, upstreamKubeconfig, 0o600)
-	n.start(n.config())
-	n.eventually("yielding to upstream", func() (bool, string) {
-		ok, why := n.in.Ready()
-		return !ok && strings.HasPrefix(why, OtherInstallerReason), why
-	})
-	n.uninstall.Store(true)
-	if err := n.stop(); err != nil {
-		t.Fatal(err)
-	}
-	for path, want := range map[string]string{primary: upstreamBridge, bin: "upstream's binary", kc: upstreamKubeconfig} {
-		if got := n.read(path); got != want {
-			t.Errorf("%s after our uninstall:\n%s\nwant upstream's, untouched:\n%s", path, got, want)
-		}
-	}
-}
-
 // Our own entry beside upstream's in one file (both installers ran once):
 // ours goes, upstream's stays.
 func TestUninstallStripsOnlyOurEntry(t *testing.T) {
@@ -103,25 +74,8 @@ func TestUninstallStripsOnlyOurEntry(t *testing.T) {
 	}
 }
 
-// Upstream's installer (no CNI_CONF_NAME) inserts its entry into the first
-// config, which after a rolled-back migration is our 02-istio-cni.conflist
-// (ours taken out, its own appended). The file is then upstream's: our
-// uninstall leaves it whole.
-func TestUninstallLeavesUpstreamsEntryInOurFileName(t *testing.T) {
-	n := newNode(t)
-	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
-	ours := filepath.Join(n.netd, "02-istio-cni.conflist")
-	n.write(ours, upstreamBridge, 0o644)
-	if err := New(n.config(), Deps{}).Uninstall(); err != nil {
-		t.Fatal(err)
-	}
-	if got := n.read(ours); got != upstreamBridge {
-		t.Errorf("%s after our uninstall:\n%s\nwant upstream's, untouched:\n%s", ours, got, upstreamBridge)
-	}
-}
-
 // upstreamKubeconfig is the plugin kubeconfig upstream Istio's installer
-// writes at the same path as ours (cni/pkg/nodeagent/install/kubeconfig.go).
+// writes as LegacyKubeconfigName (cni/pkg/install/kubeconfig.go).
 const upstreamKubeconfig = `apiVersion: v1
 clusters:
 - cluster:
@@ -184,5 +138,34 @@ func TestLateInvocationLeavesNothingAfterUninstall(t *testing.T) {
 	left, _ := os.ReadDir(n.kc)
 	for _, e := range left {
 		t.Errorf("left in the run directory after a late invocation: %s", e.Name())
+	}
+}
+
+// TestUninstallDrainsTheRuntime: the binaries and kubeconfig outlast the
+// configs that name them by RuntimeDrain, so a sandbox whose setup loaded
+// the chain before the configs went still finds the plugin.
+func TestUninstallDrainsTheRuntime(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "10-bridge.conflist"), bridgePrimary, 0o644)
+	cfg := n.config()
+	cfg.RuntimeDrain = time.Second
+	n.start(cfg)
+	n.waitReady()
+	name, _ := n.owned()
+	if err := n.stop(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- New(cfg, Deps{}).Uninstall() }()
+	bin := filepath.Join(n.bin, PluginBinary)
+	n.eventually("our conflist gone", func() (bool, string) { return !exists(filepath.Join(n.netd, name)), name })
+	if !exists(bin) || n.kubeconfig() == "" {
+		t.Error("the binary or kubeconfig went with the conflist, before the runtime drained")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if exists(bin) {
+		t.Error("the binary is left after the drain")
 	}
 }

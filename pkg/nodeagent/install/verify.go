@@ -40,13 +40,13 @@ func (in *Installer) verifyFirst() error {
 	data := f.Data
 	if in.cfg.Mode == Inplace {
 		// The primary is the file itself, our entry inside it.
-		return chain.Verify(data, &chain.Primary{Name: owned, Data: data}, in.entry())
+		return chain.Verify(data, &chain.Primary{Name: owned, Data: data}, in.entry(), in.upstreamBinaryHere(data))
 	}
 	p, err := in.findPrimary(cd)
 	if err != nil {
 		return err
 	}
-	return chain.Verify(data, p, in.entry())
+	return chain.Verify(data, p, in.entry(), in.upstreamBinaryHere(data))
 }
 
 // verifyStandalone checks that the standalone config is exactly ours.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/chain"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -134,7 +135,7 @@ func TestIstioCNIBeforeFlannel(t *testing.T) {
 		for _, p := range owned.Plugins {
 			types = append(types, p.Type)
 		}
-		if owned.CNIVersion != "0.3.1" || owned.Name != "cbr0" || !slices.Equal(types, []string{"flannel", "portmap", "istio-cni"}) {
+		if owned.CNIVersion != "0.3.1" || owned.Name != "cbr0" || !slices.Equal(types, []string{"flannel", "portmap", chain.PluginType}) {
 			t.Errorf("node %s: istio-cni's conflist is %s %s %v; want Flannel's 0.3.1 cbr0 [flannel portmap] then istio-cni:\n%s",
 				n.Name, owned.CNIVersion, owned.Name, types, data)
 		}
