@@ -286,18 +286,20 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 	requireIstio(t)
 	const ns = "switch"
 	injectionNamespace(t, ns)
+	// Whatever fails, the suite gets its own install back, each release
+	// removed DaemonSet first.
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			removeRelease(upstreamNamespace)
+			removeRelease("istio-cni")
+			ensureInstalled(t)
+		}
+	})
 	// Start as upstream's users are: upstream's istio-cni alone.
 	kubectl(t, "delete", "-k", env.overlay, "--wait=false")
 	waitUninstalled(t)
 	installUpstream(t)
-	restored := false
-	t.Cleanup(func() {
-		if !restored {
-			_ = runHelmQuiet(upstreamNamespace)
-			_ = runHelmQuiet("istio-cni")
-			ensureInstalled(t)
-		}
-	})
 	w := startSwitchWatch(t, ns, 2, validationInit)
 
 	w.phase("to this project")
@@ -325,6 +327,8 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 	if left := ourFiles(t); len(left) < len(install.PluginBinaries)+2 {
 		t.Errorf("this project's install after the switch: only %v", left)
 	}
+	// This project alone now.
+	startedAs(t, ns, "after-to-ours", validationInit)
 	w.check(t)
 
 	w.phase("back to upstream")
@@ -343,6 +347,13 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 	if err := upstreamHealthy(t.Context()); err != nil {
 		t.Error("upstream's istio-cni after the switch back:", err)
 	}
+	// No copy of the primary left sorting first, upstream's entry in it
+	// or not: upstream chains into the primary itself.
+	if exists(filepath.Join(env.node.CNINetDir, install.DefaultOwnedName)) {
+		t.Errorf("%s is left after the switch back", install.DefaultOwnedName)
+	}
+	// Upstream alone now.
+	startedAs(t, ns, "after-to-upstream", validationInit)
 	w.check(t)
 	w.stop()
 	for _, p := range w.pods {
@@ -355,15 +366,23 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 	restored = true
 }
 
-// runHelmQuiet uninstalls the release named istio-cni in ns, if any.
-func runHelmQuiet(ns string) error {
-	helm, err := cluster.Helm()
-	if err != nil {
-		return err
-	}
+// removeRelease removes the release named istio-cni in ns, if any, as
+// docs/migration.md says: its DaemonSet first, then (its pods gone, their
+// shutdown done) the rest with Helm. For a cleanup: errors are ignored.
+func removeRelease(ns string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	return exec.CommandContext(ctx, helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni", "--namespace", ns, "--wait", "--ignore-not-found").Run() // #nosec G204 -- test harness
+	_, _ = env.node.Kubectl(ctx, "-n", ns, "delete", "daemonset", "istio-cni-node", "--ignore-not-found", "--wait=true")
+	_ = poll.Wait(time.Minute, "the DaemonSet's pods gone", func() (bool, string) {
+		// Both charts label their agents so.
+		out, err := env.node.Kubectl(ctx, "-n", ns, "get", "pods", "-l", "k8s-app=istio-cni-node", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == "", out
+	})
+	helm, err := cluster.Helm()
+	if err != nil {
+		return
+	}
+	_ = exec.CommandContext(ctx, helm, "--kubeconfig", env.node.Kubeconfig, "uninstall", "istio-cni", "--namespace", ns, "--wait", "--ignore-not-found").Run() // #nosec G204 -- test harness
 }
 
 // The injector's first init container: istio-validation in CNI mode,
@@ -467,11 +486,22 @@ func checkInjectedRules(ctx context.Context, ns, name, netns string) (netState, 
 func injectedDuring(t *testing.T, ns, prefix, init string, op func()) {
 	t.Helper()
 	target := server(t)
+	// A pod the API refuses (the injector's webhook away during istiod's
+	// upgrade) is no pod that started well: the switch failed users.
+	var refused sync.Map
 	streamDuring(t, prefix, func(ctx context.Context, name string) error {
-		return env.node.CreatePod(ctx, cluster.PodSpec{Namespace: ns, Name: name, Target: target}.JSON())
+		err := env.node.CreatePod(ctx, cluster.PodSpec{Namespace: ns, Name: name, Target: target}.JSON())
+		if err != nil {
+			refused.Store(name, err)
+		}
+		return err
 	}, func(ctx context.Context, name string) error {
 		return checkInjectedStarted(ctx, ns, name, init)
 	}, op)
+	refused.Range(func(name, err any) bool {
+		t.Errorf("creating %s/%s during the switch: %v", ns, name, err)
+		return true
+	})
 }
 
 // checkInjectedStarted waits for the injected pod to run, checks its

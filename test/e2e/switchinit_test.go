@@ -8,11 +8,12 @@ import (
 	"istio-cni.local/istio-cni/test/cluster"
 )
 
-// 22. The switch from istio-init and back, as docs/migration.md has an
-// operator run it: istiod injecting istio-init (pilot.cni.enabled off;
-// the pod writes its own rules, which this project leaves alone), pods
-// running with it and this project installed; istiod's CNI mode turned on,
-// then off again. Injected pods are created throughout each switch, each
+// 22. The switch from istio-init and back, docs/migration.md's istiod
+// steps: istiod injecting istio-init (pilot.cni.enabled off; the pod
+// writes its own rules, which this project leaves alone), pods running
+// with it; istiod's CNI mode turned on, then off again. This project stays
+// installed throughout (its install and removal are test 21's and the
+// uninstall tests'). Injected pods are created throughout each switch, each
 // injected one way or the other as the injector stands: each starts at its
 // first sandbox, its first init container (istio-init or istio-validation)
 // passing at its first attempt, its namespace holding Istio's rules (the

@@ -68,8 +68,8 @@ type Config struct {
 	// RuntimeDrain is how long the runtime may still run a config taken
 	// out of the directory: it reloads on the change, but a sandbox whose
 	// setup began before runs the chain it loaded to its end (containerd
-	// holds it for the whole chain). The binaries and kubeconfig that
-	// config names are removed only this long after it.
+	// holds it for the whole chain). At uninstall the binaries and
+	// kubeconfig go only this long after the configs.
 	RuntimeDrain time.Duration
 }
 
@@ -91,8 +91,7 @@ const DefaultExcludeNamespaces = "kube-system"
 const KubeconfigName = "istio-cni-sidecar-kubeconfig"
 
 // LegacyKubeconfigName is where earlier releases of this project wrote
-// theirs (upstream's name): removed once ours and named by no config
-// (removeLegacy).
+// theirs (upstream's name): removed at uninstall, when ours.
 const LegacyKubeconfigName = "istio-cni-kubeconfig"
 
 // PluginLogName is the plugin's log file (its log_file) in LogDirName,
@@ -142,8 +141,10 @@ func (c Config) FromHostRunDir(path string) (string, bool) {
 const PluginBinary = chain.PluginType
 
 // LegacyPluginBinary is the shim's name in earlier releases of this
-// project, and upstream Istio's plugin's: removed once ours and named by
-// no config (removeLegacy).
+// project, and upstream Istio's plugin's. An earlier release's stays until
+// the uninstall: a runtime that tears a sandbox down with the chain it set
+// it up with (CRI-O's and Multus' cached configs) runs it at the pod's
+// DEL, however long after the upgrade.
 const LegacyPluginBinary = chain.LegacyType
 
 // FullBinary is the full plugin, installed beside the shim, which execs
@@ -181,7 +182,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&raw.ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
 	f.String(&raw.repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
 	f.String(&raw.window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
-	f.String(&raw.drain, "runtime-drain", "RUNTIME_DRAIN", "5s", "how long after a config of ours leaves the directory the runtime may still run it (a sandbox set up meanwhile): the binaries and kubeconfig it names go only then (0s to 10s)")
+	f.String(&raw.drain, "runtime-drain", "RUNTIME_DRAIN", "5s", "how long after the uninstall takes our configs out of the directory the runtime may still run them (a sandbox set up meanwhile): the binaries and kubeconfig go only then (0s to 10s)")
 	return func() (Config, error) {
 		c.Paths = *paths
 		errs := raw.parse(&c)

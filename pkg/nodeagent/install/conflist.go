@@ -62,8 +62,9 @@ func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	current, _ := cd.Lookup(name)
-	keep := current.Data
+	// Upstream's entries stay as the file is now, not as the reconcile
+	// first read it: its shutdown may have taken them out meanwhile.
+	keep, _ := netd.ReadFile(name)
 	if !in.upstreamBinaryHere(keep) {
 		keep = nil
 	}
@@ -109,21 +110,25 @@ func (in *Installer) installStandalone(netd *hostfs.Dir, cd chain.Dir) outcome {
 }
 
 // upstreamBinaryHere: data holds upstream Istio's entry, and its binary
-// (<bin dir>/istio-cni, not an earlier release's of ours) is there. Only
-// then does that entry stay in a file we write: upstream's shutdown takes
-// it out of its file, then deletes the binary, and a write of ours from a
-// view of the directory taken before would put it back, naming a binary
-// that is gone, which fails every pod. The binary's removal is an event
-// (reasonUpstreamBinary) that runs the conflist step again.
+// (<bin dir>/istio-cni, not an earlier release's of ours) has not been
+// removed. Only then does that entry stay in a file we write: a config
+// naming a binary that is gone fails every pod. Upstream's shutdown takes
+// its entry out first, then its kubeconfig and its binary; each removal is
+// an event (reasonUpstreamFiles) that runs the conflist step again. Only a
+// binary that is not there counts as gone: on any other error the entry
+// stays (dropping a healthy upstream's entry would start a fight with its
+// installer, which inserts it again).
 func (in *Installer) upstreamBinaryHere(data []byte) bool {
 	if data == nil || !chain.UpstreamEntry(data) {
 		return false
 	}
-	here, _ := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (bool, error) {
-		fi, err := d.Lstat(LegacyPluginBinary)
-		return err == nil && fi.Mode().IsRegular() && !in.ownsBinary(d, LegacyPluginBinary), nil
+	here, err := inDir(in.cfg.CNIBinDir, 0o755, func(d *hostfs.Dir) (bool, error) {
+		if _, err := d.Lstat(LegacyPluginBinary); errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return !in.ownsBinary(d, LegacyPluginBinary), nil
 	})
-	return here
+	return here || (err != nil && !errors.Is(err, fs.ErrNotExist))
 }
 
 // firstForeign is the first config file that is not ours, or "".
@@ -182,6 +187,11 @@ func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
 	p, err := in.findPrimary(cd)
 	if err != nil {
 		return outcome{problem: err}
+	}
+	// The primary as it is now: upstream's shutdown may have taken its
+	// entry out since the reconcile read it.
+	if fresh, err := netd.ReadFile(p.Name); err == nil {
+		p = &chain.Primary{Name: p.Name, Mode: p.Mode, Data: fresh}
 	}
 	data, err := chain.Inplace(p, in.entry(), in.upstreamBinaryHere(p.Data))
 	if err != nil {

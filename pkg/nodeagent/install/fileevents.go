@@ -30,10 +30,10 @@ func (in *Installer) classify(ev fsnotify.Event, at time.Time) (trigger, bool) {
 	case dir == in.cfg.ServiceAccountDir:
 		t.reason = reasonToken
 		return t, name == serviceAccountData
-	case dir == in.cfg.CNIBinDir && name == LegacyPluginBinary:
-		// Upstream's binary (or an earlier release's of ours): whether an
+	case (dir == in.cfg.CNIBinDir && name == LegacyPluginBinary) || (dir == in.cfg.RunDir && name == LegacyKubeconfigName):
+		// Upstream's files (or an earlier release's of ours): whether an
 		// entry of upstream's may stay in a config we write.
-		t.reason = reasonUpstreamBinary
+		t.reason = reasonUpstreamFiles
 		return t, true
 	case dir == in.cfg.CNIBinDir:
 		t.reason = reasonBinary

@@ -93,11 +93,6 @@ type fileState struct {
 	binaryInstalled bool             // the binary was copied once by this process
 	problems        map[string]error // each file's last failure, for readiness
 	other           string           // a config where another installer's entry is, or ""
-	// legacyFreeSince is when no config was first seen naming an
-	// earlier release's type, while its files are still here (zero
-	// otherwise): they go RuntimeDrain after it.
-	legacyFreeSince time.Time
-	legacyWhy       string // why they stay, as last logged
 }
 
 // aliveBound is how long the watch loop may go without a turn before

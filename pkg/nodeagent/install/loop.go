@@ -62,10 +62,7 @@ func (in *Installer) Run(ctx context.Context) error {
 			}
 		case n := <-tokens:
 			l.takeToken(n)
-		case <-l.tick.C: // shows the loop turns
-			if !in.files.legacyFreeSince.IsZero() {
-				l.now(trigger{reason: reasonLegacy, at: in.now()})
-			}
+		case <-l.tick.C: // only shows the loop turns
 		}
 	}
 }

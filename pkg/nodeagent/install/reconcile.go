@@ -3,7 +3,6 @@ package install
 import (
 	"bytes"
 	"fmt"
-	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
 )
@@ -70,11 +69,6 @@ func (in *Installer) reconcile(t trigger) {
 		case writePreempted:
 			fight = in.fights.repaired(now, o.foreign, "sorts before our "+in.files.owned+"; another installer writes it")
 		}
-	}
-	if failed == "" {
-		in.removeLegacy()
-	} else {
-		in.files.legacyFreeSince = time.Time{} // the next good reconcile starts the drain
 	}
 	in.report(t, wrote, failed)
 	if fight != nil {

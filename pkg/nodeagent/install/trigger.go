@@ -38,7 +38,7 @@ func concerns(reason, file string) bool {
 		return file == fileBinary
 	case reasonKubeconfig, reasonToken, reasonPluginToken:
 		return file == fileKubeconfig
-	case reasonConflistChanged, reasonConflistDeleted, reasonConfigChanged, reasonConfigRemoved, reasonUpstreamBinary:
+	case reasonConflistChanged, reasonConflistDeleted, reasonConfigChanged, reasonConfigRemoved, reasonUpstreamFiles:
 		return file == fileConflist
 	}
 	return true // install, re-armed watches, lost events
@@ -89,6 +89,5 @@ const (
 	reasonConflistDeleted = "conflist_deleted"
 	reasonConfigChanged   = "config_changed"
 	reasonConfigRemoved   = "config_removed"
-	reasonLegacy          = "earlier_release_files" // their drain is over
-	reasonUpstreamBinary  = "upstream_binary_changed"
+	reasonUpstreamFiles   = "upstream_files_changed"
 )
