@@ -214,7 +214,7 @@ test: deps kube-binaries cni-plugins istio-binaries upstream-cni-image image fla
 # finished (BENCHMARKS.md). Any failing fails make test.
 FILL ?=
 test-e2e:
-	$(GO) test -count=1 -timeout 30m ./test/e2e
+	$(GO) test -count=1 -timeout 40m ./test/e2e
 
 # test-packages: every other package's tests, then the multi-node e2e:
 # after test/cluster's own nodes are down, so that at most two clusters
@@ -226,7 +226,7 @@ test-packages:
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries cni-plugins image helm
-	$(GO) test -count=1 -timeout 20m -v ./test/e2e
+	$(GO) test -count=1 -timeout 30m -v ./test/e2e
 
 ## e2e-multinode: only the multi-node tests (test/e2e/multinode): a fleet
 ## of NODES nodes (3 by default) on this machine, each a containerd and a

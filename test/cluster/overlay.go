@@ -14,8 +14,10 @@ import (
 // hostPath volumes of the node's own directories (the node's netns
 // directory and xtables lock are this machine's), where the plugin finds its
 // kubeconfig, the API server address (no kube-proxy here, so no Service
-// IP), health and metrics ports that cannot clash with this machine's, and
-// a short audit period so tests see repairs within seconds.
+// IP), health and metrics ports that cannot clash with this machine's, a
+// short audit period so tests see repairs within seconds, and a 1 s
+// runtime drain at uninstall (the suite uninstalls a dozen times; the
+// switch test, with Helm and the chart's defaults, runs the 5 s one).
 const overlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -55,6 +57,9 @@ patches:
     - op: add
       path: /spec/template/spec/containers/0/env/-
       value: {name: AUDIT_CONFIRM, value: "1s"}
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: RUNTIME_DRAIN, value: "1s"}
     - op: add
       path: /spec/template/spec/containers/0/env/-
       value: {name: HOST_KUBECONFIG_PATH, value: %[4]s/istio-cni-kubeconfig}

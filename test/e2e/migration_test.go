@@ -293,6 +293,7 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 		if !restored {
 			removeRelease(upstreamNamespace)
 			removeRelease("istio-cni")
+			restorePrimary(t)
 			ensureInstalled(t)
 		}
 	})
@@ -362,8 +363,32 @@ func TestSwitchFromUpstreamAndBack(t *testing.T) {
 
 	// Back to the suite's own install (Helm left the namespace).
 	uninstallUpstream(t)
+	restorePrimary(t)
 	reinstall(t)
 	restored = true
+}
+
+// restorePrimary puts the primary's own bytes back: upstream's installer,
+// taking its entry out, rewrites the file in its own format (sorted keys,
+// its indent), and the suite's later tests compare bytes. Anything but a
+// reformat is an error.
+func restorePrimary(t *testing.T) {
+	t.Helper()
+	b, err := os.ReadFile(env.node.PrimaryConfig)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if !sameJSON(b, env.primary) {
+		t.Errorf("the primary after the switches:\n%s\nwant (as JSON):\n%s", b, env.primary)
+	}
+	tmp := env.node.PrimaryConfig + ".e2e-tmp"
+	if err := os.WriteFile(tmp, env.primary, 0o644); err == nil {
+		err = os.Rename(tmp, env.node.PrimaryConfig)
+		if err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // removeRelease removes the release named istio-cni in ns, if any, as
