@@ -534,7 +534,10 @@ func injectedDuring(t *testing.T, ns, prefix, init string, op func()) {
 // the model, and deletes it.
 func checkInjectedStarted(ctx context.Context, ns, name, init string) error {
 	defer func() { _ = env.node.DeletePod(context.Background(), ns, name) }()
-	wctx, cancel := context.WithTimeout(ctx, podTimeout)
+	// Twice the suite's pod timeout: beside make test's package tests a
+	// sandbox here once took 55 s (upstream's plugin alone 5 s) and the
+	// pod was still starting after two minutes.
+	wctx, cancel := context.WithTimeout(ctx, 2*podTimeout)
 	p, err := env.node.WaitRunning(wctx, ns, name)
 	cancel()
 	if err != nil {
