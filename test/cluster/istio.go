@@ -400,3 +400,17 @@ func (n *Node) IstioNamespaceReady(ctx context.Context, namespace string) error 
 		}
 	}
 }
+
+// InstallIstio installs Istio's control plane for the fleet, as
+// Node.InstallIstio does for a node: the chart into the fleet's API, and
+// istiod a process of this machine beside the API server, which reaches
+// its webhook on loopback. Injected pods need no XDS (the test proxy), so
+// the nodes never dial istiod. Fleet.Stop ends it.
+func (f *Fleet) InstallIstio(ctx context.Context) (*Istio, error) {
+	return f.control.InstallIstio(ctx)
+}
+
+// IstioNamespaceReady is Node.IstioNamespaceReady on the fleet's API.
+func (f *Fleet) IstioNamespaceReady(ctx context.Context, namespace string) error {
+	return f.control.IstioNamespaceReady(ctx, namespace)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,9 +33,6 @@ const (
 	upstreamNamespace = "istio-system"
 	upstreamRelease   = "istio-cni"
 	hostRunDir        = install.NodeRunDir
-	// upstream's fixed ports, on its pod's address.
-	upstreamHealthPath  = ":8000/readyz"
-	upstreamMetricsPath = ":15014/metrics"
 )
 
 // upstreamKubeconfigPath is where upstream's installer writes its plugin's
@@ -141,37 +137,8 @@ func upstreamHealthy(ctx context.Context) error {
 		if err != nil {
 			return false, err.Error()
 		}
-		status, _, err := httpGet(ctx, "http://"+ip+upstreamHealthPath)
-		if err != nil || status != http.StatusOK {
-			return false, fmt.Sprintf("readyz: %d %v", status, err)
-		}
-		_, body, err := httpGet(ctx, "http://"+ip+upstreamMetricsPath)
-		if err != nil {
-			return false, err.Error()
-		}
-		for line := range strings.Lines(body) {
-			if strings.HasPrefix(line, "istio_cni_install_ready ") {
-				return strings.TrimSpace(line) == "istio_cni_install_ready 1", line
-			}
-		}
-		return false, "no istio_cni_install_ready in its metrics"
+		return cluster.UpstreamCNIReady(ctx, ip)
 	})
-}
-
-func httpGet(ctx context.Context, url string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
 }
 
 // uninstallUpstream removes upstream's as docs/migration.md says: its

@@ -38,7 +38,20 @@ func meshedDuring(t *testing.T, prefix string, op func()) {
 // primary's own, say), as long as it then ran with its rules.
 func meshedDuringAllowing(t *testing.T, prefix string, excused func(events string) bool, op func()) {
 	t.Helper()
-	s := &podStream{t: t, prefix: prefix, target: serverAddr(t), excused: excused, perNode: map[string]int{},
+	target := serverAddr(t)
+	streamDuring(t, prefix, func(name string, n *cluster.Node) cluster.PodSpec {
+		return cluster.PodSpec{Namespace: "default", Name: name, Target: target, Sidecar: true, NodeName: n.Name}
+	}, func(ctx context.Context, n *cluster.Node, name string) error {
+		return startedRedirected(ctx, n, name, excused)
+	}, op)
+}
+
+// streamDuring is meshedDuring's stream with the pods spec makes, each
+// checked by check (and then deleted).
+func streamDuring(t *testing.T, prefix string, spec func(name string, n *cluster.Node) cluster.PodSpec,
+	check func(ctx context.Context, n *cluster.Node, name string) error, op func()) {
+	t.Helper()
+	s := &podStream{t: t, prefix: prefix, spec: spec, check: check, perNode: map[string]int{},
 		slots: make(chan struct{}, duringAlive), stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	// op may end the test (t.Fatal): the stream must not outlive it. A
@@ -49,19 +62,19 @@ func meshedDuringAllowing(t *testing.T, prefix string, excused func(events strin
 	s.opDone = true
 	s.mu.Unlock()
 	// The state op left is covered too: the pod held back for it.
-	poll.Until(t, 2*time.Minute, "a meshed pod created after the operation", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "a pod created after the operation", func() (bool, string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.afterOp > 0 || s.failure != nil, fmt.Sprintf("%d created", s.created)
 	})
 	s.finish()
-	t.Logf("%d meshed pods created during the operation (at most %d at once); checked per node: %v", s.created, duringAlive, s.perNode)
+	t.Logf("%d pods created during the operation (at most %d at once); checked per node: %v", s.created, duringAlive, s.perNode)
 	if s.failure != nil {
 		t.Fatal(s.failure)
 	}
 	for _, n := range env.fleet.Nodes {
 		if s.perNode[n.Name] == 0 {
-			t.Errorf("no meshed pod was checked on node %s during the operation", n.Name)
+			t.Errorf("no pod was checked on node %s during the operation", n.Name)
 		}
 	}
 }
@@ -69,13 +82,14 @@ func meshedDuringAllowing(t *testing.T, prefix string, excused func(events strin
 // podStream is meshedDuring's stream: at most duringAlive pods alive and
 // duringMax in all, the last held back until the operation is over.
 type podStream struct {
-	t              *testing.T
-	prefix, target string
-	excused        func(events string) bool
-	wg             sync.WaitGroup
-	slots          chan struct{}
-	stop, done     chan struct{}
-	halt           sync.Once
+	t          *testing.T
+	prefix     string
+	spec       func(name string, n *cluster.Node) cluster.PodSpec
+	check      func(ctx context.Context, n *cluster.Node, name string) error
+	wg         sync.WaitGroup
+	slots      chan struct{}
+	stop, done chan struct{}
+	halt       sync.Once
 
 	mu      sync.Mutex
 	created int
@@ -117,7 +131,7 @@ func (s *podStream) run() {
 func (s *podStream) start(i int, afterOp bool) {
 	n := env.fleet.Nodes[i%len(env.fleet.Nodes)]
 	name := fmt.Sprintf("%s-%d", s.prefix, i)
-	spec := cluster.PodSpec{Namespace: "default", Name: name, Target: s.target, Sidecar: true, NodeName: n.Name}
+	spec := s.spec(name, n)
 	if err := n.CreatePod(s.t.Context(), spec.JSON()); err != nil {
 		<-s.slots
 		return
@@ -132,7 +146,8 @@ func (s *podStream) start(i int, afterOp bool) {
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
-		err := startedRedirected(s.t.Context(), n, name, s.excused)
+		defer func() { _ = n.DeletePod(context.Background(), spec.Namespace, name) }()
+		err := s.check(s.t.Context(), n, name)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil && s.failure == nil {
@@ -152,9 +167,8 @@ func (s *podStream) finish() {
 
 // startedRedirected waits for the pod on node n, checks its sandbox never
 // failed (or failed as excused, if set, allows) and its namespace holds
-// the rule model, and deletes it.
+// the rule model.
 func startedRedirected(ctx context.Context, n *cluster.Node, name string, excused func(events string) bool) error {
-	defer func() { _ = n.DeletePod(context.Background(), "default", name) }()
 	wctx, cancel := context.WithTimeout(ctx, podTimeout)
 	_, err := n.WaitRunning(wctx, "default", name)
 	cancel()
@@ -178,15 +192,24 @@ func rulesMatchModel(ctx context.Context, n *cluster.Node, name string) error {
 	if err != nil {
 		return err
 	}
-	observed, err := iptables.ParseSave([]byte(rules))
+	if err := matchModel(rules, iptables.Build(iptables.DefaultSpec(), true, false)); err != nil {
+		return fmt.Errorf("node %s: %s: %w", n.Name, name, err)
+	}
+	return nil
+}
+
+// matchModel: an iptables-save of a pod's namespace holds exactly m's
+// IPv4 rules.
+func matchModel(save string, m iptables.Model) error {
+	observed, err := iptables.ParseSave([]byte(save))
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, rs := range iptables.Build(iptables.DefaultSpec(), true, false).Rulesets() {
-		if d := iptables.Diff(rs, observed); len(d) > 0 {
-			errs = append(errs, fmt.Errorf("node %s: %s: rules differ from the model: %v", n.Name, name, d))
-		}
+	if m.V4 == nil {
+		return errors.New("the model has no IPv4 rules")
 	}
-	return errors.Join(errs...)
+	if d := iptables.Diff(m.V4, observed); len(d) > 0 {
+		return fmt.Errorf("rules differ from the model: %v", d)
+	}
+	return nil
 }

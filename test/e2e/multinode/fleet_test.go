@@ -2,9 +2,6 @@ package multinode
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,21 +17,7 @@ const podTimeout = 3 * time.Minute
 
 // agentPods returns the DaemonSet's pods by the node they run on.
 func agentPods(ctx context.Context) (map[string]cluster.Pod, error) {
-	status, body, err := env.fleet.Do(ctx, http.MethodGet, "/api/v1/namespaces/istio-cni/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dnode-agent", nil)
-	if err != nil || status != http.StatusOK {
-		return nil, fmt.Errorf("listing the agent's pods: %d %s %v", status, body, err)
-	}
-	var list struct{ Items []cluster.Pod }
-	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, err
-	}
-	byNode := map[string]cluster.Pod{}
-	for _, p := range list.Items {
-		if p.Metadata.DeletionTimestamp == nil {
-			byNode[p.Spec.NodeName] = p
-		}
-	}
-	return byNode, nil
+	return podsByNode(ctx, "istio-cni", "app.kubernetes.io/component=node-agent")
 }
 
 func allReady(p cluster.Pod) bool {
