@@ -40,7 +40,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-fleet test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
+.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
 
 all: build
 
@@ -201,7 +201,7 @@ lint: $(TOOLS)/golangci-lint
 # builds at once each compile the packages neither has finished yet.
 # A build beside the tests starved them (BENCHMARKS.md, cold29).
 test: deps kube-binaries cni-plugins istio-binaries upstream-cni-image image flannel helm old-iptables newer-iptables
-	$(MAKE) --no-print-directory -j4 test-e2e test-fleet lint test-packages FILL="nice -n 10"
+	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 
 # test-e2e: the real-node tests in a go test of their own, started first.
 # They are the suite's longest run, mostly waiting on the node; inside
@@ -216,19 +216,15 @@ FILL ?=
 test-e2e:
 	$(GO) test -count=1 -timeout 40m ./test/e2e
 
-# test-fleet: the other clusters, one after the other, so that at most two
-# share the cores (the single-node e2e's and one of these): the multi-node
-# e2e, then test/cluster's own nodes. Beside the e2e from the start: after
-# the other packages' tests, as before, the fleet's switch-over tests
-# made this the path that ended the suite (BENCHMARKS.md, s51a).
-test-fleet:
-	$(FILL) $(GO) test -count=1 -timeout 30m ./test/e2e/multinode
-	$(GO) test -count=1 -timeout 30m ./test/cluster
-
-# test-packages: every other package's tests.
+# test-packages: every other package's tests, then the multi-node e2e:
+# after test/cluster's own nodes are down, so that at most two clusters
+# share the cores (the single-node e2e's and one of these). Starting the
+# fleet beside the e2e from the start instead made its tests slower still
+# (BENCHMARKS.md, s51a).
 test-packages:
-	pkgs=$$($(GO) list ./... | grep -v -e '/test/e2e' -e '/test/cluster$$'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) ISTIO_CNI_NEWER_IPTABLES=$(CURDIR)/$(NEWER_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
+	pkgs=$$($(GO) list ./... | grep -v '/test/e2e'); ISTIO_CNI_OLD_IPTABLES=$(CURDIR)/$(OLD_IPTABLES) ISTIO_CNI_NEWER_IPTABLES=$(CURDIR)/$(NEWER_IPTABLES) $(GO) test -count=1 -timeout 30m $$pkgs
 	cd test/upstream && $(GO) test -count=1 ./...
+	$(FILL) $(GO) test -count=1 -timeout 40m ./test/e2e/multinode
 
 ## e2e: only the real-node tests (test/e2e).
 e2e: deps kube-binaries cni-plugins image helm

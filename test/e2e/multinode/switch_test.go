@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
+	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -39,17 +39,7 @@ const (
 	daemonSet   = "istio-cni-node"
 )
 
-// TestSwitchesAcrossTheFleet runs docs/migration.md's switches on the
-// fleet, with istiod installed for it: from upstream istio-cni node by
-// node and back, and from istio-init as a rolling update goes and back.
-func TestSwitchesAcrossTheFleet(t *testing.T) {
-	requireAgentsReady(t, env.fleet.Nodes)
-	istio := fleetIstio(t)
-	t.Run("FromUpstreamNodeByNode", switchFromUpstreamNodeByNode)
-	t.Run("FromIstioInitRolling", func(t *testing.T) { switchFromIstioInitRolling(t, istio) })
-}
-
-// switchFromUpstreamNodeByNode: upstream istio-cni, installed by its
+// TestSwitchFromUpstreamNodeByNode: upstream istio-cni, installed by its
 // own chart with its default values, runs on every node with injected
 // pods; this project is installed beside it node by node (each node
 // checked: its agent ready, its Event saying both run, inspect reading the
@@ -57,12 +47,16 @@ func TestSwitchesAcrossTheFleet(t *testing.T) {
 // same way, upstream chaining into Flannel's own file. Injected pods
 // stream on every node throughout, each starting at its first sandbox
 // with istio-validation passing at its first attempt and the rule model
-// in its namespace; one pod per node started before the switch keeps
-// exactly the model (read every 500 ms), its sandbox and containers, and
-// its traffic through its proxy. After each switch nothing of the other
-// side is left on any node; after the switch back upstream is ready on
-// every node (its /readyz and its own gauge).
-func switchFromUpstreamNodeByNode(t *testing.T) {
+// in its namespace. One pod per node started before the switch, and one
+// started after it (watched through the way back), keep exactly the model
+// (read every 500 ms), their sandbox and containers, and their traffic
+// through their proxy; every node stays Ready and untainted. After each
+// switch nothing of the other side is left on any node; after the switch
+// back upstream runs only where the label allows, and is ready on every
+// node (its /readyz and its own gauge).
+func TestSwitchFromUpstreamNodeByNode(t *testing.T) {
+	requireAgentsReady(t, env.fleet.Nodes)
+	fleetIstio(t)
 	overlay := filepath.Join(env.dir, "overlay")
 	restored := false
 	t.Cleanup(func() {
@@ -79,12 +73,12 @@ func switchFromUpstreamNodeByNode(t *testing.T) {
 		return err == nil && out == "", out
 	})
 	installUpstream(t)
-	w := watchInjected(t, "before", validationInit)
+	w := watchInjected(t, "before")
 
 	// To this project, node by node: its DaemonSet keeps off nodes still
 	// labelled upstream, and each label removed lets it on one more.
 	kubectl(t, "label", "nodes", "--all", switchLabel+"=upstream")
-	injectedDuring(t, "to-ours", validationInit, func() {
+	injectedDuring(t, "to-ours", func() {
 		installOurs(t, notOn(t, "upstream"))
 		for i, n := range env.fleet.Nodes {
 			start := time.Now()
@@ -93,7 +87,10 @@ func switchFromUpstreamNodeByNode(t *testing.T) {
 			poll.Until(t, time.Minute, "an "+nodeagent.ReasonOtherInstaller+" Event on node "+n.Name, func() (bool, string) {
 				return otherInstallerEvent(t.Context(), n.Name)
 			})
-			if out, code := inspectOn(t, n, switchNamespace+"/"+w.pods[i].name); code != 0 || !strings.Contains(out, "verdict:   ok: redirected") {
+			// The runtime now reads this project's config there; upstream's
+			// rules in the node's running pod read as they should be.
+			out, code := inspectOn(t, n, switchNamespace+"/"+w.pods[i].name)
+			if code != 0 || !strings.Contains(out, "verdict:   ok: redirected") || !strings.Contains(out, filepath.Base(ownedPath(n))+" (the runtime's config) chains istio-cni") {
 				t.Errorf("inspect of %s's running pod beside upstream (exit %d):\n%s", n.Name, code, out)
 			}
 			t.Logf("node %s: this project ready beside upstream's in %s", n.Name, time.Since(start).Round(100*time.Millisecond))
@@ -107,21 +104,25 @@ func switchFromUpstreamNodeByNode(t *testing.T) {
 			t.Errorf("node %s after the switch: %v", n.Name, err)
 		}
 	}
-	startInjected(t, "after-to-ours", validationInit)
 	w.check(t)
+	// Pods started under this project alone are watched through the way
+	// back, with those from before.
+	after := watchInjected(t, "after-to-ours")
 
 	// Back, node by node: upstream keeps off nodes labelled sidecar, and
 	// chains into Flannel's own file, which the runtime reads once this
 	// project's copy of it is gone.
 	kubectl(t, "label", "nodes", "--all", switchLabel+"=sidecar")
-	injectedDuring(t, "to-upstream", validationInit, func() {
+	injectedDuring(t, "to-upstream", func() {
 		installUpstream(t, "-f", notOn(t, "sidecar"), "--set", "cniConfFileName="+cluster.FlannelConflist)
-		for _, n := range env.fleet.Nodes {
+		requireUpstreamOn(t, nil)
+		for i, n := range env.fleet.Nodes {
 			start := time.Now()
 			kubectl(t, "label", "node", n.Name, switchLabel+"-")
 			poll.Until(t, 2*time.Minute, "upstream's istio-cni ready on node "+n.Name, func() (bool, string) {
 				return upstreamReadyOn(t.Context(), n)
 			})
+			requireUpstreamOn(t, env.fleet.Nodes[:i+1])
 			t.Logf("node %s: upstream's ready beside this project in %s", n.Name, time.Since(start).Round(100*time.Millisecond))
 		}
 		start := time.Now()
@@ -133,8 +134,9 @@ func switchFromUpstreamNodeByNode(t *testing.T) {
 			t.Errorf("upstream's istio-cni on node %s after the switch back: %s", n.Name, why)
 		}
 	}
-	startInjected(t, "after-to-upstream", validationInit)
+	startInjected(t, "after-to-upstream")
 	w.check(t)
+	after.check(t)
 
 	// Back to the suite's own install.
 	removeDaemonSetFirst(t, upstreamNS, "upstream's files gone", upstreamFilesOn)
@@ -147,115 +149,10 @@ func switchFromUpstreamNodeByNode(t *testing.T) {
 	restored = true
 }
 
-// switchFromIstioInitRolling: istiod injects istio-init; a Deployment
-// with a pod on every node and one bare pod per node run with istio-init's
-// rules. istiod's CNI mode is turned on and the Deployment restarted: its
-// rolling update replaces its pods node by node with pods in CNI mode,
-// each started at its first attempt with istio-validation passing and the
-// rule model; then back, its pods replaced by istio-init ones again.
-// Injected pods stream on every node throughout (either init container,
-// each checked for its own); the bare pods keep istio-init's rules
-// unchanged (read every 500 ms), their sandbox, containers and traffic
-// through their proxy.
-func switchFromIstioInitRolling(t *testing.T, istio *cluster.Istio) {
-	setMode := func(on bool) {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-		defer cancel()
-		start := time.Now()
-		if err := istio.SetCNIMode(ctx, on, switchNamespace); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("istiod's injector follows CNI mode %v in %s", on, time.Since(start).Round(100*time.Millisecond))
-	}
-	setMode(false)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_ = istio.SetCNIMode(ctx, true, switchNamespace)
-	})
-	w := watchInjected(t, "init", istioInit)
-	const app = "rolled"
-	createSpread(t, app)
-	rollout := func() {
-		start := time.Now()
-		kubectl(t, "-n", switchNamespace, "rollout", "restart", "deployment/"+app)
-		kubectl(t, "-n", switchNamespace, "rollout", "status", "deployment/"+app, "--timeout=5m")
-		t.Logf("the Deployment rolled on every node in %s", time.Since(start).Round(100*time.Millisecond))
-	}
-	kubectl(t, "-n", switchNamespace, "rollout", "status", "deployment/"+app, "--timeout=5m")
-	requireReplicas(t, app, istioInit)
-
-	injectedDuring(t, "to-cni", eitherInit, func() {
-		setMode(true)
-		rollout()
-	})
-	requireReplicas(t, app, validationInit)
-	w.check(t)
-
-	injectedDuring(t, "to-init", eitherInit, func() {
-		setMode(false)
-		rollout()
-	})
-	requireReplicas(t, app, istioInit)
-	w.check(t)
-}
-
-// createSpread creates a Deployment in the switch namespace with one pod
-// on every node (each revision's pods spread by hostname), deleted when
-// the test ends.
-func createSpread(t *testing.T, name string) {
-	t.Helper()
-	var d map[string]any
-	if err := json.Unmarshal(cluster.PodSpec{Namespace: switchNamespace, Name: name, Target: serverAddr(t)}.DeploymentJSON(len(env.fleet.Nodes)), &d); err != nil {
-		t.Fatal(err)
-	}
-	spec := d["spec"].(map[string]any)
-	tmpl := spec["template"].(map[string]any)
-	tmpl["spec"].(map[string]any)["topologySpreadConstraints"] = []any{map[string]any{
-		"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-		"labelSelector":  map[string]any{"matchLabels": tmpl["metadata"].(map[string]any)["labels"]},
-		"matchLabelKeys": []string{"pod-template-hash"},
-	}}
-	body, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	status, resp, err := env.fleet.Do(t.Context(), http.MethodPost, "/apis/apps/v1/namespaces/"+switchNamespace+"/deployments", body)
-	if err != nil || status != http.StatusCreated {
-		t.Fatalf("creating Deployment %s: %d %v\n%s", name, status, err, resp)
-	}
-	t.Cleanup(func() {
-		_, _, _ = env.fleet.Do(context.Background(), http.MethodDelete, "/apis/apps/v1/namespaces/"+switchNamespace+"/deployments/"+name, nil)
-	})
-}
-
-// requireReplicas: the Deployment's current pods run one on every node,
-// each started well with init as its first init container
-// (injectedStarted) and its app's requests through its proxy.
-func requireReplicas(t *testing.T, app, init string) {
-	t.Helper()
-	pods, err := podsByNode(t.Context(), switchNamespace, "app="+app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range env.fleet.Nodes {
-		p, ok := pods[n.Name]
-		if !ok {
-			t.Errorf("no pod of %s on node %s: %d pods on %d nodes", app, n.Name, len(pods), len(pods))
-			continue
-		}
-		if _, err := injectedStarted(t.Context(), n, p, init); err != nil {
-			t.Error(err)
-			continue
-		}
-		requireThroughProxy(t, n, p, 0)
-	}
-}
-
 // fleetIstio installs Istio's control plane for the fleet, with the
 // proxy's and upstream istio-cni's images on every node, and an
 // injection-enabled namespace; all go when the test ends.
-func fleetIstio(t *testing.T) *cluster.Istio {
+func fleetIstio(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -292,7 +189,6 @@ func fleetIstio(t *testing.T) *cluster.Istio {
 	if err := env.fleet.IstioNamespaceReady(ctx, switchNamespace); err != nil {
 		t.Fatal(err)
 	}
-	return istio
 }
 
 // restoreSuiteInstall, after a failed switch: both releases removed,
@@ -301,7 +197,18 @@ func restoreSuiteInstall(overlay string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, ns := range []string{upstreamNS, "istio-cni"} {
-		_, _ = env.fleet.Kubectl(ctx, "-n", ns, "delete", "daemonset", daemonSet, "--ignore-not-found", "--wait=true")
+		_, _ = env.fleet.Kubectl(ctx, "-n", ns, "delete", "daemonset", daemonSet, "--ignore-not-found", "--wait=false")
+	}
+	// As the runbook does: the agents' shutdown done, with their
+	// credentials, before Helm takes them.
+	_ = poll.Wait(2*time.Minute, "both installers' files gone", func() (bool, string) {
+		var left []string
+		for _, n := range env.fleet.Nodes {
+			left = append(append(left, upstreamFilesOn(n)...), ourFilesOn(n)...)
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+	for _, ns := range []string{upstreamNS, "istio-cni"} {
 		_ = helm(ctx, "uninstall", releaseName, "--namespace", ns, "--wait", "--ignore-not-found")
 	}
 	_, _ = env.fleet.Kubectl(ctx, "label", "nodes", "--all", switchLabel+"-")
@@ -503,6 +410,28 @@ func upstreamReadyOn(ctx context.Context, n *cluster.Node) (bool, string) {
 	return cluster.UpstreamCNIReady(ctx, p.Status.PodIP)
 }
 
+// requireUpstreamOn: upstream's DaemonSet has pods on exactly nodes (its
+// affinity keeps it off the others).
+func requireUpstreamOn(t *testing.T, nodes []*cluster.Node) {
+	t.Helper()
+	pods, err := podsByNode(t.Context(), upstreamNS, "k8s-app=istio-cni-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, have []string
+	for _, n := range nodes {
+		want = append(want, n.Name)
+	}
+	for name := range pods {
+		have = append(have, name)
+	}
+	slices.Sort(have)
+	slices.Sort(want)
+	if !slices.Equal(have, want) {
+		t.Fatalf("upstream's istio-cni runs on %v; want %v", have, want)
+	}
+}
+
 // otherInstallerEvent: the agent on node has recorded that another
 // installer runs there (docs/migration.md's check).
 func otherInstallerEvent(ctx context.Context, node string) (bool, string) {
@@ -520,24 +449,18 @@ func otherInstallerEvent(ctx context.Context, node string) (bool, string) {
 
 // injectedSpec is a pod the injector makes meshed: an app only, in the
 // injection-enabled namespace, bound to n, dialing the suite's server.
-func injectedSpec(t *testing.T, name string, n *cluster.Node) cluster.PodSpec {
-	return cluster.PodSpec{Namespace: switchNamespace, Name: name, Target: serverAddr(t), NodeName: n.Name}
+func injectedSpec(target, name string, n *cluster.Node) cluster.PodSpec {
+	return cluster.PodSpec{Namespace: switchNamespace, Name: name, Target: target, NodeName: n.Name}
 }
 
-// The injector's first init container: istio-validation in CNI mode,
-// istio-init (which writes the pod's rules itself) without it; eitherInit
-// takes either, for pods made while istiod's mode changes.
-const (
-	validationInit = "istio-validation"
-	istioInit      = decision.InitContainer
-	eitherInit     = ""
-)
+// validationInit is the injector's first init container in CNI mode.
+const validationInit = "istio-validation"
 
-// injectedDuring is meshedDuring's stream with injected pods whose first
-// init container is init.
-func injectedDuring(t *testing.T, prefix, init string, op func()) {
+// injectedDuring is meshedDuring's stream with injected pods.
+func injectedDuring(t *testing.T, prefix string, op func()) {
 	t.Helper()
-	streamDuring(t, prefix, func(name string, n *cluster.Node) cluster.PodSpec { return injectedSpec(t, name, n) },
+	target := serverAddr(t)
+	streamDuring(t, prefix, func(name string, n *cluster.Node) cluster.PodSpec { return injectedSpec(target, name, n) },
 		func(ctx context.Context, n *cluster.Node, name string) error {
 			wctx, cancel := context.WithTimeout(ctx, podTimeout)
 			p, err := n.WaitRunning(wctx, switchNamespace, name)
@@ -545,17 +468,17 @@ func injectedDuring(t *testing.T, prefix, init string, op func()) {
 			if err != nil {
 				return fmt.Errorf("node %s: %s: %w\n%s", n.Name, name, err, n.PodEvents(ctx, switchNamespace, name))
 			}
-			_, err = injectedStarted(ctx, n, p, init)
+			_, err = injectedStarted(ctx, n, p)
 			return err
 		}, op)
 }
 
 // injectedStarted checks the running injected pod p on n started well: no
-// failed sandbox, its first sandbox the one running, its first init
-// container init (or either, eitherInit) and passed at its first
-// attempt, and its namespace holding what rulesHeld wants. It returns that
-// check, for later reads.
-func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod, init string) (func(save string) error, error) {
+// failed sandbox, its first sandbox the one running, istio-validation
+// first and passed at its first attempt, and its namespace holding the
+// rule model the decision gives for the pod as the API has it (the
+// injector's annotations; IPv4). It returns that check, for later reads.
+func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod) (func(save string) error, error) {
 	ns, name := p.Metadata.Namespace, p.Metadata.Name
 	where := fmt.Sprintf("node %s: %s/%s", n.Name, ns, name)
 	events := n.PodEvents(ctx, ns, name)
@@ -563,13 +486,21 @@ func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod, init s
 		return nil, fmt.Errorf("%s: a sandbox failed before it ran: %s", where, events)
 	}
 	inits := p.Spec.InitContainers
-	if len(inits) == 0 || (inits[0].Name != init && (init != eitherInit || (inits[0].Name != validationInit && inits[0].Name != istioInit))) {
-		return nil, fmt.Errorf("%s: want %q as first init container (\"\": either), have %+v", where, init, inits)
+	if len(inits) == 0 || inits[0].Name != validationInit {
+		return nil, fmt.Errorf("%s: want %s as first init container, have %+v", where, validationInit, inits)
 	}
+	found := false
 	for _, c := range p.Status.InitContainerStatuses {
-		if c.Name == inits[0].Name && (c.ExitCode() != 0 || c.RestartCount != 0) {
+		if c.Name != inits[0].Name {
+			continue
+		}
+		found = true
+		if c.ExitCode() != 0 || c.RestartCount != 0 {
 			return nil, fmt.Errorf("%s: %s exit %d after %d restarts, want 0 at its first attempt\n%s", where, c.Name, c.ExitCode(), c.RestartCount, events)
 		}
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: no status for %s: %+v", where, inits[0].Name, p.Status.InitContainerStatuses)
 	}
 	if attempts, err := n.SandboxAttempts(ctx, p.Metadata.UID); err != nil || !slices.Equal(attempts, []uint32{0}) {
 		return nil, fmt.Errorf("%s: sandbox attempts %v (%v), want only the first\n%s", where, attempts, err, events)
@@ -578,7 +509,7 @@ func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod, init s
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	held, err := rulesHeld(ctx, ns, name, save)
+	held, err := rulesHeld(ctx, ns, name)
 	if err == nil {
 		err = held(save)
 	}
@@ -589,11 +520,8 @@ func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod, init s
 }
 
 // rulesHeld is what the pod's namespace must hold, given the pod as the
-// API has it and first, a read of its rules: the rule model the decision
-// gives (the injector's annotations; IPv4); for a pod whose istio-init
-// wrote its rules, which this project leaves alone, Istio's chains, and
-// later exactly first.
-func rulesHeld(ctx context.Context, ns, name, first string) (func(save string) error, error) {
+// API has it: the rule model the decision gives (IPv4).
+func rulesHeld(ctx context.Context, ns, name string) (func(save string) error, error) {
 	status, body, err := env.fleet.Do(ctx, http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+name, nil)
 	if err != nil || status != http.StatusOK {
 		return nil, fmt.Errorf("reading the pod: %d %v", status, err)
@@ -603,20 +531,6 @@ func rulesHeld(ctx context.Context, ns, name, first string) (func(save string) e
 		return nil, err
 	}
 	d, err := decision.Pod(&pod)
-	if err == nil && d.Reason == decision.IstioInitPresent {
-		for _, c := range []string{":ISTIO_INBOUND ", ":ISTIO_OUTPUT ", ":ISTIO_REDIRECT ", ":ISTIO_IN_REDIRECT "} {
-			if !strings.Contains(first, c) {
-				return nil, fmt.Errorf("istio-init ran, but the namespace has no %s chain:\n%s", strings.TrimSpace(c), first)
-			}
-		}
-		want := normalSave(first)
-		return func(save string) error {
-			if got := normalSave(save); got != want {
-				return fmt.Errorf("istio-init's rules changed:\n%s\nwere:\n%s", got, want)
-			}
-			return nil
-		}, nil
-	}
 	if err != nil || !d.Redirect {
 		return nil, fmt.Errorf("the decision %+v, %v; want redirect", d, err)
 	}
@@ -624,17 +538,11 @@ func rulesHeld(ctx context.Context, ns, name, first string) (func(save string) e
 	return func(save string) error { return matchModel(save, m) }, nil
 }
 
-// saveNoise is what differs between two iptables-saves of the same rules:
-// the comment lines (with a date) and the counters.
-var saveNoise = regexp.MustCompile(`(?m)^#.*\n|\[\d+:\d+\]`)
-
-func normalSave(save string) string { return saveNoise.ReplaceAllString(save, "") }
-
 // startInjected starts an injected pod on every node, each checked as
 // injectedStarted does and its app's request through its proxy.
-func startInjected(t *testing.T, prefix, init string) {
+func startInjected(t *testing.T, prefix string) {
 	t.Helper()
-	for _, p := range startedOnEveryNode(t, prefix, init) {
+	for _, p := range startedOnEveryNode(t, prefix) {
 		requireThroughProxy(t, p.n, p.pod, 0)
 	}
 }
@@ -649,12 +557,13 @@ type startedPod struct {
 
 // startedOnEveryNode creates an injected pod on every node at once (named
 // prefix-i), deleted when the test ends, and checks each started well
-// with init as its first init container (injectedStarted).
-func startedOnEveryNode(t *testing.T, prefix, init string) []startedPod {
+// (injectedStarted).
+func startedOnEveryNode(t *testing.T, prefix string) []startedPod {
 	t.Helper()
 	var specs []cluster.PodSpec
+	target := serverAddr(t)
 	for i, n := range env.fleet.Nodes {
-		s := injectedSpec(t, fmt.Sprintf("%s-%d", prefix, i), n)
+		s := injectedSpec(target, fmt.Sprintf("%s-%d", prefix, i), n)
 		if err := n.CreatePod(t.Context(), s.JSON()); err != nil {
 			t.Fatal(err)
 		}
@@ -669,7 +578,7 @@ func startedOnEveryNode(t *testing.T, prefix, init string) []startedPod {
 		if err != nil {
 			t.Fatalf("node %s: %v\n%s", n.Name, err, n.PodEvents(t.Context(), switchNamespace, specs[i].Name))
 		}
-		held, err := injectedStarted(t.Context(), n, p, init)
+		held, err := injectedStarted(t.Context(), n, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -698,6 +607,9 @@ func requireThroughProxy(t *testing.T, n *cluster.Node, p cluster.Pod, from int)
 type injectedWatch struct {
 	pods []watchedInjected
 	stop func()
+	// Only check's: the app logs' lengths and the reads at the last check.
+	logMarks      []int
+	checkedRounds int
 
 	mu       sync.Mutex
 	rounds   int
@@ -705,28 +617,26 @@ type injectedWatch struct {
 }
 
 type watchedInjected struct {
-	n            *cluster.Node
-	name, netns  string
-	held         func(save string) error
-	restarts     int
-	startOfCheck int // the app log's length at the last check
+	n           *cluster.Node
+	name, netns string
+	held        func(save string) error
+	restarts    int
 }
 
-// watchInjected starts the pods (named prefix-i, their first init
-// container init), checks each started well and goes through its proxy,
-// and starts the reads.
-func watchInjected(t *testing.T, prefix, init string) *injectedWatch {
+// watchInjected starts one injected pod per node (named prefix-i), checks
+// each started well and goes through its proxy, and starts the reads.
+func watchInjected(t *testing.T, prefix string) *injectedWatch {
 	t.Helper()
 	w := &injectedWatch{}
-	for _, s := range startedOnEveryNode(t, prefix, init) {
+	for _, s := range startedOnEveryNode(t, prefix) {
 		n, p, held, name := s.n, s.pod, s.held, s.pod.Metadata.Name
 		requireThroughProxy(t, n, p, 0)
 		netns, err := n.PodNetNS(t.Context(), switchNamespace, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w.pods = append(w.pods, watchedInjected{n: n, name: name, netns: netns, held: held, restarts: restarts(p),
-			startOfCheck: len(n.ContainerLog(p, "app"))})
+		w.pods = append(w.pods, watchedInjected{n: n, name: name, netns: netns, held: held, restarts: restarts(p)})
+		w.logMarks = append(w.logMarks, len(n.ContainerLog(p, "app")))
 	}
 	w.stop = poll.Every(500*time.Millisecond, w.round)
 	t.Cleanup(w.stop)
@@ -742,7 +652,8 @@ func restarts(p cluster.Pod) int {
 }
 
 // round reads every watched pod's rules as an operator would (nsenter,
-// iptables-save) and notes any read that is not exactly the model.
+// iptables-save) and notes any read that is not exactly the model, and
+// any node that is not Ready or carries the startup taint.
 func (w *injectedWatch) round() {
 	var bad []string
 	for _, p := range w.pods {
@@ -754,6 +665,7 @@ func (w *injectedWatch) round() {
 			bad = append(bad, fmt.Sprintf("%s on %s: %v", p.name, p.n.Name, err))
 		}
 	}
+	bad = append(bad, nodesUnschedulable()...)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.rounds++
@@ -764,7 +676,46 @@ func (w *injectedWatch) round() {
 	}
 }
 
-// check: every read so far held the model; each pod still runs in its
+// nodesUnschedulable lists the nodes that are not Ready or carry the
+// startup taint (either installer's agent, or istiod's untaint
+// controller, may hold it): a switch must keep every node taking pods.
+func nodesUnschedulable() []string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	status, body, err := env.fleet.Do(ctx, http.MethodGet, "/api/v1/nodes", nil)
+	if err != nil || status != http.StatusOK {
+		return []string{fmt.Sprintf("listing nodes: %d %v", status, err)}
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct{ Taints []struct{ Key string } }
+			Status   struct {
+				Conditions []struct{ Type, Status string }
+			}
+		}
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return []string{err.Error()}
+	}
+	var bad []string
+	for _, n := range list.Items {
+		for _, tn := range n.Spec.Taints {
+			if tn.Key == taint.Key {
+				bad = append(bad, "node "+n.Metadata.Name+" has the taint "+taint.Key)
+			}
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" && c.Status != "True" {
+				bad = append(bad, "node "+n.Metadata.Name+" is not Ready")
+			}
+		}
+	}
+	return bad
+}
+
+// check: every read so far held the model and found every node Ready and
+// untainted; each pod still runs in its
 // first sandbox with no container restarted, and its requests since the
 // last check went through its proxy.
 func (w *injectedWatch) check(t *testing.T) {
@@ -773,11 +724,12 @@ func (w *injectedWatch) check(t *testing.T) {
 	rounds, failures := w.rounds, slices.Clone(w.failures)
 	w.mu.Unlock()
 	t.Logf("%d reads of %d running pods' rules so far", rounds, len(w.pods))
-	if rounds == 0 {
-		t.Error("the running pods' rules were never read")
+	if rounds <= w.checkedRounds {
+		t.Errorf("the running pods' rules were not read since the last check (%d reads)", rounds)
 	}
+	w.checkedRounds = rounds
 	for _, f := range failures {
-		t.Error("a running pod's rules changed: " + f)
+		t.Error("during the switch: " + f)
 	}
 	for i := range w.pods {
 		p := &w.pods[i]
@@ -791,7 +743,7 @@ func (w *injectedWatch) check(t *testing.T) {
 		if r := restarts(now); r != p.restarts {
 			t.Errorf("%s on %s: %d container restarts, %d before", p.name, p.n.Name, r, p.restarts)
 		}
-		requireThroughProxy(t, p.n, now, p.startOfCheck)
-		p.startOfCheck = len(p.n.ContainerLog(now, "app"))
+		requireThroughProxy(t, p.n, now, w.logMarks[i])
+		w.logMarks[i] = len(p.n.ContainerLog(now, "app"))
 	}
 }
