@@ -234,7 +234,7 @@ e2e: deps kube-binaries cni-plugins image helm
 ## of NODES nodes (3 by default) on this machine, each a containerd and a
 ## kubelet in namespaces of its own, one control plane (docs/testing.md).
 e2e-multinode: deps kube-binaries cni-plugins istio-binaries upstream-cni-image image flannel helm
-	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 30m -v ./test/e2e/multinode
+	NODES=$(or $(NODES),3) $(GO) test -count=1 -timeout 40m -v ./test/e2e/multinode
 
 ## chaos: the long chaos loop on a real node (make test runs 5 iterations):
 ## 50 perturbations while meshed pods come and go; figures in
