@@ -14,11 +14,11 @@ import (
 // endpoint (port 8000) answers 200 and its own istio_cni_install_ready
 // gauge (port 15014) is 1. It returns what it saw.
 func UpstreamCNIReady(ctx context.Context, podIP string) (bool, string) {
-	status, body, err := get(ctx, "http://"+podIP+":8000/readyz")
+	status, body, err := HTTPGet(ctx, "http://"+podIP+":8000/readyz")
 	if err != nil || status != http.StatusOK {
 		return false, fmt.Sprintf("readyz: %d %s %v", status, body, err)
 	}
-	_, body, err = get(ctx, "http://"+podIP+":15014/metrics")
+	_, body, err = HTTPGet(ctx, "http://"+podIP+":15014/metrics")
 	if err != nil {
 		return false, err.Error()
 	}
@@ -30,7 +30,8 @@ func UpstreamCNIReady(ctx context.Context, podIP string) (bool, string) {
 	return false, "no istio_cni_install_ready in its metrics"
 }
 
-func get(ctx context.Context, url string) (int, string, error) {
+// HTTPGet GETs url within 5 s and returns the status and body.
+func HTTPGet(ctx context.Context, url string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

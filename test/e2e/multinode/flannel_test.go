@@ -44,7 +44,7 @@ func waitAgentsWithoutPrimary(ctx context.Context, fleet *cluster.Fleet) (map[st
 		var s nodeWithoutPrimary
 		url := fmt.Sprintf("http://%s/readyz", netip.AddrPortFrom(n.NodeIP, agentHealthPort))
 		err := poll.Wait(3*time.Minute, "node "+n.Name+"'s agent waiting for a primary CNI", func() (bool, string) {
-			status, body, err := httpGet(ctx, url)
+			status, body, err := cluster.HTTPGet(ctx, url)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -81,22 +81,6 @@ const agentHealthPort = 8000
 // beforeFlannelPod is the meshed pod made on n before Flannel.
 func beforeFlannelPod(n *cluster.Node) string {
 	return "before-flannel-" + strings.TrimPrefix(n.Name, "istio-cni-fleet-")
-}
-
-func httpGet(ctx context.Context, url string) (int, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // TestIstioCNIBeforeFlannel: installed before the primary (the fleet's

@@ -721,7 +721,8 @@ func nodesUnschedulable() []string {
 func (w *injectedWatch) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
-	rounds, failures := w.rounds, slices.Clone(w.failures)
+	rounds, failures := w.rounds, w.failures
+	w.failures = nil // each check reports what came since the last
 	w.mu.Unlock()
 	t.Logf("%d reads of %d running pods' rules so far", rounds, len(w.pods))
 	if rounds <= w.checkedRounds {
