@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/missed"
@@ -78,36 +80,65 @@ func (r apiRestarts) Round(ctx context.Context, pod *corev1.Pod, rev missed.Revi
 
 // Take records one eviction in the budget Lease, if the last minute has
 // room for it.
-func (r apiRestarts) Take(ctx context.Context) (bool, error) {
+func (r apiRestarts) Take(ctx context.Context) (missed.Slot, bool, error) {
 	leases := r.cs.Leases(r.namespace)
 	lease, err := leases.Get(ctx, BudgetLease, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		lease, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: BudgetLease, Namespace: r.namespace,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "istio-cni"}}}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return false, nil // another agent made it: a later pass
+			return "", false, nil // another agent made it: a later pass
 		}
 	}
 	if err != nil {
-		return false, fmt.Errorf("the restart budget's Lease %s/%s: %w", r.namespace, BudgetLease, err)
+		return "", false, fmt.Errorf("the restart budget's Lease %s/%s: %w", r.namespace, BudgetLease, err)
 	}
 	now := r.now()
 	recent := recentEvictions(lease.Annotations[budgetAnnotation], now)
 	if len(recent) >= r.perMinute {
-		return false, nil
+		return "", false, nil
 	}
-	recent = append(recent, now.UTC().Format(time.RFC3339Nano))
+	slot := now.UTC().Format(time.RFC3339Nano)
+	if _, err := leases.Update(ctx, withEvictions(lease, append(recent, slot)), metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			return "", false, nil // another agent took one meanwhile: a later pass
+		}
+		return "", false, fmt.Errorf("the restart budget's Lease %s/%s: %w", r.namespace, BudgetLease, err)
+	}
+	return missed.Slot(slot), true, nil
+}
+
+// Settle replaces the slot's time with now, its eviction done; a slot
+// already over a minute old is recorded anew. On a conflict it reads the
+// Lease again: another agent's Take must not undo it.
+func (r apiRestarts) Settle(ctx context.Context, slot missed.Slot) error {
+	leases := r.cs.Leases(r.namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, BudgetLease, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := r.now()
+		recent := recentEvictions(lease.Annotations[budgetAnnotation], now)
+		if i := slices.Index(recent, string(slot)); i >= 0 {
+			recent = slices.Delete(recent, i, i+1)
+		}
+		_, err = leases.Update(ctx, withEvictions(lease, append(recent, now.UTC().Format(time.RFC3339Nano))), metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("the restart budget's Lease %s/%s: %w", r.namespace, BudgetLease, err)
+	}
+	return nil
+}
+
+// withEvictions sets the budget Lease's record of evictions.
+func withEvictions(lease *coordinationv1.Lease, recorded []string) *coordinationv1.Lease {
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
-	lease.Annotations[budgetAnnotation] = strings.Join(recent, ",")
-	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
-		if apierrors.IsConflict(err) {
-			return false, nil // another agent took one meanwhile: a later pass
-		}
-		return false, fmt.Errorf("the restart budget's Lease %s/%s: %w", r.namespace, BudgetLease, err)
-	}
-	return true, nil
+	lease.Annotations[budgetAnnotation] = strings.Join(recorded, ",")
+	return lease
 }
 
 // recentEvictions keeps the recorded evictions of the last minute. Each

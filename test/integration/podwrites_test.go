@@ -117,14 +117,18 @@ func TestRestartsPolicy(t *testing.T) {
 	if _, err := r.Round(ctx, inMesh, rev); err != nil {
 		t.Errorf("the revision's round: %v", err)
 	}
-	if ok, err := r.Take(ctx); !ok || err != nil {
+	slot, ok, err := r.Take(ctx)
+	if !ok || err != nil {
 		t.Errorf("the budget: %v %v", ok, err)
 	}
 	if err := r.Evict(ctx, inMesh); err != nil {
 		t.Errorf("evicting in a namespace labelled for injection: %v", err)
 	}
+	if err := r.Settle(ctx, slot); err != nil {
+		t.Errorf("settling the budget's slot: %v", err)
+	}
 	agent := clientFor(t, token)
-	_, err := agent.CoordinationV1().Leases("rs-mesh").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "some-app-leader"}}, metav1.CreateOptions{})
+	_, err = agent.CoordinationV1().Leases("rs-mesh").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "some-app-leader"}}, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "only its own restart Leases") {
 		t.Errorf("creating another Lease: %v, want refused", err)
 	}

@@ -2,8 +2,10 @@ package missed
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,7 @@ type fakeRestarts struct {
 	now       func() time.Time
 	// takes and roundCalls count the calls (API requests, for the real one).
 	takes, roundCalls int
+	settled           []Slot // after each eviction
 }
 
 func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (time.Time, error) {
@@ -55,13 +58,18 @@ func (f *fakeRestarts) Round(_ context.Context, _ *corev1.Pod, rev Revision) (ti
 	return f.rounds[key], nil
 }
 
-func (f *fakeRestarts) Take(context.Context) (bool, error) {
+func (f *fakeRestarts) Take(context.Context) (Slot, bool, error) {
 	f.takes++
 	if f.budget == 0 {
-		return false, nil
+		return "", false, nil
 	}
 	f.budget--
-	return true, nil
+	return Slot("slot-" + strconv.Itoa(f.takes)), true, nil
+}
+
+func (f *fakeRestarts) Settle(_ context.Context, s Slot) error {
+	f.settled = append(f.settled, s)
+	return nil
 }
 
 func (f *fakeRestarts) Evict(_ context.Context, p *corev1.Pod) error {
@@ -216,6 +224,10 @@ func TestRestartIsBoundedAcrossTheCluster(t *testing.T) {
 	}
 	if h.counted["evicted"] != 3 {
 		t.Errorf("counted %v", h.counted)
+	}
+	// Each eviction done, and only those, settles its slot.
+	if got := fmt.Sprint(h.restarts.settled); got != "[slot-1 slot-2 slot-5]" {
+		t.Errorf("settled %s, want the three evictions' slots (not the try a PodDisruptionBudget refused, slot-4)", got)
 	}
 	// Each pod not restarted says why, once.
 	var declined []string

@@ -58,11 +58,18 @@ type Restarts interface {
 	// Take takes one eviction from the cluster-wide budget of the last
 	// minute; false when none is left (or another agent took the last one
 	// meanwhile).
-	Take(ctx context.Context) (bool, error)
+	Take(ctx context.Context) (Slot, bool, error)
 	// Evict evicts the pod, UID as precondition; ErrDisruptionBudget when a
 	// PodDisruptionBudget refuses it now.
 	Evict(ctx context.Context, pod *corev1.Pod) error
+	// Settle moves a taken slot to now, its eviction done: an eviction
+	// counts for the minute after it was done, so that an API server slow
+	// to answer cannot bunch evictions the budget spaced.
+	Settle(ctx context.Context, s Slot) error
 }
+
+// Slot is one eviction taken from the budget, as the budget records it.
+type Slot string
 
 // ErrDisruptionBudget: a PodDisruptionBudget refused the eviction (429).
 var ErrDisruptionBudget = errors.New("a PodDisruptionBudget refuses the eviction now")
@@ -175,7 +182,7 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[st
 		}
 		return
 	}
-	ok, err := d.deps.Restarts.Take(ctx)
+	slot, ok, err := d.deps.Restarts.Take(ctx)
 	switch {
 	case err != nil:
 		d.deps.Counted("error")
@@ -201,6 +208,11 @@ func (d *Detector) restart(ctx context.Context, pod *corev1.Pod, nsLabels map[st
 	log.Info("evicted a pod that missed its sidecar injection: its controller recreates it through the injector")
 	d.deps.Events.Event(pod, corev1.EventTypeNormal, ReasonRestarted,
 		fmt.Sprintf("evicted so that %s recreates it through the sidecar injector", rev))
+	// After the Event, whose time is taken when it is made: the next
+	// eviction's Event is then a minute or more after this one's.
+	if err := d.deps.Restarts.Settle(ctx, slot); err != nil {
+		log.Error("missed injection: recording the eviction's time in the cluster's restart budget; it counts from when its slot was taken", "error", err.Error())
+	}
 }
 
 // backOff sets when the pod is tried again, and returns how long from now.
