@@ -33,6 +33,7 @@ var pluginPackages = []string{
 	"pkg/plugin",
 	"pkg/pluginconf",
 	"pkg/podnet",
+	"pkg/version",
 	"pkg/wire/handoff",
 	"pkg/wire/lookups",
 	"pkg/wire/reports",

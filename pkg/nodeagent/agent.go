@@ -23,6 +23,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/podcache"
 	"istio-cni.local/istio-cni/pkg/nodeagent/taint"
 	"istio-cni.local/istio-cni/pkg/plugin"
+	"istio-cni.local/istio-cni/pkg/version"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 )
 
@@ -49,11 +50,13 @@ type Agent struct {
 	addrs      addrList
 }
 
-// New builds the agent. rc is the API access; nil runs the installer
-// alone: no audit, no taint, and at shutdown the plugin is always left
-// installed.
+// New builds the agent; its first log line names its version. rc is the
+// API access; nil runs the installer alone: no audit, no taint, and at
+// shutdown the plugin is always left installed.
 func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
+	log.Info("starting", "version", version.Get())
 	a := &Agent{cfg: cfg, log: log, beats: health.NewBeats(nil), metrics: install.NewMetrics()}
+	registerBuildInfo(a.metrics.Registry)
 	deps := install.Deps{Log: log, Metrics: a.metrics, Liveness: a.beats}
 	if rc == nil {
 		if cfg.Install.PluginServiceAccount != "" {

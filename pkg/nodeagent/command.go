@@ -16,6 +16,33 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 )
 
+// Command is install-cni's command line (cmd/install-cni): a subcommand
+// named by its first argument (version, or --version; inspect;
+// uninstall), else the agent with its flags. executable is the binary's
+// own path (os.Executable): the agent and uninstall take the plugin's
+// files from beside it. It returns the exit status.
+func Command(args []string, getenv func(string) string, executable func() (string, error), stdout, stderr io.Writer) int {
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
+	}
+	switch sub {
+	case "version", "--version", "-version":
+		return Version(args[1:], stdout, stderr)
+	case "inspect":
+		return Inspect(args[1:], getenv, stdout, stderr)
+	}
+	self, err := executable()
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "install-cni:", err)
+		return 1
+	}
+	if sub == "uninstall" {
+		return Uninstall(args[1:], getenv, filepath.Dir(self), stdout, stderr)
+	}
+	return Main(args, getenv, filepath.Dir(self), stderr)
+}
+
 // Main runs the agent: the DaemonSet's container command. It returns the
 // exit status.
 func Main(args []string, getenv func(string) string, selfDir string, stderr io.Writer) int {

@@ -33,6 +33,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
+	"istio-cni.local/istio-cni/pkg/version"
 )
 
 // Exit codes of inspect beyond 0 (consistent) and 1 (could not inspect).
@@ -40,7 +41,8 @@ const exitInconsistent = 3
 
 const inspectUsage = `usage: install-cni inspect [flags] NAMESPACE/NAME
 
-Prints the plugin's decision for the pod and why, whether Istio's injector
+Prints the build of install-cni that inspects (in the agent's pod, the
+agent's), the plugin's decision for the pod and why, whether Istio's injector
 should have given it a sidecar (and did), whether the node's CNI
 config chains istio-cni, the rules the pod should have, the rules it has
 (read from its network namespace) and the difference. Run it on the pod's
@@ -100,6 +102,7 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 		Settings: decision.DefaultNodeSettings(), ExcludeNamespaces: settings.ExcludeNamespaces}
 	c.opts.Settings.IPv6 = settings.IPv6Redirect
 	c.opts.Native = settings.NativeNftables
+	c.opts.Build = version.Line("install-cni")
 	return c, nil
 }
 

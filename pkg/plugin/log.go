@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"syscall"
+
+	"istio-cni.local/istio-cni/pkg/version"
 )
 
 // MaxLogFileSize bounds log_file: past it, the next invocation moves the
@@ -14,9 +16,12 @@ const MaxLogFileSize = 1 << 20
 
 // newLogger logs JSON lines to stderr (never stdout, which carries the CNI
 // result) and, if configured, appends them to a file. A nil conf (it did not
-// parse) logs at info to stderr. The returned func closes the file.
+// parse) logs at info to stderr. Every line names the plugin and its build's
+// version (pkg/version; the agent's, when the agent runs the ADD). The
+// returned func closes the file.
 func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 	w, closeFn := stderr, func() {}
+	names := []any{"plugin", "istio-cni", "version", version.Get()}
 	level := slog.LevelInfo
 	if conf != nil {
 		level = conf.parsed.LogLevel
@@ -26,10 +31,10 @@ func newLogger(conf *Config, stderr io.Writer) (*slog.Logger, func()) {
 		if err == nil {
 			w, closeFn = io.MultiWriter(stderr, f), func() { _ = f.Close() }
 		} else {
-			defer slog.New(slog.NewJSONHandler(stderr, nil)).Warn("cannot open log_file; logging to stderr only", "log_file", conf.LogFile, "error", err)
+			defer slog.New(slog.NewJSONHandler(stderr, nil)).With(names...).Warn("cannot open log_file; logging to stderr only", "log_file", conf.LogFile, "error", err)
 		}
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With("plugin", "istio-cni"), closeFn
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})).With(names...), closeFn
 }
 
 // openLogFile opens path to append, first rotating it to path.1 when it

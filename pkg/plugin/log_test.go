@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"istio-cni.local/istio-cni/pkg/pluginconf"
+	"istio-cni.local/istio-cni/pkg/version"
 )
 
 // log_file stays bounded: past the limit it moves to log_file.1 once,
@@ -100,6 +105,27 @@ func TestLogFileNeverMakesItsDirectory(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(parent); len(left) != 0 {
 		t.Errorf("made %v", left)
+	}
+}
+
+// Every line the plugin logs names its build, the warning that log_file
+// cannot be opened included: an operator reading the node's log knows
+// which build wrote each line, across an upgrade.
+func TestLogLinesNameTheBuild(t *testing.T) {
+	var stderr bytes.Buffer
+	conf := &Config{Entry: pluginconf.Entry{LogFile: filepath.Join(t.TempDir(), "gone", "istio-cni.log")}}
+	log, closeLog := newLogger(conf, &stderr)
+	log.Info("ADD")
+	closeLog()
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("log: %q; want the log_file warning and one line", stderr.String())
+	}
+	for _, l := range lines {
+		var fields struct{ Plugin, Version string }
+		if err := json.Unmarshal([]byte(l), &fields); err != nil || fields.Plugin != "istio-cni" || fields.Version != version.Get() {
+			t.Errorf("log line %s (%v): want plugin istio-cni, version %q", l, err, version.Get())
+		}
 	}
 }
 

@@ -2,18 +2,17 @@
 // traffic through its Istio sidecar, doing every verb itself. The shim the
 // runtime runs as istio-cni (cmd/plugin) execs it for every verb but the
 // ADDs the node agent runs and VERSION, whose answer it gives itself.
+// Run without CNI_COMMAND, it prints its build (pkg/version).
 package main
 
 import (
 	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/version"
+	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"istio-cni.local/istio-cni/pkg/plugin"
+	"istio-cni.local/istio-cni/pkg/version"
 )
 
-// Version is set at build time.
-var Version = "dev"
-
 func main() {
-	skel.PluginMainFuncs(plugin.New().Funcs(), version.All, "istio-cni "+Version)
+	skel.PluginMainFuncs(plugin.New().Funcs(), cniversion.All, version.Line("istio-cni"))
 }

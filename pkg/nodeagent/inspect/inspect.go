@@ -75,11 +75,16 @@ type Options struct {
 	// Native: the node's plugin writes native nftables (native_nftables),
 	// for a sandbox without a record saying how ADD wrote it.
 	Native bool
+	// Build names the inspecting binary's build (version.Line): in the
+	// agent's pod, the agent's. The report's first line; "" prints none.
+	Build string
 }
 
 // Report is inspect's answer.
 type Report struct {
 	Pod, UID, Node, Phase string
+	// Build is Options.Build.
+	Build string
 	// Config is the config file the runtime uses; Chained whether it
 	// holds the istio-cni entry.
 	Config  string
@@ -134,7 +139,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	r := Report{Pod: o.Namespace + "/" + o.Name, UID: pod.Metadata.UID, Node: pod.Node, Phase: pod.Phase}
+	r := Report{Build: o.Build, Pod: o.Namespace + "/" + o.Name, UID: pod.Metadata.UID, Node: pod.Node, Phase: pod.Phase}
 	r.Config, r.Chained, err = runtimeConfig(o.CNINetDir)
 	if err != nil {
 		r.ConfigErr = err.Error()

@@ -98,6 +98,21 @@ func TestMeshedPodWithoutRules(t *testing.T) {
 	}
 }
 
+// The report opens with the build that wrote it (in the agent's pod, the
+// agent's): what to quote when asking about it, and what tells a node
+// still on the previous release.
+func TestReportOpensWithItsBuild(t *testing.T) {
+	o := opts(configDir(t, true))
+	o.Build = "install-cni v1.4.0 (go1.26.0, linux/amd64)"
+	r, err := Run(context.Background(), o, deps(pod(nil), "", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.HasPrefix(out, "version:   install-cni v1.4.0 (go1.26.0, linux/amd64)\npod:       default/web-0 ") {
+		t.Errorf("report:\n%s\nwant it to open with the build, then the pod", out)
+	}
+}
+
 func TestPodOutsideTheMeshSaysWhy(t *testing.T) {
 	p := pod(nil) // no sidecar.istio.io/status
 	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "", nil))

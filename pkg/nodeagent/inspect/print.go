@@ -13,6 +13,9 @@ import (
 func (r Report) Print(w io.Writer) error {
 	var b strings.Builder
 	line := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	if r.Build != "" {
+		line("version:   %s", r.Build)
+	}
 	line("pod:       %s (uid %s) on node %s, %s", r.Pod, r.UID, or(r.Node, "?"), or(r.Phase, "?"))
 	switch {
 	case r.ConfigErr != "":
