@@ -29,6 +29,7 @@ var discovery = map[string][]apiResource{
 		{"Role", "roles", true}, {"RoleBinding", "rolebindings", true}},
 	"admissionregistration.k8s.io/v1": {{"ValidatingAdmissionPolicy", "validatingadmissionpolicies", false},
 		{"ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", false}},
+	"k8s.cni.cncf.io/v1": {{"NetworkAttachmentDefinition", "network-attachment-definitions", true}},
 }
 
 // fakeAPIServer answers discovery as a cluster at gitVersion would, and

@@ -53,14 +53,22 @@ func run(t *testing.T, name string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
+// helmTemplateOut runs helm template for the node tests' Kubernetes. Without
+// --kube-version (or a server, --validate), helm renders for the version
+// its build was linked with: 1.20 for `make helm`'s, which sets none, and
+// the chart's kubeVersion refuses that.
+func helmTemplateOut(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	if !slices.Contains(args, "--validate") {
+		args = append(args, "--kube-version", nodeTestsKubernetes(t))
+	}
+	return run(t, tool(t, cluster.Helm), append([]string{"template"}, args...)...)
+}
+
 // helmTemplate renders the chart as `helm install -n istio-cni` would.
 func helmTemplate(t *testing.T, set ...string) map[string]map[string]any {
 	t.Helper()
-	args := []string{"template", "istio-cni", chartDir(t), "--namespace", "istio-cni"}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	out, err := run(t, tool(t, cluster.Helm), args...)
+	out, err := helmTemplateOut(t, append([]string{"istio-cni", chartDir(t), "--namespace", "istio-cni"}, setArgs(set...)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +116,14 @@ func objects(t *testing.T, rendered string) map[string]map[string]any {
 	return out
 }
 
-// sameObjects compares two renderings object by object; the Namespace is
-// Helm's to create (helm install --create-namespace), not the chart's.
+// sameObjects compares two renderings object by object, as the API server
+// stores them (apiDefaults); the Namespace is Helm's to create (helm
+// install --create-namespace), not the chart's.
 func sameObjects(t errorer, what string, chart, kust map[string]map[string]any) {
 	t.Helper()
 	delete(kust, "Namespace <nil>/istio-cni")
+	apiDefaults(chart)
+	apiDefaults(kust)
 	var keys []string
 	for k := range kust {
 		keys = append(keys, k)
@@ -137,6 +148,38 @@ func sameObjects(t errorer, what string, chart, kust map[string]map[string]any) 
 			t.Errorf("%s: %s differs:\nchart:\n%s\nkustomize:\n%s", what, k, cj, oj)
 		}
 	}
+}
+
+// apiDefaults sets what the API server defaults in objs' pod templates:
+// a container's imagePullPolicy, which the chart leaves to Kubernetes as
+// upstream's does (pullPolicy empty) and deployments/ names.
+func apiDefaults(objs map[string]map[string]any) {
+	for _, o := range objs {
+		spec, _ := o["spec"].(map[string]any)
+		template, _ := spec["template"].(map[string]any)
+		pod, _ := template["spec"].(map[string]any)
+		for _, list := range []string{"initContainers", "containers"} {
+			containers, _ := pod[list].([]any)
+			for _, c := range containers {
+				c, _ := c.(map[string]any)
+				if _, set := c["imagePullPolicy"]; !set && c != nil {
+					c["imagePullPolicy"] = defaultPullPolicy(fmt.Sprint(c["image"]))
+				}
+			}
+		}
+	}
+}
+
+// defaultPullPolicy is Kubernetes' default for image (SetDefaults_Container):
+// Always for :latest or an image with neither tag nor digest, else
+// IfNotPresent.
+func defaultPullPolicy(image string) string {
+	name, _, digested := strings.Cut(image, "@")
+	_, tag, tagged := strings.Cut(name[strings.LastIndex(name, "/")+1:], ":")
+	if tag == "latest" || (!tagged && !digested) {
+		return "Always"
+	}
+	return "IfNotPresent"
 }
 
 type errorer interface {

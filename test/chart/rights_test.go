@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"istio-cni.local/istio-cni/test/cluster"
 )
 
 func podSpec(ds map[string]any) map[string]any {
@@ -86,7 +84,7 @@ func TestRightsFollowTheFinalSettings(t *testing.T) {
 			t.Errorf("--set %v: capabilities %v, want %v", tc.set, caps, tc.caps)
 		}
 	}
-	out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", "env.AUDIT_ACTION=fix")
+	out, err := helmTemplateOut(t, "x", chartDir(t), "--set", "env.AUDIT_ACTION=fix")
 	if err == nil || !strings.Contains(out, `env.AUDIT_ACTION "fix"`) {
 		t.Errorf("env.AUDIT_ACTION=fix: %v\n%s\nwant it refused, naming the value", err, out)
 	}
@@ -122,7 +120,7 @@ func TestEnvOverridesFromAValuesFile(t *testing.T) {
 		if err := os.WriteFile(f, []byte(tc.values), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, err := run(t, tool(t, cluster.Helm), "template", "istio-cni", chartDir(t), "--namespace", "istio-cni", "-f", f)
+		out, err := helmTemplateOut(t, "istio-cni", chartDir(t), "--namespace", "istio-cni", "-f", f)
 		if err != nil {
 			t.Fatalf("%q: %v", tc.values, err)
 		}

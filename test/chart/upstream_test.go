@@ -34,7 +34,7 @@ func upstreamChart(t *testing.T) (manifests, chart, values string) {
 // render runs helm template on chart with args (-f, --set, ...).
 func render(t *testing.T, chart string, args ...string) (map[string]map[string]any, error) {
 	t.Helper()
-	out, err := run(t, tool(t, cluster.Helm), append([]string{"template", "istio-cni", chart, "--namespace", "istio-cni"}, args...)...)
+	out, err := helmTemplateOut(t, append([]string{"istio-cni", chart, "--namespace", "istio-cni"}, args...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -227,13 +227,14 @@ func TestUpstreamProfilesByName(t *testing.T) {
 // (but the platforms', which are istio-cni's own and compared by
 // rendering) holds exactly the part of upstream's profile of that name
 // that concerns istio-cni: its cni: values and the top-level and global
-// keys this chart's schema takes, not other charts' keys.
+// keys this chart's schema takes, not other charts' keys (which the schema
+// takes, too, so that upstream's files install).
 func TestProfilesFollowUpstream(t *testing.T) {
 	_, upChart, _ := upstreamChart(t)
 	var schema struct {
 		Properties map[string]struct {
 			Description string
-			Properties  map[string]any
+			Properties  map[string]struct{ Description string }
 		}
 	}
 	raw, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json")) // #nosec G304 -- the chart's schema
@@ -256,14 +257,14 @@ func TestProfilesFollowUpstream(t *testing.T) {
 			case k == "global":
 				g := map[string]any{}
 				for gk, gv := range v.(map[string]any) {
-					if _, ok := schema.Properties["global"].Properties[gk]; ok {
+					if p, ok := schema.Properties["global"].Properties[gk]; ok && !otherCharts(p.Description) {
 						g[gk] = gv
 					}
 				}
 				if len(g) > 0 {
 					want[k] = g
 				}
-			case k == "cni", known && !strings.HasPrefix(p.Description, "a key of Istio's other charts"):
+			case k == "cni", known && !otherCharts(p.Description):
 				want[k] = v
 			}
 		}
@@ -274,6 +275,12 @@ func TestProfilesFollowUpstream(t *testing.T) {
 			t.Errorf("files/%s: %v; upstream's, for istio-cni: %v", base, ours, want)
 		}
 	}
+}
+
+// otherCharts says whether a schema description marks a key of Istio's
+// other charts.
+func otherCharts(description string) bool {
+	return strings.HasPrefix(description, "a key of Istio's other charts")
 }
 
 func readYAML(t *testing.T, path string, into any) {
@@ -290,7 +297,7 @@ func readYAML(t *testing.T, path string, into any) {
 // TestUpstreamValuesHonoured: values upstream's chart has and this chart
 // did not take before do what upstream's do.
 func TestUpstreamValuesHonoured(t *testing.T) {
-	objs := helmTemplate(t, "global.logging.level=debug", "global.imagePullPolicy=Always", "pullPolicy=",
+	objs := helmTemplate(t, "global.logging.level=debug", "global.imagePullPolicy=Always",
 		"global.imagePullSecrets[0]=pull", "_internal_defaults_do_not_set.resources=null", "global.defaultResources.requests.cpu=50m",
 		"terminationGracePeriodSeconds=5", "useAppArmorAnnotation=true", "revision=canary", "ownerName=mesh",
 		"repair.initContainerName=check-redirect", "cniConfFileName=10-calico.conflist")
@@ -359,7 +366,7 @@ func TestUpstreamValuesNoted(t *testing.T) {
 	}
 	notes := func(args ...string) string {
 		t.Helper()
-		out, err := run(t, tool(t, cluster.Helm), append([]string{"template", "x", chart, "--show-only", "templates/notes-probe.yaml"}, args...)...)
+		out, err := helmTemplateOut(t, append([]string{"x", chart, "--show-only", "templates/notes-probe.yaml"}, args...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,10 +381,11 @@ func TestUpstreamValuesNoted(t *testing.T) {
 	}
 	got := notes("-f", valuesFile, "-f", filepath.Join(m, "helm-profiles", "platform-openshift.yaml"),
 		"--set", "global.variant=distroless", "--set", "global.networkPolicy.enabled=true", "--set", "global.nativeNftables=true",
-		"--set", "compatibilityVersion=1.28")
+		"--set", "compatibilityVersion=1.28", "--set", "global.waypoint.resources.requests.cpu=10m")
 	for _, want := range []string{"variant distroless: istio-cni has one image", "global.logAsJson false",
 		"global.networkPolicy.enabled: the agent runs on the host network",
-		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28", "pilot, trustedZtunnelNamespace: values of Istio's other charts",
+		"ambient.*: istio-cni is sidecar-only", "compatibilityVersion 1.28",
+		"pilot, trustedZtunnelNamespace, global.waypoint: values of Istio's other charts",
 		// Upstream's file names upstream's install-cni image, which cannot
 		// run this DaemonSet (it fails at once: the command is /install-cni).
 		"global.hub, global.tag: the image is", "not tagged istio-cni's 0.1.0. If it is upstream's install-cni image (upstream's values file names it), it does not run here"} {

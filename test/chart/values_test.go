@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"istio-cni.local/istio-cni/test/cluster"
 )
 
 // TestSchemaRefusesMistakes: a misspelt or mistyped value fails the
@@ -59,14 +57,15 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"env.HEALTH_ADDR=8000", `env.HEALTH_ADDR "8000": want host:port or :port`},
 		{"env.MISSED_INJECTION_RESTARTS_PER_MINUTE=61", `env.MISSED_INJECTION_RESTARTS_PER_MINUTE "61": want a whole number from 1 to 60`},
 		{"env.ISTIO_NAMESPACE=Istio", `env.ISTIO_NAMESPACE "Istio": want a namespace name`},
-		{"env.CNI_NET_DIR=relative", `env.CNI_NET_DIR "relative": want an absolute path`},
+		{"env.CNI_BIN_DIR=relative", `env.CNI_BIN_DIR "relative": want an absolute path`},
+		{"env.RUNTIME_DRAIN=1m", `env.RUNTIME_DRAIN "1m": want a duration from 0s to 10s`},
 		{"env.CHAINED_CNI_PLUGIN=false,env.OWNED_CONFIG_NAME=02-istio-cni.conflist", "cniConfFileName (or env.OWNED_CONFIG_NAME) \"02-istio-cni.conflist\": standalone"},
 		{"env.CHAINED_CNI_PLUGIN=false,cniConfFileName=10-calico.conflist", "standalone (chained false), istio-cni writes one plugin config"},
 		{"env.CHAINED_CNI_PLUGIN=false,env.MODE=inplace", "env.MODE inplace: a standalone config (chained false) is always istio-cni's own"},
 		{"env.CHAINED_CNI_PLUGIN=false,env.PRIMARY_CONFIG_NAME=10-calico.conflist", "a standalone config (chained false) chains after no primary"},
 		{"env.OWNED_CONFIG_NAME=istio.conf", `istioOwnedCNIConfigFileName (or env.OWNED_CONFIG_NAME) "istio.conf"`},
 	} {
-		out, err := run(t, tool(t, cluster.Helm), "template", "x", chartDir(t), "--set", tc.set)
+		out, err := helmTemplateOut(t, "x", chartDir(t), "--set", tc.set)
 		if err == nil || !strings.Contains(out, tc.want) {
 			t.Errorf("--set %s: %v, output:\n%s\nwant it refused, naming %s", tc.set, err, out, tc.want)
 		}

@@ -137,6 +137,8 @@ values, checked once. Rendered as YAML; templates read it with
 {{- if and (regexMatch "^(1|t|T|TRUE|true|True)$" $native) (eq $ipv6 "dual-stack-only") -}}
 {{- fail "ipv6Redirect dual-stack-only with global.nativeNftables: upstream's native rules capture IPv6 with IPv4 in one inet table, so IPv6 cannot go direct: use ipv6Redirect always, or nativeNftables false" -}}
 {{- end -}}
+{{- /* Istio's namespace: env's, else the global one Istio's charts share. */ -}}
+{{- $istioNamespace := coalesce (include "istio-cni.envValue" (list $env "ISTIO_NAMESPACE")) .Values.global.istioNamespace "istio-system" -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
 {{- /* env may also set the config's shape; it is checked here as the
       agent checks it at start, so a refused shape fails the render
@@ -228,6 +230,7 @@ auditAction: {{ $action | quote }}
 auditLabelKey: {{ $labelKey | quote }}
 missedInjection: {{ $missed | quote }}
 missedRestartsPerMinute: {{ $rate }}
+istioNamespace: {{ $istioNamespace | quote }}
 podWrites: {{ $podWrites }}
 image: {{ $image | quote }}
 openshift: {{ eq $platform "openshift" }}
@@ -294,6 +297,9 @@ here, saying why (NOTES.txt prints them at install).
 {{- range $k := list "pilot" "meshConfig" "ztunnel" "gateways" "istiodRemote" "telemetry" "experimental" "sidecarInjectorWebhook" "base" "istio_cni" "revisionTags" "configMap" "trustedZtunnelNamespace" -}}
 {{- if hasKey $.Values $k }}{{ $others = append $others $k }}{{ end -}}
 {{- end -}}
+{{- range $k := list "proxy" "waypoint" "omitSidecarInjectorConfigMap" -}}
+{{- if hasKey $.Values.global $k }}{{ $others = append $others (printf "global.%s" $k) }}{{ end -}}
+{{- end -}}
 {{- with $others }}
 - {{ join ", " . }}: values of Istio's other charts (istiod, ztunnel, gateways); not used by istio-cni.
 {{- end }}
@@ -306,7 +312,7 @@ here, saying why (NOTES.txt prints them at install).
 istio-cni.checkEnv: env's settings as the agent parses them at start
 (install-cni --help), so a value it would refuse fails the render, naming
 the key, instead of stopping every node's agent. An empty value leaves the
-setting to the chart. Keys it does not know go through as they are.
+setting to the chart. Which keys env takes, values.schema.json says.
 */}}
 {{- define "istio-cni.checkEnv" -}}
 {{- $env := . -}}
@@ -328,7 +334,6 @@ setting to the chart. Keys it does not know go through as they are.
   "AUDIT_LABEL_VALUE" (list "^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$" "a label value")
   "HEALTH_ADDR" (list "^(\\[[^]]*\\]|[^:\\[\\]]*):[^:\\[\\]]*$" "host:port or :port")
   "METRICS_ADDR" (list "^(\\[[^]]*\\]|[^:\\[\\]]*):[^:\\[\\]]*$" "host:port or :port")
-  "PLUGIN_SERVICE_ACCOUNT" (list "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" "a ServiceAccount name")
 -}}
 {{- range $k, $c := $checks -}}
 {{- $v := include "istio-cni.envValue" (list $env $k) -}}
@@ -344,6 +349,7 @@ setting to the chart. Keys it does not know go through as they are.
   "TAINT_GRACE" (list 1 600 "a duration from 1s to 10m")
   "PLUGIN_TOKEN_TTL" (list 600 86400 "a duration from 10m to 24h")
   "CONFLICT_WINDOW" (list 0.000000001 -1 "a duration such as 30s")
+  "RUNTIME_DRAIN" (list 0 10 "a duration from 0s to 10s")
 -}}
 {{- range $k, $b := $durations -}}
 {{- $v := include "istio-cni.envValue" (list $env $k) -}}
@@ -354,7 +360,7 @@ setting to the chart. Keys it does not know go through as they are.
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- range $k := list "CNI_BIN_DIR" "CNI_NET_DIR" "RUN_DIR" "NETNS_DIR" "HOST_KUBECONFIG_PATH" "SERVICE_ACCOUNT_DIR" "PLUGIN_SOURCE" -}}
+{{- range $k := list "CNI_BIN_DIR" "SERVICE_ACCOUNT_DIR" "PLUGIN_SOURCE" -}}
 {{- $v := include "istio-cni.envValue" (list $env $k) -}}
 {{- if and $v (not (isAbs $v)) -}}
 {{- fail (printf "env.%s %q: want an absolute path" $k $v) -}}
