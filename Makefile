@@ -1,11 +1,21 @@
-# istio-cni: the README's two commands are `make test` and `make demo`.
+# istio-cni: the README says how to install it (make image-index, make chart) and
+# that the two developer commands are `make test` and `make demo`.
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 GO ?= go
 OUT := _output
 BIN := $(OUT)/bin
 TOOLS := $(OUT)/tools
+# VERSION is the one version every binary (pkg/version), the image's
+# labels and SBOM and the packaged chart carry: the tag, or the tag and the
+# commits since, or the commit alone; "-dirty" for uncommitted changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Once: a commit or an edit during a long build must not split it.
+VERSION := $(VERSION)
+VERSION_LDFLAGS = -X istio-cni.local/istio-cni/pkg/version.version=$(VERSION)
+# The binaries are linked again when VERSION changes, not only their
+# sources: the image's label and the binaries' version then agree.
+VERSION_STAMP := $(OUT)/version
 GOLANGCI_LINT_VERSION := v2.15.0
 # Debian packages the tests, bench and demo run: iptables (both backends),
 # etcd for the test API server, nsenter (util-linux), ip (iproute2), GNU
@@ -20,6 +30,7 @@ APT_PACKAGES := iptables nftables etcd-server util-linux iproute2 time runc prom
 # The image `make image` writes, under the reference deployments/ uses.
 IMAGE := localhost/istio-cni/install-cni:0.1.0
 IMAGE_TAR := $(OUT)/istio-cni-image.tar
+IMAGE_INDEX_TAR := $(OUT)/istio-cni-image-index.tar
 # SHIM is the shim's file name in the image, the name the installer copies
 # it by; the version-skew tests build an earlier release's installer with
 # this tree's shim, which that release copies as istio-cni.
@@ -40,7 +51,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: all help build image deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
+.PHONY: FORCE all help build image image-index chart deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
 
 all: build
 
@@ -53,27 +64,101 @@ help:
 ## lookup helper istio-cni-apilookup beside it).
 build: $(BIN)/istio-cni-sidecar $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni
 
-$(BIN)/istio-cni-sidecar: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin
+$(BIN)/istio-cni-sidecar: $(GO_SOURCES) $(VERSION_STAMP)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/plugin
 
-$(BIN)/istio-cni-full: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.Version=$(VERSION)" -o $@ ./cmd/plugin/full
+$(BIN)/istio-cni-full: $(GO_SOURCES) $(VERSION_STAMP)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/plugin/full
 
-$(BIN)/istio-cni-apilookup: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/plugin/apilookup
+$(BIN)/istio-cni-apilookup: $(GO_SOURCES) $(VERSION_STAMP)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/plugin/apilookup
 
-$(BIN)/install-cni: $(GO_SOURCES)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $@ ./cmd/install-cni
+$(BIN)/install-cni: $(GO_SOURCES) $(VERSION_STAMP)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/install-cni
 
-## image: the DaemonSet's image (installer + plugin, static; iptables for the agent) as a
-## docker-archive tarball for `ctr -n k8s.io images import` or `docker load`.
+$(VERSION_STAMP): FORCE
+	@mkdir -p $(OUT); echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' >$@
+
+# The other architecture's binaries, for the image index.
+$(BIN)/linux_%/istio-cni-sidecar $(BIN)/linux_%/istio-cni-full $(BIN)/linux_%/istio-cni-apilookup $(BIN)/linux_%/install-cni: $(GO_SOURCES) $(VERSION_STAMP)
+	for p in istio-cni-sidecar=./cmd/plugin istio-cni-full=./cmd/plugin/full istio-cni-apilookup=./cmd/plugin/apilookup install-cni=./cmd/install-cni; do \
+		GOARCH=$* $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(BIN)/linux_$*/$${p%%=*} $${p#*=}; \
+	done
+
+## image: the DaemonSet's image for this machine's architecture (installer
+## + plugin, static; iptables for the agent) as a docker-archive tarball for
+## `ctr -n k8s.io images import` or `docker load`.
 image: $(IMAGE_TAR)
+
+## image-index: the release's image for amd64 and arm64 as one OCI image
+## index, in an OCI layout tarball ($(IMAGE_INDEX_TAR)) for `skopeo copy --all
+## oci-archive:...`, `crane push` of it unpacked, or `ctr images import`.
+image-index: $(IMAGE_INDEX_TAR)
 
 # The node agent runs iptables itself, both backends, from the image (not
 # the node's, which would need the host's root mounted): Debian's
 # iptables package, its extension modules and their libraries; and
 # util-linux's nsenter, which runs it as root of a hostUsers: false pod's
-# user namespace (pkg/iptables/xtables/userns.go).
+# user namespace (pkg/iptables/xtables/userns.go). The packages are
+# Debian's, by name and version (build/debian/image-packages), for each
+# architecture, fetched from Debian's archive, not the build machine's;
+# each one's control paragraph and copyright go in too, and an SPDX SBOM
+# listing them and the Go modules the binaries link.
+ARCH := $(shell $(GO) env GOARCH)
+IMAGE_ARCHES := amd64 arm64
+DEBIAN_SUITE := bookworm
+DEBIAN_DISTRO := debian-12
+IMAGE_ROOT = $(OUT)/image-root/$(1)
+image_tar = $(if $(filter $(1),$(ARCH)),$(IMAGE_TAR),$(OUT)/istio-cni-image-$(1).tar)
+triplet = $(if $(filter arm64,$(1)),aarch64-linux-gnu,x86_64-linux-gnu)
+DOC := /usr/share/doc/istio-cni
+# $(call image_flags,ARCH,BINDIR,SHIM): mkimage's flags for one architecture.
+image_flags = -arch $(1) -root $(call IMAGE_ROOT,$(1)) -entrypoint /install-cni \
+	-file /install-cni=$(2)/install-cni:0755 -file /$(3)=$(2)/$(3):0755 \
+	-file /istio-cni-full=$(2)/istio-cni-full:0755 -file /istio-cni-apilookup=$(2)/istio-cni-apilookup:0755 \
+	-libraries -file /usr/bin/nsenter=$(call IMAGE_ROOT,$(1))/usr/bin/nsenter \
+	-file /etc/os-release=$(call IMAGE_ROOT,$(1))/usr/lib/os-release:0644 \
+	-dir /usr/share/common-licenses=$(call IMAGE_ROOT,$(1))/usr/share/common-licenses \
+	-file /usr/sbin/xtables-nft-multi=$(call IMAGE_ROOT,$(1))/usr/sbin/xtables-nft-multi \
+	-file /usr/sbin/xtables-legacy-multi=$(call IMAGE_ROOT,$(1))/usr/sbin/xtables-legacy-multi \
+	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
+	-dir /usr/lib/$(call triplet,$(1))/xtables=$(call IMAGE_ROOT,$(1))/usr/lib/$(call triplet,$(1))/xtables \
+	-file $(DOC)/LICENSE=LICENSE:0644 -file $(DOC)/NOTICE=NOTICE:0644 -file $(DOC)/go/LICENSE=$$($(GO) env GOROOT)/LICENSE:0644 \
+	-go-licenses $(DOC)/go-modules=$$($(GO) env GOMODCACHE) \
+	-sbom $(DOC)/sbom.spdx.json -name istio-cni -version $(VERSION) -distro $(DEBIAN_DISTRO) \
+	-label org.opencontainers.image.title=istio-cni -label org.opencontainers.image.version=$(VERSION) \
+	-label org.opencontainers.image.revision=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+	-label org.opencontainers.image.licenses=Apache-2.0 \
+	-label "org.opencontainers.image.description=Istio sidecar mesh CNI plugin and node agent"
+MKIMAGE_SOURCES := $(shell find cmd/mkimage -name '*.go' -not -name '*_test.go')
+
+# Fetched once per _output: the unpinned packages (glibc, util-linux,
+# base-files) are those of that day; `make clean`, or removing
+# _output/image-root, fetches the suite's current ones. A release builds
+# from a clean clone.
+$(OUT)/image-root/%/VERSIONS: build/debian/fetch.sh build/debian/image-packages
+	FETCH_UPDATES=1 build/debian/fetch.sh $(OUT)/image-root/$* $(DEBIAN_SUITE) $* $$(sed 's/#.*//' build/debian/image-packages)
+
+$(IMAGE_TAR): $(BIN)/$(SHIM) $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(call IMAGE_ROOT,$(ARCH))/VERSIONS LICENSE NOTICE $(MKIMAGE_SOURCES) Makefile
+	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) $(call image_flags,$(ARCH),$(BIN),$(SHIM))
+
+$(OUT)/istio-cni-image-%.tar: $(addprefix $(BIN)/linux_%/,istio-cni-sidecar istio-cni-full istio-cni-apilookup install-cni) $(OUT)/image-root/%/VERSIONS LICENSE NOTICE $(MKIMAGE_SOURCES) Makefile
+	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) $(call image_flags,$*,$(BIN)/linux_$*,istio-cni-sidecar)
+
+# Kept, not removed as pattern rules' intermediates: the next build reuses
+# them.
+.SECONDARY: $(foreach a,$(IMAGE_ARCHES),$(OUT)/image-root/$(a)/VERSIONS \
+	$(addprefix $(BIN)/linux_$(a)/,istio-cni-sidecar istio-cni-full istio-cni-apilookup install-cni))
+
+$(IMAGE_INDEX_TAR): $(foreach a,$(IMAGE_ARCHES),$(call image_tar,$(a)))
+	$(GO) run ./cmd/mkimage -index -o $@ -tag $(IMAGE) $^
+
+## chart: the Helm chart packaged, its appVersion the build's VERSION
+## ($(OUT)/istio-cni-CHARTVERSION.tgz).
+chart: $(TOOLS)/helm
+	$(TOOLS)/helm package deployments/helm/istio-cni --app-version $(VERSION) -d $(OUT)
+
+# The test images (Flannel's, upstream's) copy this machine's iptables.
 XTABLES_MODULES = $(firstword $(wildcard /usr/lib/*/xtables))
 IPTABLES_IMAGE_FILES = -libraries \
 	-file /usr/bin/nsenter=/usr/bin/nsenter \
@@ -81,12 +166,6 @@ IPTABLES_IMAGE_FILES = -libraries \
 	-file /usr/sbin/xtables-legacy-multi=/usr/sbin/xtables-legacy-multi \
 	$(foreach b,nft legacy,$(foreach f,iptables ip6tables,$(foreach op,save restore,-link /usr/sbin/$(f)-$(b)-$(op)=xtables-$(b)-multi))) \
 	-dir $(XTABLES_MODULES)=$(XTABLES_MODULES)
-
-$(IMAGE_TAR): $(BIN)/$(SHIM) $(BIN)/istio-cni-full $(BIN)/istio-cni-apilookup $(BIN)/install-cni $(shell find cmd/mkimage -name '*.go') | deps
-	$(GO) run ./cmd/mkimage -o $@ -tag $(IMAGE) -entrypoint /install-cni \
-		-file /install-cni=$(BIN)/install-cni:0755 -file /$(SHIM)=$(BIN)/$(SHIM):0755 \
-		-file /istio-cni-full=$(BIN)/istio-cni-full:0755 -file /istio-cni-apilookup=$(BIN)/istio-cni-apilookup:0755 \
-		$(IPTABLES_IMAGE_FILES)
 
 ## deps: install the system packages (needs root; a no-op when present).
 deps:
@@ -159,9 +238,14 @@ $(TOOLS)/golangci-lint:
 ## downloaded).
 helm: $(TOOLS)/helm
 
-$(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
-	cd test/helm && $(GO) build -o $(CURDIR)/$@ \
-		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3)" \
+# Stamped as Helm's own Makefile stamps it: its version, and the
+# Kubernetes release `helm template` assumes without a cluster, the one its
+# client-go is (v0.36 is 1.36; unstamped it assumes 1.20, which the chart's
+# kubeVersion refuses).
+$(TOOLS)/helm: test/helm/go.mod test/helm/go.sum Makefile
+	cd test/helm && minor=$$($(GO) list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2) && $(GO) build -o $(CURDIR)/$@ \
+		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$$($(GO) list -m -f '{{.Version}}' helm.sh/helm/v3) \
+			$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$$minor)" \
 		helm.sh/helm/v3/cmd/helm
 
 ## old-iptables: Debian bullseye's iptables 1.8.7, the oldest 1.8 Debian
@@ -171,7 +255,7 @@ $(TOOLS)/helm: test/helm/go.mod test/helm/go.sum
 OLD_IPTABLES := $(TOOLS)/iptables-1.8.7
 old-iptables: $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi
 
-$(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
+$(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh build/debian/fetch.sh
 	test/oldiptables/fetch.sh $(CURDIR)/$(OLD_IPTABLES)
 	touch $@
 
@@ -180,7 +264,7 @@ $(OLD_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
 NEWER_IPTABLES := $(TOOLS)/iptables-1.8.11
 newer-iptables: $(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi
 
-$(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh
+$(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh build/debian/fetch.sh
 	test/oldiptables/fetch.sh $(CURDIR)/$(NEWER_IPTABLES) trixie
 	touch $@
 
@@ -199,7 +283,11 @@ lint: $(TOOLS)/golangci-lint
 # The builds run one after another, the node's first: Istio, Helm and
 # the tests share its modules' packages (test/gomodules), and two go
 # builds at once each compile the packages neither has finished yet.
-# A build beside the tests starved them (BENCHMARKS.md, cold29).
+# A build beside the tests starved them (BENCHMARKS.md, cold29). The
+# other architecture's image is the exception: test/image builds it
+# (make image-index) among the package tests, while the e2e mostly waits
+# on its node: its packages compile for arm64, sharing nothing with the
+# node's builds, and before the tests it would add minutes to every run.
 test: deps kube-binaries cni-plugins istio-binaries upstream-cni-image image flannel helm old-iptables newer-iptables
 	$(MAKE) --no-print-directory -j3 test-e2e lint test-packages FILL="nice -n 10"
 

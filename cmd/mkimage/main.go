@@ -26,7 +26,25 @@
 //	                 a symbolic link, repeatable (a multi-call binary's names)
 //	-libraries       add the interpreter and shared libraries every ELF
 //	                 file needs, at the paths the image's loader searches
-//	                 (the Debian multiarch directories of this build's arch)
+//	                 (the Debian multiarch directories of -arch), from -root
+//	-arch GOARCH     the architecture the files are built for (amd64,
+//	                 arm64); default this machine's
+//	-root DIR        Debian packages unpacked for -arch
+//	                 (build/debian/fetch.sh): where -libraries looks, and
+//	                 with -sbom, each package's control paragraph and
+//	                 copyright file go into the image
+//	-label KEY=VALUE a config label, repeatable
+//	-sbom IMAGEPATH  an SPDX 2.3 JSON SBOM at IMAGEPATH: -root's packages
+//	                 (as -distro, e.g. debian-12) and the Go modules the
+//	                 image's Go binaries link; needs -name and -version
+//	-go-licenses IMAGEDIR=MODCACHE
+//	                 each such module's licence and notice files, from the
+//	                 module cache MODCACHE, under IMAGEDIR/PATH@VERSION/
+//
+//	mkimage -index -o OUT -tag REF ARCHIVE...
+//
+// writes the per-architecture archives as one OCI image index, named REF,
+// in an OCI layout tarball.
 //
 // It prints the image ID (the config digest, as "docker images" and crictl
 // show it). In errors, files[i] is the i-th -file flag, from 0. Exit status
@@ -34,6 +52,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -56,6 +75,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "-index" {
+		return runIndex(args[1:], stderr)
+	}
 	out, tags, spec, err := parseFlags(args, stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -78,21 +100,64 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// runIndex is mkimage -index.
+func runIndex(args []string, stderr io.Writer) int {
+	fl := flag.NewFlagSet("mkimage -index", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	out := fl.String("o", "", "the OCI layout tarball to write (required)")
+	tag := fl.String("tag", "", "the index's name REF (required)")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	switch {
+	case *out == "":
+		return fail(stderr, errors.New("-index -o: want the path of the tarball to write, have none"), 2)
+	case *tag == "":
+		return fail(stderr, errors.New("-index -tag: want the index's name, such as localhost/istio-cni/install-cni:0.1.0"), 2)
+	case fl.NArg() == 0:
+		return fail(stderr, errors.New("-index: want the per-architecture archives to put in it, have none"), 2)
+	}
+	err := image.WriteIndex(*out, *tag, fl.Args())
+	switch {
+	case errors.Is(err, image.ErrInvalid):
+		return fail(stderr, err, 2)
+	case err != nil:
+		return fail(stderr, err, 1)
+	}
+	return 0
+}
+
 // buildSpec is the image as the flags describe it, before -libraries adds
-// the shared libraries (reading the files, so an I/O step).
+// the shared libraries and -sbom what it lists (reading the files, so an
+// I/O step).
 type buildSpec struct {
 	image.Spec
 	Libraries bool
+	// Root holds the Debian packages unpacked for Spec.Arch.
+	Root string
+	// SBOM is the SBOM's path in the image, "" for none.
+	SBOM, Name, Version, Distro string
+	// Licenses is the image directory for the Go modules' licences and
+	// ModCache the module cache they are read from.
+	Licenses, ModCache string
 }
 
 // write builds the image, writes the archive and returns the image ID.
 func write(out string, tags []string, spec buildSpec) (v1.Hash, error) {
 	if spec.Libraries {
-		files, err := image.WithLibraries(spec.Files, image.LibraryDirs(multiarch[runtime.GOARCH]))
+		files, err := image.WithLibraries(spec.Files, spec.Root, image.LibraryDirs(multiarch[cmp.Or(spec.Arch, runtime.GOARCH)]))
 		if err != nil {
 			return v1.Hash{}, fmt.Errorf("-libraries: %w", err)
 		}
 		spec.Files = files
+	}
+	tmp, err := os.MkdirTemp("", "mkimage-")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if err := addInventory(&spec, tmp); err != nil {
+		return v1.Hash{}, err
 	}
 	img, err := image.Build(spec.Spec)
 	if err != nil {
@@ -102,6 +167,48 @@ func write(out string, tags []string, spec buildSpec) (v1.Hash, error) {
 		return v1.Hash{}, err
 	}
 	return img.ConfigName()
+}
+
+// addInventory adds what -sbom and -go-licenses ask for: the packages'
+// control paragraphs and copyright files, the modules' licences, and the
+// SBOM listing both (written in tmp).
+func addInventory(spec *buildSpec, tmp string) error {
+	if spec.SBOM == "" && spec.Licenses == "" {
+		return nil
+	}
+	goVersion, mods, err := image.GoModules(spec.Files)
+	if err != nil {
+		return err
+	}
+	if spec.Licenses != "" {
+		files, err := image.GoLicenses(spec.ModCache, spec.Licenses, mods)
+		if err != nil {
+			return fmt.Errorf("-go-licenses: %w", err)
+		}
+		spec.Files = append(spec.Files, files...)
+	}
+	if spec.SBOM == "" {
+		return nil
+	}
+	var pkgs []image.Package
+	if spec.Root != "" {
+		var files []image.File
+		if pkgs, files, err = image.DebianPackages(spec.Root); err != nil {
+			return fmt.Errorf("-root: %w", err)
+		}
+		spec.Files = append(spec.Files, files...)
+	}
+	doc, err := image.SBOM{Name: spec.Name, Version: spec.Version, Arch: cmp.Or(spec.Arch, runtime.GOARCH), Distro: spec.Distro,
+		GoVersion: goVersion, Debian: pkgs, Go: mods}.SPDX()
+	if err != nil {
+		return err
+	}
+	src := filepath.Join(tmp, "sbom.spdx.json")
+	if err := os.WriteFile(src, doc, 0o600); err != nil {
+		return err
+	}
+	spec.Files = append(spec.Files, image.File{Path: spec.SBOM, Source: src, Mode: 0o644})
+	return nil
 }
 
 func fail(stderr io.Writer, err error, code int) int {
@@ -151,6 +258,37 @@ func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spe
 		return nil
 	})
 	libraries := fl.Bool("libraries", false, "add every ELF file's interpreter and shared libraries")
+	fl.Func("arch", "GOARCH the files are built for: amd64 or arm64 (default this machine's)", func(s string) error {
+		if _, ok := multiarch[s]; !ok {
+			return fmt.Errorf("want amd64 or arm64, have %q", s)
+		}
+		spec.Arch = s
+		return nil
+	})
+	fl.StringVar(&spec.Root, "root", "", "Debian packages unpacked for -arch (build/debian/fetch.sh)")
+	fl.Func("label", "KEY=VALUE: a config label, repeatable", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return errors.New("want KEY=VALUE")
+		}
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[k] = v
+		return nil
+	})
+	fl.StringVar(&spec.SBOM, "sbom", "", "IMAGEPATH of an SPDX 2.3 JSON SBOM")
+	fl.StringVar(&spec.Name, "name", "", "the image's name in the SBOM")
+	fl.StringVar(&spec.Version, "version", "", "the image's version in the SBOM")
+	fl.StringVar(&spec.Distro, "distro", "", "the Debian release of -root's packages, as purls name it (debian-12)")
+	fl.Func("go-licenses", "IMAGEDIR=MODCACHE: the Go modules' licence files under IMAGEDIR", func(s string) error {
+		dir, cache, ok := strings.Cut(s, "=")
+		if !ok || dir == "" || cache == "" {
+			return errors.New("want IMAGEDIR=MODCACHE")
+		}
+		spec.Licenses, spec.ModCache = dir, cache
+		return nil
+	})
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return "", nil, spec, err
@@ -168,6 +306,10 @@ func parseFlags(args []string, stderr io.Writer) (out string, tags []string, spe
 		return "", nil, spec, errors.New("-file: want at least one IMAGEPATH=HOSTPATH[:MODE]")
 	case len(spec.Entrypoint) == 0:
 		return "", nil, spec, errors.New("-entrypoint: want the program to run, the IMAGEPATH of a -file")
+	case spec.SBOM != "" && (spec.Name == "" || spec.Version == ""):
+		return "", nil, spec, errors.New("-sbom: want -name and -version, what the SBOM describes")
+	case spec.SBOM != "" && spec.Root != "" && spec.Distro == "":
+		return "", nil, spec, errors.New("-sbom with -root: want -distro, the packages' Debian release as purls name it (debian-12)")
 	}
 	spec.Libraries = *libraries
 	return out, tags, spec, nil

@@ -78,6 +78,12 @@ func (r apiRestarts) Round(ctx context.Context, pod *corev1.Pod, rev missed.Revi
 	return made.CreationTimestamp.Time, nil
 }
 
+// evictTimeout bounds an eviction's API call. A slot is recorded at its
+// take plus this, so that it holds its place in the budget until the
+// eviction is done (at the latest then) and Settle moves it there: an
+// answer slower than the minute cannot free the slot early.
+const evictTimeout = 20 * time.Second
+
 // Take records one eviction in the budget Lease, if the last minute has
 // room for it.
 func (r apiRestarts) Take(ctx context.Context) (missed.Slot, bool, error) {
@@ -98,7 +104,7 @@ func (r apiRestarts) Take(ctx context.Context) (missed.Slot, bool, error) {
 	if len(recent) >= r.perMinute {
 		return "", false, nil
 	}
-	slot := now.UTC().Format(time.RFC3339Nano)
+	slot := now.Add(evictTimeout).UTC().Format(time.RFC3339Nano)
 	if _, err := leases.Update(ctx, withEvictions(lease, append(recent, slot)), metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsConflict(err) {
 			return "", false, nil // another agent took one meanwhile: a later pass
@@ -110,10 +116,13 @@ func (r apiRestarts) Take(ctx context.Context) (missed.Slot, bool, error) {
 
 // Settle replaces the slot's time with now, its eviction done; a slot
 // already over a minute old is recorded anew. On a conflict it reads the
-// Lease again: another agent's Take must not undo it.
+// Lease again, backing off as agents racing for the budget do: another
+// agent's Take must not undo it.
 func (r apiRestarts) Settle(ctx context.Context, slot missed.Slot) error {
+	ctx, cancel := context.WithTimeout(ctx, evictTimeout)
+	defer cancel()
 	leases := r.cs.Leases(r.namespace)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		lease, err := leases.Get(ctx, BudgetLease, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -155,8 +164,11 @@ func recentEvictions(recorded string, now time.Time) []string {
 	return out
 }
 
-// Evict asks the API to evict the pod, as kubectl drain does.
+// Evict asks the API to evict the pod, as kubectl drain does, within
+// evictTimeout.
 func (r apiRestarts) Evict(ctx context.Context, pod *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, evictTimeout)
+	defer cancel()
 	uid := pod.UID
 	err := r.cs.Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},

@@ -57,15 +57,30 @@ func TestAPIRestarts(t *testing.T) {
 		t.Errorf("the round's owner %+v, want the ReplicaSet", o)
 	}
 	var took []bool
+	var slots []missed.Slot
 	for _, r := range []apiRestarts{a, b, a} {
-		_, ok, err := r.Take(ctx)
+		slot, ok, err := r.Take(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		took = append(took, ok)
+		if ok {
+			slots = append(slots, slot)
+		}
 	}
 	if took[0] != true || took[1] != true || took[2] != false {
 		t.Errorf("takes %v, want two of the minute's budget of 2, whichever agent", took)
+	}
+	// Not yet settled, a slot holds its place beyond the minute: until
+	// its eviction's deadline has passed a minute.
+	now = now.Add(time.Minute)
+	if _, ok, err := b.Take(ctx); ok || err != nil {
+		t.Errorf("a minute after two unsettled slots: %v %v, want none left", ok, err)
+	}
+	for _, s := range slots {
+		if err := a.Settle(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	now = now.Add(time.Minute)
 	if _, ok, err := b.Take(ctx); !ok || err != nil {

@@ -159,6 +159,15 @@ func TestSchemaTakesUpstreamsGlobals(t *testing.T) {
 		}
 	}
 	profiles, _ := filepath.Glob(filepath.Join(upChart, "files", "profile-*.yaml"))
+	// Istio's other charts' values files too: an umbrella chart, or one
+	// values file shared across Istio's charts, hands their globals to
+	// this one (Helm copies a parent's global into every subchart).
+	others, _ := filepath.Glob(filepath.Join(upChart, "..", "*", "values.yaml"))
+	nested, _ := filepath.Glob(filepath.Join(upChart, "..", "*", "*", "values.yaml"))
+	if len(others)+len(nested) < 5 {
+		t.Fatalf("Istio's other charts: %v %v", others, nested)
+	}
+	profiles = append(append(profiles, others...), nested...)
 	for _, f := range append(profiles, filepath.Join(upChart, "values.yaml")) {
 		var v struct {
 			Global   map[string]any

@@ -160,7 +160,7 @@ func ProxyImageArchive(ctx context.Context, dir string) (string, error) {
 	for _, m := range modules {
 		files = append(files, image.File{Path: m, Source: m, Mode: 0o644})
 	}
-	if files, err = image.WithLibraries(files, image.LibraryDirs(multiarchTriplet())); err != nil {
+	if files, err = image.WithLibraries(files, "", image.LibraryDirs(multiarchTriplet())); err != nil {
 		return "", err
 	}
 	img, err := image.Build(image.Spec{Files: files, Links: links, Entrypoint: []string{"/usr/local/bin/pilot-agent"}})

@@ -29,8 +29,10 @@ var env struct {
 	// installCNI is the agent's binary as built for the image, for
 	// inspect run on the node.
 	installCNI string
-	primary    []byte
-	dir        string
+	// image is the product's image tarball (`make image`).
+	image   string
+	primary []byte
+	dir     string
 	// istioBuild is `make istio-binaries`, run while the first tests do
 	// (realistio_test.go waits for it).
 	istioBuild *istioBuild
@@ -123,5 +125,6 @@ func run(m *testing.M) (code int, err error) {
 	}
 	env.agent = overlay
 	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
+	env.image = images[1]
 	return m.Run(), nil
 }

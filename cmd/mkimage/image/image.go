@@ -5,9 +5,11 @@
 package image
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"runtime"
 	"time"
 
@@ -47,14 +49,18 @@ type Spec struct {
 	Links []Link
 	// Entrypoint[0] must be one of Files: the image holds nothing else.
 	Entrypoint []string
+	// Arch is the GOARCH the files are built for; "" is this machine's.
+	Arch string
+	// Labels are the config's labels (org.opencontainers.image.*).
+	Labels map[string]string
 }
 
 // epoch is every timestamp in the image (layer entries, config, history),
 // so the same inputs always give the same digest.
 var epoch = time.Unix(0, 0).UTC()
 
-// Build makes the image for s on linux/runtime.GOARCH, the platform the
-// binaries are built for. The same Spec and file contents always give the
+// Build makes the image for s on linux/s.Arch, the platform the binaries
+// are built for. The same Spec and file contents always give the
 // same image digest (for a given Go toolchain, which does the gzip).
 func Build(s Spec) (v1.Image, error) {
 	if err := s.validate(); err != nil {
@@ -78,9 +84,10 @@ func Build(s Spec) (v1.Image, error) {
 	cfg := base.DeepCopy()
 	// Runtimes pick an image by these fields; a wrong arch fails at run time.
 	cfg.OS = "linux"
-	cfg.Architecture = runtime.GOARCH
+	cfg.Architecture = cmp.Or(s.Arch, runtime.GOARCH)
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config.Entrypoint = append([]string(nil), s.Entrypoint...)
+	cfg.Config.Labels = maps.Clone(s.Labels)
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building image: %w", err)

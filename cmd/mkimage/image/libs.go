@@ -27,7 +27,11 @@ func LibraryDirs(triplet string) []string {
 // the places the loader searches. Files that are not ELF, or are static,
 // add nothing; a path already in files is not added twice. An error names
 // the file and the library it could not find.
-func WithLibraries(files []File, dirs []string) ([]File, error) {
+//
+// The libraries come from root, a tree unpacked for the image's
+// architecture (build/debian/fetch.sh), at root+path; root "" is this
+// machine's own files.
+func WithLibraries(files []File, root string, dirs []string) ([]File, error) {
 	out := slices.Clone(files)
 	have := map[string]bool{}
 	for _, f := range files {
@@ -52,7 +56,7 @@ func WithLibraries(files []File, dirs []string) ([]File, error) {
 			add = append(add, interp)
 		}
 		for _, lib := range needed {
-			p, err := findLibrary(lib, append(runpath, dirs...))
+			p, err := findLibrary(root, lib, append(runpath, dirs...))
 			if err != nil {
 				return nil, fmt.Errorf("%s needs %w", it.field, err)
 			}
@@ -63,12 +67,12 @@ func WithLibraries(files []File, dirs []string) ([]File, error) {
 				continue
 			}
 			have[p] = true
-			st, err := os.Stat(p)
+			st, err := os.Stat(root + p)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", it.field, err)
 			}
-			out = append(out, File{Path: p, Source: p, Mode: st.Mode().Perm()})
-			queue = append(queue, item{p + " (a library of " + it.field + ")", p})
+			out = append(out, File{Path: p, Source: root + p, Mode: st.Mode().Perm()})
+			queue = append(queue, item{p + " (a library of " + it.field + ")", root + p})
 		}
 	}
 	return out, nil
@@ -125,14 +129,18 @@ func dynamicInfo(file string) (interp string, needed, runpath []string, err erro
 	return interp, needed, runpath, nil
 }
 
-func findLibrary(name string, dirs []string) (string, error) {
+// findLibrary returns the image path of the first dirs/name under root.
+func findLibrary(root, name string, dirs []string) (string, error) {
 	for _, d := range dirs {
 		p := path.Join(d, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		if st, err := os.Stat(root + p); err == nil && st.Mode().IsRegular() {
 			return p, nil
 		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	if root != "" {
+		return "", fmt.Errorf("%s: not found in %s under %s (a package missing from the list fetched?)", name, strings.Join(dirs, ", "), root)
 	}
 	return "", fmt.Errorf("%s: not found in %s", name, strings.Join(dirs, ", "))
 }

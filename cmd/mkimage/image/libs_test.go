@@ -26,7 +26,7 @@ func TestWithLibrariesRunsAlone(t *testing.T) {
 		t.Skip("no sh on this host")
 	}
 	sh, _ = filepath.EvalSymlinks(sh)
-	files, err := WithLibraries([]File{{Path: "/bin/sh", Source: sh, Mode: 0o755}}, LibraryDirs(hostTriplet()))
+	files, err := WithLibraries([]File{{Path: "/bin/sh", Source: sh, Mode: 0o755}}, "", LibraryDirs(hostTriplet()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 
 func TestWithLibrariesErrors(t *testing.T) {
 	text := source(t, "conf", "not a program")
-	files, err := WithLibraries([]File{{Path: "/etc/conf", Source: text, Mode: 0o644}}, nil)
+	files, err := WithLibraries([]File{{Path: "/etc/conf", Source: text, Mode: 0o644}}, "", nil)
 	if err != nil || len(files) != 1 {
 		t.Errorf("a file that is not ELF: %v, %v; want it alone", files, err)
 	}
@@ -83,7 +83,7 @@ func TestWithLibrariesErrors(t *testing.T) {
 	if err != nil {
 		t.Skip("no sh on this host")
 	}
-	_, err = WithLibraries([]File{{Path: "/etc/conf", Source: text}, {Path: "/bin/sh", Source: sh}}, []string{t.TempDir()})
+	_, err = WithLibraries([]File{{Path: "/etc/conf", Source: text}, {Path: "/bin/sh", Source: sh}}, "", []string{t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), "files[1] ("+sh+") needs libc.so.6: not found in") {
 		t.Errorf("no library directory holding libc: %v, want the file and the library named", err)
 	}

@@ -297,7 +297,7 @@ here, saying why (NOTES.txt prints them at install).
 {{- range $k := list "pilot" "meshConfig" "ztunnel" "gateways" "istiodRemote" "telemetry" "experimental" "sidecarInjectorWebhook" "base" "istio_cni" "revisionTags" "configMap" "trustedZtunnelNamespace" -}}
 {{- if hasKey $.Values $k }}{{ $others = append $others $k }}{{ end -}}
 {{- end -}}
-{{- range $k := list "proxy" "waypoint" "omitSidecarInjectorConfigMap" -}}
+{{- range $k := list "proxy" "waypoint" "omitSidecarInjectorConfigMap" "arch" "caAddress" "caName" "certSigners" "configCluster" "configValidation" "defaultNodeSelector" "defaultPodDisruptionBudget" "defaultTolerations" "enableReaderRBAC" "externalIstiod" "istiod" "meshID" "meshNetworks" "mountMtlsCerts" "multiCluster" "network" "operatorManageWebhooks" "pilotCertProvider" "priorityClassName" "proxy_init" "remotePilotAddress" "sds" "sts" -}}
 {{- if hasKey $.Values.global $k }}{{ $others = append $others (printf "global.%s" $k) }}{{ end -}}
 {{- end -}}
 {{- with $others }}
