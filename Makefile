@@ -153,10 +153,12 @@ $(OUT)/istio-cni-image-%.tar: $(addprefix $(BIN)/linux_%/,istio-cni-sidecar isti
 $(IMAGE_INDEX_TAR): $(foreach a,$(IMAGE_ARCHES),$(call image_tar,$(a)))
 	$(GO) run ./cmd/mkimage -index -o $@ -tag $(IMAGE) $^
 
-## chart: the Helm chart packaged, its appVersion the build's VERSION
-## ($(OUT)/istio-cni-CHARTVERSION.tgz).
+## chart: the Helm chart packaged, its appVersion the build's VERSION, and
+## its version too from a release tag (v1.2.3, or v1.2.3-4-gabc after it:
+## semver without the v); else Chart.yaml's ($(OUT)/istio-cni-VERSION.tgz).
 chart: $(TOOLS)/helm
-	$(TOOLS)/helm package deployments/helm/istio-cni --app-version $(VERSION) -d $(OUT)
+	$(TOOLS)/helm package deployments/helm/istio-cni --app-version $(VERSION) \
+		$(if $(filter v%,$(VERSION)),--version $(patsubst v%,%,$(VERSION))) -d $(OUT)
 
 # The test images (Flannel's, upstream's) copy this machine's iptables.
 XTABLES_MODULES = $(firstword $(wildcard /usr/lib/*/xtables))

@@ -55,8 +55,9 @@ func run(t *testing.T, name string, args ...string) (string, error) {
 
 // helmTemplateOut runs helm template for the node tests' Kubernetes. Without
 // --kube-version (or a server, --validate), helm renders for the version
-// its build was linked with: 1.20 for `make helm`'s, which sets none, and
-// the chart's kubeVersion refuses that.
+// its build was linked with (`make helm` stamps its client-go's; an
+// unstamped build's 1.20 the chart's kubeVersion refuses): the tests name
+// the one they mean.
 func helmTemplateOut(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	if !slices.Contains(args, "--validate") {

@@ -53,11 +53,27 @@ func TestDebianPackages(t *testing.T) {
 // The SBOM's purls escape what a purl version may not hold, and name a
 // source package that differs from the binary's.
 func TestSPDX(t *testing.T) {
-	doc, err := SBOM{Name: "istio-cni", Version: "v1.0.0", Arch: "arm64", Distro: "debian-12", GoVersion: "go1.26.8",
-		Debian: []Package{{Name: "libc6", Version: "2.36-9+deb12u14", Arch: "arm64", Source: "glibc", SourceVersion: "2.36-9+deb12u14"}},
-		Go:     []GoModule{{Path: "k8s.io/client-go", Version: "v0.36.3"}}}.SPDX()
+	sbom := SBOM{Name: "istio-cni", Version: "v1.0.0", Arch: "arm64", Distro: "debian-12", GoVersion: "go1.26.8",
+		Debian: []Package{{Name: "libc6", Version: "2.36-9+deb12u14", Arch: "arm64", Source: "glibc", SourceVersion: "2.36-9+deb12u14"},
+			{Name: "libselinux1", Version: "3.4-1+b6", Arch: "arm64", Source: "libselinux", SourceVersion: "3.4-1"}},
+		Go: []GoModule{{Path: "k8s.io/client-go", Version: "v0.36.3"}}}
+	doc, err := sbom.SPDX()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Other contents under the same name and version: another namespace.
+	sbom.Go[0].Version = "v0.36.4"
+	other, err := sbom.SPDX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := func(doc []byte) string {
+		var d struct{ DocumentNamespace string }
+		_ = json.Unmarshal(doc, &d)
+		return d.DocumentNamespace
+	}
+	if a, b := ns(doc), ns(other); a == b || !strings.HasPrefix(a, "https://spdx.org/spdxdocs/istio-cni-v1.0.0-arm64-") {
+		t.Errorf("namespaces %q and %q: want distinct, each the image's name, version and arch and a hash", a, b)
 	}
 	var parsed struct {
 		Packages []struct {
@@ -79,11 +95,12 @@ func TestSPDX(t *testing.T) {
 		t.Error("the purls' & escaped")
 	}
 	want := []string{"pkg:deb/debian/libc6@2.36-9%2Bdeb12u14?arch=arm64&distro=debian-12&upstream=glibc",
+		"pkg:deb/debian/libselinux1@3.4-1%2Bb6?arch=arm64&distro=debian-12&upstream=libselinux%403.4-1",
 		"pkg:golang/stdlib@1.26.8", "pkg:golang/k8s.io/client-go@v0.36.3"}
 	if strings.Join(purls, " ") != strings.Join(want, " ") {
 		t.Errorf("purls %q, want %q", purls, want)
 	}
-	if len(parsed.Relationships) != 4 || parsed.Packages[2].ID != "SPDXRef-go-stdlib" {
+	if len(parsed.Relationships) != 5 || parsed.Packages[3].ID != "SPDXRef-go-stdlib" {
 		t.Errorf("relationships %v, ids %v", parsed.Relationships, parsed.Packages)
 	}
 }

@@ -3,7 +3,9 @@ package image
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"debug/buildinfo"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,7 +113,12 @@ func (s SBOM) SPDX() ([]byte, error) {
 	}
 	for _, d := range s.Debian {
 		purl := fmt.Sprintf("pkg:deb/debian/%s@%s?arch=%s&distro=%s", d.Name, purlEscape(d.Version), d.Arch, s.Distro)
-		if d.Source != d.Name {
+		// As Syft writes it: the source's version too when the binary's
+		// differs (a binNMU: libselinux1 3.4-1+b6 from libselinux 3.4-1).
+		switch {
+		case d.SourceVersion != d.Version:
+			purl += "&upstream=" + d.Source + "%40" + purlEscape(d.SourceVersion)
+		case d.Source != d.Name:
 			purl += "&upstream=" + d.Source
 		}
 		add(pkg{Name: d.Name, ID: spdxID("deb-" + d.Name), Version: d.Version, Supplier: "Organization: Debian", Download: "NOASSERTION",
@@ -124,12 +131,24 @@ func (s SBOM) SPDX() ([]byte, error) {
 		add(pkg{Name: m.Path, ID: spdxID("go-" + m.Path + "-" + m.Version), Version: m.Version, Download: "NOASSERTION",
 			Refs: []ref{{"PACKAGE-MANAGER", "purl", "pkg:golang/" + m.Path + "@" + purlEscape(m.Version)}}})
 	}
-	// Purls keep their "&" as it is, not as \u0026.
+	// The namespace names this document alone: the same name and version
+	// (two -dirty builds) with other contents get another.
+	content, err := encode(doc)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(content)
+	doc.Namespace += "-" + hex.EncodeToString(sum[:8])
+	return encode(doc)
+}
+
+// encode writes v indented, purls' "&" as it is (not \u0026).
+func encode(v any) ([]byte, error) {
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(doc); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil
