@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"archive/tar"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"istio-cni.local/istio-cni/cmd/mkimage/image"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent"
@@ -243,46 +243,18 @@ func TestVersionMatchesImage(t *testing.T) {
 // returns its path.
 func imageFile(t *testing.T, img v1.Image, name string) string {
 	t.Helper()
-	layers, err := img.Layers()
+	files, err := image.Files(img)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.Name != name {
-				continue
-			}
-			dst := filepath.Join(t.TempDir(), filepath.Base(name))
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o700) // #nosec G304 -- the test's own directory
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = io.Copy(f, tr) // #nosec G110 -- the build's own image
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			_ = rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return dst
-		}
-		_ = rc.Close()
+	if files[name] == nil {
+		t.Fatalf("no /%s in the image", name)
 	}
-	t.Fatalf("no /%s in the image", name)
-	return ""
+	dst := filepath.Join(t.TempDir(), filepath.Base(name))
+	if err := os.WriteFile(dst, files[name], 0o700); err != nil { // #nosec G306 -- an executable, the test's own
+		t.Fatal(err)
+	}
+	return dst
 }
 
 // 11. With the startup taint on the node (as kubelet's

@@ -4,13 +4,11 @@
 package image
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
-	"io"
 	"path"
 	"regexp"
 	"slices"
@@ -87,7 +85,10 @@ func checkImage(t *testing.T, img v1.Image, arch string) string {
 	if version == "" || cfg.Config.Labels["org.opencontainers.image.licenses"] != "Apache-2.0" {
 		t.Errorf("labels %v: want the version and the licence", cfg.Config.Labels)
 	}
-	files := layerFiles(t, img)
+	files, err := mkimage.Files(img)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Every ELF file is the index entry's architecture: the Go binaries
 	// cross-built, Debian's iptables, nsenter, modules and libraries
 	// fetched for it. Each one's interpreter and libraries are in the
@@ -241,38 +242,6 @@ func checkImage(t *testing.T, img v1.Image, arch string) string {
 // commonLicense finds a copyright file's references to Debian's licence
 // texts.
 var commonLicense = regexp.MustCompile(`/usr/share/common-licenses/[A-Za-z0-9.+_-]+`)
-
-// layerFiles reads every regular file of the image's layers, by path.
-func layerFiles(t *testing.T, img v1.Image) map[string][]byte {
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.Typeflag == tar.TypeReg {
-				if files[h.Name], err = io.ReadAll(tr); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		_ = rc.Close()
-	}
-	return files
-}
 
 // control parses a Debian control paragraph's single-line fields.
 func control(data []byte) map[string]string {

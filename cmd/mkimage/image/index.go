@@ -149,7 +149,22 @@ func untar(tarball, dir string) error {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	tr := tar.NewReader(f)
+	return eachEntry(f, func(h *tar.Header, r io.Reader) error {
+		dst := filepath.Join(dir, filepath.Clean("/"+h.Name)) // #nosec G305 -- cleaned from the root: never above dir
+		switch h.Typeflag {
+		case tar.TypeDir:
+			return os.MkdirAll(dst, 0o750)
+		case tar.TypeReg:
+			return writeFile(dst, r)
+		}
+		return fmt.Errorf("%s: want a directory or a regular file", h.Name)
+	})
+}
+
+// eachEntry calls fn for each entry of the tar stream r, with the entry's
+// contents, until the end or an error.
+func eachEntry(r io.Reader, fn func(*tar.Header, io.Reader) error) error {
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -158,16 +173,7 @@ func untar(tarball, dir string) error {
 		if err != nil {
 			return err
 		}
-		dst := filepath.Join(dir, filepath.Clean("/"+h.Name)) // #nosec G305 -- cleaned from the root: never above dir
-		switch h.Typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(dst, 0o750)
-		case tar.TypeReg:
-			err = writeFile(dst, tr)
-		default:
-			err = fmt.Errorf("%s: want a directory or a regular file", h.Name)
-		}
-		if err != nil {
+		if err := fn(h, tr); err != nil {
 			return err
 		}
 	}
@@ -183,4 +189,34 @@ func writeFile(dst string, r io.Reader) error {
 		err = cerr
 	}
 	return err
+}
+
+// Files reads every regular file of img's layers, by path (no leading
+// "/"), as a registry client or a scanner sees them.
+func Files(img v1.Image) (map[string][]byte, error) {
+	layers, err := img.Layers()
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, l := range layers {
+		if err := layerFiles(l, files); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func layerFiles(l v1.Layer, files map[string][]byte) error {
+	rc, err := l.Uncompressed()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rc.Close() }()
+	return eachEntry(rc, func(h *tar.Header, r io.Reader) (err error) {
+		if h.Typeflag == tar.TypeReg {
+			files[h.Name], err = io.ReadAll(r) // #nosec G110 -- the build's own image
+		}
+		return err
+	})
 }
