@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -48,13 +49,21 @@ type Agent struct {
 	events     *Events // nil without API access: Events and their flush
 	notes      podNotes
 	addrs      addrList
+	// sight says whether the agent sees the API server (nil without API
+	// access); probe is its cheap periodic question.
+	sight *apiSight
+	probe func(context.Context) error
 }
 
 // New builds the agent; its first log line names its version. rc is the
 // API access; nil runs the installer alone: no audit, no taint, and at
 // shutdown the plugin is always left installed.
 func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
-	log.Info("starting", "version", version.Get())
+	log.Info("starting", "version", version.Get(), "log_level", cfg.Install.LogLevel.String(),
+		"memory_limit_bytes", debug.SetMemoryLimit(-1)) // GOMEMLIMIT, or math.MaxInt64 without it
+	log.Debug("settings", "mode", string(cfg.Install.Mode), "chained", cfg.Install.Chained, "owned_config", cfg.Install.OwnedConfigName,
+		"exclude_namespaces", cfg.Install.ExcludeNamespaces, "audit_action", string(cfg.AuditAction), "audit_interval", cfg.AuditInterval.String(),
+		"missed_injection", string(cfg.MissedInjection), "node_taint", cfg.NodeTaint, "taint_key", cfg.TaintKey, "conf_group_read", cfg.Install.ConfGroupRead)
 	a := &Agent{cfg: cfg, log: log, beats: health.NewBeats(nil), metrics: install.NewMetrics()}
 	registerBuildInfo(a.metrics.Registry)
 	deps := install.Deps{Log: log, Metrics: a.metrics, Liveness: a.beats}
@@ -66,12 +75,26 @@ func New(cfg Config, rc *rest.Config, log *slog.Logger) (*Agent, error) {
 		a.installer = install.New(cfg.Install, deps)
 		return a, nil
 	}
+	// Every request of the agent's clients tells the sight whether the
+	// API answered.
+	a.sight = newAPISight(log.With("component", "api"), nil)
+	a.sight.register(a.metrics.Registry)
+	rc = rest.CopyConfig(rc)
+	rc.Wrap(a.sight.wrap)
 	cs, err := kubeclient.New(rc)
 	if err != nil {
 		return nil, err
 	}
 	a.events = newEvents(cs, cfg.NodeName)
 	a.notes.events = a.events
+	a.sight.back = nodeNotices{events: a.events, node: cfg.NodeName}.APIUnreachable
+	// The agent's own namespace, from the API server's watch cache
+	// (ResourceVersion 0): authenticated and authorized as the agent, no
+	// etcd read, a few hundred bytes.
+	a.probe = func(ctx context.Context) error {
+		_, err := cs.Namespaces().Get(ctx, cfg.Install.PodNamespace, metav1.GetOptions{ResourceVersion: "0"})
+		return err
+	}
 	a.lifecycle = lifecycle.New(lifecycle.Config{Namespace: cfg.Install.PodNamespace, DaemonSet: cfg.DaemonSetName,
 		ServiceAccount: cfg.ServiceAccount, NodeName: cfg.NodeName}, cs, log.With("component", "lifecycle"))
 	deps.Uninstall = a.lifecycle.Check
@@ -129,9 +152,10 @@ func (a *Agent) nodeDuties(cs kubeclient.Interface, reg prometheus.Registerer) e
 	}
 	if podDuties {
 		var err error
-		if a.pods, err = podcache.New(cs, cfg.NodeName); err != nil {
+		if a.pods, err = podcache.New(cs, cfg.NodeName, a.sight.observeView); err != nil {
 			return err
 		}
+		a.sight.setView(a.pods.Synced)
 	}
 	if cfg.AuditAction != audit.Off {
 		a.audit = newAudit(cfg, cs, a.pods, a.events.recorder, reg, a.log.With("component", "audit"))
@@ -151,10 +175,10 @@ func (a *Agent) nodeDuties(cs kubeclient.Interface, reg prometheus.Registerer) e
 	if cfg.NodeTaint {
 		tainted := prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "istio_cni_node_tainted",
-			Help: "1 while this node carries " + taint.Key + " as last set or seen by the agent.",
+			Help: "1 while this node carries " + a.cfg.TaintKey + " as last set or seen by the agent.",
 		})
 		reg.MustRegister(tainted)
-		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Ready: a.installer, Grace: cfg.TaintGrace,
+		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Key: cfg.TaintKey, Ready: a.installer, Grace: cfg.TaintGrace,
 			Exempt: []string{install.ShutdownReason, install.UninstalledReason, install.RefusedReason},
 			Log:    a.log.With("component", "taint"), Tainted: tainted}
 	}
@@ -208,6 +232,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.taint != nil {
 		wg.Go(func() { a.taint.Run(dutiesCtx) })
+	}
+	if a.sight != nil {
+		wg.Go(func() { a.sight.probe(dutiesCtx, a.cfg.AuditInterval, a.probe) })
 	}
 	// The plugin's reports are best effort: without them the agent still
 	// installs, repairs and audits.

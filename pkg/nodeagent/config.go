@@ -52,6 +52,8 @@ type Config struct {
 	Backend    release.Backend
 	NodeTaint  bool
 	TaintGrace time.Duration
+	// TaintKey is the startup taint's key (istiod's taint.name).
+	TaintKey string
 	// MissedInjection is what the agent does with a pod that missed its
 	// sidecar injection; MissedRestartsPerMinute bounds the restarts.
 	MissedInjection         missed.Mode
@@ -70,8 +72,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	installConfig := install.BindFlags(fs, getenv, selfDir)
 	f := envflag.Set{FS: fs, Getenv: getenv}
 	var raw agentFlags
-	f.String(&c.HealthAddr, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
-	f.String(&c.MetricsAddr, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
+	health, metrics := bindEndpointAddrs(f)
 	f.String(&c.DaemonSetName, "daemonset-name", "DAEMONSET_NAME", "istio-cni-node", "the agent's DaemonSet")
 	f.String(&c.ServiceAccount, "service-account", "SERVICE_ACCOUNT", "istio-cni", "the agent's ServiceAccount (downward API spec.serviceAccountName)")
 	f.String(&c.NodeName, "node-name", "NODE_NAME", "", "this node's name (downward API spec.nodeName); required for the audit and the taint")
@@ -81,7 +82,8 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	f.String(&c.AuditLabelKey, "audit-label-key", "AUDIT_LABEL_KEY", audit.DefaultLabelKey, "the label the label action sets")
 	f.String(&c.AuditLabelValue, "audit-label-value", "AUDIT_LABEL_VALUE", audit.DefaultLabelValue, "its value")
 	f.String(&c.ValidationContainer, "validation-container", "VALIDATION_CONTAINER", audit.DefaultValidationContainer, "the init container Istio's injector adds to check a pod's redirect; its failure (exit 126) marks a pod started without it")
-	f.String(&raw.nodeTaint, "node-taint", "NODE_TAINT", "false", "remove "+taint.Key+" from this node once ready, put it back when readiness is lost (true or false)")
+	f.String(&raw.nodeTaint, "node-taint", "NODE_TAINT", "false", "remove the startup taint (--taint-key) from this node once ready, put it back when readiness is lost (true or false)")
+	f.String(&c.TaintKey, "taint-key", "TAINT_KEY", taint.DefaultKey, "the startup taint's key, with effect NoSchedule: nodes register with it (kubelet --register-with-taints=KEY=:NoSchedule); the same key as istiod's taint.name")
 	f.String(&raw.grace, "taint-grace", "TAINT_GRACE", "10s", "how long readiness may be lost before the taint goes back (1s to 10m)")
 	f.String(&raw.missedMode, "missed-injection", "MISSED_INJECTION", string(missed.Report), "what the agent does with a running pod that Istio's injector should have given a sidecar but did not: "+missed.Modes+" (restart evicts a ReplicaSet's or StatefulSet's pod once per owner revision; needs optional/audit-pod-writes.yaml)")
 	f.String(&raw.missedRate, "missed-injection-restarts-per-minute", "MISSED_INJECTION_RESTARTS_PER_MINUTE", "5", "at most this many such pods evicted per minute across the cluster, all nodes' agents together (1 to 60)")
@@ -90,6 +92,7 @@ func ParseFlags(args []string, getenv func(string) string, selfDir string) (Conf
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
+	c.HealthAddr, c.MetricsAddr = *health, *metrics
 	var errs []error
 	var err error
 	if c.Install, err = installConfig(); err != nil {
@@ -142,6 +145,15 @@ func (r agentFlags) parse(c *Config) []error {
 	return errs
 }
 
+// bindEndpointAddrs binds the agent's --health-addr and --metrics-addr:
+// where the agent serves them, and where inspect --node asks.
+func bindEndpointAddrs(f envflag.Set) (health, metrics *string) {
+	health, metrics = new(string), new(string)
+	f.String(health, "health-addr", "HEALTH_ADDR", ":8000", "address of /healthz and /readyz")
+	f.String(metrics, "metrics-addr", "METRICS_ADDR", ":15014", "address of /metrics")
+	return health, metrics
+}
+
 // bindIstioNamespace declares --istio-namespace for the agent and inspect.
 // Call the returned function after parsing.
 func bindIstioNamespace(f envflag.Set) func() (string, error) {
@@ -182,6 +194,9 @@ func (c Config) validate() error {
 	}
 	if errs2 := validation.IsDNS1123Label(c.ValidationContainer); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--validation-container %q: want a container name: %s", c.ValidationContainer, strings.Join(errs2, "; ")))
+	}
+	if errs2 := validation.IsQualifiedName(c.TaintKey); len(errs2) > 0 {
+		errs = append(errs, fmt.Errorf("--taint-key %q: want a taint key (a label key such as cni.istio.io/not-ready): %s", c.TaintKey, strings.Join(errs2, "; ")))
 	}
 	if errs2 := validation.IsValidLabelValue(c.AuditLabelValue); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--audit-label-value %q: want a label value: %s", c.AuditLabelValue, strings.Join(errs2, "; ")))

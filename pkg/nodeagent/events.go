@@ -39,6 +39,9 @@ const (
 	ReasonConflict       = "IstioCNIConfigConflict"
 	ReasonConflictOver   = "IstioCNIConfigConflictOver"
 	ReasonOtherInstaller = "IstioCNIOtherInstaller"
+	// ReasonAPIUnreachable: the agent could not see the API server for a
+	// while; posted once it answers again (apiSight).
+	ReasonAPIUnreachable = "IstioCNIAPIUnreachable"
 )
 
 // nodeNotices reports what the installer finds on the node (fights, another
@@ -78,4 +81,22 @@ func (f nodeNotices) OtherInstaller(file string) {
 	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeWarning, ReasonOtherInstaller,
 		"upstream Istio's istio-cni is installed on this node too (its entry is in %s); this istio-cni chains its own plugin, under names upstream's never touches. "+
 			"Finish the switch by uninstalling one of the two (docs/migration.md)", file)
+}
+
+// APIUnreachable says on the Node that the agent could not see the API
+// server from since, for blind. It is called once the API answers again:
+// the recorder queues the Event and posts it in the background, so it
+// blocks nothing.
+func (f nodeNotices) APIUnreachable(since time.Time, blind time.Duration, cause error) {
+	if f.node == "" {
+		return
+	}
+	why := "unknown"
+	if cause != nil {
+		why = cause.Error()
+	}
+	f.events.recorder.Eventf(nodeRef(f.node), corev1.EventTypeWarning, ReasonAPIUnreachable,
+		"istio-cni's agent could not reach the API server for %s, from %s (%s): meanwhile its view of the node's pods was stale "+
+			"(the audit, missed-injection checks and the plugin's pod lookups worked from it); the installed plugin and the node's readiness were unaffected",
+		blind.Round(time.Second), since.UTC().Format(time.RFC3339), why)
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -64,5 +65,126 @@ func TestMonitoringRendered(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(chartDir(t), "files", "dashboard.json")) // #nosec G304 -- the chart's file
 	if err != nil || yaml.Unmarshal(raw, new(map[string]any)) != nil {
 		t.Errorf("files/dashboard.json: %v", err)
+	}
+}
+
+// TestPodMonitorRendered: off by default; enabled, a PodMonitor selects the
+// DaemonSet's pods (its selector is the DaemonSet's) in the release's
+// namespace by the agent's metrics port, names the job the alerts' absent
+// and scrape rules read, and carries the labels and interval asked for.
+func TestPodMonitorRendered(t *testing.T) {
+	const key = "PodMonitor istio-cni/istio-cni-node"
+	if _, ok := helmTemplate(t)[key]; ok {
+		t.Errorf("%s rendered by default", key)
+	}
+	objs := helmTemplate(t, "monitoring.podMonitor.enabled=true", "monitoring.podMonitor.labels.release=prom",
+		"monitoring.podMonitor.interval=15s")
+	pm, ok := objs[key]
+	if !ok {
+		t.Fatalf("no %s with monitoring.podMonitor.enabled=true", key)
+	}
+	var got struct {
+		APIVersion string `json:"apiVersion"`
+		Metadata   struct{ Labels map[string]string }
+		Spec       struct {
+			NamespaceSelector struct {
+				MatchNames []string `json:"matchNames"`
+			} `json:"namespaceSelector"`
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			}
+			PodMetricsEndpoints []struct {
+				Port, Path, Interval string
+				Relabelings          []struct {
+					Action, TargetLabel, Replacement string
+					SourceLabels                     []string `json:"sourceLabels"`
+				}
+			} `json:"podMetricsEndpoints"`
+		}
+	}
+	remarshal(t, pm, &got)
+	var ds struct {
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			}
+			Template struct {
+				Metadata struct{ Labels map[string]string }
+				Spec     struct {
+					Containers []struct {
+						Name  string
+						Ports []struct {
+							Name          string
+							ContainerPort int `json:"containerPort"`
+						}
+					}
+				}
+			}
+		}
+	}
+	remarshal(t, objs["DaemonSet istio-cni/istio-cni-node"], &ds)
+	if got.APIVersion != "monitoring.coreos.com/v1" || got.Metadata.Labels["release"] != "prom" ||
+		!reflect.DeepEqual(got.Spec.NamespaceSelector.MatchNames, []string{"istio-cni"}) {
+		t.Errorf("PodMonitor %s, labels %v, namespaces %v", got.APIVersion, got.Metadata.Labels, got.Spec.NamespaceSelector.MatchNames)
+	}
+	if len(ds.Spec.Selector.MatchLabels) == 0 || !reflect.DeepEqual(got.Spec.Selector.MatchLabels, ds.Spec.Selector.MatchLabels) {
+		t.Errorf("PodMonitor selects %v, the DaemonSet's pods are %v", got.Spec.Selector.MatchLabels, ds.Spec.Selector.MatchLabels)
+	}
+	for k, v := range got.Spec.Selector.MatchLabels {
+		if ds.Spec.Template.Metadata.Labels[k] != v {
+			t.Errorf("the agent's pods lack %s=%s", k, v)
+		}
+	}
+	if len(got.Spec.PodMetricsEndpoints) != 1 {
+		t.Fatalf("endpoints %+v, want one", got.Spec.PodMetricsEndpoints)
+	}
+	ep := got.Spec.PodMetricsEndpoints[0]
+	if ep.Path != "/metrics" || ep.Interval != "15s" {
+		t.Errorf("endpoint path %q, interval %q", ep.Path, ep.Interval)
+	}
+	named := false
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			named = named || (p.Name == ep.Port && c.Name == "install-cni")
+		}
+	}
+	if !named {
+		t.Errorf("endpoint port %q is no port of the agent's container: %+v", ep.Port, ds.Spec.Template.Spec.Containers)
+	}
+	// The job the alerts' absent and scrape rules read.
+	alerts, err := os.ReadFile(filepath.Join(chartDir(t), "files", "alerts.yaml")) // #nosec G304 -- the chart's file
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ""
+	for _, r := range ep.Relabelings {
+		if r.TargetLabel == "job" && r.Action == "replace" && len(r.SourceLabels) == 0 {
+			job = r.Replacement
+		}
+	}
+	if job == "" || !strings.Contains(string(alerts), `job="`+job+`"`) {
+		t.Errorf("PodMonitor job %q: files/alerts.yaml reads another", job)
+	}
+	// Without an interval, Prometheus' own.
+	var plain struct {
+		Spec struct {
+			PodMetricsEndpoints []map[string]any `json:"podMetricsEndpoints"`
+		}
+	}
+	remarshal(t, helmTemplate(t, "monitoring.podMonitor.enabled=true")[key], &plain)
+	if len(plain.Spec.PodMetricsEndpoints) != 1 || plain.Spec.PodMetricsEndpoints[0]["interval"] != nil {
+		t.Errorf("endpoints %v by default, want one without an interval (Prometheus' own)", plain.Spec.PodMetricsEndpoints)
+	}
+}
+
+// remarshal decodes a rendered object into a typed view of it.
+func remarshal(t *testing.T, obj map[string]any, into any) {
+	t.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func helmTemplate(t *testing.T, set ...string) map[string]map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return objects(t, out)
+	return unrolled(t, objects(t, out))
 }
 
 func kustomize(t *testing.T, dir string) map[string]map[string]any {
@@ -82,7 +83,60 @@ func kustomize(t *testing.T, dir string) map[string]map[string]any {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return objects(t, out)
+	return unrolled(t, objects(t, out))
+}
+
+// settingsName is the agent's ConfigMap as the chart names it; kustomize
+// adds a hash of its data.
+const settingsName = "istio-cni-config"
+
+// unrolled takes out of a rendering what makes a change of the agent's
+// settings roll its DaemonSet, which the chart and kustomize do each their
+// own way (TestSettingsRollTheAgents checks both): kustomize's hash in the
+// ConfigMap's name, the chart's checksum annotation.
+func unrolled(t *testing.T, objs map[string]map[string]any) map[string]map[string]any {
+	t.Helper()
+	for key, o := range objs {
+		if o["kind"] == "ConfigMap" && settingsHash.MatchString(key) {
+			delete(objs, key)
+			o["metadata"].(map[string]any)["name"] = settingsName
+			objs[settingsHash.ReplaceAllString(key, "$1")] = o
+		}
+		if o["kind"] != "DaemonSet" {
+			continue
+		}
+		tmpl := o["spec"].(map[string]any)["template"].(map[string]any)
+		if a, ok := tmpl["metadata"].(map[string]any)["annotations"].(map[string]any); ok {
+			delete(a, checksumAnnotation)
+		}
+		ref, err := settingsRef(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref["name"] = settingsHash.ReplaceAllString(ref["name"].(string), "$1")
+	}
+	return objs
+}
+
+var settingsHash = regexp.MustCompile(`^(.*\b` + settingsName + `)-[a-z0-9]{10}$`)
+
+// checksumAnnotation is the chart's pod-template annotation of the
+// settings' checksum.
+const checksumAnnotation = "checksum/config"
+
+// settingsRef is the agent container's envFrom reference to the settings'
+// ConfigMap.
+func settingsRef(ds map[string]any) (map[string]any, error) {
+	containers, _ := ds["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)
+	for _, c := range containers {
+		envFrom, _ := c.(map[string]any)["envFrom"].([]any)
+		for _, e := range envFrom {
+			if ref, ok := e.(map[string]any)["configMapRef"].(map[string]any); ok {
+				return ref, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no envFrom configMapRef in the DaemonSet")
 }
 
 // helmLabels are the labels Helm's conventions add, which a kustomize

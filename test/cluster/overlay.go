@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -154,4 +155,45 @@ func (n *Node) Install(ctx context.Context, dir string, apiPort int) (Overlay, s
 	}
 	_, err = n.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m")
 	return o, out, err
+}
+
+// settingsMark starts the block SetSettings writes at the end of an
+// overlay's kustomization.
+const settingsMark = "# The agent's settings, as a user's overlay changes them.\n"
+
+// SetSettings makes the overlay in dir change the agent's settings as a
+// user's overlay does, merging literals into the base's generated
+// ConfigMap (values replace the previous call's; nil restores the base's),
+// and applies it: the ConfigMap's name changes with its data, so the
+// DaemonSet rolls by itself. It waits for the rollout.
+func (n *Node) SetSettings(ctx context.Context, dir string, settings map[string]string) error {
+	path := filepath.Join(dir, "kustomization.yaml")
+	data, err := os.ReadFile(path) // #nosec G304 -- the test's own overlay
+	if err != nil {
+		return err
+	}
+	k, _, _ := strings.Cut(string(data), settingsMark)
+	if len(settings) > 0 {
+		keys := make([]string, 0, len(settings))
+		for key := range settings {
+			keys = append(keys, key)
+		}
+		slices.Sort(keys)
+		var b strings.Builder
+		b.WriteString(k + settingsMark + "configMapGenerator:\n- name: istio-cni-config\n  namespace: istio-cni\n  behavior: merge\n  literals:\n")
+		for _, key := range keys {
+			fmt.Fprintf(&b, "  - %s=%s\n", key, settings[key])
+		}
+		k = b.String()
+	}
+	if err := os.WriteFile(path, []byte(k), 0o600); err != nil {
+		return err
+	}
+	if out, err := n.Kubectl(ctx, "apply", "-k", dir); err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	if out, err := n.Kubectl(ctx, "-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=4m"); err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return nil
 }

@@ -179,8 +179,13 @@ func podsOf(t *testing.T, ns, selector string) []string {
 // agent with it (settings are read at start).
 func setAgentSetting(ctx context.Context, key, value string) error {
 	patch, _ := json.Marshal(map[string]any{"data": map[string]string{key: value}})
+	// Kustomize names the ConfigMap with a hash of its data.
+	cm, err := env.node.Kubectl(ctx, "-n", "istio-cni", "get", "daemonset/istio-cni-node", "-o", "jsonpath={.spec.template.spec.containers[0].envFrom[0].configMapRef.name}")
+	if err != nil || cm == "" {
+		return fmt.Errorf("the agent's ConfigMap: %v (%q)", err, cm)
+	}
 	for _, args := range [][]string{
-		{"-n", "istio-cni", "patch", "configmap", "istio-cni-config", "--type=merge", "-p", string(patch)},
+		{"-n", "istio-cni", "patch", "configmap", cm, "--type=merge", "-p", string(patch)},
 		{"-n", "istio-cni", "rollout", "restart", "daemonset/istio-cni-node"},
 		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"},
 	} {

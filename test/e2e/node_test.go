@@ -262,7 +262,7 @@ func imageFile(t *testing.T, img v1.Image, name string) string {
 // ready: its pod-bound token and the admission policy allow exactly that.
 func TestStartupTaintRemoved(t *testing.T) {
 	requireInstalled(t)
-	if _, err := env.node.Kubectl(t.Context(), "taint", "node", env.node.Name, taint.Key+"=:NoSchedule", "--overwrite"); err != nil {
+	if _, err := env.node.Kubectl(t.Context(), "taint", "node", env.node.Name, taint.DefaultKey+"=:NoSchedule", "--overwrite"); err != nil {
 		t.Fatal(err)
 	}
 	old := installerPod(t)
@@ -271,7 +271,7 @@ func TestStartupTaintRemoved(t *testing.T) {
 	}
 	poll.Until(t, 2*time.Minute, "the new agent removes the taint", func() (bool, string) {
 		out, err := env.node.Kubectl(t.Context(), "get", "node", env.node.Name, "-o", "jsonpath={.spec.taints}")
-		return err == nil && !strings.Contains(out, taint.Key), out
+		return err == nil && !strings.Contains(out, taint.DefaultKey), out
 	})
 	requireInstalled(t)
 	if got := metric(t, "istio_cni_node_tainted"); got != 0 {

@@ -344,7 +344,12 @@ func TestHelmInstallAndUninstall(t *testing.T) {
 	if primary, err := os.ReadFile(env.node.PrimaryConfig); exists(ownedPath()) || err != nil || !strings.Contains(string(primary), `"`+chain.PluginType+`"`) {
 		t.Errorf("upstream's istioOwnedCNIConfig false: our own conflist exists %v (%v); want our entry in %s", exists(ownedPath()), err, env.node.PrimaryConfig)
 	}
-	agent, _ := installerPodOrEmpty(t)
+	// A settings change through `helm upgrade --set` rolls the agent by
+	// itself (the settings' checksum on its pod template).
+	installed, _ := installerPodOrEmpty(t)
+	upgrade := append([]string{"upgrade"}, args[1:]...)
+	runHelm(t, append(upgrade, "--set", "logging.level=debug")...)
+	agent := requireAgentRolled(t, installed, "DEBUG")
 	agentLog := followLog(agent)
 	assertRedirected(t, startPod(t, meshedPod(t, "helm-meshed")))
 	runHelm(t, "uninstall", "istio-cni", "--namespace", "istio-cni", "--wait")

@@ -45,17 +45,18 @@ func TestDeploymentsImage(t *testing.T) {
 	}
 }
 
-// TestDeploymentsApplyF: `kubectl apply -f deployments/base/` (no
-// kustomize) is accepted by a real API server: the Kustomization file is
-// not read as a manifest, and the namespace comes before what lives in it.
-func TestDeploymentsApplyF(t *testing.T) {
+// TestDeploymentsApply: `kubectl apply -k deployments/` is accepted by a
+// real API server: the namespace comes before what lives in it, and the
+// settings' ConfigMap, named by kustomize with their hash, is the one the
+// DaemonSet reads.
+func TestDeploymentsApply(t *testing.T) {
 	admin := filepath.Join(t.TempDir(), "admin.kubeconfig")
 	if err := env.api.Kubeconfig(admin, cluster.AdminToken); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "apply", "-f", "../../deployments/base").CombinedOutput()
+	out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "apply", "-k", "../../deployments").CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl apply -f deployments/base: %v\n%s", err, out)
+		t.Fatalf("kubectl apply -k deployments: %v\n%s", err, out)
 	}
 	objects := 0
 	for line := range strings.Lines(string(out)) {
@@ -67,6 +68,14 @@ func TestDeploymentsApplyF(t *testing.T) {
 	// policies and their bindings, the ConfigMap, the quota, the DaemonSet.
 	if got := objects; got != 16 {
 		t.Errorf("%d objects applied, want 16:\n%s", got, out)
+	}
+	name, err := exec.Command(kubectl(t), "--kubeconfig", admin, "-n", "istio-cni", "get", "daemonset/istio-cni-node",
+		"-o", "jsonpath={.spec.template.spec.containers[0].envFrom[0].configMapRef.name}").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(name), "istio-cni-config-") {
+		t.Fatalf("the DaemonSet's settings: %v %q, want a hashed istio-cni-config", err, name)
+	}
+	if out, err := exec.Command(kubectl(t), "--kubeconfig", admin, "-n", "istio-cni", "get", "configmap", string(name)).CombinedOutput(); err != nil {
+		t.Errorf("the DaemonSet reads ConfigMap %s: %v\n%s", name, err, out)
 	}
 }
 

@@ -54,7 +54,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 		_ = adminClient.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 		_, err := adminClient.CoreV1().Nodes().Create(ctx, &corev1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/os": "linux"}},
-			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint.Taint(), other}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint.Taint(taint.DefaultKey), other}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -81,12 +81,12 @@ func TestNodeTaintPolicy(t *testing.T) {
 	poll.UntilTrue(t, 20*time.Second, "the agent removes its node's taint", func() bool {
 		// The node controller may add its own not-ready taint meanwhile.
 		got := taints("taint-node-a")
-		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == taint.Key }) &&
+		return !slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.Key == taint.DefaultKey }) &&
 			slices.ContainsFunc(got, func(t corev1.Taint) bool { return t.MatchTaint(&other) })
 	})
 	r.set(false, "conflist: gone and cannot be written")
 	poll.UntilTrue(t, 20*time.Second, "the agent restores its node's taint", func() bool {
-		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == taint.Key })
+		return slices.ContainsFunc(taints("taint-node-a"), func(t corev1.Taint) bool { return t.Key == taint.DefaultKey })
 	})
 	stop()
 	<-done
@@ -117,7 +117,7 @@ func TestNodeTaintPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := json.Marshal(n.Spec.Taints)
-	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == taint.Key }) || n.Labels["kubernetes.io/os"] != "linux" {
+	if !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == taint.DefaultKey }) || n.Labels["kubernetes.io/os"] != "linux" {
 		t.Errorf("taint-node-b changed: %s", got)
 	}
 }

@@ -230,7 +230,9 @@ func (a *Auditor) fullPass(ctx context.Context) {
 	checked := a.pass(ctx, nil)
 	a.pruneRecords()
 	a.deps.Metrics.Checked.Set(float64(checked))
-	a.deps.Metrics.PassSeconds.Observe(a.deps.Now().Sub(start).Seconds())
+	end := a.deps.Now()
+	a.deps.Metrics.PassSeconds.Observe(end.Sub(start).Seconds())
+	a.deps.Metrics.LastPass.Set(float64(end.UnixNano()) / 1e9)
 }
 
 func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

@@ -243,6 +243,10 @@ func TestUncheckablePodsAreCounted(t *testing.T) {
 	if c, u := testutil.ToFloat64(h.metrics.Checked), testutil.ToFloat64(h.metrics.Unchecked); c != 1 || u != 2 {
 		t.Errorf("checked %v, unchecked %v: want 1 and 2", c, u)
 	}
+	// The pass completed, unchecked pods and all: its end is stamped.
+	if got, want := testutil.ToFloat64(h.metrics.LastPass), float64(h.clock.now().UnixNano())/1e9; got != want {
+		t.Errorf("istio_cni_audit_last_pass_timestamp_seconds %v, want %v", got, want)
+	}
 	if len(h.net.programmed) != 0 {
 		t.Error("acted on a namespace it could not verify")
 	}

@@ -25,6 +25,9 @@ type Metrics struct {
 	PodsRepaired *prometheus.CounterVec
 	// PassSeconds is the duration of full passes.
 	PassSeconds prometheus.Histogram
+	// LastPass is when the last full pass ended (Unix seconds; 0 before
+	// the first): a stale one is an audit that stopped.
+	LastPass prometheus.Gauge
 }
 
 // NewMetrics registers the audit's series with reg.
@@ -59,6 +62,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of a full audit pass over the node's pods.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		LastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_audit_last_pass_timestamp_seconds",
+			Help: "When the last full audit pass over the node's pods ended (Unix seconds; 0 before the first).",
+		}),
 	}
 	m.PodsRepaired = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "istio_cni_repair_pods_repaired_total",
@@ -70,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.PodsRepaired.WithLabelValues(string(a), r)
 		}
 	}
-	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds, m.PodsRepaired)
+	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds, m.LastPass, m.PodsRepaired)
 	return m
 }
 

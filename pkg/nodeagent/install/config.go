@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -71,6 +72,19 @@ type Config struct {
 	// holds it for the whole chain). At uninstall the binaries and
 	// kubeconfig go only this long after the configs.
 	RuntimeDrain time.Duration
+	// ConfGroupRead writes our configs 0640 rather than 0600 (upstream's
+	// CNI_CONF_GROUP_READ), for a node agent of another project that reads
+	// them as a group.
+	ConfGroupRead bool
+}
+
+// ConfMode is the mode of the configs we write: upstream's, whatever the
+// primary's own file has (CIS benchmarks ask for 0600).
+func (c Config) ConfMode() os.FileMode {
+	if c.ConfGroupRead {
+		return 0o640
+	}
+	return 0o600
 }
 
 // The config's default names: the owned conflist sorts before most
@@ -182,6 +196,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 	f.String(&raw.ttl, "plugin-token-ttl", "PLUGIN_TOKEN_TTL", "1h", "lifetime of the plugin's minted tokens (10m to 24h); renewed at 80%")
 	f.String(&raw.repairs, "conflict-repairs", "CONFLICT_REPAIRS", "10", "repairs within --conflict-window that mean another writer is fighting us: reported, and repairs paced to at most one a second")
 	f.String(&raw.window, "conflict-window", "CONFLICT_WINDOW", "30s", "see --conflict-repairs; a fight ends after this long without a repair")
+	f.String(&raw.groupRead, "cni-conf-group-read", "CNI_CONF_GROUP_READ", "false", "true: write our CNI configs 0640 rather than 0600, so that a group may read them (upstream's setting of the same name)")
 	f.String(&raw.drain, "runtime-drain", "RUNTIME_DRAIN", "5s", "how long after the uninstall takes our configs out of the directory the runtime may still run them (a sandbox set up meanwhile): the binaries and kubeconfig go only then (0s to 10s)")
 	return func() (Config, error) {
 		c.Paths = *paths
@@ -219,7 +234,7 @@ func BindFlags(fs *flag.FlagSet, getenv func(string) string, selfDir string) fun
 const maxRuntimeDrain = 10 * time.Second
 
 // rawFlags are the installer's own flags that are parsed, as given.
-type rawFlags struct{ level, mode, chained, repairs, window, ttl, drain string }
+type rawFlags struct{ level, mode, chained, repairs, window, ttl, drain, groupRead string }
 
 // parse sets c's fields from r; the errors name the flag.
 func (r rawFlags) parse(c *Config) []error {
@@ -242,6 +257,9 @@ func (r rawFlags) parse(c *Config) []error {
 	}
 	if c.Chained, err = strconv.ParseBool(r.chained); err != nil {
 		errs = append(errs, fmt.Errorf("--chained %q: want true or false", r.chained))
+	}
+	if c.ConfGroupRead, err = strconv.ParseBool(r.groupRead); err != nil {
+		errs = append(errs, fmt.Errorf("--cni-conf-group-read %q: want true or false", r.groupRead))
 	}
 	c.Mode = Mode(r.mode)
 	return errs

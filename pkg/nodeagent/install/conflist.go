@@ -72,7 +72,7 @@ func (in *Installer) installOwned(netd *hostfs.Dir, cd chain.Dir) outcome {
 	if err != nil {
 		return outcome{problem: err}
 	}
-	changed, err := netd.WriteFile(name, data, p.Mode.Perm())
+	changed, err := netd.WriteFile(name, data, in.cfg.ConfMode())
 	if err != nil {
 		return outcome{problem: err}
 	}
@@ -100,7 +100,7 @@ func (in *Installer) installStandalone(netd *hostfs.Dir, cd chain.Dir) outcome {
 		return outcome{problem: err}
 	}
 	name := in.cfg.OwnedConfigName
-	changed, err := netd.WriteFile(name, data, 0o600)
+	changed, err := netd.WriteFile(name, data, in.cfg.ConfMode())
 	if err != nil {
 		return outcome{problem: err}
 	}
@@ -206,6 +206,7 @@ func (in *Installer) installInplace(netd *hostfs.Dir, cd chain.Dir) outcome {
 			return outcome{problem: fmt.Errorf("converting %s to a list: %s already exists and is not ours", p.Name, name)}
 		}
 	}
+	// The primary's own file keeps its owner's mode.
 	changed, err := netd.WriteFile(name, data, p.Mode.Perm())
 	if err == nil && renamed {
 		err = netd.Remove(p.Name)

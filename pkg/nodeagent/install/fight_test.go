@@ -66,6 +66,8 @@ func TestFightIsReportedAndRepairsGoOn(t *testing.T) {
 	}
 	if started, _ := log.counts(); started != 1 {
 		t.Errorf("reporter heard of %d fights, want 1", started)
+	} else if h := log.fighting[0].Hint; h != "" {
+		t.Errorf("a bridge primary's fight has the hint %q, want none", h)
 	}
 	// Repairs go on during the fight: the writer keeps finding the file.
 	before := restored.Load()
@@ -165,4 +167,32 @@ func pct(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := min(len(s)-1, (len(s)*p+99)/100-1)
 	return s[max(i, 0)].Round(10 * time.Microsecond)
+}
+
+// TestFightNamesThePrimarysSetting: when the primary is one known to take
+// the directory over (Cilium, whose cni.exclusive deletes every other
+// config), the fight's report names the setting that stops it.
+func TestFightNamesThePrimarysSetting(t *testing.T) {
+	n := newNode(t)
+	n.write(filepath.Join(n.netd, "05-cilium.conflist"),
+		`{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni","enable-debug":false,"log-file":"/var/run/cilium/cilium-cni.log"}]}`, 0o600)
+	log := &fightLog{}
+	n.notify = log
+	cfg := n.config()
+	cfg.FightRepairs, cfg.FightWindow = 4, time.Second
+	n.start(cfg)
+	n.waitReady()
+	owned := filepath.Join(n.netd, "02-istio-cni.conflist")
+	stopWriter := poll.Every(time.Millisecond, func() { _ = os.Remove(owned) })
+	defer stopWriter()
+	n.eventually("fight reported", func() (bool, string) {
+		started, _ := log.counts()
+		return started == 1, fmt.Sprint(started, " fights")
+	})
+	log.mu.Lock()
+	f := log.fighting[0]
+	log.mu.Unlock()
+	if !strings.Contains(f.Hint, "cni.exclusive=false") || !strings.Contains(f.String(), f.Hint) {
+		t.Errorf("the fight %q, hint %q: want Cilium's cni.exclusive=false named", f, f.Hint)
+	}
 }

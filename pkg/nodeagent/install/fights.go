@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"istio-cni.local/istio-cni/pkg/chain"
 )
 
 // Fight is another writer that keeps undoing our files.
@@ -16,10 +18,17 @@ type Fight struct {
 	// Repairs within Window made it a fight.
 	Repairs int
 	Window  time.Duration
+	// Hint names the setting that stops the primary, when it is one known
+	// to take the config directory over (chain.FightHint); else "".
+	Hint string
 }
 
 func (f Fight) String() string {
-	return fmt.Sprintf("another writer keeps undoing %s (%s): %d repairs in %s", f.File, f.Writer, f.Repairs, f.Window)
+	s := fmt.Sprintf("another writer keeps undoing %s (%s): %d repairs in %s", f.File, f.Writer, f.Repairs, f.Window)
+	if f.Hint != "" {
+		s += ". Hint: " + f.Hint
+	}
+	return s
 }
 
 // Notifier hears when a fight starts and when it is over, and when another
@@ -103,10 +112,16 @@ func (f *fights) end() Fight {
 // startFight reports a fight: the log, the metric, not ready (so the
 // node's startup taint comes back), and an Event on the Node.
 func (in *Installer) startFight(f Fight) {
+	// Our chained copy holds the primary's plugins (or is the primary's own
+	// file, in place); the writer may be named by a file only.
+	if f.Hint = chain.FightHint(in.files.primary, in.files.lastConflist); f.Hint == "" {
+		f.Hint = chain.FightHint(f.File+" "+f.Writer, nil)
+	}
+	in.fights.active.Hint = f.Hint
 	in.metrics.Conflict.Set(1)
 	in.log.Error("conflict: another writer keeps undoing our files; repairing at most once a second until it stops",
 		"file", f.File, "writer", f.Writer, "repairs", f.Repairs, "window", f.Window.String(),
-		"conflist", in.files.owned, "primary", in.files.primary)
+		"conflist", in.files.owned, "primary", in.files.primary, "hint", f.Hint)
 	if in.deps.Notify != nil {
 		in.deps.Notify.Fighting(f)
 	}

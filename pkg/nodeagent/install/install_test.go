@@ -25,7 +25,7 @@ func TestInstallFreshNode(t *testing.T) {
 		filepath.Join(n.bin, FullBinary):               0o755,
 		filepath.Join(n.bin, LookupBinary):             0o755,
 		filepath.Join(n.kc, KubeconfigName):            0o600,
-		filepath.Join(n.netd, "02-istio-cni.conflist"): 0o600, // the primary's mode
+		filepath.Join(n.netd, "02-istio-cni.conflist"): 0o600,
 	} {
 		st, err := os.Stat(path)
 		if err != nil || st.Mode().Perm() != mode {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -24,8 +25,16 @@ type Pods struct {
 }
 
 // New builds the informer. Add handlers with OnChange, then Start it.
-func New(cs kubeclient.Interface, node string) (*Pods, error) {
-	lw := kubeclient.ListWatch(cs, cs.Pods(""), func(o *metav1.ListOptions) {
+// observe, if not nil, is told the outcome of each of the informer's list
+// and watch calls (nil when answered): whether the view is being kept
+// current. A watch that ends is followed at once by the next call, so a
+// lost API server is told within one call.
+func New(cs kubeclient.Interface, node string, observe func(error)) (*Pods, error) {
+	pods := cs.Pods("")
+	if observe != nil {
+		pods = observed{PodClient: pods, observe: observe}
+	}
+	lw := kubeclient.ListWatch(cs, pods, func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	})
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 0, cache.Indexers{})
@@ -39,6 +48,24 @@ func New(cs kubeclient.Interface, node string) (*Pods, error) {
 		return nil, err
 	}
 	return &Pods{informer: inf}, nil
+}
+
+// observed tells each List and Watch call's outcome.
+type observed struct {
+	kubeclient.PodClient
+	observe func(error)
+}
+
+func (o observed) List(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	l, err := o.PodClient.List(ctx, opts)
+	o.observe(err)
+	return l, err
+}
+
+func (o observed) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := o.PodClient.Watch(ctx, opts)
+	o.observe(err)
+	return w, err
 }
 
 // OnChange calls f with each added or updated pod (the cache's object: read

@@ -21,7 +21,7 @@ func TestHandlersAndLookup(t *testing.T) {
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
 		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "app"}, {Name: "istio-proxy"}}},
 	})
-	pods, err := New(clientset.Of(cs), "node-a")
+	pods, err := New(clientset.Of(cs), "node-a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

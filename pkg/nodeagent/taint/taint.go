@@ -22,9 +22,11 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/kubeclient"
 )
 
-// Key is the taint's key; its effect is always NoSchedule (NoExecute would
-// evict every running pod when the agent restarts).
-const Key = "cni.istio.io/not-ready"
+// DefaultKey is the taint's key unless configured (istiod's taint.name
+// names the same key for its untaint controller); its effect is always
+// NoSchedule (NoExecute would evict every running pod when the agent
+// restarts).
+const DefaultKey = "cni.istio.io/not-ready"
 
 // Readiness is the agent's state as the taint follows it.
 type Readiness interface {
@@ -38,7 +40,9 @@ type Readiness interface {
 type Controller struct {
 	Client kubeclient.Interface
 	Node   string
-	Ready  Readiness
+	// Key is the taint's key: DefaultKey when empty.
+	Key   string
+	Ready Readiness
 	// Grace is how long the agent may be not ready before the taint goes
 	// back: the installer repairs in milliseconds, so this is a failure it
 	// could not repair.
@@ -93,7 +97,7 @@ func (c *Controller) Run(ctx context.Context) {
 			continue
 		}
 		if err := c.set(ctx, want, why); err != nil {
-			c.Log.Warn("node taint: update failed; retrying", "taint", Key, "want", want, "retry_in", retry.String(), "error", err.Error())
+			c.Log.Warn("node taint: update failed; retrying", "taint", c.key(), "want", want, "retry_in", retry.String(), "error", err.Error())
 			resetTimer(timer, retry)
 			retry = min(2*retry, retryMax)
 			continue
@@ -115,7 +119,7 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", c.Node, err)
 	}
-	taints, changed := With(node.Spec.Taints, want)
+	taints, changed := With(node.Spec.Taints, c.key(), want)
 	if !changed {
 		c.setGauge(want)
 		return nil
@@ -132,11 +136,18 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 	}
 	c.setGauge(want)
 	if want {
-		c.Log.Warn("node tainted: the plugin cannot be kept installed; no new pods are scheduled here", "taint", Key+":NoSchedule", "reason", why)
+		c.Log.Warn("node tainted: the plugin cannot be kept installed; no new pods are scheduled here", "taint", c.key()+":NoSchedule", "reason", why)
 	} else {
-		c.Log.Info("node taint removed: the plugin is installed and watched", "taint", Key)
+		c.Log.Info("node taint removed: the plugin is installed and watched", "taint", c.key())
 	}
 	return nil
+}
+
+func (c *Controller) key() string {
+	if c.Key == "" {
+		return DefaultKey
+	}
+	return c.Key
 }
 
 func (c *Controller) setGauge(tainted bool) {
@@ -150,15 +161,15 @@ func (c *Controller) setGauge(tainted bool) {
 	}
 }
 
-// With returns taints with ours present once (want) or absent, and whether
-// that differs from the input. Other taints keep their order; entries of
-// our key with another effect go (a duplicate key and effect would fail
-// validation).
-func With(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
-	ours := Taint()
+// With returns taints with ours, key:NoSchedule, present once (want) or
+// absent, and whether that differs from the input. Other taints keep their
+// order; entries of our key with another effect go (a duplicate key and
+// effect would fail validation).
+func With(taints []corev1.Taint, key string, want bool) ([]corev1.Taint, bool) {
+	ours := Taint(key)
 	out := make([]corev1.Taint, 0, len(taints)+1)
 	for _, t := range taints {
-		if t.Key != Key {
+		if t.Key != key {
 			out = append(out, t)
 		}
 	}
@@ -180,9 +191,9 @@ func With(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
 	return out, true
 }
 
-// Taint is the startup taint.
-func Taint() corev1.Taint {
-	return corev1.Taint{Key: Key, Effect: corev1.TaintEffectNoSchedule}
+// Taint is the startup taint of that key.
+func Taint(key string) corev1.Taint {
+	return corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}
 }
 
 func (c *Controller) exempt(why string) bool {

@@ -21,7 +21,7 @@ import (
 var other = corev1.Taint{Key: "example.com/dedicated", Value: "gpu", Effect: corev1.TaintEffectNoExecute}
 
 func TestWith(t *testing.T) {
-	ours := Taint()
+	ours := Taint(DefaultKey)
 	for _, tc := range []struct {
 		name    string
 		in      []corev1.Taint
@@ -32,16 +32,16 @@ func TestWith(t *testing.T) {
 		{"add to none", nil, true, []corev1.Taint{ours}, true},
 		{"add after others", []corev1.Taint{other}, true, []corev1.Taint{other, ours}, true},
 		{"already there", []corev1.Taint{other, ours}, true, []corev1.Taint{other, ours}, false},
-		{"wrong effect fixed", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}}, true, []corev1.Taint{ours}, true},
+		{"wrong effect fixed", []corev1.Taint{{Key: DefaultKey, Effect: corev1.TaintEffectNoExecute}}, true, []corev1.Taint{ours}, true},
 		{"remove keeps others in order", []corev1.Taint{ours, other}, false, []corev1.Taint{other}, true},
-		{"remove duplicates", []corev1.Taint{ours, other, {Key: Key, Effect: corev1.TaintEffectPreferNoSchedule}}, false, []corev1.Taint{other}, true},
-		{"duplicate keys collapse", []corev1.Taint{{Key: Key, Effect: corev1.TaintEffectNoExecute}, other, ours}, true, []corev1.Taint{other, ours}, true},
+		{"remove duplicates", []corev1.Taint{ours, other, {Key: DefaultKey, Effect: corev1.TaintEffectPreferNoSchedule}}, false, []corev1.Taint{other}, true},
+		{"duplicate keys collapse", []corev1.Taint{{Key: DefaultKey, Effect: corev1.TaintEffectNoExecute}, other, ours}, true, []corev1.Taint{other, ours}, true},
 		{"remove the last", []corev1.Taint{ours}, false, []corev1.Taint{}, true},
 		{"absent", []corev1.Taint{other}, false, []corev1.Taint{other}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := append([]corev1.Taint(nil), tc.in...)
-			out, changed := With(in, tc.want)
+			out, changed := With(in, DefaultKey, tc.want)
 			if changed != tc.changed || !reflect.DeepEqual(out, tc.out) {
 				t.Errorf("With(%v, %v) = %v, %v; want %v, %v", tc.in, tc.want, out, changed, tc.out, tc.changed)
 			}
@@ -128,7 +128,7 @@ func waitTaints(t *testing.T, c *fake.Clientset, want []corev1.Taint) {
 func TestControllerFollowsReadiness(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(), other}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(DefaultKey), other}},
 	})
 	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
 	c := &Controller{Client: clientset.Of(client), Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
@@ -155,7 +155,31 @@ func TestControllerFollowsReadiness(t *testing.T) {
 
 	// A failure that outlasts the grace period taints; readiness untaints.
 	r.set(false, "conflist: another writer keeps undoing it")
-	waitTaints(t, client, []corev1.Taint{other, Taint()})
+	waitTaints(t, client, []corev1.Taint{other, Taint(DefaultKey)})
 	r.set(true, "")
 	waitTaints(t, client, []corev1.Taint{other})
+}
+
+// TestControllerKey: a configured key (istiod's taint.name) is the one
+// removed and put back; the default key, someone else's now, is left
+// alone.
+func TestControllerKey(t *testing.T) {
+	const key = "example.com/cni-not-ready"
+	mine, theirs := Taint(key), Taint(DefaultKey)
+	client := fake.NewClientset(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{mine, theirs}},
+	})
+	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
+	c := &Controller{Client: clientset.Of(client), Node: "node-a", Key: key, Ready: r, Grace: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	r.set(true, "")
+	waitTaints(t, client, []corev1.Taint{theirs})
+	r.set(false, "conflist: gone")
+	waitTaints(t, client, []corev1.Taint{theirs, mine})
 }

@@ -144,8 +144,13 @@ func restartEvents(ctx context.Context, ns string) ([]restartEvent, error) {
 func setMissed(ctx context.Context, mode string, perMinute int) error {
 	patch, _ := json.Marshal(map[string]any{"data": map[string]string{
 		"MISSED_INJECTION": mode, "MISSED_INJECTION_RESTARTS_PER_MINUTE": fmt.Sprint(perMinute)}})
+	// Kustomize names the ConfigMap with a hash of its data.
+	cm, err := env.fleet.Kubectl(ctx, "-n", "istio-cni", "get", "daemonset/istio-cni-node", "-o", "jsonpath={.spec.template.spec.containers[0].envFrom[0].configMapRef.name}")
+	if err != nil || cm == "" {
+		return fmt.Errorf("the agent's ConfigMap: %v (%q)", err, cm)
+	}
 	for _, args := range [][]string{
-		{"-n", "istio-cni", "patch", "configmap", "istio-cni-config", "--type=merge", "-p", string(patch)},
+		{"-n", "istio-cni", "patch", "configmap", cm, "--type=merge", "-p", string(patch)},
 		{"-n", "istio-cni", "rollout", "restart", "daemonset/istio-cni-node"},
 		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=4m"},
 	} {

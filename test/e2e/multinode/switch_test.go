@@ -701,8 +701,8 @@ func nodesUnschedulable() []string {
 	var bad []string
 	for _, n := range list.Items {
 		for _, tn := range n.Spec.Taints {
-			if tn.Key == taint.Key {
-				bad = append(bad, "node "+n.Metadata.Name+" has the taint "+taint.Key)
+			if tn.Key == taint.DefaultKey {
+				bad = append(bad, "node "+n.Metadata.Name+" has the taint "+taint.DefaultKey)
 			}
 		}
 		for _, c := range n.Status.Conditions {

@@ -139,6 +139,12 @@ values, checked once. Rendered as YAML; templates read it with
 {{- end -}}
 {{- /* Istio's namespace: env's, else the global one Istio's charts share. */ -}}
 {{- $istioNamespace := coalesce (include "istio-cni.envValue" (list $env "ISTIO_NAMESPACE")) .Values.global.istioNamespace "istio-system" -}}
+{{- /* The startup taint's key: env's, else istiod's taint.name, so that
+      one value names it for both. */ -}}
+{{- $taintKey := coalesce (include "istio-cni.envValue" (list $env "TAINT_KEY")) (dig "name" "" (.Values.taint | default dict)) "cni.istio.io/not-ready" -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $taintKey) -}}
+{{- fail (printf "%s %q: want a taint key such as cni.istio.io/not-ready (an optional DNS subdomain and '/', then 1 to 63 letters, digits, '-', '_' and '.')" (ternary "env.TAINT_KEY" "taint.name" (ne (include "istio-cni.envValue" (list $env "TAINT_KEY")) "")) $taintKey) -}}
+{{- end -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
 {{- /* env may also set the config's shape; it is checked here as the
       agent checks it at start, so a refused shape fails the render
@@ -231,6 +237,7 @@ auditLabelKey: {{ $labelKey | quote }}
 missedInjection: {{ $missed | quote }}
 missedRestartsPerMinute: {{ $rate }}
 istioNamespace: {{ $istioNamespace | quote }}
+taintKey: {{ $taintKey | quote }}
 podWrites: {{ $podWrites }}
 image: {{ $image | quote }}
 openshift: {{ eq $platform "openshift" }}
@@ -326,6 +333,7 @@ setting to the chart. Which keys env takes, values.schema.json says.
   "CHAINED_CNI_PLUGIN" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
   "NODE_TAINT" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
   "NATIVE_NFTABLES" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
+  "CNI_CONF_GROUP_READ" (list "^(1|t|T|TRUE|true|True|0|f|F|FALSE|false|False)$" "true or false")
   "CONFLICT_REPAIRS" (list "^0*([2-9]|[1-9][0-9]+)$" "a whole number of at least 2")
   "MISSED_INJECTION_RESTARTS_PER_MINUTE" (list "^0*([1-9]|[1-5][0-9]|60)$" "a whole number from 1 to 60")
   "ISTIO_NAMESPACE" (list "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" "a namespace name: 1 to 63 lower-case letters, digits and '-'")
