@@ -51,7 +51,7 @@ BUILD_FLAGS := -trimpath -gcflags=all=-dwarf=false -ldflags=-w
 export CGO_ENABLED := 0
 export GOFLAGS := $(strip $(BUILD_FLAGS) $(filter-out $(BUILD_FLAGS),$(GOFLAGS)))
 
-.PHONY: FORCE all help build image image-index chart deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
+.PHONY: FORCE all help build kubectl-plugin image image-index chart deps kube-binaries cni-plugins flannel helm istio-binaries old-iptables newer-iptables lint test test-e2e test-packages unit goldens fuzz e2e e2e-multinode chaos bench bench-upstream bench-node upstream-cni-image demo demo-down clean
 
 all: build
 
@@ -75,6 +75,17 @@ $(BIN)/istio-cni-apilookup: $(GO_SOURCES) $(VERSION_STAMP)
 
 $(BIN)/install-cni: $(GO_SOURCES) $(VERSION_STAMP)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/install-cni
+
+## kubectl-plugin: `kubectl istio-cni` (why, check, logs; docs/kubectl-plugin.md)
+## for this machine, $(BIN)/kubectl-istio_cni, and for users' machines
+## (linux and darwin, amd64 and arm64) under $(OUT)/release.
+kubectl-plugin: $(BIN)/kubectl-istio_cni $(foreach p,linux_amd64 linux_arm64 darwin_amd64 darwin_arm64,$(OUT)/release/kubectl-istio_cni_$(p))
+
+$(BIN)/kubectl-istio_cni: $(GO_SOURCES) $(VERSION_STAMP)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/kubectl-istio_cni
+
+$(OUT)/release/kubectl-istio_cni_%: $(GO_SOURCES) $(VERSION_STAMP)
+	os=$*; CGO_ENABLED=0 GOOS=$${os%%_*} GOARCH=$${os#*_} $(GO) build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $@ ./cmd/kubectl-istio_cni
 
 $(VERSION_STAMP): FORCE
 	@mkdir -p $(OUT); echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' >$@

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
@@ -40,6 +41,7 @@ import (
 const exitInconsistent = 3
 
 const inspectUsage = `usage: install-cni inspect [flags] NAMESPACE/NAME
+       install-cni inspect --node [flags]
 
 Prints the build of install-cni that inspects (in the agent's pod, the
 agent's), the plugin's decision for the pod and why, whether Istio's injector
@@ -48,10 +50,19 @@ config chains istio-cni, the rules the pod should have, the rules it has
 (read from its network namespace) and the difference. Run it on the pod's
 node, or in the agent's pod there:
 
-  kubectl -n istio-cni exec ds/istio-cni-node -- /install-cni inspect default/web-0
+  kubectl istio-cni why default/web-0
 
-Exit status: 0 consistent, 3 not as the plugin would leave it or missed
-its sidecar injection, 1 error.
+(the kubectl plugin finds the pod's node and runs this in the agent's pod
+there). With --node, it summarises the node instead, as its agent sees it:
+the agent's readiness (/readyz), whether the runtime's config chains
+istio-cni, and the audit's counts of meshed pods found unredirected or
+unchecked and of pods that missed their injection (/metrics); kubectl
+istio-cni check runs it on every node. -o json prints the same facts as
+one JSON document (its field names are stable).
+
+Exit status: 0 consistent (--node: the node is ok), 3 not as the plugin
+would leave it or missed its sidecar injection (--node: the node is not
+ok), 1 error.
 `
 
 // inspectFlags are inspect's flags, parsed and checked.
@@ -61,7 +72,18 @@ type inspectFlags struct {
 	backend    release.Backend
 	istioNS    string
 	opts       inspect.Options
+	// output is "text" or "json"; node: the node summary, not a pod.
+	output string
+	node   bool
+	// health and metrics are the agent's endpoint addresses.
+	health, metrics *string
 }
+
+// Output formats of inspect's -o.
+const (
+	outputText = "text"
+	outputJSON = "json"
+)
 
 // parseInspectFlags reads inspect's flags and its NAMESPACE/NAME argument.
 // Its paths and the plugin's settings are the agent's
@@ -79,11 +101,24 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 	backendOf := bindIptablesBackend(f)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig to read the pod with; default: in-cluster credentials, else the plugin's "+
 		install.KubeconfigName+" in --run-dir")
+	fs.StringVar(&c.output, "o", outputText, "output format: "+outputText+" or "+outputJSON)
+	fs.StringVar(&c.output, "output", outputText, "output format: "+outputText+" or "+outputJSON)
+	fs.BoolVar(&c.node, "node", false, "summarise the node (its agent's readiness, CNI config and audit counts), not a pod")
+	c.health, c.metrics = bindEndpointAddrs(f)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if err := c.paths.Clean(); err != nil {
 		return c, err
+	}
+	if c.output != outputText && c.output != outputJSON {
+		return c, fmt.Errorf("inspect: -o %q: want %s or %s", c.output, outputText, outputJSON)
+	}
+	if c.node {
+		if fs.NArg() != 0 {
+			return c, fmt.Errorf("inspect --node: want no argument, got %q", fs.Args())
+		}
+		return c, nil
 	}
 	ns, name, ok := strings.Cut(fs.Arg(0), "/")
 	if fs.NArg() != 1 || !ok || !kube.ValidNamespace(ns) || name == "" {
@@ -111,6 +146,9 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	c, err := parseInspectFlags(args, getenv)
 	if err != nil {
 		return 1, err
+	}
+	if c.node {
+		return runInspectNode(c, stdout)
 	}
 	paths, backend := c.paths, c.backend
 	cs, err := inspectClient(c.kubeconfig, paths.RunDir)
@@ -174,13 +212,53 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if err != nil {
 		return 1, err
 	}
-	if err := report.Print(stdout); err != nil {
+	write := report.Print
+	if c.output == outputJSON {
+		write = report.PrintJSON
+	}
+	if err := write(stdout); err != nil {
 		return 1, err
 	}
 	if !report.Consistent() {
 		return exitInconsistent, nil
 	}
 	return 0, nil
+}
+
+// runInspectNode is inspect --node: the node summary. It reads no API
+// object: the node's agent and its config directory say it all.
+func runInspectNode(c inspectFlags, stdout io.Writer) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	doc := inspect.Node(ctx, inspect.NodeOptions{CNINetDir: c.paths.CNINetDir, HealthAddr: *c.health, MetricsAddr: *c.metrics,
+		Build: version.Line("install-cni")}, inspect.NodeDeps{Get: httpGet})
+	write := doc.Print
+	if c.output == outputJSON {
+		write = doc.PrintJSON
+	}
+	if err := write(stdout); err != nil {
+		return 1, err
+	}
+	if !doc.OK() {
+		return exitInconsistent, nil
+	}
+	return 0, nil
+}
+
+// httpGet fetches a URL of the agent's on this host: its status and
+// body (up to 1 MiB).
+func httpGet(ctx context.Context, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, string(body), err
 }
 
 // inspectClient: --kubeconfig, else the pod's own credentials, else (on

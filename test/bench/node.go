@@ -163,9 +163,11 @@ type histogram struct {
 // /metrics. kubelet_run_podsandbox_duration_seconds would be the obvious
 // one, but in 1.32 it timed almost nothing (microseconds per sandbox).
 func sandboxSeconds(ctx context.Context, node *cluster.Node) (histogram, error) {
-	// The kubelet's serving certificate is self-signed; this is loopback.
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- loopback test node
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", node.KubeletPort), nil)
+	// The kubelet's serving certificate is self-signed; this is the test
+	// node's bridge on this machine.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // #nosec G402 -- the test node
+	kubelet := netip.AddrPortFrom(node.NodeIP, uint16(node.KubeletPort))                                       // #nosec G115 -- a port
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+kubelet.String()+"/metrics", nil)
 	if err != nil {
 		return histogram{}, err
 	}

@@ -194,6 +194,9 @@ func apiserverArgs(dir string, host netip.Addr, port int, etcdURL string, c cert
 		// reaches the server through the Service IP.
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
+		// exec and logs dial the kubelet at its node's IP: a node's
+		// hostname resolves nowhere here.
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 }
 

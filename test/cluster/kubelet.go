@@ -11,7 +11,9 @@ import (
 // this VM runs cgroup v1 without systemd; failSwapOn: swap may be on.
 // Eviction thresholds are low so a busy CI disk never evicts test pods.
 // Authentication and authorization are off on the kubelet's own API,
-// which listens on loopback only.
+// which listens on the node's IP only (where the API server dials it for
+// kubectl exec and logs: its pods' gateway, on this machine's bridge or
+// in the fleet node's own network namespace).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -19,7 +21,7 @@ cgroupRoot: /%s
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%s
-address: 127.0.0.1
+address: %s
 port: %d
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -61,7 +63,7 @@ func (n *Node) startKubelet(_ context.Context, b nodeBins, dir string) error {
 	if err := createCgroupRoot(cgroupRoot); err != nil {
 		return fmt.Errorf("cgroup root for kubelet: %w", err)
 	}
-	data := fmt.Sprintf(kubeletConfig, cgroupRoot, n.ContainerdSocket, ports[0], ports[1], n.PodLogDir)
+	data := fmt.Sprintf(kubeletConfig, cgroupRoot, n.ContainerdSocket, n.NodeIP, ports[0], ports[1], n.PodLogDir)
 	if err := os.WriteFile(cfg, []byte(data), 0o600); err != nil {
 		return err
 	}

@@ -61,8 +61,8 @@ type Node struct {
 	// (the node's /var/run/netns), a shared mount under the node's
 	// directory.
 	NetnsDir string
-	// KubeletPort is kubelet's HTTPS API (/metrics, ...) on 127.0.0.1;
-	// anonymous requests are allowed.
+	// KubeletPort is kubelet's HTTPS API (/metrics, exec, logs, ...) on
+	// NodeIP; anonymous requests are allowed.
 	KubeletPort int
 	// NodeIP is the node's InternalIP: its pods' gateway on its bridge on
 	// a single node, its eth0 on a fleet's.

@@ -66,7 +66,7 @@ func (r Report) Print(w io.Writer) error {
 	if r.Netns != "" && r.NetnsErr == "" {
 		section(&b, "has (istio-cni's rules only)", r.Have)
 	}
-	line("verdict:   %s", r.verdict())
+	line("verdict:   %s", r.Verdict().Text)
 	if r.Redirect && len(r.Diffs) > 0 {
 		section(&b, "differences", r.Diffs)
 	}
@@ -74,24 +74,45 @@ func (r Report) Print(w io.Writer) error {
 	return err
 }
 
-func (r Report) verdict() string {
+// Verdict is the report's conclusion: a stable code for programs (the
+// JSON form's "verdict") and the line a human reads.
+type Verdict struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
+}
+
+// The verdict codes, stable across releases: a program (kubectl istio-cni
+// why -o json) switches on them.
+const (
+	VerdictRedirected    = "redirected"
+	VerdictNotRedirected = "not-redirected"
+	VerdictMissing       = "rules-differ"
+	VerdictStrayRules    = "stray-rules"
+	VerdictRefused       = "settings-refused"
+	VerdictMissed        = "missed-injection"
+	VerdictUnknown       = "unknown"
+)
+
+// Verdict judges the report: the one source of Print's verdict line and
+// the JSON form's.
+func (r Report) Verdict() Verdict {
 	switch {
 	case r.NewerRecord != 0:
-		return "unknown: a newer istio-cni applied this sandbox's rules; this build does not judge them"
+		return Verdict{VerdictUnknown, "unknown: a newer istio-cni applied this sandbox's rules; this build does not judge them"}
 	case r.Invalid != "":
-		return "NOT REDIRECTED: the plugin refuses this pod's settings"
+		return Verdict{VerdictRefused, "NOT REDIRECTED: the plugin refuses this pod's settings"}
 	case r.Injection != nil && r.Injection.Missed():
-		return "NOT IN THE MESH: created without its sidecar: the injector did not mutate it; recreate it to join the mesh"
+		return Verdict{VerdictMissed, "NOT IN THE MESH: created without its sidecar: the injector did not mutate it; recreate it to join the mesh"}
 	case r.NetnsErr != "":
-		return "unknown: the pod's network namespace was not read"
+		return Verdict{VerdictUnknown, "unknown: the pod's network namespace was not read"}
 	case r.Redirect && len(r.Diffs) == 0:
-		return "ok: redirected as the plugin decides"
+		return Verdict{VerdictRedirected, "ok: redirected as the plugin decides"}
 	case r.Redirect:
-		return fmt.Sprintf("NOT REDIRECTED: %d difference(s) from the rules it should have", len(r.Diffs))
+		return Verdict{VerdictMissing, fmt.Sprintf("NOT REDIRECTED: %d difference(s) from the rules it should have", len(r.Diffs))}
 	case len(r.Have) > 0:
-		return "unexpected: not to be redirected, yet it holds istio-cni rules"
+		return Verdict{VerdictStrayRules, "unexpected: not to be redirected, yet it holds istio-cni rules"}
 	}
-	return "ok: not redirected, as the plugin decides"
+	return Verdict{VerdictNotRedirected, "ok: not redirected, as the plugin decides"}
 }
 
 func section(b *strings.Builder, title string, lines []string) {

@@ -94,6 +94,8 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	if gaps := stopWatch(); len(gaps) > 0 {
 		t.Errorf("files went missing on the kept nodes: %v", gaps)
 	}
+	// The node the DaemonSet keeps off reads "excluded", not wrong.
+	requireCheck(t, 0, "node "+out.Name+": excluded: the DaemonSet keeps off it")
 	for _, n := range kept {
 		if _, err := os.Stat(ownedPath(n)); err != nil {
 			t.Errorf("node %s: %v", n.Name, err)
@@ -121,6 +123,14 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	if err := rulesMatchModel(t.Context(), out, back.Metadata.Name); err != nil {
 		t.Error(err)
 	}
+	// kubectl istio-cni: each node's meshed pod explained by that node's
+	// agent; every node ok again.
+	meshed := map[*cluster.Node]string{out: back.Metadata.Name}
+	for i, n := range kept {
+		meshed[n] = fmt.Sprintf("meshed-selector-%d", i)
+	}
+	requireWhyFromItsNode(t, meshed)
+	requireCheck(t, 0, fmt.Sprintf("all %d node(s) ok", len(env.fleet.Nodes)))
 }
 
 // leftOn lists what istio-cni has on node n: its binaries, any config

@@ -29,6 +29,10 @@ func TestUninstallWithOneNodeDown(t *testing.T) {
 	if n, err := down.StopContainers(t.Context(), "istio-cni", "install-cni"); err != nil || n != 1 {
 		t.Fatalf("stopping the agent on %s: %d containers, %v", down.Name, n, err)
 	}
+	// kubectl istio-cni check names the node whose agent is stopped (its
+	// pod still reads Ready: no kubelet reports otherwise; the agent
+	// cannot be asked).
+	requireCheck(t, 3, "node "+down.Name+":\n", "wrong: ")
 	// --wait=false: the down node's pod cannot finish terminating.
 	kubectl(t, "delete", "-k", filepath.Join(env.dir, "overlay"), "--wait=false")
 	for _, n := range up {
