@@ -178,7 +178,7 @@ func (a *Agent) nodeDuties(cs kubeclient.Interface, reg prometheus.Registerer) e
 			Help: "1 while this node carries " + a.cfg.TaintKey + " as last set or seen by the agent.",
 		})
 		reg.MustRegister(tainted)
-		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Key: cfg.TaintKey, Ready: a.installer, Grace: cfg.TaintGrace,
+		a.taint = &taint.Controller{Client: cs, Node: cfg.NodeName, Key: cfg.TaintKey, Retired: taint.Retired(cfg.TaintKey), Ready: a.installer, Grace: cfg.TaintGrace,
 			Exempt: []string{install.ShutdownReason, install.UninstalledReason, install.RefusedReason},
 			Log:    a.log.With("component", "taint"), Tainted: tainted}
 	}
@@ -234,7 +234,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() { a.taint.Run(dutiesCtx) })
 	}
 	if a.sight != nil {
-		wg.Go(func() { a.sight.probe(dutiesCtx, a.cfg.AuditInterval, a.probe) })
+		wg.Go(func() { a.sight.probe(dutiesCtx, probePeriod(a.cfg.AuditInterval), a.probe) })
 	}
 	// The plugin's reports are best effort: without them the agent still
 	// installs, repairs and audits.

@@ -163,6 +163,9 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--missed-injection-restarts-per-minute=0"}, "--missed-injection-restarts-per-minute"},
 		{[]string{"--validation-container=Istio_Validation"}, "--validation-container \"Istio_Validation\": want a container name"},
 		{[]string{"--mode=sideways"}, "--mode"}, // the installer's, through the same parse
+		{[]string{"--taint-key=cni.istio.io/not ready"}, "--taint-key \"cni.istio.io/not ready\": want a taint key"},
+		{[]string{"--taint-key=node.kubernetes.io/network-unavailable"}, "belongs to Kubernetes"},
+		{[]string{"--cni-conf-group-read=sometimes"}, "--cni-conf-group-read \"sometimes\": want true or false"},
 		{[]string{"stray"}, "unexpected"},
 	} {
 		_, err := ParseFlags(tc.args, n.getenv, "/bin")

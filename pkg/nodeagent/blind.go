@@ -41,6 +41,7 @@ type apiSight struct {
 	viewOK  bool      // the pod view's last list or watch call was answered
 	viewErr error     // its error, if it was not
 	reqErr  error     // the last request's failure; nil once one succeeds
+	lastOK  time.Time // when a request was last answered
 	since   time.Time // start of the blind spell; zero while not blind
 	cause   error     // the error that started it
 }
@@ -141,13 +142,19 @@ func (s *apiSight) observeRequest(err error) {
 	if ignored(err) {
 		return
 	}
-	s.observe(func() { s.reqErr = err }, err)
+	s.observe(func() {
+		s.reqErr = err
+		if err == nil {
+			s.lastOK = s.now()
+		}
+	}, err)
 }
 
-// ignored: the agent's own cancellation says nothing of the API, and an
-// expired resource version is the API's answer (the informer lists again).
+// ignored: the agent's own cancellation says nothing of the API; an
+// expired resource version (the informer lists again) and throttling are
+// the API's answers.
 func ignored(err error) bool {
-	return errors.Is(err, context.Canceled) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+	return errors.Is(err, context.Canceled) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.IsTooManyRequests(err)
 }
 
 // observe applies one outcome and says what changed: a failure while not
@@ -214,10 +221,25 @@ func (t observedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // WrappedRoundTripper lets client-go reach the transport beneath.
 func (t observedTransport) WrappedRoundTripper() http.RoundTripper { return t.rt }
 
-// probe asks the API one cheap question every interval until ctx ends;
-// its outcome reaches the sight through the transport like any request's.
-func (s *apiSight) probe(ctx context.Context, interval time.Duration, ask func(context.Context) error) {
-	t := time.NewTicker(interval)
+// probePeriod is how often the probe asks, from the audit's interval:
+// within it, but never more than once in 5 s (a node's share of a large
+// cluster's API load) nor less than once in 30 s.
+func probePeriod(audit time.Duration) time.Duration {
+	return min(max(audit, 5*time.Second), 30*time.Second)
+}
+
+// probeRetry is the first wait after a failed probe, doubled up to the
+// period: one refused or 503 request (an API server rolling) is cleared
+// within a second or two, not a period later.
+const probeRetry = time.Second
+
+// probe asks the API one cheap question each period until ctx ends, unless
+// another request was answered within it; its outcome reaches the sight
+// through the transport like any request's. After a failure it asks again
+// sooner.
+func (s *apiSight) probe(ctx context.Context, period time.Duration, ask func(context.Context) error) {
+	wait := period
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -225,8 +247,37 @@ func (s *apiSight) probe(ctx context.Context, interval time.Duration, ask func(c
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, min(interval, probeTimeout))
-		_ = ask(pctx) // observed at the transport
-		cancel()
+		switch {
+		case s.answeredWithin(period):
+			wait = period
+		default:
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			err := ask(pctx)
+			cancel()
+			switch {
+			case err == nil || !s.Blind():
+				wait = period
+			case wait >= period:
+				wait = probeRetry
+			default:
+				wait = min(2*wait, period)
+			}
+		}
+		t.Reset(wait)
 	}
+}
+
+// answeredWithin: the API answered a request less than d ago, and none
+// failed since.
+func (s *apiSight) answeredWithin(d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqErr == nil && !s.lastOK.IsZero() && s.now().Sub(s.lastOK) < d
+}
+
+// Blind reports whether a blind spell is going on.
+func (s *apiSight) Blind() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.since.IsZero()
 }

@@ -255,7 +255,7 @@ func TestReadinessUnchangedWhileBlind(t *testing.T) {
 		}
 	})
 	from := probes.Load()
-	poll.UntilTrue(t, 20*time.Second, "three more probes", func() bool { return probes.Load() >= from+3 })
+	poll.UntilTrue(t, time.Minute, "three more probes", func() bool { return probes.Load() >= from+3 })
 	stop()
 	if len(bad) != 0 {
 		t.Errorf("while blind: %q", bad)
@@ -265,5 +265,19 @@ func TestReadinessUnchangedWhileBlind(t *testing.T) {
 	}
 	if n := log.count("API server unreachable"); n != 1 {
 		t.Errorf("%d Warn lines for one blind spell:\n%s", n, log.String())
+	}
+}
+
+// TestProbePeriod: the probe follows the audit's interval within 5 s to
+// 30 s: a 1 s audit does not make a large cluster's agents ask the API
+// every second, an hour's does not leave a dead connection unseen.
+func TestProbePeriod(t *testing.T) {
+	for audit, want := range map[time.Duration]time.Duration{
+		time.Second: 5 * time.Second, 2 * time.Second: 5 * time.Second, 10 * time.Second: 10 * time.Second,
+		30 * time.Second: 30 * time.Second, time.Hour: 30 * time.Second,
+	} {
+		if got := probePeriod(audit); got != want {
+			t.Errorf("probePeriod(%v) = %v, want %v", audit, got, want)
+		}
 	}
 }

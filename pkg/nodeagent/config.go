@@ -182,6 +182,21 @@ func bindIptablesBackend(f envflag.Set) func() (release.Backend, error) {
 	}
 }
 
+// reservedTaintKey: the key's prefix is Kubernetes' own, whose taints
+// other controllers own (node.kubernetes.io/not-ready, ...).
+func reservedTaintKey(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	for _, d := range []string{"kubernetes.io", "k8s.io"} {
+		if prefix == d || strings.HasSuffix(prefix, "."+d) {
+			return true
+		}
+	}
+	return false
+}
+
 // validate checks the agent's own flags; the error names the flag and what
 // is allowed.
 func (c Config) validate() error {
@@ -197,6 +212,8 @@ func (c Config) validate() error {
 	}
 	if errs2 := validation.IsQualifiedName(c.TaintKey); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--taint-key %q: want a taint key (a label key such as cni.istio.io/not-ready): %s", c.TaintKey, strings.Join(errs2, "; ")))
+	} else if reservedTaintKey(c.TaintKey) {
+		errs = append(errs, fmt.Errorf("--taint-key %q: a key under kubernetes.io or k8s.io belongs to Kubernetes (the node lifecycle controller, the cloud provider); want a key of istio-cni's, such as cni.istio.io/not-ready", c.TaintKey))
 	}
 	if errs2 := validation.IsValidLabelValue(c.AuditLabelValue); len(errs2) > 0 {
 		errs = append(errs, fmt.Errorf("--audit-label-value %q: want a label value: %s", c.AuditLabelValue, strings.Join(errs2, "; ")))

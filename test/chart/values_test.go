@@ -62,6 +62,7 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 		{"env.CNI_CONF_GROUP_READ=maybe", `env.CNI_CONF_GROUP_READ "maybe": want true or false`},
 		{"taint.name=cni.istio.io/not ready", `taint.name "cni.istio.io/not ready": want a taint key`},
 		{"env.TAINT_KEY=a/b/c", `env.TAINT_KEY "a/b/c": want a taint key`},
+		{"taint.name=node.kubernetes.io/network-unavailable", `taint.name "node.kubernetes.io/network-unavailable": a key under kubernetes.io or k8s.io belongs to Kubernetes`},
 		{"taint.nmae=x", `taint`},
 		{"env.CHAINED_CNI_PLUGIN=false,env.OWNED_CONFIG_NAME=02-istio-cni.conflist", "cniConfFileName (or env.OWNED_CONFIG_NAME) \"02-istio-cni.conflist\": standalone"},
 		{"env.CHAINED_CNI_PLUGIN=false,cniConfFileName=10-calico.conflist", "standalone (chained false), istio-cni writes one plugin config"},

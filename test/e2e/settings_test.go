@@ -25,10 +25,12 @@ func TestSettingsRollTheAgent(t *testing.T) {
 			t.Errorf("restoring the overlay's settings: %v", err)
 		}
 	})
+	start := time.Now()
 	if err := env.node.SetSettings(t.Context(), env.overlay, map[string]string{"LOG_LEVEL": "debug"}); err != nil {
 		t.Fatal(err)
 	}
 	debug := requireAgentRolled(t, old, "DEBUG")
+	t.Logf("apply -k to the new agent ready at debug: %v", time.Since(start).Round(time.Millisecond)) // BENCHMARKS.md
 	if err := env.node.SetSettings(t.Context(), env.overlay, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -149,4 +152,70 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// TestNodeTaintPolicyNewKey: with the chart's taint.name set to another
+// key, the agent (the real controller) removes and restores that key on
+// its node, and takes off the default key the node registered with before
+// the change, which the policy lets it remove but never add again: a key
+// change leaves no node tainted for good.
+func TestNodeTaintPolicyNewKey(t *testing.T) {
+	const key = "example.com/cni-not-ready"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	helm, err := cluster.Helm()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy, err := exec.CommandContext(ctx, helm, "template", "istio-cni", "../../deployments/helm/istio-cni", "--namespace", "istio-cni",
+		"--kube-version", "1.33.0", "--set", "taint.name="+key, "-s", "templates/admission-policy.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(f, policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	applyDeployments(t, ctx, f)
+	adminClient := clientFor(t, cluster.AdminToken)
+	other := corev1.Taint{Key: "example.com/dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	const node = "taint-node-c"
+	_ = adminClient.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{})
+	if _, err := adminClient.CoreV1().Nodes().Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"kubernetes.io/os": "linux"}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{taint.Taint(taint.DefaultKey), other}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adminClient.CoreV1().Nodes().Delete(context.Background(), node, metav1.DeleteOptions{}) })
+	has := func(k string) bool {
+		n, err := adminClient.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
+	}
+
+	r := &fixedReadiness{ok: true, ch: make(chan struct{}, 1)}
+	c := &taint.Controller{Client: agentOn(t, node), Node: node, Key: key, Retired: taint.Retired(key), Ready: r, Grace: time.Second,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { c.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	poll.UntilTrue(t, 20*time.Second, "the agent removes the default key its node registered with", func() bool {
+		return !has(taint.DefaultKey) && !has(key) && has(other.Key)
+	})
+	r.set(false, "conflist: gone and cannot be written")
+	poll.UntilTrue(t, 20*time.Second, "the agent puts its own key back", func() bool { return has(key) })
+	if has(taint.DefaultKey) {
+		t.Error("the agent put the default key back")
+	}
+	stop()
+	<-done
+	// Every other taint as it is (the node controller adds its own).
+	patch := `[{"op":"add","path":"/spec/taints/-","value":{"key":"cni.istio.io/not-ready","effect":"NoSchedule"}}]`
+	if _, err := agentOn(t, node).Nodes().Patch(ctx, node, types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "may only remove cni.istio.io/not-ready") {
+		t.Errorf("the agent adding the default key back: %v, want the policy to refuse it", err)
+	}
 }

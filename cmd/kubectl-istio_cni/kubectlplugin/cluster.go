@@ -68,6 +68,32 @@ func better(p, than *corev1.Pod) bool {
 }
 
 // daemonSet is the agent's DaemonSet: exactly one in the namespace.
+// taintKey is the startup taint's key the agents run with: TAINT_KEY in
+// the agent container's env or its settings' ConfigMap (envFrom), else the
+// default.
+func (c Cluster) taintKey(ctx context.Context, ds *appsv1.DaemonSet) string {
+	for _, ct := range ds.Spec.Template.Spec.Containers {
+		if ct.Name != agentContainer {
+			continue
+		}
+		for _, e := range ct.Env {
+			if e.Name == "TAINT_KEY" && e.Value != "" {
+				return e.Value
+			}
+		}
+		for _, from := range ct.EnvFrom {
+			if from.ConfigMapRef == nil {
+				continue
+			}
+			cm, err := c.Client.CoreV1().ConfigMaps(ds.Namespace).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+			if err == nil && cm.Data["TAINT_KEY"] != "" {
+				return cm.Data["TAINT_KEY"]
+			}
+		}
+	}
+	return defaultTaintKey
+}
+
 func (c Cluster) daemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
 	list, err := c.Client.AppsV1().DaemonSets(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agentSelector})
 	if err != nil {

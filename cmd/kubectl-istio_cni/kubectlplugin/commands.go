@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,6 +100,9 @@ func check(ctx context.Context, c Cluster, taintKey, output string, stdout io.Wr
 	if err != nil {
 		return exitError, err
 	}
+	if taintKey == "" {
+		taintKey = c.taintKey(ctx, ds)
+	}
 	items := nodes.Items
 	slices.SortFunc(items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	rows := make([]NodeRow, len(items))
@@ -108,6 +112,11 @@ func check(ctx context.Context, c Cluster, taintKey, output string, stdout io.Wr
 		f := nodeFacts{Node: &items[i], Agent: agents[items[i].Name], TaintKey: taintKey}
 		if f.Agent == nil {
 			f.Excluded = excludedBy(ds.Spec.Template.Spec, f.Node)
+			rows[i] = judge(f)
+			continue
+		}
+		if why := notAnswering(f.Node); why != "" {
+			f.StatusErr = why // an exec would wait on a kubelet that is not there
 			rows[i] = judge(f)
 			continue
 		}
@@ -134,11 +143,31 @@ func check(ctx context.Context, c Cluster, taintKey, output string, stdout io.Wr
 	return exitOK, nil
 }
 
+// execTimeout bounds one agent's answer: a node whose kubelet is
+// unreachable holds the exec until the API server gives up dialling it.
+const execTimeout = 20 * time.Second
+
+// notAnswering says why a node's kubelet cannot run an exec (its Ready
+// condition not True), or "".
+func notAnswering(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return ""
+			}
+			return fmt.Sprintf("the node is not Ready (%s: %s), so its agent cannot be asked", c.Reason, c.Message)
+		}
+	}
+	return "" // not reported (yet): ask, within execTimeout
+}
+
 // askNode runs `install-cni inspect --node -o json` in the agent's pod.
 func askNode(ctx context.Context, c Cluster, agent *corev1.Pod) (*nodeStatus, string) {
 	if agent.Status.Phase != corev1.PodRunning {
 		return nil, "" // not running: judge says so; nothing to ask
 	}
+	ctx, cancel := context.WithTimeout(ctx, execTimeout)
+	defer cancel()
 	var out, errOut bytes.Buffer
 	code, err := c.Exec.Exec(ctx, agent.Namespace, agent.Name, agentContainer, []string{agentBinary, "inspect", "--node", "-o", outputJSON}, &out, &errOut)
 	if err != nil {

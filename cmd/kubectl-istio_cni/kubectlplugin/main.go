@@ -58,7 +58,7 @@ func bindGlobals(fs *pflag.FlagSet) *globals {
 	fs.StringVar(&g.kubeconfig, "kubeconfig", "", "the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
 	fs.StringVar(&g.context, "context", "", "the kubeconfig context to use")
 	fs.StringVarP(&g.namespace, "istio-cni-namespace", "n", "istio-cni", "the namespace istio-cni's DaemonSet runs in")
-	fs.StringVar(&g.taintKey, "taint-key", defaultTaintKey, "the startup taint's key (the agent's TAINT_KEY)")
+	fs.StringVar(&g.taintKey, "taint-key", "", "the startup taint's key (default: the agent's TAINT_KEY, as its DaemonSet's settings say, else "+defaultTaintKey+")")
 	return g
 }
 

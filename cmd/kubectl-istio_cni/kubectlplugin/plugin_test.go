@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -48,6 +49,7 @@ type call struct {
 // fakeExec answers each agent pod with what answers holds for it.
 type fakeExec struct {
 	answers map[string]answer // by pod name
+	mu      sync.Mutex        // check asks agents at once
 	calls   []call
 }
 
@@ -61,7 +63,9 @@ func (f *fakeExec) Exec(_ context.Context, namespace, pod, container string, com
 	if container != agentContainer {
 		return 1, fmt.Errorf("container %q", container)
 	}
+	f.mu.Lock()
 	f.calls = append(f.calls, call{pod: namespace + "/" + pod, command: strings.Join(command, " ")})
+	f.mu.Unlock()
 	a := f.answers[pod]
 	_, _ = io.WriteString(stdout, a.stdout)
 	_, _ = io.WriteString(stderr, a.stderr)
@@ -218,6 +222,35 @@ func TestCheckAllOK(t *testing.T) {
 	}
 	if len(ex.calls) != 1 || ex.calls[0].command != "/install-cni inspect --node -o json" {
 		t.Errorf("ran %v", ex.calls)
+	}
+}
+
+// TestCheckNotReadyNodeAndTaintKey: a node whose Ready condition is not
+// True is wrong without an exec that would wait on its kubelet; the
+// startup taint's key is the one the DaemonSet's settings give the agents.
+func TestCheckNotReadyNodeAndTaintKey(t *testing.T) {
+	const key = "example.com/cni-not-ready"
+	ex := &fakeExec{answers: map[string]answer{"agent-a": {stdout: statusJSON(true, true, 0, 0)}}}
+	ds := daemonSet(nil)
+	ds.Spec.Template.Spec.Containers = []corev1.Container{{Name: agentContainer}}
+	ds.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "istio-cni-config-abc"}}}}
+	down := node("b", nil)
+	down.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}
+	c := cluster(ex, ds, node("a", nil, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule}), down,
+		agentPod("agent-a", "a", true), agentPod("agent-b", "b", true),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-config-abc", Namespace: "istio-cni"}, Data: map[string]string{"TAINT_KEY": key}})
+	var out bytes.Buffer
+	code, err := check(t.Context(), c, "", outputText, &out)
+	if err != nil || code != exitWrong {
+		t.Fatalf("check: %d, %v\n%s", code, err, out.String())
+	}
+	if !strings.Contains(out.String(), "the node is not Ready (NodeStatusUnknown") || !strings.Contains(out.String(), "2 of 2 node(s) wrong") {
+		t.Errorf("check:\n%s", out.String())
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.calls) != 1 || ex.calls[0].pod != "istio-cni/agent-a" {
+		t.Errorf("ran %v, want agent-a asked only", ex.calls)
 	}
 }
 

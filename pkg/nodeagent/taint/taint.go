@@ -41,8 +41,11 @@ type Controller struct {
 	Client kubeclient.Interface
 	Node   string
 	// Key is the taint's key: DefaultKey when empty.
-	Key   string
-	Ready Readiness
+	Key string
+	// Retired are keys the agent takes off the node once ready and never
+	// puts back: the key nodes registered with before Key changed.
+	Retired []string
+	Ready   Readiness
 	// Grace is how long the agent may be not ready before the taint goes
 	// back: the installer repairs in milliseconds, so this is a failure it
 	// could not repair.
@@ -120,6 +123,15 @@ func (c *Controller) set(ctx context.Context, want bool, why string) error {
 		return fmt.Errorf("reading node %s: %w", c.Node, err)
 	}
 	taints, changed := With(node.Spec.Taints, c.key(), want)
+	if !want {
+		for _, k := range c.Retired {
+			var gone bool
+			if taints, gone = With(taints, k, false); gone {
+				changed = true
+				c.Log.Info("node taint removed: a key this agent no longer uses", "taint", k, "key", c.key())
+			}
+		}
+	}
 	if !changed {
 		c.setGauge(want)
 		return nil
@@ -189,6 +201,16 @@ func With(taints []corev1.Taint, key string, want bool) ([]corev1.Taint, bool) {
 		return taints, false
 	}
 	return out, true
+}
+
+// Retired are the keys an agent whose key is key removes once ready: the
+// default, which nodes registered with before the key was changed, unless
+// it is the key itself.
+func Retired(key string) []string {
+	if key == DefaultKey || key == "" {
+		return nil
+	}
+	return []string{DefaultKey}
 }
 
 // Taint is the startup taint of that key.

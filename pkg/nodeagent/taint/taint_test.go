@@ -161,17 +161,18 @@ func TestControllerFollowsReadiness(t *testing.T) {
 }
 
 // TestControllerKey: a configured key (istiod's taint.name) is the one
-// removed and put back; the default key, someone else's now, is left
-// alone.
+// removed and put back; the default key, which nodes registered with
+// before the key changed, is taken off once ready and never put back, so
+// a key change cannot leave a node tainted for good.
 func TestControllerKey(t *testing.T) {
 	const key = "example.com/cni-not-ready"
-	mine, theirs := Taint(key), Taint(DefaultKey)
+	mine, before := Taint(key), Taint(DefaultKey)
 	client := fake.NewClientset(&corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{mine, theirs}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{mine, other, before}},
 	})
 	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
-	c := &Controller{Client: clientset.Of(client), Node: "node-a", Key: key, Ready: r, Grace: 50 * time.Millisecond,
+	c := &Controller{Client: clientset.Of(client), Node: "node-a", Key: key, Retired: Retired(key), Ready: r, Grace: 50 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -179,7 +180,10 @@ func TestControllerKey(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	r.set(true, "")
-	waitTaints(t, client, []corev1.Taint{theirs})
+	waitTaints(t, client, []corev1.Taint{other})
 	r.set(false, "conflist: gone")
-	waitTaints(t, client, []corev1.Taint{theirs, mine})
+	waitTaints(t, client, []corev1.Taint{other, mine})
+	if got := Retired(DefaultKey); got != nil {
+		t.Errorf("Retired(DefaultKey) = %v, want none", got)
+	}
 }

@@ -68,7 +68,9 @@ func kubectlIstioCNI(t *testing.T, args ...string) (string, int) {
 	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"istio-cni"}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+env.fleet.Kubeconfig,
 		"PATH="+dir+string(os.PathListSeparator)+filepath.Dir(kubectlBin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	start := time.Now()
 	out, err := cmd.CombinedOutput()
+	t.Logf("kubectl istio-cni %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond)) // BENCHMARKS.md
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):

@@ -145,6 +145,9 @@ values, checked once. Rendered as YAML; templates read it with
 {{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $taintKey) -}}
 {{- fail (printf "%s %q: want a taint key such as cni.istio.io/not-ready (an optional DNS subdomain and '/', then 1 to 63 letters, digits, '-', '_' and '.')" (ternary "env.TAINT_KEY" "taint.name" (ne (include "istio-cni.envValue" (list $env "TAINT_KEY")) "")) $taintKey) -}}
 {{- end -}}
+{{- if regexMatch "^([^/]*\\.)?(kubernetes\\.io|k8s\\.io)/" $taintKey -}}
+{{- fail (printf "%s %q: a key under kubernetes.io or k8s.io belongs to Kubernetes: want a key of istio-cni's, such as cni.istio.io/not-ready" (ternary "env.TAINT_KEY" "taint.name" (ne (include "istio-cni.envValue" (list $env "TAINT_KEY")) "")) $taintKey) -}}
+{{- end -}}
 {{- $podWrites := or (has $action (list "delete" "label")) (eq $missed "restart") -}}
 {{- /* env may also set the config's shape; it is checked here as the
       agent checks it at start, so a refused shape fails the render
