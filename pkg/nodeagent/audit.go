@@ -42,6 +42,8 @@ func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec reco
 	// A state of a pod's rules iptables-save has printed as its model is
 	// read back over netlink after that (one socket, not a process a pod).
 	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
+	metrics := audit.NewMetrics(reg)
+	metrics.Interval.Set(cfg.AuditInterval.Seconds())
 	return audit.New(audit.Config{
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
@@ -57,7 +59,7 @@ func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec reco
 		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},
 		Actions: audit.APIActions{Client: cs},
 		Events:  rec,
-		Metrics: audit.NewMetrics(reg),
+		Metrics: metrics,
 		Log:     log,
 	})
 }

@@ -28,6 +28,9 @@ type Metrics struct {
 	// LastPass is when the last full pass ended (Unix seconds; 0 before
 	// the first): a stale one is an audit that stopped.
 	LastPass prometheus.Gauge
+	// Interval is AUDIT_INTERVAL, the full pass's period: what makes
+	// LastPass stale.
+	Interval prometheus.Gauge
 }
 
 // NewMetrics registers the audit's series with reg.
@@ -62,6 +65,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of a full audit pass over the node's pods.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}),
+		Interval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "istio_cni_audit_interval_seconds",
+			Help: "The audit's full-pass period (AUDIT_INTERVAL), in seconds.",
+		}),
 		LastPass: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "istio_cni_audit_last_pass_timestamp_seconds",
 			Help: "When the last full audit pass over the node's pods ended (Unix seconds; 0 before the first).",
@@ -77,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.PodsRepaired.WithLabelValues(string(a), r)
 		}
 	}
-	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds, m.LastPass, m.PodsRepaired)
+	reg.MustRegister(m.Unredirected, m.Checked, m.Unchecked, m.Findings, m.Actions, m.Errors, m.PassSeconds, m.LastPass, m.Interval, m.PodsRepaired)
 	return m
 }
 
