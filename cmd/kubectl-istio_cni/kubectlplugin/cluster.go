@@ -116,17 +116,18 @@ func (c Cluster) daemonSet(ctx context.Context) (*appsv1.DaemonSet, error) {
 // errNoAgent: no agent pod to ask on the node.
 var errNoAgent = errors.New("no agent pod")
 
-// agentOn is the agent pod on node, ready to answer; the error says why
-// there is none: the DaemonSet keeps off the node, or its pod there is
-// missing or not ready.
+// agentOn is the agent pod on node, running (Ready or not: a not-Ready
+// agent is the one to ask why); the error says why there is none: the
+// DaemonSet keeps off the node, or its pod there is missing, not running
+// or being deleted.
 func (c Cluster) agentOn(ctx context.Context, node string) (*corev1.Pod, error) {
 	agents, err := c.agents(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if p, ok := agents[node]; ok {
-		if why := notReady(p); why != "" {
-			return nil, fmt.Errorf("the agent on node %s, pod %s/%s, is not ready: %s", node, p.Namespace, p.Name, why)
+		if why := cannotAnswer(p); why != "" {
+			return nil, fmt.Errorf("the agent on node %s, pod %s/%s, cannot answer: %s", node, p.Namespace, p.Name, why)
 		}
 		return p, nil
 	}
@@ -157,15 +158,23 @@ func (c Cluster) pod(ctx context.Context, namespace, name string) (*corev1.Pod, 
 	return p, nil
 }
 
-// notReady says why an agent pod cannot answer ("" when it can): being
-// deleted, not running, or not Ready (its /readyz failing: the installer
-// not done).
-func notReady(p *corev1.Pod) string {
+// cannotAnswer says why an agent pod cannot run a command ("" when it
+// can): being deleted, or not running.
+func cannotAnswer(p *corev1.Pod) string {
 	switch {
 	case p.DeletionTimestamp != nil:
 		return "being deleted"
 	case p.Status.Phase != corev1.PodRunning:
 		return fmt.Sprintf("phase %s", or(string(p.Status.Phase), "unknown"))
+	}
+	return ""
+}
+
+// notReady says why an agent pod is not Ready ("" when it is): it cannot
+// answer, or its /readyz fails (the installer not done on its node).
+func notReady(p *corev1.Pod) string {
+	if why := cannotAnswer(p); why != "" {
+		return why
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

@@ -33,9 +33,12 @@ const (
 // WhyDocument is why -o json: where the answer came from and the agent's
 // inspect -o json document, as it printed it.
 type WhyDocument struct {
-	Node   string          `json:"node"`
-	Agent  string          `json:"agent"`
-	Report json.RawMessage `json:"report"`
+	Node  string `json:"node"`
+	Agent string `json:"agent"`
+	// AgentNotReady says why the agent asked is not Ready; absent when it
+	// is.
+	AgentNotReady string          `json:"agentNotReady,omitempty"`
+	Report        json.RawMessage `json:"report"`
 }
 
 // why runs inspect for namespace/name in the agent's pod on the pod's
@@ -71,10 +74,16 @@ func why(ctx context.Context, c Cluster, namespace, name, output string, stdout,
 			return exitError, fmt.Errorf("inspect in the agent on node %s (pod %s/%s) printed no JSON (an agent older than -o json?): %s",
 				node, agent.Namespace, agent.Name, strings.TrimSpace(out.String()+errOut.String()))
 		}
-		return code, writeJSON(stdout, WhyDocument{Node: node, Agent: agent.Namespace + "/" + agent.Name, Report: bytes.TrimSpace(out.Bytes())})
+		return code, writeJSON(stdout, WhyDocument{Node: node, Agent: agent.Namespace + "/" + agent.Name, AgentNotReady: notReady(agent), Report: bytes.TrimSpace(out.Bytes())})
 	}
 	if _, err := fmt.Fprintf(stdout, "node:      %s (asked its agent, pod %s/%s)\n", node, agent.Namespace, agent.Name); err != nil {
 		return exitError, err
+	}
+	if why := notReady(agent); why != "" {
+		// Still asked: a not-Ready agent is the one that says why.
+		if _, err := fmt.Fprintf(stdout, "agent:     %s: its node's install is not complete (kubectl istio-cni check)\n", why); err != nil {
+			return exitError, err
+		}
 	}
 	_, _ = io.Copy(stderr, &errOut)
 	if _, err := io.Copy(stdout, &out); err != nil {
