@@ -126,17 +126,7 @@ func waitTaints(t *testing.T, c *fake.Clientset, want []corev1.Taint) {
 }
 
 func TestControllerFollowsReadiness(t *testing.T) {
-	client := fake.NewClientset(&corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{Taint(DefaultKey), other}},
-	})
-	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
-	c := &Controller{Client: clientset.Of(client), Node: "node-a", Ready: r, Grace: 50 * time.Millisecond, Exempt: []string{"shutting down"},
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	c, client, r := runController(t, Controller{Exempt: []string{"shutting down"}}, Taint(DefaultKey), other)
 
 	r.set(true, "")
 	waitTaints(t, client, []corev1.Taint{other})
@@ -167,17 +157,7 @@ func TestControllerFollowsReadiness(t *testing.T) {
 func TestControllerKey(t *testing.T) {
 	const key = "example.com/cni-not-ready"
 	mine, before := Taint(key), Taint(DefaultKey)
-	client := fake.NewClientset(&corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
-		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{mine, other, before}},
-	})
-	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
-	c := &Controller{Client: clientset.Of(client), Node: "node-a", Key: key, Retired: Retired(key), Ready: r, Grace: 50 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	_, client, r := runController(t, Controller{Key: key, Retired: Retired(key)}, mine, other, before)
 
 	r.set(true, "")
 	waitTaints(t, client, []corev1.Taint{other})
@@ -186,4 +166,22 @@ func TestControllerKey(t *testing.T) {
 	if got := Retired(DefaultKey); got != nil {
 		t.Errorf("Retired(DefaultKey) = %v, want none", got)
 	}
+}
+
+// runController runs c (its client, node, readiness, grace and log
+// filled in) on a fake node-a carrying taints, until the test ends.
+func runController(t *testing.T, c Controller, taints ...corev1.Taint) (*Controller, *fake.Clientset, *readiness) {
+	t.Helper()
+	client := fake.NewClientset(&corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "1"},
+		Spec:       corev1.NodeSpec{Taints: taints},
+	})
+	r := &readiness{why: "starting", ch: make(chan struct{}, 1)}
+	c.Client, c.Node, c.Ready, c.Grace = clientset.Of(client), "node-a", r, 50*time.Millisecond
+	c.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &c, client, r
 }
