@@ -349,8 +349,8 @@ unit:
 	$(GO) test -count=1 ./pkg/... ./cmd/...
 
 ## goldens: rewrite the rule and conflist golden files after an intended
-## change, and pkg/nftables' cni-*.golden from upstream's istio-nftables;
-## review the diff (git diff pkg/*/testdata).
+## change, and pkg/iptables/nftables' cni-*.golden from upstream's istio-nftables;
+## review the diff (git diff pkg).
 goldens:
 	$(GO) test -count=1 ./pkg/iptables ./pkg/chain -update
 	cd test/upstream && $(GO) test -count=1 -run TestCNIGoldens . -update

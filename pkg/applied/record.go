@@ -68,7 +68,7 @@ type Record struct {
 	// Backend is the iptables implementation ADD used (legacy or nft, as
 	// its auto resolved on the node): the agent reads and repairs with it.
 	Backend release.Backend `json:"backend,omitempty"`
-	// Native: the rules are native nftables (pkg/nftables), not
+	// Native: the rules are native nftables (pkg/iptables/nftables), not
 	// iptables; Backend is empty then. Version 2.
 	Native bool      `json:"native,omitempty"`
 	At     time.Time `json:"at"`

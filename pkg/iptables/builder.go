@@ -27,7 +27,7 @@ type Model struct {
 	V4 *Ruleset
 	V6 *Ruleset
 	// Spec is what the rulesets were built from: native nftables
-	// (pkg/nftables) builds its one ruleset for both families from it.
+	// (pkg/iptables/nftables) builds its one ruleset for both families from it.
 	Spec Spec
 }
 

@@ -174,17 +174,7 @@ func TestUpstreamParityTProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := iptables.BuildFamily(spec, iptables.IPv4)
-	mangle := iptables.Ruleset{Family: rs.Family}
-	for _, c := range rs.Chains {
-		if c.Table == iptables.TableMangle {
-			mangle.Chains = append(mangle.Chains, c)
-		}
-	}
-	for _, r := range rs.Rules {
-		if r.Table == iptables.TableMangle {
-			mangle.Rules = append(mangle.Rules, r)
-		}
-	}
+	mangle := tableOf(&rs, iptables.TableMangle)
 	if d := iptables.Diff(&mangle, obs); len(d) != 0 {
 		t.Errorf("mangle differs from upstream:\n%s", strings.Join(d, "\n"))
 	}
@@ -215,17 +205,7 @@ func TestUpstreamParityDropInvalid(t *testing.T) {
 	}
 	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
 		rs := iptables.BuildFamily(spec, fam)
-		mangle := iptables.Ruleset{Family: rs.Family}
-		for _, c := range rs.Chains {
-			if c.Table == iptables.TableMangle {
-				mangle.Chains = append(mangle.Chains, c)
-			}
-		}
-		for _, r := range rs.Rules {
-			if r.Table == iptables.TableMangle {
-				mangle.Rules = append(mangle.Rules, r)
-			}
-		}
+		mangle := tableOf(&rs, iptables.TableMangle)
 		if d := iptables.Diff(&mangle, obs); len(d) != 0 {
 			t.Errorf("%s mangle differs from upstream:\n%s", fam, strings.Join(d, "\n"))
 		}
@@ -234,4 +214,20 @@ func TestUpstreamParityDropInvalid(t *testing.T) {
 			t.Errorf("%s: %d nat rules, want the default's %d", fam, nat, len(def.Rules))
 		}
 	}
+}
+
+// tableOf is rs's chains and rules in one table.
+func tableOf(rs *iptables.Ruleset, table string) iptables.Ruleset {
+	out := iptables.Ruleset{Family: rs.Family}
+	for _, c := range rs.Chains {
+		if c.Table == table {
+			out.Chains = append(out.Chains, c)
+		}
+	}
+	for _, r := range rs.Rules {
+		if r.Table == table {
+			out.Rules = append(out.Rules, r)
+		}
+	}
+	return out
 }

@@ -5,8 +5,9 @@
 // rendered; nothing from an annotation reaches a rule as text.
 //
 // Both sides use the one model: the plugin's ADD and CHECK, and the node
-// agent's audit and inspect. Its subpackages run it (xtables, nfnl) and
-// find the node's iptables (release).
+// agent's audit and inspect. Its subpackages run it (xtables, nfnl), find
+// the node's iptables (release), and render the same spec as upstream's
+// native nftables ruleset (nftables), for nodes set to native nftables.
 package iptables
 
 import "net/netip"

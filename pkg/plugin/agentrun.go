@@ -17,7 +17,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/nsthread"
+	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 	"istio-cni.local/istio-cni/pkg/wire/lookups"
 	"istio-cni.local/istio-cni/pkg/wire/reports"

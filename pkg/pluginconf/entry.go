@@ -32,7 +32,7 @@ type Entry struct {
 	// IptablesBackend is auto, legacy or nft (see release.Backend).
 	IptablesBackend string `json:"iptables_backend,omitempty"`
 	// NativeNftables writes pods' rules as upstream's native nftables
-	// ruleset (pkg/nftables) instead of iptables rules, as upstream's
+	// ruleset (pkg/iptables/nftables) instead of iptables rules, as upstream's
 	// native_nftables (global.nativeNftables) does.
 	NativeNftables bool `json:"native_nftables,omitempty"`
 	// APITimeout bounds a pod lookup with all its retries; APIAttemptTimeout

@@ -8,12 +8,12 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // A Network with Native writes upstream's native nftables ruleset
-// (pkg/nftables) instead of iptables rules: one inet ruleset for both
+// (pkg/iptables/nftables) instead of iptables rules: one inet ruleset for both
 // families, written in one nf_tables transaction and read back over
 // netlink by this process in the pod's namespace (nfnl). It needs no
 // iptables and no nft on the node, and no hop into a pod's own user

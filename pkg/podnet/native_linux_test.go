@@ -10,8 +10,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // nativeHeld is how our tables in the namespace differ from rs.

@@ -15,7 +15,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/nsthread"
+	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
 
 // Network programs pods' network namespaces: with a Programmer
@@ -47,7 +47,7 @@ const rollbackBudget = 10 * time.Second
 
 // do runs fn inside the namespace at path, on a locked OS thread; iptables
 // processes started there inherit the namespace. The thread is the
-// scheduler's again once it is home (pkg/nsthread, which knows home
+// scheduler's again once it is home (pkg/podnet/nsthread, which knows home
 // without reading /proc each time: the node agent runs an ADD for every
 // pod). fn gets the Programmer for the namespace: n's, or, for a
 // namespace another user namespace owns, n's run as that namespace's root

@@ -2,9 +2,9 @@ package main
 
 import (
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // floorProgram is what the as-installed table holds ADD to: the node's

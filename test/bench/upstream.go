@@ -11,8 +11,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
-	"istio-cni.local/istio-cni/pkg/nftables"
 )
 
 // upstream measures upstream istio-cni's plugin binary (given with

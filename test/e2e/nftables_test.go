@@ -12,7 +12,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/podnet"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"

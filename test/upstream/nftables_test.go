@@ -12,12 +12,12 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-var update = flag.Bool("update", false, "rewrite pkg/nftables/testdata's cni-*.golden from upstream's code")
+var update = flag.Bool("update", false, "rewrite pkg/iptables/nftables/testdata's cni-*.golden from upstream's code")
 
 // cniCases are the sidecar configs upstream's istio-cni hands
 // istio-nftables (cni/pkg/plugin/sidecar_nftables_linux.go: a pod with no
 // traffic annotations, then DNS capture, TPROXY, INVALID_DROP and an IPv6
-// address), which upstream's own goldens do not cover. pkg/nftables's
+// address), which upstream's own goldens do not cover. pkg/iptables/nftables's
 // TestCNIGoldens holds its ruleset for the same specs to these files, so
 // the two together hold it to upstream's code.
 var cniCases = []struct {
@@ -64,7 +64,7 @@ func TestCNIGoldens(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := mock.Dump(tx)
-			path := filepath.Join("..", "..", "pkg", "nftables", "testdata", tc.name+".golden")
+			path := filepath.Join("..", "..", "pkg", "iptables", "nftables", "testdata", tc.name+".golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
 					t.Fatal(err)

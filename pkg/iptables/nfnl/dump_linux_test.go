@@ -59,16 +59,7 @@ func Dump(family uint8) (string, error) {
 func exprsString(b []byte) string {
 	var parts []string
 	for _, elem := range parseAttrs(b) {
-		var name string
-		var data []byte
-		for _, a := range parseAttrs(elem.value) {
-			switch a.typ {
-			case unix.NFTA_EXPR_NAME:
-				name = string(trimNul(a.value))
-			case unix.NFTA_EXPR_DATA:
-				data = a.value
-			}
-		}
+		name, data := exprParts(elem.value)
 		if name == "counter" {
 			parts = append(parts, "counter")
 			continue

@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // WriteNative makes the calling thread's network namespace hold exactly

@@ -1,15 +1,13 @@
 package nfnl_test
 
 import (
-	"encoding/json"
 	"net/netip"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // nativeCase is a ruleset and the nft text that makes it: upstream's
@@ -20,7 +18,7 @@ type nativeCase struct {
 	golden string // a file for nft -f; "" to load rs.Commands()
 }
 
-// nativeCases are pkg/nftables' upstream cases (upstream_test.go, which
+// nativeCases are pkg/iptables/nftables' upstream cases (upstream_test.go, which
 // holds each to its golden) and the default spec's variants.
 func nativeCases(t *testing.T) []nativeCase {
 	base := iptables.DefaultSpec()
@@ -58,7 +56,7 @@ func nativeCases(t *testing.T) []nativeCase {
 		{"basic-exclude-nic", false, []func(*iptables.Spec){func(s *iptables.Spec) { s.ExcludeInterfaces = iptablestest.IfNames("not-istio-nic") }}},
 		{"drop-invalid", false, []func(*iptables.Spec){func(s *iptables.Spec) { s.InvalidDrop = true }}},
 	}
-	dir := upstreamGoldens(t)
+	dir := iptablestest.UpstreamNftablesGoldens(t)
 	var out []nativeCase
 	for _, u := range upstream {
 		s := base
@@ -83,21 +81,4 @@ func nativeCases(t *testing.T) []nativeCase {
 		}
 	}
 	return out
-}
-
-// upstreamGoldens is the folder of istio-nftables' goldens in the
-// istio.io/istio module test/upstream pins.
-func upstreamGoldens(t *testing.T) string {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), "go", "mod", "download", "-json", "istio.io/istio")
-	cmd.Dir = filepath.Join("..", "..", "..", "test", "upstream")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download istio.io/istio (test/upstream's pin): %v", err)
-	}
-	var mod struct{ Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download: no module folder in %s", out)
-	}
-	return filepath.Join(mod.Dir, "tools", "istio-nftables", "pkg", "capture", "testdata")
 }

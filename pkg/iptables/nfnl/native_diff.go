@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // diffNative lists how the held tables differ from the planned ones, in
@@ -193,19 +193,24 @@ func attrValue(as []attr, typ uint16) []byte {
 func canonExprs(b []byte, set func(name string, id uint32) string) string {
 	var parts []string
 	for _, elem := range parseAttrs(b) {
-		var name string
-		var data []byte
-		for _, a := range parseAttrs(elem.value) {
-			switch a.typ {
-			case unix.NFTA_EXPR_NAME:
-				name = string(trimNul(a.value))
-			case unix.NFTA_EXPR_DATA:
-				data = a.value
-			}
-		}
+		name, data := exprParts(elem.value)
 		parts = append(parts, name+canonData(name, data, set))
 	}
 	return strings.Join(parts, " ")
+}
+
+// exprParts splits one of a rule's expressions, as the kernel sends it,
+// into its name and its data attribute.
+func exprParts(b []byte) (name string, data []byte) {
+	for _, a := range parseAttrs(b) {
+		switch a.typ {
+		case unix.NFTA_EXPR_NAME:
+			name = string(trimNul(a.value))
+		case unix.NFTA_EXPR_DATA:
+			data = a.value
+		}
+	}
+	return name, data
 }
 
 func canonData(name string, data []byte, set func(name string, id uint32) string) string {

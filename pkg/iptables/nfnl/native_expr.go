@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // Attributes and values of linux/netfilter/nf_tables.h (and nftables'

@@ -3,7 +3,7 @@ package nfnl
 import (
 	"fmt"
 
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // ListNative lists our tables in the calling thread's network namespace
@@ -12,11 +12,7 @@ import (
 // the rule of rs it encodes as, or by its handle when rs has none such.
 // No nft is needed: rules are named by the model, not decoded.
 func ListNative(rs *nftables.Ruleset) ([]string, error) {
-	want, err := planNative(rs)
-	if err != nil {
-		return nil, err
-	}
-	held, err := readHeld()
+	want, held, err := plannedAndHeld(rs)
 	if err != nil {
 		return nil, err
 	}

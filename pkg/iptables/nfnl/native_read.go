@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // DiffNative compares our tables in the calling thread's network
@@ -19,15 +19,22 @@ import (
 // and anonymous sets' names left out (a set compares by its elements).
 // Tables other than ours are not read.
 func DiffNative(rs *nftables.Ruleset) ([]string, error) {
-	want, err := planNative(rs)
-	if err != nil {
-		return nil, err
-	}
-	held, err := readHeld()
+	want, held, err := plannedAndHeld(rs)
 	if err != nil {
 		return nil, err
 	}
 	return diffNative(want, held), nil
+}
+
+// plannedAndHeld is what WriteNative writes for rs and what the kernel
+// holds of our tables now.
+func plannedAndHeld(rs *nftables.Ruleset) (map[string]*plannedTable, map[string]*heldTable, error) {
+	want, err := planNative(rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	held, err := readHeld()
+	return want, held, err
 }
 
 // readHeld reads our tables once nothing commits during the read, at

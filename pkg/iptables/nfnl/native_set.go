@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // anonSet is one anonymous set of ports a rule looks up: nft makes one

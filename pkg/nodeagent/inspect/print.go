@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/applied"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // Print writes the report for a human.

@@ -27,7 +27,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/nsthread"
+	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
 
 // NSFile is one sandbox's network namespace, as the file the runtime

@@ -17,7 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"istio-cni.local/istio-cni/pkg/nsthread"
+	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
 
 // sandbox is a real network namespace bound into dir under name, as the

@@ -1,36 +1,17 @@
 package nftables_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
-
-// upstreamGoldens is the folder of istio-nftables' goldens in the
-// istio.io/istio module test/upstream pins (downloaded if need be).
-func upstreamGoldens(t *testing.T) string {
-	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", "istio.io/istio")
-	cmd.Dir = filepath.Join("..", "..", "test", "upstream")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download istio.io/istio (test/upstream's pin): %v", err)
-	}
-	var mod struct{ Dir string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download: no module folder in %s", out)
-	}
-	return filepath.Join(mod.Dir, "tools", "istio-nftables", "pkg", "capture", "testdata")
-}
 
 // upstreamBase is istio-nftables' test config (capture/run_test.go
 // constructTestConfig): the default ports and ids, nothing captured
@@ -98,7 +79,7 @@ var upstreamCases = []struct {
 // TestUpstreamGoldens holds the ruleset to upstream's own goldens, read
 // from the pinned module: the same commands, in the same order.
 func TestUpstreamGoldens(t *testing.T) {
-	dir := upstreamGoldens(t)
+	dir := iptablestest.UpstreamNftablesGoldens(t)
 	for _, tc := range upstreamCases {
 		t.Run(tc.name, func(t *testing.T) {
 			want, err := os.ReadFile(filepath.Join(dir, tc.name+".golden"))

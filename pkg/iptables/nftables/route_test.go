@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // TestRouteOnlyWhenTProxyCaptures: TPROXY's policy route is there when

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
 
 // TestCNIGoldens holds the ruleset of the specs the plugin builds for
