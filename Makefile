@@ -289,6 +289,7 @@ $(NEWER_IPTABLES)/usr/sbin/xtables-nft-multi: test/oldiptables/fetch.sh build/de
 # BENCHMARKS.md) to report the same findings.
 lint: $(TOOLS)/golangci-lint
 	@unformatted=$$(gofmt -l cmd pkg test); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	$(FILL) $(TOOLS)/golangci-lint run ./...
 
 ## test: everything CI runs: lint, unit, the chart against deployments/,

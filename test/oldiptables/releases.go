@@ -31,6 +31,21 @@ func Releases() []Release {
 	}
 }
 
+// Recorded are the releases no Debian suite serves: Amazon Linux 2023's
+// 1.8.8, and Ubuntu 24.04's and RHEL 9's 1.8.10. The tests hold what the
+// netlink writer writes as them to a record of what their own
+// iptables-nft-restore wrote (pkg/iptables/nfnl/testdata/releases), made
+// with programs built from the release's tag and installed as fetch.sh
+// unpacks a release (usr/sbin, usr/lib/<arch>, a newer glibc's own files
+// beside 1.8.10's, which needs libnftnl 1.2.6); their variables name them
+// only to make a record.
+func Recorded() []Release {
+	return []Release{
+		{Version: "1.8.8", env: "ISTIO_CNI_IPTABLES_1_8_8"},
+		{Version: "1.8.10", env: "ISTIO_CNI_IPTABLES_1_8_10", ownLibc: true},
+	}
+}
+
 // Programs runs one unpacked release's programs by the names iptables
 // gives them (iptables-nft-restore, ip6tables-legacy-save, ...), with its
 // own libraries and extension modules, never the machine's.
@@ -67,12 +82,16 @@ func (rel Release) Find(t testing.TB, root string) Programs {
 	if !required {
 		dir = filepath.Join(root, "_output", "tools", "iptables-"+rel.Version)
 	}
+	how := "run `make " + rel.target + "`"
+	if rel.target == "" {
+		how = "build it from its release tag"
+	}
 	missing := func(what string) {
 		t.Helper()
 		if required {
-			t.Fatalf("%s=%s holds no unpacked iptables %s (%s); run `make %s`", rel.env, dir, rel.Version, what, rel.target)
+			t.Fatalf("%s=%s holds no unpacked iptables %s (%s); %s", rel.env, dir, rel.Version, what, how)
 		}
-		t.Skipf("no iptables %s in %s (%s): run `make %s`", rel.Version, dir, what, rel.target)
+		t.Skipf("no iptables %s in %s (%s): %s", rel.Version, dir, what, how)
 	}
 	libs, _ := filepath.Glob(filepath.Join(dir, "usr", "lib", "*", "libxtables.so.12"))
 	if len(libs) != 1 {

@@ -7,17 +7,19 @@ import "istio-cni.local/istio-cni/pkg/iptables/release"
 // release's without a word (1.8.7 prints 1.8.9's native `--dport 15008`
 // as nothing), so Write lays rules out as the node's own release does.
 // What each differs in was read off the kernel's dump of every golden
-// spec as Debian's releases write it (releases_linux_test.go):
+// spec as each release writes it (Debian's, releases_linux_test.go; the
+// two no Debian suite serves, recorded from builds of their tags,
+// recorded_linux_test.go):
 //
 //   - 1.8.7 matches ports with the x_tables tcp and udp matches, and
-//     marks with the mark match; 1.8.9 and 1.8.11 natively (payload, meta
-//     mark);
-//   - 1.8.11 loads the addresses before the interfaces, and IPv4's
-//     protocol from the header (payload) where the others use meta
+//     marks with the mark match; 1.8.8 on natively (payload, meta mark);
+//   - 1.8.10 on load the addresses before the interfaces, and IPv4's
+//     protocol from the header (payload) where the older ones use meta
 //     l4proto.
 //
-// 1.8.8 and 1.8.10 are not in Debian's archive and are not laid out: the
-// plugin writes with the node's own iptables-restore there.
+// So 1.8.8 writes as 1.8.9 does and 1.8.10 as 1.8.11, for every spec; a
+// release not listed (older, or newer than 1.8.11) is not laid out, and
+// the plugin writes with the node's own iptables-restore there.
 type Layout struct {
 	release      string
 	xtPorts      bool // tcp/udp matches, not payload
@@ -29,7 +31,9 @@ type Layout struct {
 // The layouts Write knows, by release.
 var layouts = map[string]Layout{
 	"1.8.7":  {release: "1.8.7", xtPorts: true, xtMark: true},
+	"1.8.8":  {release: "1.8.8"},
 	"1.8.9":  {release: "1.8.9"},
+	"1.8.10": {release: "1.8.10", addrsFirst: true, protoPayload: true},
 	"1.8.11": {release: "1.8.11", addrsFirst: true, protoPayload: true},
 }
 

@@ -53,25 +53,30 @@ func allReleases(t *testing.T) []iptablesRelease {
 		if !ok {
 			t.Fatalf("nfnl lays out no rules as iptables %s writes them", rel.Version)
 		}
-		rels = append(rels, iptablesRelease{version: rel.Version, layout: l, run: func(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-			cmd, err := p.Command(name, args...)
-			if err != nil {
-				return nil, err
-			}
-			cmd.Stdin = bytes.NewReader(stdin)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil || stderr.Len() > 0 {
-				return out, fmt.Errorf("%s %s: %w: %s", rel.Version, name, err, stderr.String())
-			}
-			return out, nil
-		}})
+		rels = append(rels, unpacked(rel.Version, l, p))
 	}
-	if len(rels) != len(release.Layouts) {
-		t.Fatalf("%d releases to test, %d laid out (%v)", len(rels), len(release.Layouts), release.Layouts)
+	if len(rels)+len(oldiptables.Recorded()) != len(release.Layouts) {
+		t.Fatalf("%d releases to test and %d recorded, %d laid out (%v)", len(rels), len(oldiptables.Recorded()), len(release.Layouts), release.Layouts)
 	}
 	return rels
+}
+
+// unpacked is release v, laid out as l, run from its programs p.
+func unpacked(v string, l nfnl.Layout, p oldiptables.Programs) iptablesRelease {
+	return iptablesRelease{version: v, layout: l, run: func(_ context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+		cmd, err := p.Command(name, args...)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin = bytes.NewReader(stdin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil || stderr.Len() > 0 {
+			return out, fmt.Errorf("%s %s: %w: %s", v, name, err, stderr.String())
+		}
+		return out, nil
+	}}
 }
 
 // TestEachReleaseReadsTheWritesAsRestores: for every release nfnl lays out,

@@ -20,11 +20,11 @@ import (
 
 // Layouts are the iptables-nft releases whose encodings nfnl.Write
 // reproduces (nfnl.Layout). Releases encode some matches differently
-// (1.8.8 and 1.8.10 changed ports, protocols and address order), and an
+// (1.8.8 changed ports and marks, 1.8.10 protocols and address order), and an
 // iptables-save of one release can silently misprint another's encoding,
 // so nfnl writes only on nodes whose iptables is one of these, in its
 // own layout.
-var Layouts = []string{"1.8.7", "1.8.9", "1.8.11"}
+var Layouts = []string{"1.8.7", "1.8.8", "1.8.9", "1.8.10", "1.8.11"}
 
 // HasLayout says whether nfnl lays rules out as release v writes them.
 func HasLayout(v string) bool { return slices.Contains(Layouts, v) }
