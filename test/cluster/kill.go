@@ -113,22 +113,65 @@ func killContainers(socket, cgroupRoot string) error {
 		if len(procs) == 0 {
 			return nil
 		}
-		for _, p := range procs {
-			if err := p.kill(); err != nil {
-				return err
-			}
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for _, p := range procs {
-			for p.alive() && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if p.alive() {
-				return fmt.Errorf("%s (pid %d) still running 10s after SIGKILL", p.args[0], p.pid)
-			}
+		if err := killAll(procs); err != nil {
+			return err
 		}
 	}
 	return errors.New("container processes keep appearing after SIGKILL")
+}
+
+// killInNetNS SIGKILLs every process whose network namespace is one of
+// netns (the pods' bind mounts) and returns once all are gone, as a power
+// cut ends them: a CNI plugin, or the iptables-restore it runs, that
+// containerd started in a pod's namespace belongs to no container and
+// outlives containerd.
+func killInNetNS(netns []string) error {
+	inodes := map[uint64]bool{}
+	for _, p := range netns {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil {
+			inodes[st.Ino] = true
+		}
+	}
+	for range 5 {
+		all, err := processes()
+		if err != nil {
+			return err
+		}
+		var procs []procEntry
+		for _, p := range all {
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join("/proc", strconv.Itoa(p.pid), "ns", "net"), &st) == nil && inodes[st.Ino] {
+				procs = append(procs, p)
+			}
+		}
+		if len(procs) == 0 {
+			return nil
+		}
+		if err := killAll(procs); err != nil {
+			return err
+		}
+	}
+	return errors.New("processes keep appearing in the pods' network namespaces after SIGKILL")
+}
+
+// killAll SIGKILLs procs and waits, up to 10 s, until each is gone.
+func killAll(procs []procEntry) error {
+	for _, p := range procs {
+		if err := p.kill(); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range procs {
+		for p.alive() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if p.alive() {
+			return fmt.Errorf("%s (pid %d) still running 10s after SIGKILL", p.args[0], p.pid)
+		}
+	}
+	return nil
 }
 
 // kill SIGKILLs p if its PID still names it. os.FindProcess holds a pidfd,

@@ -159,6 +159,9 @@ func (n *Node) powerOff(containerd *proc, netns, socks []string) error {
 	if err := killContainers(n.ContainerdSocket, cgroupRootName(n.bridge)); err != nil {
 		return err
 	}
+	if err := killInNetNS(netns); err != nil {
+		return err
+	}
 	return n.wipeVolatile(netns, union(socks, shimSockets(n.dir)))
 }
 

@@ -46,6 +46,13 @@ func Recorded() []Release {
 	}
 }
 
+// Named says whether the release's variable names its programs: a
+// recorded release's then runs live beside the unpacked ones.
+func (rel Release) Named() bool {
+	_, ok := os.LookupEnv(rel.env)
+	return ok
+}
+
 // Programs runs one unpacked release's programs by the names iptables
 // gives them (iptables-nft-restore, ip6tables-legacy-save, ...), with its
 // own libraries and extension modules, never the machine's.

@@ -49,6 +49,12 @@ func (a *attrs) u32(typ uint16, v uint32) {
 	a.end(at)
 }
 
+func (a *attrs) u64(typ uint16, v uint64) {
+	at := a.head(typ)
+	a.b = binary.BigEndian.AppendUint64(a.b, v)
+	a.end(at)
+}
+
 // nest adds a nested attribute filled by fill.
 func (a *attrs) nest(typ uint16, fill func(*attrs)) {
 	at := a.head(typ | nlaFNested)

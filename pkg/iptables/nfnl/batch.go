@@ -93,6 +93,12 @@ func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, er
 						h.u32(unix.NFTA_HOOK_PRIORITY, uint32(b.priority)) // #nosec G115 -- the kernel reads it back as the signed priority
 					})
 					a.str(unix.NFTA_CHAIN_TYPE, b.typ)
+					if l.baseCounters {
+						a.nest(unix.NFTA_CHAIN_COUNTERS, func(c *attrs) {
+							c.u64(unix.NFTA_COUNTER_PACKETS, 0)
+							c.u64(unix.NFTA_COUNTER_BYTES, 0)
+						})
+					}
 				})
 			}
 			r, err := encodeRule(rs.Family, ir, l)

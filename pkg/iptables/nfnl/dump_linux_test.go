@@ -11,7 +11,8 @@ import (
 // Dump prints every table, chain and rule of one family in the calling
 // thread's network namespace as the kernel returns them, one line each,
 // with every attribute but the ones that name an object's identity or
-// usage (handles, positions, use counts, counter values). Two namespaces
+// usage (handles, positions, use counts, counter values: a chain's
+// counters print as being there). Two namespaces
 // whose dumps are equal hold the same rules down to each expression's
 // encoding, which iptables-save cannot tell: it prints some different
 // encodings alike.
@@ -28,7 +29,7 @@ func Dump(family uint8) (string, error) {
 		skip map[uint16]bool
 	}{
 		{unix.NFT_MSG_GETTABLE, "table", map[uint16]bool{unix.NFTA_TABLE_USE: true, nftaTableHandle: true}},
-		{unix.NFT_MSG_GETCHAIN, "chain", map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true, unix.NFTA_CHAIN_COUNTERS: true}},
+		{unix.NFT_MSG_GETCHAIN, "chain", map[uint16]bool{unix.NFTA_CHAIN_HANDLE: true, unix.NFTA_CHAIN_USE: true}},
 		{unix.NFT_MSG_GETRULE, "rule", map[uint16]bool{unix.NFTA_RULE_HANDLE: true, unix.NFTA_RULE_POSITION: true}},
 	} {
 		msgs, err := c.dump(what.typ, family)
@@ -44,6 +45,10 @@ func Dump(family uint8) (string, error) {
 				sb.WriteString(" ")
 				if what.typ == unix.NFT_MSG_GETRULE && a.typ == unix.NFTA_RULE_EXPRESSIONS {
 					sb.WriteString(exprsString(a.value))
+					continue
+				}
+				if what.typ == unix.NFT_MSG_GETCHAIN && a.typ == unix.NFTA_CHAIN_COUNTERS {
+					fmt.Fprintf(&sb, "%d=counters", a.typ)
 					continue
 				}
 				fmt.Fprintf(&sb, "%d=%s", a.typ, valueString(a.value))

@@ -15,7 +15,8 @@ import "istio-cni.local/istio-cni/pkg/iptables/release"
 //     marks with the mark match; 1.8.8 on natively (payload, meta mark);
 //   - 1.8.10 on load the addresses before the interfaces, and IPv4's
 //     protocol from the header (payload) where the older ones use meta
-//     l4proto.
+//     l4proto; and make the built-in chains they hook with counters
+//     (iptables -L -v counts their policy's packets).
 //
 // So 1.8.8 writes as 1.8.9 does and 1.8.10 as 1.8.11, for every spec; a
 // release not listed (older, or newer than 1.8.11) is not laid out, and
@@ -26,6 +27,7 @@ type Layout struct {
 	xtMark       bool // mark match, not meta mark
 	addrsFirst   bool // addresses, then interfaces, then the protocol
 	protoPayload bool // IPv4's protocol from the header, not meta l4proto
+	baseCounters bool // built-in chains made with counters
 }
 
 // The layouts Write knows, by release.
@@ -33,8 +35,8 @@ var layouts = map[string]Layout{
 	"1.8.7":  {release: "1.8.7", xtPorts: true, xtMark: true},
 	"1.8.8":  {release: "1.8.8"},
 	"1.8.9":  {release: "1.8.9"},
-	"1.8.10": {release: "1.8.10", addrsFirst: true, protoPayload: true},
-	"1.8.11": {release: "1.8.11", addrsFirst: true, protoPayload: true},
+	"1.8.10": {release: "1.8.10", addrsFirst: true, protoPayload: true, baseCounters: true},
+	"1.8.11": {release: "1.8.11", addrsFirst: true, protoPayload: true, baseCounters: true},
 }
 
 // LayoutOf is the layout of an iptables-nft release, if Write knows it;

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
@@ -38,10 +39,18 @@ func TestRecordedReleases(t *testing.T) {
 			path := filepath.Join("testdata", "releases", rel.Version+".dump.gz")
 			got := writtenAs(t, l)
 			if *record {
-				got = recordFrom(t, unpacked(rel.Version, l, rel.Find(t, "../../..")), got)
-				writeRecord(t, path, recordText(rel.Version, got))
+				by := unpacked(rel.Version, l, rel.Find(t, "../../.."))
+				version, err := by.run(t.Context(), nil, "iptables-nft-restore", "--version")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = recordFrom(t, by, got)
+				writeRecord(t, path, recordText(strings.TrimSpace(string(version)), kernel(t), got))
 			}
-			want := readRecord(t, path)
+			want, madeOn := readRecord(t, path)
+			if k := kernel(t); madeOn != k {
+				t.Logf("the record was made on Linux %s, this is %s: should every dump differ alike, the kernel dumps differently and the record wants remaking (docs/testing.md)", madeOn, k)
+			}
 			for _, name := range slices.Sorted(maps.Keys(got)) {
 				w, ok := want[name]
 				switch {
@@ -111,14 +120,26 @@ func dumpIn(t *testing.T, n ns.NetNS, f iptables.Family) string {
 	return strings.TrimRight(d, "\n") + "\n"
 }
 
-// recordText is a record's file: a header, then each spec and family's
-// dump under a "== spec/family" line, sorted.
-func recordText(v string, dumps map[string]string) string {
+// kernel is the running kernel's release.
+func kernel(t *testing.T) string {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// recordText is a record's file: a header naming the release's program
+// and the kernel, then each spec and family's dump under a
+// "== spec/family" line, sorted.
+func recordText(version, kernel string, dumps map[string]string) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "# What iptables-nft-restore %s writes for each parity spec and family, as the\n", v)
+	fmt.Fprintf(&sb, "# What %s writes for each parity spec and family, as the\n", version)
 	sb.WriteString("# kernel dumps it (nfnl.Dump). Made by `go test ./pkg/iptables/nfnl -run\n")
 	sb.WriteString("# TestRecordedReleases -record` with the release's programs (test/oldiptables\n")
 	sb.WriteString("# Recorded), which first requires the netlink writer's dump to be the same.\n")
+	sb.WriteString(kernelLine + kernel + "\n")
 	for _, name := range slices.Sorted(maps.Keys(dumps)) {
 		sb.WriteString("== " + name + "\n" + dumps[name])
 	}
@@ -145,7 +166,11 @@ func writeRecord(t *testing.T, path, text string) {
 	}
 }
 
-func readRecord(t *testing.T, path string) map[string]string {
+const kernelLine = "# made on Linux "
+
+// readRecord reads a record: its dumps by "spec/family", and the kernel
+// it was made on.
+func readRecord(t *testing.T, path string) (dumps map[string]string, kernel string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -164,6 +189,8 @@ func readRecord(t *testing.T, path string) map[string]string {
 	var name string
 	for line := range strings.Lines(string(b)) {
 		switch {
+		case strings.HasPrefix(line, kernelLine):
+			kernel = strings.TrimSpace(strings.TrimPrefix(line, kernelLine))
 		case strings.HasPrefix(line, "#"):
 		case strings.HasPrefix(line, "== "):
 			name = strings.TrimSpace(strings.TrimPrefix(line, "== "))
@@ -172,5 +199,5 @@ func readRecord(t *testing.T, path string) map[string]string {
 			out[name] += line
 		}
 	}
-	return out
+	return out, kernel
 }
