@@ -105,19 +105,9 @@ func nodeContainerProcs(socket, cgroupRoot string) ([]procEntry, error) {
 // warning, as a power cut ends them, and returns once all are gone. It
 // rescans until none is left, so a process forked meanwhile dies too.
 func killContainers(socket, cgroupRoot string) error {
-	for range 5 {
-		procs, err := nodeContainerProcs(socket, cgroupRoot)
-		if err != nil {
-			return err
-		}
-		if len(procs) == 0 {
-			return nil
-		}
-		if err := killAll(procs); err != nil {
-			return err
-		}
-	}
-	return errors.New("container processes keep appearing after SIGKILL")
+	return killUntilGone("container processes", func() ([]procEntry, error) {
+		return nodeContainerProcs(socket, cgroupRoot)
+	})
 }
 
 // killInNetNS SIGKILLs every process whose network namespace is one of
@@ -133,17 +123,26 @@ func killInNetNS(netns []string) error {
 			inodes[st.Ino] = true
 		}
 	}
-	for range 5 {
+	return killUntilGone("processes in the pods' network namespaces", func() ([]procEntry, error) {
 		all, err := processes()
-		if err != nil {
-			return err
-		}
 		var procs []procEntry
 		for _, p := range all {
 			var st syscall.Stat_t
 			if syscall.Stat(filepath.Join("/proc", strconv.Itoa(p.pid), "ns", "net"), &st) == nil && inodes[st.Ino] {
 				procs = append(procs, p)
 			}
+		}
+		return procs, err
+	})
+}
+
+// killUntilGone SIGKILLs what list finds until it finds nothing, so that
+// a process forked meanwhile dies too; what names them in the error.
+func killUntilGone(what string, list func() ([]procEntry, error)) error {
+	for range 5 {
+		procs, err := list()
+		if err != nil {
+			return err
 		}
 		if len(procs) == 0 {
 			return nil
@@ -152,7 +151,7 @@ func killInNetNS(netns []string) error {
 			return err
 		}
 	}
-	return errors.New("processes keep appearing in the pods' network namespaces after SIGKILL")
+	return errors.New(what + " keep appearing after SIGKILL")
 }
 
 // killAll SIGKILLs procs and waits, up to 10 s, until each is gone.
