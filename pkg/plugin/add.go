@@ -83,7 +83,7 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
 	written, err := network.Program(ctx, args.Netns, pl.model(), w)
-	out.warnings = append(out.warnings, netlinkWarnings(written)...)
+	out.warnings = append(out.warnings, writeWarnings(written)...)
 	if err != nil {
 		return netnsError(out.pod, "programming the redirect", err)
 	}

@@ -66,8 +66,9 @@ type agentRun struct {
 	netlink map[iptables.Family]nfnl.Layout
 	// noLayout says why the shim's families are not written here.
 	noLayout string
-	// legacy: the families the shim found legacy, written with the
-	// agent's own iptables-legacy-restore.
+	// legacy: the families the shim found legacy, written by x_tables
+	// replaces from the agent's process (pkg/iptables/legacy), else
+	// with its own iptables-legacy-restore.
 	legacy map[iptables.Family]bool
 	// native: the entry writes native nftables, over netlink whatever
 	// the node's iptables (admit sets it).
@@ -256,9 +257,10 @@ func (r *agentRun) handBack(err error) error {
 }
 
 // write is netlink only, in the families the shim found nf_tables in, or
-// the agent's iptables-legacy-restore where it found legacy; trusted
-// either way: the agent runs no iptables-save for an ADD, so one that
-// must read back (a repeated ADD) is the plugin's.
+// x_tables replaces where it found legacy (the agent's
+// iptables-legacy-restore when they are refused); trusted either way: the
+// agent runs no iptables-save for an ADD, so one that must read back (a
+// repeated ADD) is the plugin's.
 func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error) {
 	if !trusted {
 		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
@@ -268,9 +270,10 @@ func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error)
 		return xtables.Write{Only: true, Trusted: true, Deadline: deadline}, nil
 	}
 	if len(r.legacy) > 0 {
-		// Legacy: the agent's iptables-legacy-restore, started only
-		// before the deadline; a failure hands the ADD back.
-		return xtables.Write{Trusted: true, Deadline: deadline}, nil
+		// Legacy: the agent's x_tables replaces, or its
+		// iptables-legacy-restore, started only before the deadline; a
+		// failure hands the ADD back.
+		return xtables.Write{Legacy: r.legacy, Trusted: true, Deadline: deadline}, nil
 	}
 	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: deadline}, nil
 }

@@ -279,8 +279,8 @@ func TestAgentRunAddHandsBackAUserNamespacePod(t *testing.T) {
 	}
 }
 
-// On a legacy node the agent writes with its own iptables-legacy-restore
-// (the shim names the legacy families): what legacy's iptables-save then
+// On a legacy node the agent writes x_tables from its own process (the
+// shim names the legacy families): what legacy's iptables-save then
 // prints is what the plugin's own restore writes; past the shim's
 // deadline it writes nothing and hands the ADD back.
 func TestAgentRunAddOnALegacyNode(t *testing.T) {
@@ -300,8 +300,8 @@ func TestAgentRunAddOnALegacyNode(t *testing.T) {
 	if !resp.Done {
 		t.Fatalf("handed back: %s", resp.HandBack)
 	}
-	if !bytes.Contains(resp.Stderr, []byte(`"ran_in":"agent"`)) || !bytes.Contains(resp.Stderr, []byte(`"rules_by":"iptables-restore"`)) {
-		t.Errorf("log line %s, want ran_in agent and rules_by iptables-restore", resp.Stderr)
+	if !bytes.Contains(resp.Stderr, []byte(`"ran_in":"agent"`)) || !bytes.Contains(resp.Stderr, []byte(`"rules_by":"x_tables"`)) {
+		t.Errorf("log line %s, want ran_in agent and rules_by x_tables", resp.Stderr)
 	}
 	rec, err := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}.ForPod("u1")
 	if err != nil || len(rec) != 1 || rec[0].Backend != release.Legacy {

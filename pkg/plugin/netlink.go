@@ -3,10 +3,12 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
@@ -44,31 +46,38 @@ func netlinkFamilies(conf *Config, pl plan) map[iptables.Family]nfnl.Layout {
 }
 
 // rulesBy says what first wrote the rules, for the log line: "netlink",
-// "iptables-restore" or, for a dual-stack pod, both. A reconcile after a
-// read-back always uses iptables-restore.
+// "x_tables" (the legacy replaces), "iptables-restore" or, for a
+// dual-stack pod, two of them. A reconcile after a read-back always uses
+// iptables-restore.
 func rulesBy(written map[iptables.Family]xtables.Written) string {
-	netlink, restore := false, false
+	var netlink, replaced, restore bool
 	for _, w := range written {
-		netlink, restore = netlink || w.Netlink, restore || !w.Netlink
+		netlink, replaced = netlink || w.Netlink, replaced || w.Replaced
+		restore = restore || (!w.Netlink && !w.Replaced)
 	}
-	switch {
-	case netlink && restore:
-		return "netlink,iptables-restore"
-	case netlink:
-		return "netlink"
+	var by []string
+	for _, b := range []struct {
+		did  bool
+		name string
+	}{{netlink, "netlink"}, {replaced, "x_tables"}, {restore || len(written) == 0, "iptables-restore"}} {
+		if b.did {
+			by = append(by, b.name)
+		}
 	}
-	return "iptables-restore"
+	return strings.Join(by, ",")
 }
 
-// netlinkWarnings are the refusals worth a warning: iptables-restore wrote
-// instead. A sandbox already holding our chains (a repeated ADD), and one
+// writeWarnings are the refusals worth a warning: iptables-restore wrote
+// instead. A sandbox already holding our rules (a repeated ADD), and one
 // in the pod's own user namespace, are expected.
-func netlinkWarnings(written map[iptables.Family]xtables.Written) []string {
+func writeWarnings(written map[iptables.Family]xtables.Written) []string {
 	var warnings []string
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		if err := written[f].Refused; err != nil && !errors.Is(err, unix.EEXIST) && !errors.Is(err, xtables.ErrUserNS) {
-			warnings = append(warnings, "rules written by iptables-restore after netlink failed: "+err.Error())
+		err := written[f].Refused
+		if err == nil || errors.Is(err, unix.EEXIST) || errors.Is(err, legacy.ErrNotFresh) || errors.Is(err, xtables.ErrUserNS) {
+			continue
 		}
+		warnings = append(warnings, "rules written by iptables-restore after the agent's or plugin's own write failed: "+err.Error())
 	}
 	return warnings
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -71,16 +73,33 @@ func TestNetlinkFallbackWarnings(t *testing.T) {
 		iptables.IPv4: {Refused: &nfnl.KernelError{Op: "ipv4 chain nat ISTIO_INBOUND", Err: unix.EEXIST}},
 		iptables.IPv6: {},
 	}
-	if w := netlinkWarnings(written); len(w) != 0 || rulesBy(written) != "iptables-restore" {
+	if w := writeWarnings(written); len(w) != 0 || rulesBy(written) != "iptables-restore" {
 		t.Errorf("warnings %q, by %q", w, rulesBy(written))
 	}
 	written[iptables.IPv6] = xtables.Written{Refused: &nfnl.KernelError{Op: "ipv6 rule", Err: unix.EINVAL}}
-	if w := netlinkWarnings(written); len(w) != 1 || !strings.Contains(w[0], "invalid argument") {
+	if w := writeWarnings(written); len(w) != 1 || !strings.Contains(w[0], "invalid argument") {
 		t.Errorf("warnings %q, want the refusal", w)
 	}
 	written[iptables.IPv4] = xtables.Written{Netlink: true}
 	if by := rulesBy(written); by != "netlink,iptables-restore" {
 		t.Errorf("by %q, want both", by)
+	}
+	// The legacy writer: a table not fresh is expected, a kernel's
+	// refusal is not.
+	written = map[iptables.Family]xtables.Written{
+		iptables.IPv4: {Refused: fmt.Errorf("ipv4 nat table: %w", legacy.ErrNotFresh)},
+		iptables.IPv6: {Replaced: true},
+	}
+	if w := writeWarnings(written); len(w) != 0 || rulesBy(written) != "x_tables,iptables-restore" {
+		t.Errorf("warnings %q, by %q", w, rulesBy(written))
+	}
+	written[iptables.IPv4] = xtables.Written{Refused: fmt.Errorf("ipv4 nat table: replacing the nat table: %w", unix.EAGAIN)}
+	if w := writeWarnings(written); len(w) != 1 || !strings.Contains(w[0], "resource temporarily unavailable") {
+		t.Errorf("warnings %q, want the refusal", w)
+	}
+	written[iptables.IPv4] = xtables.Written{Replaced: true}
+	if by := rulesBy(written); by != "x_tables" {
+		t.Errorf("by %q, want x_tables", by)
 	}
 }
 

@@ -33,16 +33,17 @@ func installedFloor(native bool) (floorProgram, error) {
 	if err != nil {
 		return floorProgram{}, err
 	}
-	// The plugin writes over netlink where the node's iptables-nft is the
-	// release whose layout it reproduces; the bench checks it did.
-	f := floorProgram{name: "iptables-restore", node: string(backend) + " legacy", wantBy: "iptables-restore", backend: backend,
+	// The agent writes over netlink where the node's iptables-nft is a
+	// release whose layout it reproduces, and as x_tables replaces where
+	// it is legacy; the bench checks it did.
+	f := floorProgram{name: "iptables-restore", node: string(backend), wantBy: "x_tables", backend: backend,
 		run: func(rss bool) (sample, error) { return floorRun(backend, text, rss) }}
 	if backend == release.NFT {
 		version, err := xtables.NFTVersion(xtables.CommandsFor(backend, iptables.IPv4).Restore)
 		if err != nil {
 			return floorProgram{}, err
 		}
-		f.node = "nft " + version
+		f.node, f.wantBy = "nft "+version, "iptables-restore"
 		if release.HasLayout(version) {
 			f.wantBy = "netlink"
 		}

@@ -96,3 +96,23 @@ func Specs() map[string]iptables.Spec {
 		}),
 	}
 }
+
+// ParitySpecs are Specs plus prefixes of every shape (whole bytes, not
+// whole bytes, host routes) and a ruleset of 400 ports: what the kernel
+// writers are held to iptables-restore with.
+func ParitySpecs() map[string]iptables.Spec {
+	specs := Specs()
+	s := iptables.DefaultSpec()
+	s.OutboundIPs = iptables.Prefixes{List: prefixes("10.0.0.0/8", "172.16.0.0/12", "192.168.1.7/32", "100.64.0.0/10",
+		"fd00::/8", "2001:db8::/33", "2001:db8:1::5/128")}
+	s.OutboundIPExclude = prefixes("10.96.0.0/12", "fd10::/64")
+	specs["prefix-shapes"] = s
+	// More netlink messages than a default socket buffer holds replies for.
+	many := iptables.DefaultSpec()
+	many.InboundPorts = iptables.Ports{}
+	for p := uint16(1000); p < 1400; p++ {
+		many.InboundPorts.List = append(many.InboundPorts.List, p)
+	}
+	specs["many-ports"] = many
+	return specs
+}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/xtinfo"
 )
 
 // ErrUnsupported means a rule has a part this package does not encode;
@@ -92,15 +93,15 @@ func (r *rule) verdict(code int32, chain string) {
 
 // xt adds an x_tables match or target run through nft_compat, as
 // iptables-nft does for extensions it has no native translation for.
-func (r *rule) xt(kind, name string, rev uint32, info []byte) {
+func (r *rule) xt(kind string, ext xtinfo.Ext) {
 	nameAttr, revAttr, infoAttr := uint16(unix.NFTA_MATCH_NAME), uint16(unix.NFTA_MATCH_REV), uint16(unix.NFTA_MATCH_INFO)
 	if kind == "target" {
 		nameAttr, revAttr, infoAttr = unix.NFTA_TARGET_NAME, unix.NFTA_TARGET_REV, unix.NFTA_TARGET_INFO
 	}
 	r.add(kind, func(a *attrs) {
-		a.str(nameAttr, name)
-		a.u32(revAttr, rev)
-		a.bytes(infoAttr, info)
+		a.str(nameAttr, ext.Name)
+		a.u32(revAttr, uint32(ext.Rev))
+		a.bytes(infoAttr, ext.Info)
 	})
 }
 
@@ -220,31 +221,25 @@ func (r *rule) match(m iptables.Match) error {
 	case iptables.SPort:
 		return r.port(m.Proto, false, m.Port, false)
 	case iptables.Mark:
-		if r.layout.xtMark {
-			r.xt("match", "mark", 1, markInfo(m))
+		if !r.layout.xtMark {
+			r.meta(unix.NFT_META_MARK)
+			r.cmp(m.Not, binary.NativeEndian.AppendUint32(nil, m.Value))
 			break
 		}
-		r.meta(unix.NFT_META_MARK)
-		r.cmp(m.Not, binary.NativeEndian.AppendUint32(nil, m.Value))
-	case iptables.Owner:
-		r.xt("match", "owner", 1, ownerInfo(m))
-	case iptables.Tag:
-		r.xt("match", "comment", 0, commentInfo(iptables.RuleTag))
-	case iptables.NotDPorts:
-		info, err := multiportInfo(m)
-		if err != nil {
-			return err
-		}
-		r.xt("match", "multiport", 1, info)
-	case iptables.ConnMark:
-		r.xt("match", "connmark", 1, connmarkInfo(m.Value))
-	case iptables.Established:
-		r.xt("match", "conntrack", 3, conntrackStateInfo(ctStateEstablished|ctStateRelated))
-	case iptables.InvalidState:
-		r.xt("match", "conntrack", 3, conntrackStateInfo(ctStateInvalid))
+		return r.xtMatch(m)
 	default:
-		return fmt.Errorf("match %T: %w", m, ErrUnsupported)
+		return r.xtMatch(m)
 	}
+	return nil
+}
+
+// xtMatch is a match as its x_tables extension, in a compat expression.
+func (r *rule) xtMatch(m iptables.Match) error {
+	ext, err := xtinfo.Match(m)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnsupported, err)
+	}
+	r.xt("match", ext)
 	return nil
 }
 
@@ -257,8 +252,10 @@ func (r *rule) port(p iptables.Proto, dst bool, port uint16, not bool) error {
 		return fmt.Errorf("-m %s port match in a rule of protocol %d: %w", p, r.proto, ErrUnsupported)
 	}
 	if r.layout.xtPorts {
-		r.xt("match", p.String(), 0, portInfo(p, dst, port, not))
-		return nil
+		if dst {
+			return r.xtMatch(iptables.DPort{Proto: p, Port: port, Not: not})
+		}
+		return r.xtMatch(iptables.SPort{Proto: p, Port: port})
 	}
 	off := uint32(0)
 	if dst {
@@ -282,23 +279,12 @@ func (r *rule) target(fam iptables.Family, t iptables.Target) error {
 		r.verdict(nfAccept, "")
 	case iptables.Drop:
 		r.verdict(nfDrop, "")
-	case iptables.Redirect:
-		r.xt("target", "REDIRECT", 0, redirectInfo(fam, t.ToPort))
-	case iptables.SetMark:
-		r.xt("target", "MARK", 2, markTargetInfo(t.Value))
-	case iptables.ConnMarkSave:
-		r.xt("target", "CONNMARK", 2, connmarkTargetInfo(connmarkSave))
-	case iptables.ConnMarkRestore:
-		r.xt("target", "CONNMARK", 2, connmarkTargetInfo(connmarkRestore))
-	case iptables.TProxy:
-		if t.V6 != (fam == iptables.IPv6) {
-			return fmt.Errorf("TPROXY of the other family: %w", ErrUnsupported)
-		}
-		r.xt("target", "TPROXY", 1, tproxyInfo(t))
-	case iptables.CT:
-		r.xt("target", "CT", 2, ctInfo(t.Zone))
 	default:
-		return fmt.Errorf("target %T: %w", t, ErrUnsupported)
+		ext, err := xtinfo.Target(fam, t)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUnsupported, err)
+		}
+		r.xt("target", ext)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"runtime"
 	"strings"
@@ -94,7 +93,7 @@ func withoutComments(out []byte) string {
 // fresh namespaces holding its rules, one written by rel's
 // iptables-nft-restore, one over netlink in rel's layout.
 func writtenBothWays(t *testing.T, rel iptablesRelease, check func(t *testing.T, rs *iptables.Ruleset, byRestore, byNetlink ns.NetNS)) {
-	for name, spec := range paritySpecs() {
+	for name, spec := range iptablestest.ParitySpecs() {
 		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
 			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
 				byRestore, byNetlink := newNS(t), newNS(t)
@@ -124,29 +123,6 @@ func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset, rel iptablesRelease
 
 func write(n ns.NetNS, rs *iptables.Ruleset, l nfnl.Layout) error {
 	return n.Do(func(ns.NetNS) error { return nfnl.Write(rs, l) })
-}
-
-// paritySpecs are the golden specs plus prefixes of every shape: whole
-// bytes, not whole bytes, host routes.
-func paritySpecs() map[string]iptables.Spec {
-	specs := iptablestest.Specs()
-	s := iptables.DefaultSpec()
-	s.OutboundIPs = iptables.Prefixes{List: []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
-		netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("100.64.0.0/10"),
-		netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("2001:db8::/33"),
-		netip.MustParsePrefix("2001:db8:1::5/128"),
-	}}
-	s.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd10::/64")}
-	specs["prefix-shapes"] = s
-	// More messages than a default socket buffer holds replies for.
-	many := iptables.DefaultSpec()
-	many.InboundPorts = iptables.Ports{}
-	for p := uint16(1000); p < 1400; p++ {
-		many.InboundPorts.List = append(many.InboundPorts.List, p)
-	}
-	specs["many-ports"] = many
-	return specs
 }
 
 func lineDiff(got, want string) string {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/test/oldiptables"
 )
@@ -75,7 +76,7 @@ func TestRecordedReleases(t *testing.T) {
 func writtenAs(t *testing.T, l nfnl.Layout) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for name, spec := range paritySpecs() {
+	for name, spec := range iptablestest.ParitySpecs() {
 		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
 			n := newNS(t)
 			if err := write(n, rs, l); err != nil {
@@ -92,7 +93,7 @@ func writtenAs(t *testing.T, l nfnl.Layout) map[string]string {
 func recordFrom(t *testing.T, rel iptablesRelease, byNetlink map[string]string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for name, spec := range paritySpecs() {
+	for name, spec := range iptablestest.ParitySpecs() {
 		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
 			key := name + "/" + rs.Family.String()
 			n := newNS(t)

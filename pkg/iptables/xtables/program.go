@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
@@ -28,6 +29,10 @@ type Programmer struct {
 	// out as an iptables release does; nil is nfnl.Write. It is the
 	// netlink seam, as Runner is the exec one.
 	Transaction func(*iptables.Ruleset, nfnl.Layout) error
+	// Replace writes a ruleset's tables into x_tables, laid out as
+	// iptables-legacy-restore does; nil is legacy.Write. It is the
+	// x_tables seam.
+	Replace func(*iptables.Ruleset) error
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
@@ -47,6 +52,10 @@ type Write struct {
 	// transaction fails, iptables-restore writes instead; when its
 	// outcome is unknown, Apply reads back and reconciles.
 	Netlink map[iptables.Family]nfnl.Layout
+	// Legacy: the families whose first write is one x_tables replace
+	// per table (legacy.Write) in place of iptables-legacy-restore; the
+	// caller found them legacy. A refusal restores instead.
+	Legacy map[iptables.Family]bool
 	// Only makes a ruleset that was not written over netlink Apply's
 	// answer: no iptables-restore, no read-back. The node agent writes so
 	// for the plugin's shim: its container's iptables need not be the
@@ -66,12 +75,17 @@ type Write struct {
 
 // Written is how Apply first wrote a family's rules.
 type Written struct {
-	// Netlink: one nf_tables transaction wrote them; else iptables-restore.
-	Netlink bool
-	// Refused is why the transaction Write asked for did not go in
+	// Netlink: one nf_tables transaction wrote them; Replaced: x_tables
+	// replaces did; else iptables-restore.
+	Netlink, Replaced bool
+	// Refused is why the write Write asked for did not go in
 	// (iptables-restore wrote instead), or nil.
 	Refused error
 }
+
+// byKernel says whether the process wrote the rules itself, not
+// iptables-restore.
+func (w Written) byKernel() bool { return w.Netlink || w.Replaced }
 
 // ErrNotWritten: with Write.Only, the batch was refused, not encodable,
 // declined, or its outcome is unknown.
@@ -99,15 +113,15 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 		var restoreErr error
 		if attempt > 0 {
 			restoreErr = p.restore(ctx, rs.Family, text)
-		} else if written = p.fresh(rs, w); !written.Netlink {
+		} else if written = p.fresh(rs, w); !written.byKernel() {
 			if w.Only {
 				return written, fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(written.Refused, ErrNotWritten))
 			}
-			// Whether a lost transaction was committed is unknown:
-			// read back and reconcile, never restore a fresh
-			// namespace's rules on top.
+			// Whether a lost transaction was committed, or a table
+			// put back, is unknown: read back and reconcile, never
+			// restore a fresh namespace's rules on top.
 			restoreErr = written.Refused
-			if !errors.Is(restoreErr, nfnl.ErrUnknownOutcome) {
+			if !unknownOutcome(restoreErr) {
 				if w.Late() {
 					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
 				}
@@ -122,7 +136,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
-		case len(diff) == 0 && errors.Is(restoreErr, nfnl.ErrUnknownOutcome):
+		case len(diff) == 0 && unknownOutcome(restoreErr):
 			return written, nil // the lost transaction was committed
 		case restoreErr != nil:
 			lastErr = restoreErr
@@ -144,20 +158,36 @@ func (w Write) Late() bool { return !w.Deadline.IsZero() && !time.Now().Before(w
 // ErrLate: the caller's deadline passed before the first write.
 var ErrLate = errLate
 
-// fresh writes the ruleset in one transaction when w asks for its family.
-// A failure leaves the namespace as it was, but for
-// nfnl.ErrUnknownOutcome; either way Apply goes on with iptables-restore
+// unknownOutcome: the first write may or may not be in.
+func unknownOutcome(err error) bool {
+	return errors.Is(err, nfnl.ErrUnknownOutcome) || errors.Is(err, legacy.ErrPartial)
+}
+
+// fresh writes the ruleset in one transaction, or in x_tables replaces,
+// when w asks for its family. A failure leaves the namespace as it was,
+// but for unknownOutcome; either way Apply goes on with iptables-restore
 // and the read-back, unless Only.
 func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 	layout, ok := w.Netlink[rs.Family]
 	switch {
-	case !ok:
+	case !ok && !w.Legacy[rs.Family]:
 		return Written{}
 	case p.restorer != nil:
+		// The owner match is the pod's user namespace's to write.
 		return Written{Refused: ErrUserNS}
 	}
 	if w.Late() {
 		return Written{Refused: errLate}
+	}
+	if !ok {
+		replace := p.Replace
+		if replace == nil {
+			replace = legacy.Write
+		}
+		if err := replace(rs); err != nil {
+			return Written{Refused: err}
+		}
+		return Written{Replaced: true}
 	}
 	write := p.Transaction
 	if write == nil {

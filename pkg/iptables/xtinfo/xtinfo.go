@@ -1,18 +1,82 @@
-package nfnl
+// Package xtinfo lays out the x_tables extensions the rule model uses as
+// the kernel's uapi structs (linux/netfilter/xt_*.h), with XT_ALIGN
+// padding to 8 bytes: the name, revision and info blob of each match and
+// target, as iptables 1.8 sends them. Both kernel writers carry them: the
+// nf_tables one in its xt compat expressions (pkg/iptables/nfnl), the
+// legacy one in its x_tables entries (pkg/iptables/legacy).
+// Host-endian fields are host-endian here too; ports and addresses are
+// network order.
+package xtinfo
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
-// The info blobs of the x_tables extensions, laid out as the kernel's
-// uapi structs (linux/netfilter/xt_*.h) with XT_ALIGN padding to 8 bytes.
-// Host-endian fields are host-endian here too; ports and addresses are
-// network order.
-
 var ne = binary.NativeEndian
+
+// ErrUnsupported means a rule has a part no extension here lays out.
+var ErrUnsupported = errors.New("no x_tables extension for it")
+
+// Ext is an extension as a rule carries it.
+type Ext struct {
+	Name string
+	Rev  uint8
+	Info []byte
+}
+
+// Match is the extension of a match. Ports are the tcp or udp match;
+// nf_tables layouts may match some natively instead.
+func Match(m iptables.Match) (Ext, error) {
+	switch m := m.(type) {
+	case iptables.DPort:
+		return Ext{m.Proto.String(), 0, portInfo(m.Proto, true, m.Port, m.Not)}, nil
+	case iptables.SPort:
+		return Ext{m.Proto.String(), 0, portInfo(m.Proto, false, m.Port, false)}, nil
+	case iptables.Mark:
+		return Ext{"mark", 1, markInfo(m)}, nil
+	case iptables.Owner:
+		return Ext{"owner", 1, ownerInfo(m)}, nil
+	case iptables.Tag:
+		return Ext{"comment", 0, commentInfo(iptables.RuleTag)}, nil
+	case iptables.NotDPorts:
+		info, err := multiportInfo(m)
+		return Ext{"multiport", 1, info}, err
+	case iptables.ConnMark:
+		return Ext{"connmark", 1, connmarkInfo(m.Value)}, nil
+	case iptables.Established:
+		return Ext{"conntrack", 3, conntrackStateInfo(ctStateEstablished | ctStateRelated)}, nil
+	case iptables.InvalidState:
+		return Ext{"conntrack", 3, conntrackStateInfo(ctStateInvalid)}, nil
+	}
+	return Ext{}, fmt.Errorf("match %T: %w", m, ErrUnsupported)
+}
+
+// Target is the extension of a target that is not a verdict (a jump,
+// RETURN, ACCEPT or DROP: each writer's own).
+func Target(fam iptables.Family, t iptables.Target) (Ext, error) {
+	switch t := t.(type) {
+	case iptables.Redirect:
+		return Ext{"REDIRECT", 0, redirectInfo(fam, t.ToPort)}, nil
+	case iptables.SetMark:
+		return Ext{"MARK", 2, markTargetInfo(t.Value)}, nil
+	case iptables.ConnMarkSave:
+		return Ext{"CONNMARK", 2, connmarkTargetInfo(connmarkSave)}, nil
+	case iptables.ConnMarkRestore:
+		return Ext{"CONNMARK", 2, connmarkTargetInfo(connmarkRestore)}, nil
+	case iptables.TProxy:
+		if t.V6 != (fam == iptables.IPv6) {
+			return Ext{}, fmt.Errorf("TPROXY of the other family: %w", ErrUnsupported)
+		}
+		return Ext{"TPROXY", 1, tproxyInfo(t)}, nil
+	case iptables.CT:
+		return Ext{"CT", 2, ctInfo(t.Zone)}, nil
+	}
+	return Ext{}, fmt.Errorf("target %T: %w", t, ErrUnsupported)
+}
 
 // ownerInfo is struct xt_owner_match_info (revision 1).
 func ownerInfo(m iptables.Owner) []byte {

@@ -1,0 +1,270 @@
+package legacy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+)
+
+// These tests write every parity spec both ways, with the machine's
+// iptables-legacy-restore and with Write, into fresh network namespaces,
+// and compare the tables the kernel then holds byte for byte, and what
+// iptables-legacy-save prints.
+
+func newNS(t testing.TB) ns.NetNS {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	n, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
+	return n
+}
+
+// program is the machine's iptables-legacy program of a family, or a skip.
+func program(t *testing.T, f iptables.Family, verb string) string {
+	t.Helper()
+	name := "iptables-legacy-" + verb
+	if f == iptables.IPv6 {
+		name = "ip6tables-legacy-" + verb
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("no %s", name)
+	}
+	return p
+}
+
+func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
+	t.Helper()
+	text, err := iptables.Plan(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+n.Path(), program(t, rs.Family, "restore"), "--noflush")
+	cmd.Stdin = bytes.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
+
+func save(t *testing.T, n ns.NetNS, f iptables.Family) string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+n.Path(), program(t, f, "save")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// read is each table of the ruleset as the kernel holds it in n.
+func read(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) string {
+	t.Helper()
+	var b strings.Builder
+	err := n.Do(func(ns.NetNS) error {
+		s, err := open(abiOf(rs.Family))
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		for _, table := range tablesOf(rs) {
+			kt, err := s.get(table)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "%s: hooks %#x entry %v end %v, %d entries\n", table, kt.validHooks, kt.hookEntry, kt.hookEnd, kt.num)
+			for at := 0; at < len(kt.entries); at += 16 {
+				fmt.Fprintf(&b, "%06x % x\n", at, kt.entries[at:min(at+16, len(kt.entries))])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func write(n ns.NetNS, rs *iptables.Ruleset) error {
+	return n.Do(func(ns.NetNS) error { return Write(rs) })
+}
+
+// Every parity spec, each family: the kernel holds the same bytes, and
+// iptables-legacy-save prints the same text, as after
+// iptables-legacy-restore of Plan's text.
+func TestWritesWhatRestoreWrites(t *testing.T) {
+	for name, spec := range iptablestest.ParitySpecs() {
+		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
+			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
+				byRestore, byWrite := newNS(t), newNS(t)
+				restore(t, byRestore, rs)
+				if err := write(byWrite, rs); err != nil {
+					t.Fatal(err)
+				}
+				if got, want := read(t, byWrite, rs), read(t, byRestore, rs); got != want {
+					t.Errorf("the kernel's tables differ\n%s", lineDiff(got, want))
+				}
+				if got, want := save(t, byWrite, rs.Family), save(t, byRestore, rs.Family); got != want {
+					t.Errorf("iptables-legacy-save prints\n%s", lineDiff(got, want))
+				}
+			})
+		}
+	}
+}
+
+func lineDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	var b strings.Builder
+	for i := range max(len(g), len(w)) {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			b.WriteString("written:  " + gl + "\nrestored: " + wl + "\n")
+		}
+	}
+	return b.String()
+}
+
+// A namespace that holds rules already is not fresh: nothing is written.
+func TestWriteIntoUsedNamespaceChangesNothing(t *testing.T) {
+	n := newNS(t)
+	first := iptables.BuildFamily(iptablestest.Specs()["tproxy"], iptables.IPv4)
+	if err := write(n, &first); err != nil {
+		t.Fatal(err)
+	}
+	before := save(t, n, iptables.IPv4)
+	again := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if err := write(n, &again); !errors.Is(err, ErrNotFresh) {
+		t.Fatalf("second write: got %v, want ErrNotFresh", err)
+	}
+	if after := save(t, n, iptables.IPv4); after != before {
+		t.Errorf("a refused write changed the namespace\n%s", lineDiff(after, before))
+	}
+}
+
+// A table the kernel refuses after another was replaced puts that one
+// back: the family is written whole or not at all.
+func TestRefusedTablePutsTheOthersBack(t *testing.T) {
+	n := newNS(t)
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	// REDIRECT is the nat table's: the kernel refuses it in raw, which
+	// sorts after nat.
+	rs.Rules = append(rs.Rules, iptables.Rule{Table: iptables.TableRaw, Chain: iptables.Output, Target: iptables.Redirect{ToPort: 15001}})
+	err := write(n, &rs)
+	if err == nil || errors.Is(err, ErrPartial) || !strings.Contains(err.Error(), "raw table") {
+		t.Fatalf("got %v, want the raw table refused and nat put back", err)
+	}
+	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
+		t.Errorf("a refused write left rules:\n%s", out)
+	}
+	if err := n.Do(func(ns.NetNS) error {
+		s, err := open(abi4)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		kt, err := s.get(iptables.TableNat)
+		if err != nil {
+			return err
+		}
+		_, err = kt.fresh(abi4)
+		return err
+	}); err != nil {
+		t.Errorf("the nat table after the put back: %v", err)
+	}
+}
+
+// The built-in chains' policy counters survive the write, as they do
+// iptables-legacy-restore's commit.
+func TestPolicyCountersCarriedOver(t *testing.T) {
+	n := newNS(t)
+	rs := iptables.BuildFamily(iptablestest.Specs()["tproxy"], iptables.IPv4)
+	if err := n.Do(func(ns.NetNS) error {
+		// The table made, then a connection through its OUTPUT hook.
+		s, err := open(abi4)
+		if err != nil {
+			return err
+		}
+		_, err = s.get(iptables.TableMangle)
+		s.close()
+		if err != nil {
+			return err
+		}
+		if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+			return err
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	policy := func() string {
+		table := ""
+		for _, l := range strings.Split(save(t, n, iptables.IPv4), "\n") {
+			if strings.HasPrefix(l, "*") {
+				table = l
+			}
+			if table == "*mangle" && strings.HasPrefix(l, ":OUTPUT ACCEPT") {
+				return l
+			}
+		}
+		return ""
+	}
+	before := policy()
+	if before == "" || strings.HasSuffix(before, "[0:0]") {
+		t.Fatalf("mangle OUTPUT policy before the write: %q, want a count", before)
+	}
+	if err := write(n, &rs); err != nil {
+		t.Fatal(err)
+	}
+	if after := policy(); after != before {
+		t.Errorf("mangle OUTPUT policy %q after the write, %q before", after, before)
+	}
+}
+
+// Rules the kernel's x_tables cannot hold as given are refused before
+// anything is written.
+func TestUnsupportedWritesNothing(t *testing.T) {
+	n := newNS(t)
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	rs.Rules = append(rs.Rules, iptables.Rule{Table: iptables.TableNat, Chain: iptables.Output, Target: iptables.Jump{Chain: "ISTIO_UNDECLARED"}})
+	if err := write(n, &rs); !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("got %v, want ErrUnsupported", err)
+	}
+	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
+		t.Errorf("rules written:\n%s", out)
+	}
+}
