@@ -77,6 +77,10 @@ func removals(t *ObservedTable, keep map[string]bool) []string {
 	return slices.Concat(dels, flush, drop)
 }
 
+// Tables lists, sorted, the tables the ruleset uses: the order Plan
+// writes them in, and the kernel writers too.
+func (rs *Ruleset) Tables() []string { return planTables(rs, nil) }
+
 // planTables lists, sorted, the tables that hold desired rules or observed
 // state of ours.
 func planTables(desired *Ruleset, observed *Observed) []string {

@@ -67,8 +67,7 @@ type agentRun struct {
 	// noLayout says why the shim's families are not written here.
 	noLayout string
 	// legacy: the families the shim found legacy, written by x_tables
-	// replaces from the agent's process (pkg/iptables/legacy), else
-	// with its own iptables-legacy-restore.
+	// replaces from the agent's process (pkg/iptables/legacy).
 	legacy map[iptables.Family]bool
 	// native: the entry writes native nftables, over netlink whatever
 	// the node's iptables (admit sets it).
@@ -256,11 +255,11 @@ func (r *agentRun) handBack(err error) error {
 	return fmt.Errorf("%w: %w", errHandBack, err)
 }
 
-// write is netlink only, in the families the shim found nf_tables in, or
-// x_tables replaces where it found legacy (the agent's
-// iptables-legacy-restore when they are refused); trusted either way: the
-// agent runs no iptables-save for an ADD, so one that must read back (a
-// repeated ADD) is the plugin's.
+// write is the agent's own only: netlink in the families the shim found
+// nf_tables in, x_tables replaces where it found legacy; trusted either
+// way: the agent runs no iptables-restore or iptables-save for an ADD, so
+// one that must (a repeated ADD, a table found not fresh, a pod in its own
+// user namespace, any refusal) is the plugin's.
 func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error) {
 	if !trusted {
 		return xtables.Write{}, handBack("a repeated ADD reads its rules back")
@@ -270,10 +269,9 @@ func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error)
 		return xtables.Write{Only: true, Trusted: true, Deadline: deadline}, nil
 	}
 	if len(r.legacy) > 0 {
-		// Legacy: the agent's x_tables replaces, or its
-		// iptables-legacy-restore, started only before the deadline; a
-		// failure hands the ADD back.
-		return xtables.Write{Legacy: r.legacy, Trusted: true, Deadline: deadline}, nil
+		// Legacy: x_tables replaces, started only before the
+		// deadline; a refusal hands the ADD back.
+		return xtables.Write{Legacy: r.legacy, Only: true, Trusted: true, Deadline: deadline}, nil
 	}
 	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: deadline}, nil
 }

@@ -328,8 +328,8 @@ func TestAgentRunAddOnALegacyNode(t *testing.T) {
 	late.ContainerID = "c-late"
 	f.side.Now = func() time.Time { return time.Unix(0, late.Deadline).Add(-time.Millisecond) } // the agent's checks pass ...
 	w, err := (&agentRun{req: late, legacy: map[iptables.Family]bool{iptables.IPv4: true}}).write(nil, plan{}, true)
-	if err != nil || len(w.Netlink) != 0 || w.Only || !w.Trusted || !w.Deadline.Equal(time.Unix(0, late.Deadline)) {
-		t.Errorf("legacy write %+v, %v: want a trusted restore bounded by the shim's deadline", w, err)
+	if err != nil || len(w.Netlink) != 0 || !w.Legacy[iptables.IPv4] || !w.Only || !w.Trusted || !w.Deadline.Equal(time.Unix(0, late.Deadline)) {
+		t.Errorf("legacy write %+v, %v: want trusted x_tables replaces only, bounded by the shim's deadline", w, err)
 	}
 	late.Deadline = time.Now().Add(-time.Second).UnixNano()
 	f.side.Now = time.Now
@@ -342,6 +342,63 @@ func TestAgentRunAddOnALegacyNode(t *testing.T) {
 			t.Errorf("%s after a late request: %v\n%s", fam, err, out)
 		}
 	}
+
+	// A sandbox that holds rules already (its record lost): the agent
+	// neither restores blindly on top nor reads back; it hands back, and
+	// the rules stay as they were.
+	fd, path = newNetns(t)
+	old := legacyReq(path)
+	old.ContainerID = "c-old"
+	if resp, _ := f.side.RunAdd(old, fd); !resp.Done {
+		t.Fatalf("first ADD handed back: %s", resp.HandBack)
+	}
+	before := legacySave(t, path)
+	if err := os.RemoveAll(filepath.Join(f.run, "sandboxes")); err != nil {
+		t.Fatal(err)
+	}
+	again := legacyReq(path)
+	again.ContainerID = "c-again"
+	if resp, _ := f.side.RunAdd(again, fd); resp.Done || !strings.Contains(resp.HandBack, "not fresh") {
+		t.Errorf("an ADD into a sandbox holding rules: %+v, want handed back naming the table not fresh", resp)
+	}
+	if after := legacySave(t, path); after != before {
+		t.Errorf("the hand-back changed the rules\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+
+	// A pod with hostUsers: false: its owner matches are the plugin's to
+	// restore from inside its user namespace; the agent writes nothing.
+	n, err := podsim.NewUserNSNetns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = podsim.CloseNetns(n) })
+	userns := legacyReq(n.Path())
+	userns.ContainerID = "c-userns"
+	if resp, _ := f.side.RunAdd(userns, int(n.Fd())); resp.Done || !strings.Contains(resp.HandBack, "hostUsers: false") {
+		t.Errorf("a user namespace pod: %+v, want handed back naming hostUsers: false", resp)
+	}
+	if out := legacySave(t, n.Path()); strings.Contains(out, "ISTIO") {
+		t.Errorf("the agent wrote a user namespace pod's rules:\n%s", out)
+	}
+}
+
+// legacySave is both families' iptables-legacy-save in the namespace at
+// path, without the comment lines (which carry the time).
+func legacySave(t *testing.T, path string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+path, xtables.CommandsFor(release.Legacy, fam).Save).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if !strings.HasPrefix(l, "#") {
+				b.WriteString(l + "\n")
+			}
+		}
+	}
+	return b.String()
 }
 
 // In the agent, the report of an ADD whose entry names the agent's own

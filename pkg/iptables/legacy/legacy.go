@@ -6,16 +6,21 @@
 // The node agent writes a legacy node's ADD so, one process fewer than
 // running iptables-legacy-restore. The x_tables ABI is every release's.
 //
-// Each table's replace is atomic, and the kernel refuses it (EAGAIN) if the
-// table changed since it was read; a family's later table refused puts the
+// It takes the xtables lock iptables-legacy takes, from reading the tables
+// to replacing them, so it and the node's iptables-legacy users (the
+// plugin's restore among them) never fail each other's commits. Each
+// table's replace is atomic; a family's later table refused puts the
 // earlier ones back, so a family is written whole or not at all.
+//
+// The structures are laid out as on LP64 (amd64, arm64: the platforms the
+// image ships for).
 package legacy
 
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
@@ -27,14 +32,19 @@ var ErrPartial = errors.New("a table written, then not put back")
 
 // Write adds a family's ruleset to the calling thread's network namespace,
 // whose tables must hold nothing but their empty built-in chains with
-// ACCEPT policies (ErrNotFresh otherwise). An error wrapping
-// ErrUnsupported or ErrNotFresh means nothing was written; ErrPartial,
-// that the namespace must be read.
-func Write(rs *iptables.Ruleset) error {
+// ACCEPT policies (ErrNotFresh otherwise), waiting for the xtables lock
+// until lockBy. Any error but one wrapping ErrPartial means nothing was
+// written; ErrPartial, that the namespace must be read to know.
+func Write(rs *iptables.Ruleset, lockBy time.Time) error {
 	a := abiOf(rs.Family)
+	unlock, err := lock(lockBy)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rs.Family, err)
+	}
+	defer unlock()
 	s, err := open(a)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", rs.Family, err)
 	}
 	defer s.close()
 	type planned struct {
@@ -43,10 +53,10 @@ func Write(rs *iptables.Ruleset) error {
 		l     *layout
 	}
 	var plan []planned
-	for _, table := range tablesOf(rs) {
+	for _, table := range rs.Tables() {
 		was, err := s.get(table)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", rs.Family, err)
 		}
 		hooks, err := was.fresh(a)
 		if err != nil {
@@ -66,22 +76,10 @@ func Write(rs *iptables.Ruleset) error {
 		err = fmt.Errorf("%s %s table: %w", rs.Family, p.table, err)
 		for _, done := range slices.Backward(plan[:i]) {
 			if undo := s.putBack(done.table, done.was, done.l.num); undo != nil {
-				return errors.Join(err, fmt.Errorf("putting the %s table back: %w: %w", done.table, ErrPartial, undo))
+				err = errors.Join(err, fmt.Errorf("putting the %s table back: %w: %w", done.table, ErrPartial, undo))
 			}
 		}
 		return err
 	}
 	return nil
-}
-
-// tablesOf lists the ruleset's tables sorted, as Plan orders them.
-func tablesOf(rs *iptables.Ruleset) []string {
-	set := map[string]bool{}
-	for _, c := range rs.Chains {
-		set[c.Table] = true
-	}
-	for _, r := range rs.Rules {
-		set[r.Table] = true
-	}
-	return slices.Sorted(maps.Keys(set))
 }

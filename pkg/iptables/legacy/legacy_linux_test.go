@@ -9,9 +9,10 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
+	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
@@ -22,18 +23,7 @@ import (
 // and compare the tables the kernel then holds byte for byte, and what
 // iptables-legacy-save prints.
 
-func newNS(t testing.TB) ns.NetNS {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
-	return n
-}
+func newNS(t testing.TB) ns.NetNS { return iptablestest.NewNS(t) }
 
 // program is the machine's iptables-legacy program of a family, or a skip.
 func program(t *testing.T, f iptables.Family, verb string) string {
@@ -87,7 +77,7 @@ func read(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) string {
 			return err
 		}
 		defer s.close()
-		for _, table := range tablesOf(rs) {
+		for _, table := range rs.Tables() {
 			kt, err := s.get(table)
 			if err != nil {
 				return err
@@ -106,7 +96,7 @@ func read(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) string {
 }
 
 func write(n ns.NetNS, rs *iptables.Ruleset) error {
-	return n.Do(func(ns.NetNS) error { return Write(rs) })
+	return n.Do(func(ns.NetNS) error { return Write(rs, time.Now().Add(10*time.Second)) })
 }
 
 // Every parity spec, each family: the kernel holds the same bytes, and
@@ -133,21 +123,7 @@ func TestWritesWhatRestoreWrites(t *testing.T) {
 }
 
 func lineDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	var b strings.Builder
-	for i := range max(len(g), len(w)) {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			b.WriteString("written:  " + gl + "\nrestored: " + wl + "\n")
-		}
-	}
-	return b.String()
+	return iptablestest.LineDiff(got, want, "written", "restored")
 }
 
 // A namespace that holds rules already is not fresh: nothing is written.
@@ -266,5 +242,38 @@ func TestUnsupportedWritesNothing(t *testing.T) {
 	}
 	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
 		t.Errorf("rules written:\n%s", out)
+	}
+}
+
+// The write waits for the xtables lock iptables-legacy takes, and gives
+// up, writing nothing, when it is held past the wait.
+func TestWriteTakesTheXtablesLock(t *testing.T) {
+	n := newNS(t)
+	path := t.TempDir() + "/xtables.lock"
+	t.Setenv("XTABLES_LOCKFILE", path)
+	held, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	err = n.Do(func(ns.NetNS) error { return Write(&rs, time.Now().Add(50*time.Millisecond)) })
+	if !errors.Is(err, ErrLocked) {
+		t.Fatalf("with the lock held: %v, want ErrLocked", err)
+	}
+	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
+		t.Errorf("rules written without the lock:\n%s", out)
+	}
+	// Released while the write waits: it goes in.
+	done := make(chan error, 1)
+	go func() { done <- n.Do(func(ns.NetNS) error { return Write(&rs, time.Now().Add(time.Minute)) }) }()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("after the release: %v", err)
 	}
 }

@@ -85,6 +85,9 @@ func (s *sock) get(table string) (*kernelTable, error) {
 	}
 	t.entries = get[getEntriesHead:]
 	for at := 0; at < len(t.entries); {
+		if at+s.a.entry > len(t.entries) {
+			return nil, fmt.Errorf("the %s table ends inside an entry at %d", table, at)
+		}
 		next := int(ne.Uint16(t.entries[at+s.a.ipLen+6:]))
 		if next < s.a.entry || at+next > len(t.entries) {
 			return nil, fmt.Errorf("the %s table's entry at %d is %d bytes", table, at, next)
@@ -120,7 +123,9 @@ func (t *kernelTable) fresh(a abi) ([]int, error) {
 }
 
 // replace puts l in place of was, then carries the built-in chains'
-// policy counters over, as libiptc's commit does.
+// policy counters over, as libiptc's commit does. Once the rules are in,
+// a failure to carry the counts is no failure of the write: they count
+// packets only.
 func (s *sock) replace(table string, was *kernelTable, l *layout) error {
 	old, err := s.setReplace(table, was.validHooks, l.hookEntry, l.hookEnd, l.num, l.entries, was.num)
 	if err != nil {
@@ -146,9 +151,7 @@ func (s *sock) replace(table string, was *kernelTable, l *layout) error {
 	}
 	copy(add, table)
 	ne.PutUint32(add[tableNameLen:], uint32(l.num)) // #nosec G115 -- a few hundred entries
-	if err := s.setsockopt(soSetAddCounters, add); err != nil {
-		return fmt.Errorf("carrying the %s table's policy counters over: %w", table, err)
-	}
+	_ = s.setsockopt(soSetAddCounters, add)
 	return nil
 }
 

@@ -103,8 +103,10 @@ func compile(a abi, table string, hooks []int, rs *iptables.Ruleset) (*layout, e
 		if _, ok := builtins[c.Name]; ok {
 			return nil, fmt.Errorf("declared chain %s is built in: %w", c.Name, ErrUnsupported)
 		}
-		if len(c.Name) >= chainNameLen {
-			return nil, fmt.Errorf("chain name %q is over %d bytes: %w", c.Name, chainNameLen-1, ErrUnsupported)
+		if len(c.Name) >= nameLen {
+			// libiptc's limit (XT_EXTENSION_MAXNAMELEN - 1), which
+			// iptables-legacy-restore refuses past.
+			return nil, fmt.Errorf("chain name %q is over %d bytes: %w", c.Name, nameLen-1, ErrUnsupported)
 		}
 		chains = append(chains, c.Name)
 	}

@@ -2,8 +2,6 @@ package nfnl
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -56,7 +54,7 @@ func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, er
 		msgs = append(msgs, msg{typ: typ, flags: flags, family: family, attrs: a.b})
 		ops = append(ops, func() string { return rs.Family.String() + " " + op() })
 	}
-	for _, table := range tablesOf(rs) {
+	for _, table := range rs.Tables() {
 		bases, ok := baseChains[table]
 		if !ok {
 			return nil, nil, fmt.Errorf("table %s: %w", table, ErrUnsupported)
@@ -121,18 +119,6 @@ func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, er
 		}
 	}
 	return msgs, ops, nil
-}
-
-// tablesOf lists the ruleset's tables sorted, as Plan orders them.
-func tablesOf(rs *iptables.Ruleset) []string {
-	set := map[string]bool{}
-	for _, c := range rs.Chains {
-		set[c.Table] = true
-	}
-	for _, r := range rs.Rules {
-		set[r.Table] = true
-	}
-	return slices.Sorted(maps.Keys(set))
 }
 
 // Write adds a family's ruleset to the calling thread's network namespace

@@ -1,7 +1,6 @@
 package nfnl_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -28,18 +27,7 @@ import (
 // node's iptables-save prints and what the kernel holds, expression by
 // expression.
 
-func newNS(t testing.TB) ns.NetNS {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close(); _ = testutils.UnmountNS(n) })
-	return n
-}
+func newNS(t testing.TB) ns.NetNS { return iptablestest.NewNS(t) }
 
 func familyOf(f iptables.Family) uint8 {
 	if f == iptables.IPv6 {
@@ -125,23 +113,7 @@ func write(n ns.NetNS, rs *iptables.Ruleset, l nfnl.Layout) error {
 	return n.Do(func(ns.NetNS) error { return nfnl.Write(rs, l) })
 }
 
-func lineDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	var b bytes.Buffer
-	for i := 0; i < max(len(g), len(w)); i++ {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			b.WriteString("netlink: " + gl + "\nrestore: " + wl + "\n")
-		}
-	}
-	return b.String()
-}
+func lineDiff(got, want string) string { return iptablestest.LineDiff(got, want, "netlink", "restore") }
 
 // A namespace that already holds one of our chains is not fresh: the
 // transaction fails as a whole and leaves the namespace as it was.

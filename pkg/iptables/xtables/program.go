@@ -30,9 +30,9 @@ type Programmer struct {
 	// netlink seam, as Runner is the exec one.
 	Transaction func(*iptables.Ruleset, nfnl.Layout) error
 	// Replace writes a ruleset's tables into x_tables, laid out as
-	// iptables-legacy-restore does; nil is legacy.Write. It is the
-	// x_tables seam.
-	Replace func(*iptables.Ruleset) error
+	// iptables-legacy-restore does, waiting for the xtables lock until
+	// the time given; nil is legacy.Write. It is the x_tables seam.
+	Replace func(*iptables.Ruleset, time.Time) error
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
 	// nf_tables state it has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
@@ -54,12 +54,14 @@ type Write struct {
 	Netlink map[iptables.Family]nfnl.Layout
 	// Legacy: the families whose first write is one x_tables replace
 	// per table (legacy.Write) in place of iptables-legacy-restore; the
-	// caller found them legacy. A refusal restores instead.
+	// caller found them legacy. A refusal restores instead (unless
+	// Only); tables found not fresh are read back and reconciled.
 	Legacy map[iptables.Family]bool
-	// Only makes a ruleset that was not written over netlink Apply's
-	// answer: no iptables-restore, no read-back. The node agent writes so
-	// for the plugin's shim: its container's iptables need not be the
-	// node's, so it hands anything the batch cannot do back to the plugin.
+	// Only makes a ruleset that the process did not write itself (over
+	// netlink, or as x_tables replaces) Apply's answer: no
+	// iptables-restore, no read-back. The node agent writes so for the
+	// plugin's shim: its container's iptables need not be the node's, so
+	// it hands anything it cannot write itself back to the plugin.
 	Only bool
 	// Deadline, if set, is when the caller stops waiting: no first
 	// write (transaction or restore) starts after it. The node agent
@@ -112,16 +114,24 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 		}
 		var restoreErr error
 		if attempt > 0 {
+			if w.Late() {
+				return written, fmt.Errorf("%s rules not reconciled: %w", rs.Family, errLate)
+			}
 			restoreErr = p.restore(ctx, rs.Family, text)
 		} else if written = p.fresh(rs, w); !written.byKernel() {
 			if w.Only {
-				return written, fmt.Errorf("%s rules not written over netlink: %w", rs.Family, errors.Join(written.Refused, ErrNotWritten))
+				how := "over netlink"
+				if _, ok := w.Netlink[rs.Family]; !ok && w.Legacy[rs.Family] {
+					how = "as x_tables replaces"
+				}
+				return written, fmt.Errorf("%s rules not written %s: %w", rs.Family, how, errors.Join(written.Refused, ErrNotWritten))
 			}
 			// Whether a lost transaction was committed, or a table
-			// put back, is unknown: read back and reconcile, never
+			// put back, is unknown, and a namespace found not fresh
+			// holds rules already: read back and reconcile, never
 			// restore a fresh namespace's rules on top.
 			restoreErr = written.Refused
-			if !unknownOutcome(restoreErr) {
+			if !unknownOutcome(restoreErr) && !errors.Is(restoreErr, legacy.ErrNotFresh) {
 				if w.Late() {
 					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
 				}
@@ -136,8 +146,8 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
-		case len(diff) == 0 && unknownOutcome(restoreErr):
-			return written, nil // the lost transaction was committed
+		case len(diff) == 0 && (unknownOutcome(restoreErr) || errors.Is(restoreErr, legacy.ErrNotFresh)):
+			return written, nil // the lost transaction was committed, or the rules were there
 		case restoreErr != nil:
 			lastErr = restoreErr
 		case len(diff) > 0:
@@ -184,7 +194,11 @@ func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 		if replace == nil {
 			replace = legacy.Write
 		}
-		if err := replace(rs); err != nil {
+		lockBy := w.Deadline
+		if lockBy.IsZero() {
+			lockBy = time.Now().Add(LockWaitSeconds * time.Second)
+		}
+		if err := replace(rs, lockBy); err != nil {
 			return Written{Refused: err}
 		}
 		return Written{Replaced: true}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
@@ -338,4 +339,84 @@ func TestApplyRestoresOnlyBeforeTheDeadline(t *testing.T) {
 	if _, err := p.Apply(context.Background(), &rs, Write{Trusted: true, Deadline: time.Now().Add(time.Hour)}); err != nil || len(f.calls) != 1 || !strings.HasPrefix(f.calls[0], "iptables-legacy-restore ") {
 		t.Errorf("before the deadline: %v, ran %q; want one iptables-legacy-restore", err, f.calls)
 	}
+}
+
+// Write.Legacy: the x_tables replace is the first write, bounded by the
+// deadline; a table found not fresh, or a put back that failed, is read
+// back and reconciled, never restored on top of; any other refusal
+// restores; with Only, nothing runs.
+func TestApplyLegacyReplaces(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	deadline := time.Now().Add(time.Hour)
+	for _, c := range []struct {
+		name      string
+		refused   error
+		w         Write
+		saves     []string
+		wantCalls []string
+		wantErr   error
+	}{
+		{name: "written", w: Write{Trusted: true, Deadline: deadline}},
+		{name: "not fresh, the rules there", refused: fmt.Errorf("ipv4 nat table: %w", legacy.ErrNotFresh), w: Write{Trusted: true, Deadline: deadline},
+			saves: []string{saveOf(&rs)}, wantCalls: []string{"iptables-legacy-save "}},
+		{name: "not fresh, a jump twice", refused: fmt.Errorf("ipv4 nat table: %w", legacy.ErrNotFresh), w: Write{Trusted: true, Deadline: deadline},
+			saves:     []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND"), saveOf(&rs)},
+			wantCalls: []string{"iptables-legacy-save ", "iptables-legacy-restore --noflush --wait=10", "iptables-legacy-save "}},
+		{name: "partial", refused: fmt.Errorf("putting the nat table back: %w", legacy.ErrPartial), w: Write{Trusted: true, Deadline: deadline},
+			saves: []string{saveOf(&rs)}, wantCalls: []string{"iptables-legacy-save "}},
+		{name: "refused", refused: errors.New("EAGAIN"), w: Write{Trusted: true, Deadline: deadline},
+			wantCalls: []string{"iptables-legacy-restore --noflush --wait=10"}},
+		{name: "refused, only", refused: errors.New("EAGAIN"), w: Write{Only: true, Trusted: true, Deadline: deadline}, wantErr: ErrNotWritten},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeRunner{saves: c.saves}
+			var lockBy time.Time
+			p := &Programmer{Runner: f, Backend: release.Legacy, Replace: func(_ *iptables.Ruleset, by time.Time) error {
+				lockBy = by
+				return c.refused
+			}}
+			c.w.Legacy = map[iptables.Family]bool{iptables.IPv4: true}
+			written, err := p.Apply(context.Background(), &rs, c.w)
+			if !errors.Is(err, c.wantErr) || (c.wantErr == nil && err != nil) {
+				t.Fatalf("Apply: %v, want %v", err, c.wantErr)
+			}
+			if written.Replaced != (c.refused == nil) || !errors.Is(written.Refused, c.refused) {
+				t.Errorf("written %+v", written)
+			}
+			if !lockBy.Equal(deadline) {
+				t.Errorf("the lock waited until %v, want the deadline %v", lockBy, deadline)
+			}
+			if strings.Join(f.calls, "|") != strings.Join(c.wantCalls, "|") {
+				t.Errorf("ran %q, want %q", f.calls, c.wantCalls)
+			}
+		})
+	}
+	// Past the deadline, no reconciling restore either.
+	f := &fakeRunner{saves: []string{saveOf(&rs, "-p tcp -j ISTIO_INBOUND")}}
+	p := &Programmer{Runner: f, Backend: release.Legacy, Replace: func(*iptables.Ruleset, time.Time) error {
+		return legacy.ErrNotFresh
+	}}
+	w := Write{Legacy: map[iptables.Family]bool{iptables.IPv4: true}, Trusted: true, Deadline: time.Now().Add(50 * time.Millisecond)}
+	p.Runner = &slowSave{fakeRunner: f, until: w.Deadline}
+	if _, err := p.Apply(context.Background(), &rs, w); !errors.Is(err, ErrLate) {
+		t.Errorf("a reconcile past the deadline: %v, want ErrLate", err)
+	}
+	for _, c := range f.calls {
+		if strings.Contains(c, "restore") {
+			t.Errorf("ran %q past the deadline", c)
+		}
+	}
+}
+
+// slowSave's iptables-save returns only once until has passed.
+type slowSave struct {
+	*fakeRunner
+	until time.Time
+}
+
+func (s *slowSave) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.HasSuffix(name, "-save") {
+		time.Sleep(time.Until(s.until))
+	}
+	return s.fakeRunner.Run(ctx, stdin, name, args...)
 }
