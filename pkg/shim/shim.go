@@ -124,7 +124,7 @@ func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked boo
 			req.Netlink, req.Release = append(req.Netlink, f.name), v
 		case legacy(backend, f):
 			// The x_tables ABI is every release's: the agent's own
-			// iptables-legacy-restore writes as the node's would.
+			// x_tables writes are what the node's restore would write.
 			req.Legacy = append(req.Legacy, f.name)
 		default:
 			off = append(off, err.Error())

@@ -7,8 +7,9 @@
 // running iptables-legacy-restore. The x_tables ABI is every release's.
 //
 // It takes the xtables lock iptables-legacy takes, from reading the tables
-// to replacing them, so it and the node's iptables-legacy users (the
-// plugin's restore among them) never fail each other's commits. Each
+// to replacing them, so it and another writer of the same namespace (the
+// plugin's restore, the audit's repairs) never fail each other's commits:
+// the kernel refuses a replace of a table changed since it was read. Each
 // table's replace is atomic; a family's later table refused puts the
 // earlier ones back, so a family is written whole or not at all.
 //
@@ -42,6 +43,11 @@ func Write(rs *iptables.Ruleset, lockBy time.Time) error {
 		return fmt.Errorf("%s: %w", rs.Family, err)
 	}
 	defer unlock()
+	if !time.Now().Before(lockBy) {
+		// Taken at the last moment: past it, the caller has stopped
+		// waiting and must find nothing written.
+		return fmt.Errorf("%s: %w: taken after the wait", rs.Family, ErrLocked)
+	}
 	s, err := open(a)
 	if err != nil {
 		return fmt.Errorf("%s: %w", rs.Family, err)

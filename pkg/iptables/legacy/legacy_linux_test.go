@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,12 +26,16 @@ import (
 
 func newNS(t testing.TB) ns.NetNS { return iptablestest.NewNS(t) }
 
-// program is the machine's iptables-legacy program of a family, or a skip.
+// program is the machine's iptables-legacy program of a family (its
+// restore or save, or "" for iptables-legacy itself), or a skip.
 func program(t *testing.T, f iptables.Family, verb string) string {
 	t.Helper()
-	name := "iptables-legacy-" + verb
+	name := "iptables-legacy"
 	if f == iptables.IPv6 {
-		name = "ip6tables-legacy-" + verb
+		name = "ip6tables-legacy"
+	}
+	if verb != "" {
+		name += "-" + verb
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
@@ -245,8 +250,10 @@ func TestUnsupportedWritesNothing(t *testing.T) {
 	}
 }
 
-// The write waits for the xtables lock iptables-legacy takes, and gives
-// up, writing nothing, when it is held past the wait.
+// The write takes the xtables lock iptables-legacy takes: held by another,
+// it waits, writing nothing; it writes once the lock is let go, and gives
+// up, writing nothing, if that is past its wait. iptables-legacy itself
+// waits for the lock while a write holds it.
 func TestWriteTakesTheXtablesLock(t *testing.T) {
 	n := newNS(t)
 	path := t.TempDir() + "/xtables.lock"
@@ -267,13 +274,40 @@ func TestWriteTakesTheXtablesLock(t *testing.T) {
 	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
 		t.Errorf("rules written without the lock:\n%s", out)
 	}
-	// Released while the write waits: it goes in.
+
+	// Let go once the write has found it held: the write goes in.
+	waiting := make(chan struct{})
+	var once sync.Once
+	polled = func() { once.Do(func() { close(waiting) }) }
+	t.Cleanup(func() { polled = func() {} })
 	done := make(chan error, 1)
 	go func() { done <- n.Do(func(ns.NetNS) error { return Write(&rs, time.Now().Add(time.Minute)) }) }()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("the write returned while the lock was held: %v", err)
+	}
+	if out := save(t, n, iptables.IPv4); strings.Contains(out, "ISTIO") {
+		t.Errorf("rules written while the lock was held:\n%s", out)
+	}
 	if err := unix.Flock(int(held.Fd()), unix.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
-		t.Fatalf("after the release: %v", err)
+		t.Fatalf("after the lock was let go: %v", err)
+	}
+
+	// The lock is iptables-legacy's: held by the write's lock, iptables
+	// waits out its -w and fails (status 4).
+	unlock, err := lock(time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+n.Path(), program(t, iptables.IPv4, ""), "-w", "1", "-t", "filter", "-A", "INPUT", "-j", "ACCEPT")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
+		t.Errorf("iptables-legacy with the lock held: %v, %s; want it to wait and fail with status 4", err, out)
 	}
 }

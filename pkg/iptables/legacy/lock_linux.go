@@ -12,6 +12,9 @@ import (
 // ErrLocked means another writer held the xtables lock past the wait.
 var ErrLocked = errors.New("the xtables lock is held")
 
+// polled is called each time the lock was found held (a test's hook).
+var polled = func() {}
+
 // lockPath is the lock iptables-legacy takes: XTABLES_LOCKFILE, else
 // /run/xtables.lock (the node's, mounted into the agent).
 func lockPath() string {
@@ -23,14 +26,15 @@ func lockPath() string {
 
 // lock takes the xtables lock as iptables-legacy does (flock of the file,
 // made if absent), waiting until by; iptables' own wait polls each second,
-// this one from 100 µs, since the holders are brief.
+// this one every 100 µs to 1 ms, since the holders (concurrent ADDs among
+// them) hold it for about a millisecond.
 func lock(by time.Time) (unlock func(), err error) {
 	path := lockPath()
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the xtables lock %s: %w", path, err)
 	}
-	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
 		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return func() { _ = unix.Close(fd) }, nil
@@ -43,6 +47,7 @@ func lock(by time.Time) (unlock func(), err error) {
 			_ = unix.Close(fd)
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
+		polled()
 		time.Sleep(wait)
 	}
 }

@@ -91,7 +91,7 @@ func (w Written) byKernel() bool { return w.Netlink || w.Replaced }
 
 // ErrNotWritten: with Write.Only, the batch was refused, not encodable,
 // declined, or its outcome is unknown.
-var ErrNotWritten = errors.New("netlink only")
+var ErrNotWritten = errors.New("the process writes only by itself here")
 
 // Apply makes the namespace hold one family's rules and verifies them by
 // reading them back. The first attempt assumes a fresh namespace (one

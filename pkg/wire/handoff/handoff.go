@@ -73,9 +73,10 @@ type Request struct {
 	Netlink []string
 	Release string
 	// Legacy names the families whose iptables on the node is legacy:
-	// the agent writes them with its own iptables-legacy-restore, exact
-	// on every release (the x_tables ABI does not change). A request
-	// names families in Netlink or in Legacy, never both.
+	// the agent writes them as x_tables replaces laid out as its own
+	// iptables-legacy-restore lays them out, exact on every release (the
+	// x_tables ABI does not change). A request names families in Netlink
+	// or in Legacy, never both.
 	Legacy []string
 	// Deadline is when the shim stops waiting (Unix nanoseconds, the
 	// node's clock): the agent writes nothing after it, since by then the
