@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,19 +18,20 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/test/oldiptables"
 )
 
-// These tests write every parity spec both ways, with the machine's
-// iptables-legacy-restore and with Write, into fresh network namespaces,
-// and compare the tables the kernel then holds byte for byte, and what
+// These tests write every parity spec both ways, with an
+// iptables-legacy-restore (the machine's, and each release test/oldiptables
+// unpacks) and with Write, into fresh network namespaces, and compare the
+// tables the kernel then holds byte for byte, and what that release's
 // iptables-legacy-save prints.
 
 func newNS(t testing.TB) ns.NetNS { return iptablestest.NewNS(t) }
 
-// program is the machine's iptables-legacy program of a family (its
-// restore or save, or "" for iptables-legacy itself), or a skip.
-func program(t *testing.T, f iptables.Family, verb string) string {
-	t.Helper()
+// programName is a family's iptables-legacy program: its restore or
+// save, or "" for iptables-legacy itself.
+func programName(f iptables.Family, verb string) string {
 	name := "iptables-legacy"
 	if f == iptables.IPv6 {
 		name = "ip6tables-legacy"
@@ -37,34 +39,73 @@ func program(t *testing.T, f iptables.Family, verb string) string {
 	if verb != "" {
 		name += "-" + verb
 	}
-	p, err := exec.LookPath(name)
+	return name
+}
+
+// program is the machine's iptables-legacy program, or a skip.
+func program(t *testing.T, f iptables.Family, verb string) string {
+	t.Helper()
+	p, err := exec.LookPath(programName(f, verb))
 	if err != nil {
-		t.Skipf("no %s", name)
+		t.Skipf("no %s", programName(f, verb))
 	}
 	return p
 }
 
-func restore(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) {
+// iptablesRelease runs one release's iptables-legacy programs, by name,
+// in the calling thread's namespace.
+type iptablesRelease struct {
+	version string
+	command func(name string, args ...string) (*exec.Cmd, error)
+}
+
+// own is the machine's release.
+var own = iptablesRelease{version: "own", command: func(name string, args ...string) (*exec.Cmd, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return nil, err
+	}
+	return exec.Command(p, args...), nil // #nosec G204 -- the machine's iptables
+}}
+
+// run runs one of rel's programs in n.
+func (rel iptablesRelease) run(t *testing.T, n ns.NetNS, stdin []byte, name string, args ...string) string {
+	t.Helper()
+	var out []byte
+	if err := n.Do(func(ns.NetNS) error {
+		cmd, err := rel.command(name, args...)
+		if err != nil {
+			return err
+		}
+		cmd.Stdin = bytes.NewReader(stdin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if out, err = cmd.Output(); err != nil {
+			return fmt.Errorf("iptables %s %s: %w: %s", rel.version, name, err, stderr.String())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+func restoreBy(t *testing.T, rel iptablesRelease, n ns.NetNS, rs *iptables.Ruleset) {
 	t.Helper()
 	text, err := iptables.Plan(rs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(t.Context(), "nsenter", "--net="+n.Path(), program(t, rs.Family, "restore"), "--noflush")
-	cmd.Stdin = bytes.NewReader(text)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	rel.run(t, n, text, programName(rs.Family, "restore"), "--noflush")
 }
 
-func save(t *testing.T, n ns.NetNS, f iptables.Family) string {
+func save(t *testing.T, n ns.NetNS, f iptables.Family) string { return saveBy(t, own, n, f) }
+
+func saveBy(t *testing.T, rel iptablesRelease, n ns.NetNS, f iptables.Family) string {
 	t.Helper()
-	out, err := exec.CommandContext(t.Context(), "nsenter", "--net="+n.Path(), program(t, f, "save")).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := rel.run(t, n, nil, programName(f, "save"))
 	var lines []string
-	for _, l := range strings.Split(string(out), "\n") {
+	for _, l := range strings.Split(out, "\n") {
 		if !strings.HasPrefix(l, "#") {
 			lines = append(lines, l)
 		}
@@ -104,22 +145,38 @@ func write(n ns.NetNS, rs *iptables.Ruleset) error {
 	return n.Do(func(ns.NetNS) error { return Write(rs, time.Now().Add(10*time.Second)) })
 }
 
-// Every parity spec, each family: the kernel holds the same bytes, and
-// iptables-legacy-save prints the same text, as after
+// Every parity spec, each family, each release (the machine's, the ones
+// test/oldiptables unpacks, and the built ones when their variables name
+// them: the x_tables ABI is every release's, and so must be what Write
+// writes): the kernel holds the same bytes, and the release's
+// iptables-legacy-save prints the same text, as after its
 // iptables-legacy-restore of Plan's text.
 func TestWritesWhatRestoreWrites(t *testing.T) {
+	program(t, iptables.IPv4, "restore")
+	t.Run("own", func(t *testing.T) { writesWhatRestoreWrites(t, own) })
+	for _, rel := range append(oldiptables.Releases(), oldiptables.Recorded()...) {
+		if slices.Contains(oldiptables.Recorded(), rel) && !rel.Named() {
+			continue
+		}
+		t.Run(rel.Version, func(t *testing.T) {
+			writesWhatRestoreWrites(t, iptablesRelease{version: rel.Version, command: rel.Find(t, "../../..").Command})
+		})
+	}
+}
+
+func writesWhatRestoreWrites(t *testing.T, rel iptablesRelease) {
 	for name, spec := range iptablestest.ParitySpecs() {
 		for _, rs := range iptables.Build(spec, true, true).Rulesets() {
 			t.Run(name+"/"+rs.Family.String(), func(t *testing.T) {
 				byRestore, byWrite := newNS(t), newNS(t)
-				restore(t, byRestore, rs)
+				restoreBy(t, rel, byRestore, rs)
 				if err := write(byWrite, rs); err != nil {
 					t.Fatal(err)
 				}
 				if got, want := read(t, byWrite, rs), read(t, byRestore, rs); got != want {
 					t.Errorf("the kernel's tables differ\n%s", lineDiff(got, want))
 				}
-				if got, want := save(t, byWrite, rs.Family), save(t, byRestore, rs.Family); got != want {
+				if got, want := saveBy(t, rel, byWrite, rs.Family), saveBy(t, rel, byRestore, rs.Family); got != want {
 					t.Errorf("iptables-legacy-save prints\n%s", lineDiff(got, want))
 				}
 			})
