@@ -105,9 +105,15 @@ var perturbations = []perturbation{
 		// outage, will do: the namespace's deletion stops it.
 		var agent cluster.Pod
 		if err := poll.Wait(3*time.Minute, "a running agent to uninstall", func() (bool, string) {
-			p, ok := installerPodOrEmpty(t)
-			agent = p
-			return ok && allReady(p), "agent pods: " + agentPodStates(t)
+			// Any ready one: the new DaemonSet's pod may be listed
+			// first, Pending behind the old one's host ports.
+			for _, p := range installerPods(t) {
+				if p.Metadata.DeletionTimestamp == nil && allReady(p) {
+					agent = p
+					return true, ""
+				}
+			}
+			return false, "agent pods: " + agentPodStates(t)
 		}); err != nil {
 			return err
 		}
