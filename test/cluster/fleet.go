@@ -164,7 +164,7 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	// One at a time: each start is a burst of CPU, and a node that
 	// failed names itself.
 	for i := 1; i <= o.Nodes; i++ {
-		if _, err := f.startNode(ctx, bins, o, i, nil); err != nil {
+		if _, err := f.startNode(ctx, bins, o, i, MachineIptables, nil); err != nil {
 			return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 		}
 	}
@@ -201,11 +201,11 @@ func (f *Fleet) route(n *Node) error {
 
 // AddNode joins one more node to the running fleet, as a node a cluster
 // autoscaler adds: its containerd holding images (a node image's
-// preloaded ones) before its kubelet registers. It returns once the node
+// preloaded ones) before its kubelet registers, its iptables ipt's. It returns once the node
 // is Ready (on a Flannel fleet: registered with its pod range; the
 // DaemonSets already installed take it from there, and the caller waits
 // with WaitNodeReady).
-func (f *Fleet) AddNode(ctx context.Context, images ...string) (*Node, error) {
+func (f *Fleet) AddNode(ctx context.Context, ipt Iptables, images ...string) (*Node, error) {
 	i := len(f.Nodes) + 1
 	if i > 9 {
 		return nil, fmt.Errorf("cluster: the fleet has %d nodes; at most 9", len(f.Nodes))
@@ -219,7 +219,7 @@ func (f *Fleet) AddNode(ctx context.Context, images ...string) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	n, err := f.startNode(ctx, bins, f.opts, i, images)
+	n, err := f.startNode(ctx, bins, f.opts, i, ipt, images)
 	if err != nil {
 		// Stop and Abort still take it down: it stays in starting.
 		return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
@@ -269,9 +269,9 @@ func (f *Fleet) nodes() []*Node {
 const fleetPodBridge = "cni0"
 
 // startNode starts fleet node i: its namespaces and link, the primary CNI,
-// containerd and kubelet, and waits until the node is Ready. The node is
-// the fleet's (Stop, Abort) from its first step.
-func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int, images []string) (*Node, error) {
+// containerd and kubelet, and waits until the node is Ready. Its iptables
+// is ipt's. The node is the fleet's (Stop, Abort) from its first step.
+func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i int, ipt Iptables, images []string) (*Node, error) {
 	dir := filepath.Join(o.Dir, "nodes", fmt.Sprint(i))
 	// The node's name on this machine: its end of the link, its
 	// registry entry, its cgroup root. Deleting it (cleanHost, also a
@@ -299,6 +299,7 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 		NetnsDir:         netnsDir(dir),
 		NodeIP:           fleetNodeIP(i),
 		Subnet:           fleetSubnet(i),
+		Iptables:         ipt,
 		dir:              dir,
 		bridge:           hostLink,
 		gateway:          netip.PrefixFrom(fleetSubnet(i).Addr().Next(), 24),
@@ -329,6 +330,11 @@ func (f *Fleet) startNode(ctx context.Context, bins nodeBins, o FleetOptions, i 
 	if err := os.MkdirAll(n.PodLogDir, 0o755); err != nil {
 		return nil, err
 	}
+	alt, err := nodeAlternatives(filepath.Join(dir, "host", "etc", "alternatives"), ipt)
+	if err != nil {
+		return nil, err
+	}
+	binds = append(binds, alt...)
 	install := func() error { return n.installPrimaryCNI(opts) }
 	if o.Primary == PrimaryFlannel {
 		install = n.installReferencePlugins

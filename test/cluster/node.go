@@ -69,6 +69,9 @@ type Node struct {
 	NodeIP netip.Addr
 	// Subnet is the node's pod range.
 	Subnet netip.Prefix
+	// Iptables is which iptables the node's programs lead to (a fleet
+	// node's own alternatives; MachineIptables on a single node).
+	Iptables Iptables
 
 	dir     string
 	bridge  string

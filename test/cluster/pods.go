@@ -249,15 +249,22 @@ func (n *Node) ContainerLog(p Pod, container string) string {
 }
 
 // IptablesSave returns iptables-save run in the pod's network namespace,
-// entered with nsenter as an operator would.
+// entered with nsenter as an operator on the node would: the node's own
+// iptables (its alternatives, on a fleet's) prints it.
 func (n *Node) IptablesSave(ctx context.Context, ns, name string) (string, error) {
+	return n.SaveIn(ctx, ns, name, "iptables-save")
+}
+
+// SaveIn is IptablesSave with another program of the node's, such as
+// iptables-nft-save or iptables-legacy-save.
+func (n *Node) SaveIn(ctx context.Context, ns, name, program string) (string, error) {
 	netns, err := n.PodNetNS(ctx, ns, name)
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.CommandContext(ctx, "nsenter", "--net="+netns, "iptables-save").CombinedOutput() // #nosec G204 -- test harness
+	out, err := n.Command(ctx, "nsenter", "--net="+netns, program).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("nsenter --net=%s iptables-save: %w: %s", netns, err, out)
+		return "", fmt.Errorf("nsenter --net=%s %s on %s: %w: %s", netns, program, n.Name, err, out)
 	}
 	return string(out), nil
 }

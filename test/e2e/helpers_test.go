@@ -192,31 +192,10 @@ func nodeWritesNetlink() bool {
 	return err == nil && release.HasLayout(v)
 }
 
-// addLine is the plugin's log line of a successful ADD.
-type addLine struct {
-	Verb, Pod, Error string
-	RulesBy          string `json:"rules_by"`
-	RanIn            string `json:"ran_in"`
-	HandedBack       string `json:"handed_back"`
-}
-
 // lastADD is the plugin's last successful ADD of the pod, from its log on
 // the node; ok=false when it has none (rotated away?).
-func lastADD(p cluster.Pod) (last addLine, ok bool) {
-	logDir := filepath.Join(env.node.IstioRunDir, install.LogDirName)
-	for _, name := range []string{install.PluginLogName + ".1", install.PluginLogName} {
-		b, err := os.ReadFile(filepath.Join(logDir, name))
-		if err != nil {
-			continue
-		}
-		for line := range strings.Lines(string(b)) {
-			var l addLine
-			if json.Unmarshal([]byte(line), &l) == nil && l.Verb == "ADD" && l.Error == "" && l.Pod == p.Metadata.Namespace+"/"+p.Metadata.Name {
-				last, ok = l, true
-			}
-		}
-	}
-	return last, ok
+func lastADD(p cluster.Pod) (cluster.ADDLine, bool) {
+	return cluster.LastADD(filepath.Join(env.node.IstioRunDir, install.LogDirName, install.PluginLogName), p.Metadata.Namespace, p.Metadata.Name)
 }
 
 // assertWrittenBy: the plugin's last ADD of the pod wrote its rules the way

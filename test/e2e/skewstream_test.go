@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
 
@@ -128,7 +129,7 @@ func checkSkewPod(ctx context.Context, v skewVariant, target, name string) (stri
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	ranIn := "? (no ADD of it in the plugin's log)"
-	var last addLine
+	var last cluster.ADDLine
 	ok := false
 	// The ADD's log line is written as it returns: wait for it a moment.
 	_ = poll.Wait(5*time.Second, "the ADD's log line", func() (bool, string) {

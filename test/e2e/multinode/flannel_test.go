@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/chain"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -239,15 +240,22 @@ func inspectOn(t *testing.T, n *cluster.Node, pod string) (string, int) {
 }
 
 // TestNodeJoinsAfterInstall: a node that joins once Flannel and istio-cni
-// run gets both from their DaemonSets (Flannel's config, then istio-cni's
+// run, its iptables legacy (its alternatives lead to iptables-legacy, as
+// an older node pool's image does; the fleet's first nodes are nf_tables),
+// gets both from their DaemonSets (Flannel's config, then istio-cni's
 // chained after it), turns Ready, and starts a meshed pod at its first
-// attempt with its rules; across the overlay, its meshed app's request
-// goes through the proxy and its plain app's reaches the server on
-// another node. The node leaves when the test ends.
+// attempt with its rules, in the x_tables its own iptables-save reads and
+// none in nf_tables; across the overlay, its meshed app's request goes
+// through the proxy and its plain app's reaches the server on another
+// node. Once its agent's audit has checked that pod (inspect --node), the
+// next meshed pod's ADD is the agent's, written as x_tables replaces, the
+// same rules; inspect on the node reads both as redirected; flushed with
+// the node's iptables, that pod's rules are put back by the audit. The
+// node leaves when the test ends.
 func TestNodeJoinsAfterInstall(t *testing.T) {
 	requireAgentsReady(t, env.fleet.Nodes)
 	target := serverAddr(t)
-	n, err := env.fleet.AddNode(t.Context(), env.images...)
+	n, err := env.fleet.AddNode(t.Context(), cluster.LegacyIptables, env.images...)
 	if n != nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -274,9 +282,7 @@ func TestNodeJoinsAfterInstall(t *testing.T) {
 	meshed := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: "joined-meshed", Target: target, Sidecar: true, NodeName: n.Name})
 	plain := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: "joined-plain", Target: target, NodeName: n.Name})
 	requireFirstAttempt(t, n, meshed)
-	if err := rulesMatchModel(t.Context(), n, "joined-meshed"); err != nil {
-		t.Error(err)
-	}
+	requireLegacyRules(t, n, meshed)
 	poll.Until(t, 30*time.Second, "the joined node's meshed app through its proxy", func() (bool, string) {
 		log := n.ContainerLog(meshed, "app")
 		return strings.Contains(log, "proxy listener=outbound orig="+target), log
@@ -285,6 +291,59 @@ func TestNodeJoinsAfterInstall(t *testing.T) {
 		log := n.ContainerLog(plain, "app")
 		return strings.Contains(log, "server name=server"), log
 	})
+
+	// The agent takes ADDs once its audit has read a meshed pod's rules
+	// itself (docs/node-agent.md); the first pod's may be the plugin's.
+	poll.Until(t, time.Minute, "the joined node's audit to check its meshed pod", func() (bool, string) {
+		out, err := n.Command(t.Context(), env.installCNI, "inspect", "--node", "-o", "json", "--cni-net-dir", "/etc/cni/net.d").Output()
+		var doc struct{ Checked *int }
+		if json.Unmarshal(out, &doc) != nil || doc.Checked == nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		return *doc.Checked >= 1, string(out)
+	})
+	byAgent := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: "joined-meshed-agent", Target: target, Sidecar: true, NodeName: n.Name})
+	requireFirstAttempt(t, n, byAgent)
+	if last, ok := cluster.LastADD(pluginLog(n), "default", byAgent.Metadata.Name); !ok || last.RanIn != "agent" || last.RulesBy != "x_tables" {
+		t.Errorf("the ADD of %s on the legacy node: %+v (found %v), want run by the agent, its rules by x_tables", byAgent.Metadata.Name, last, ok)
+	}
+	requireLegacyRules(t, n, byAgent)
+	poll.Until(t, 30*time.Second, "the agent's meshed pod's app through its proxy", func() (bool, string) {
+		log := n.ContainerLog(byAgent, "app")
+		return strings.Contains(log, "proxy listener=outbound orig="+target), log
+	})
+
+	// Flushed by hand with the node's iptables, the rules are put back by
+	// the agent's audit, read and written as x_tables.
+	netns, err := n.PodNetNS(t.Context(), "default", byAgent.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.Command(t.Context(), "nsenter", "--net="+netns, "iptables", "-w", "-t", "nat", "-F", "ISTIO_OUTPUT").CombinedOutput(); err != nil {
+		t.Fatalf("iptables -t nat -F ISTIO_OUTPUT in %s: %v\n%s", byAgent.Metadata.Name, err, out)
+	}
+	poll.Until(t, time.Minute, "the joined node's audit to repair the flushed rules", func() (bool, string) {
+		events := n.PodEvents(t.Context(), "default", byAgent.Metadata.Name)
+		err := rulesMatchModel(t.Context(), n, byAgent.Metadata.Name)
+		return err == nil && strings.Contains(events, audit.ReasonRepaired), fmt.Sprintf("%v; events: %s", err, events)
+	})
+	requireLegacyRules(t, n, byAgent)
+}
+
+// requireLegacyRules: the pod's rules are the model as the node's own
+// iptables-save (legacy) prints them, nf_tables holds none of them, and
+// inspect on the node reads the pod as redirected.
+func requireLegacyRules(t *testing.T, n *cluster.Node, p cluster.Pod) {
+	t.Helper()
+	if err := rulesMatchModel(t.Context(), n, p.Metadata.Name); err != nil {
+		t.Error(err)
+	}
+	if nft, err := n.SaveIn(t.Context(), p.Metadata.Namespace, p.Metadata.Name, "iptables-nft-save"); err != nil || strings.Contains(nft, "ISTIO") {
+		t.Errorf("%s on the legacy node %s: iptables-nft-save (%v) shows istio-cni's rules in nf_tables:\n%s", p.Metadata.Name, n.Name, err, nft)
+	}
+	if out, code := inspectOn(t, n, p.Metadata.Namespace+"/"+p.Metadata.Name); code != 0 || !strings.Contains(out, "verdict:   ok: redirected") {
+		t.Errorf("inspect %s on the legacy node %s (exit %d):\n%s", p.Metadata.Name, n.Name, code, out)
+	}
 }
 
 // TestFlannelRestartedAndRolled: while meshed pods keep starting on every

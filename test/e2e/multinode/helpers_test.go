@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"path/filepath"
 	"sync"
 	"testing"
 
+	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/test/cluster"
 	"istio-cni.local/istio-cni/test/poll"
 )
@@ -29,6 +31,11 @@ func startPod(t *testing.T, n *cluster.Node, s cluster.PodSpec) cluster.Pod {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// pluginLog is the plugin's log file on node n, as this machine reads it.
+func pluginLog(n *cluster.Node) string {
+	return filepath.Join(n.IstioRunDir, install.LogDirName, install.PluginLogName)
 }
 
 func mustAddr(t *testing.T, s string) netip.Addr {
