@@ -12,6 +12,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -40,8 +41,9 @@ func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec reco
 		log.Info("the node's iptables backend, from the host's rules", "backend", string(backend))
 	}
 	// A state of a pod's rules iptables-save has printed as its model is
-	// read back over netlink after that (one socket, not a process a pod).
-	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
+	// read back over netlink (legacy: with one read a table) after that:
+	// one socket, not a process a pod.
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, legacy.Holds)
 	metrics := audit.NewMetrics(reg)
 	metrics.Interval.Set(cfg.AuditInterval.Seconds())
 	return audit.New(audit.Config{

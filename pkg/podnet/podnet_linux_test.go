@@ -23,6 +23,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -340,12 +341,20 @@ func (c *countingSaves) Run(ctx context.Context, stdin []byte, name string, args
 // seen printed as the model: the second pod in the first pod's state is
 // read over netlink, however its rules were written, and a tampered one is
 // read with iptables-save and its difference found.
+// On legacy, the state is one holding exactly the model, as written by
+// iptables-legacy-restore or by x_tables replaces.
 func TestCheckOfAConfirmedState(t *testing.T) {
 	requireRoot(t)
+	for _, b := range []release.Backend{release.NFT, release.Legacy} {
+		t.Run(string(b), func(t *testing.T) { checkOfAConfirmedState(t, b) })
+	}
+}
+
+func checkOfAConfirmedState(t *testing.T, b release.Backend) {
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
 	run := &countingSaves{}
-	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: release.NFT,
-		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint)}}
+	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: b,
+		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint, legacy.Holds)}}
 	check := func(n ns.NetNS) ([]string, int32) {
 		t.Helper()
 		run.saves.Store(0)
@@ -367,23 +376,31 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 	if d, saves := check(second); len(d) > 0 || saves != 0 {
 		t.Errorf("second pod: %v after %d saves, want no difference after none", d, saves)
 	}
-	if layout, _, ok := machineLayout(); ok {
-		byNetlink := newNS(t)
-		writer := netnsFor(release.NFT, nil)
-		written, err := writer.Program(ctx, byNetlink.Path(), m, xtables.Write{Netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: layout, iptables.IPv6: layout}})
+	// The writer's own first write: x_tables replaces on legacy, netlink
+	// on nf_tables (where the machine's release has a layout).
+	own, by, ownWrite := xtables.Write{Legacy: map[iptables.Family]bool{iptables.IPv4: true, iptables.IPv6: true}}, "as x_tables replaces", true
+	wrote := func(w xtables.Written) bool { return w.Replaced }
+	if b == release.NFT {
+		layout, _, ok := machineLayout()
+		own, by, ownWrite = xtables.Write{Netlink: map[iptables.Family]nfnl.Layout{iptables.IPv4: layout, iptables.IPv6: layout}}, "over netlink", ok
+		wrote = func(w xtables.Written) bool { return w.Netlink }
+	}
+	if ownWrite {
+		n := newNS(t)
+		written, err := netnsFor(b, nil).Program(ctx, n.Path(), m, own)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for f, w := range written {
-			if !w.Netlink {
-				t.Errorf("%s written %+v, want over netlink", f, w)
+			if !wrote(w) {
+				t.Errorf("%s written %+v, want %s", f, w, by)
 			}
 		}
-		if d, saves := check(byNetlink); len(d) > 0 || saves != 0 {
-			t.Errorf("a pod written over netlink: %v after %d saves, want no difference after none", d, saves)
+		if d, saves := check(n); len(d) > 0 || saves != 0 {
+			t.Errorf("a pod written %s: %v after %d saves, want no difference after none", by, d, saves)
 		}
 	}
-	ipt(t, second, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+	ipt(t, second, b, iptables.IPv4, func(i *goipt.IPTables) {
 		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
 			t.Fatal(err)
 		}
@@ -396,18 +413,22 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 
 // hidingSaves runs every command for real, but hides one rule of ours
 // from each iptables-save: it deletes the rule just before and puts it back
-// just after, as a writer racing the audit could.
-type hidingSaves struct{ xtables.ExecRunner }
+// just after (with the backend's iptables), as a writer racing the audit
+// could.
+type hidingSaves struct {
+	xtables.ExecRunner
+	b release.Backend
+}
 
 func (h hidingSaves) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
 	if !strings.HasSuffix(name, "-save") {
 		return h.ExecRunner.Run(ctx, stdin, name, args...)
 	}
-	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-nft", "-t", "nat", "-D", iptables.ChainOutput, "1"); err != nil {
+	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-"+string(h.b), "-w", "-t", "nat", "-D", iptables.ChainOutput, "1"); err != nil {
 		return nil, err
 	}
 	out, err := h.ExecRunner.Run(ctx, stdin, name, args...)
-	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-nft", "-t", "nat", "-I", iptables.ChainOutput, "1", "-j", "RETURN"); err != nil {
+	if _, err := h.ExecRunner.Run(ctx, nil, "iptables-"+string(h.b), "-w", "-t", "nat", "-I", iptables.ChainOutput, "1", "-j", "RETURN"); err != nil {
 		return nil, err
 	}
 	return out, err
@@ -415,29 +436,36 @@ func (h hidingSaves) Run(ctx context.Context, stdin []byte, name string, args ..
 
 // A state changed and changed back while iptables-save read it is not
 // confirmed, though its fingerprint is the same before and after: another
-// pod in that state is read with iptables-save, and its bypass found.
+// pod in that state is read with iptables-save, and its bypass found. (On
+// legacy the state, not the model's exactly, is never held.)
 func TestCheckConfirmsNoStateChangedDuringTheRead(t *testing.T) {
 	requireRoot(t)
+	for _, b := range []release.Backend{release.NFT, release.Legacy} {
+		t.Run(string(b), func(t *testing.T) { checkConfirmsNoStateChangedDuringTheRead(t, b) })
+	}
+}
+
+func checkConfirmsNoStateChangedDuringTheRead(t *testing.T, b release.Backend) {
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, false)
-	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint)
+	confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, legacy.Holds)
 	bypassed := func() ns.NetNS {
 		n := newNS(t)
-		if _, err := netnsFor(release.NFT, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
+		if _, err := netnsFor(b, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 			t.Fatal(err)
 		}
-		ipt(t, n, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+		ipt(t, n, b, iptables.IPv4, func(i *goipt.IPTables) {
 			if err := i.Insert("nat", iptables.ChainOutput, 1, "-j", "RETURN"); err != nil {
 				t.Fatal(err)
 			}
 		})
 		return n
 	}
-	racing := &Network{Programmer: &xtables.Programmer{Runner: hidingSaves{}, Backend: release.NFT, Confirmed: confirmed}}
+	racing := &Network{Programmer: &xtables.Programmer{Runner: hidingSaves{b: b}, Backend: b, Confirmed: confirmed}}
 	if d, err := racing.Check(ctx, bypassed().Path(), m); err != nil || len(d) > 0 {
 		t.Fatalf("the racing check: %v %v; want no difference (the rule was hidden)", d, err)
 	}
 	run := &countingSaves{}
-	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: release.NFT, Confirmed: confirmed}}
+	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: b, Confirmed: confirmed}}
 	d, err := checker.Check(ctx, bypassed().Path(), m)
 	if err != nil || len(d) == 0 || !strings.Contains(d[0], `rule 1 is "-j RETURN"`) || run.saves.Load() != 1 {
 		t.Errorf("a pod in the raced state: %v %v after %d saves; want its RETURN first, read with iptables-save", d, err, run.saves.Load())

@@ -24,6 +24,25 @@ func NewNS(t testing.TB) ns.NetNS {
 	return n
 }
 
+// BenchReads runs each read as a sub-benchmark of b, looped in n: the
+// kernel readers' benchmarks time theirs beside the save they spare.
+func BenchReads(b *testing.B, n ns.NetNS, reads map[string]func() error) {
+	for name, read := range reads {
+		b.Run(name, func(b *testing.B) {
+			if err := n.Do(func(ns.NetNS) error {
+				for b.Loop() {
+					if err := read(); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
 // LineDiff lists the lines where got and want differ, each pair under
 // the names given: the kernel writers' tests compare a write with
 // iptables-restore's so.

@@ -179,8 +179,98 @@ func writesWhatRestoreWrites(t *testing.T, rel iptablesRelease) {
 				if got, want := saveBy(t, rel, byWrite, rs.Family), saveBy(t, rel, byRestore, rs.Family); got != want {
 					t.Errorf("iptables-legacy-save prints\n%s", lineDiff(got, want))
 				}
+				for by, n := range map[string]ns.NetNS{"restore": byRestore, "Write": byWrite} {
+					if _, ok := holds(t, n, rs); !ok {
+						t.Errorf("Holds is false after %s wrote the ruleset", by)
+					}
+				}
 			})
 		}
+	}
+}
+
+// holds is Holds in n.
+func holds(t *testing.T, n ns.NetNS, rs *iptables.Ruleset) (fp [32]byte, ok bool) {
+	t.Helper()
+	if err := n.Do(func(ns.NetNS) (err error) { fp, ok, err = Holds(rs); return err }); err != nil {
+		t.Fatal(err)
+	}
+	return fp, ok
+}
+
+// Holds is true only for a namespace that holds the ruleset and nothing
+// else of x_tables', whatever its counters; reading makes no table; the
+// fingerprint is the ruleset's, not the namespace's.
+func TestHolds(t *testing.T) {
+	program(t, iptables.IPv4, "")
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		t.Run(f.String(), func(t *testing.T) {
+			rs := iptables.BuildFamily(iptablestest.Specs()["tproxy"], f)
+			other := iptables.BuildFamily(iptables.DefaultSpec(), f)
+			cmd := programName(f, "")
+			empty := newNS(t)
+			if _, ok := holds(t, empty, &rs); ok {
+				t.Error("Holds in an empty namespace")
+			}
+			if out := save(t, empty, f); strings.Contains(out, "*") {
+				t.Errorf("Holds made tables:\n%s", out)
+			}
+			written := func() ns.NetNS {
+				n := newNS(t)
+				if err := write(n, &rs); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			n := written()
+			fp, ok := holds(t, n, &rs)
+			if !ok {
+				t.Fatal("Holds is false after Write")
+			}
+			// Counters move with traffic; the filter table, made and left
+			// empty, is fresh.
+			if err := n.Do(func(ns.NetNS) error {
+				if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+					return err
+				}
+				l, err := net.Listen("tcp", "localhost:0")
+				if err != nil {
+					return err
+				}
+				defer l.Close()
+				c, err := net.Dial("tcp", l.Addr().String())
+				if err == nil {
+					err = c.Close()
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			own.run(t, n, nil, cmd, "-t", "filter", "-L", "-n")
+			if again, ok := holds(t, n, &rs); !ok || again != fp {
+				t.Errorf("Holds after traffic and an empty filter table: %v, the same fingerprint %v", ok, again == fp)
+			}
+			if _, ok := holds(t, n, &other); ok {
+				t.Error("Holds another ruleset")
+			}
+			if fp2, ok := holds(t, written(), &rs); !ok || fp2 != fp {
+				t.Errorf("another namespace holding the ruleset: %v, the same fingerprint %v", ok, fp2 == fp)
+			}
+			for name, args := range map[string][]string{
+				"a rule of ours deleted":      {"-t", "mangle", "-D", "PREROUTING", "1"},
+				"a foreign rule in our table": {"-t", "mangle", "-A", "OUTPUT", "-j", "ACCEPT"},
+				"a rule in another table":     {"-t", "filter", "-A", "INPUT", "-j", "ACCEPT"},
+				"a chain of ours flushed":     {"-t", "mangle", "-F", "ISTIO_TPROXY"},
+				"a user chain added":          {"-t", "mangle", "-N", "OTHER"},
+				"a policy changed":            {"-t", "mangle", "-P", "FORWARD", "DROP"},
+			} {
+				n := written()
+				own.run(t, n, nil, cmd, append([]string{"-w"}, args...)...)
+				if _, ok := holds(t, n, &rs); ok {
+					t.Errorf("Holds with %s", name)
+				}
+			}
+		})
 	}
 }
 
@@ -367,4 +457,27 @@ func TestWriteTakesTheXtablesLock(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
 		t.Errorf("iptables-legacy with the lock held: %v, %s; want it to wait and fail with status 4", err, out)
 	}
+}
+
+// Holds against iptables-legacy-save, the read it spares the audit, in a
+// namespace holding the default model's IPv4 rules.
+func BenchmarkHolds(b *testing.B) {
+	n := newNS(b)
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if err := write(n, &rs); err != nil {
+		b.Fatal(err)
+	}
+	save, err := exec.LookPath("iptables-legacy-save")
+	if err != nil {
+		b.Skip("no iptables-legacy-save")
+	}
+	iptablestest.BenchReads(b, n, map[string]func() error{
+		"Holds": func() error {
+			if _, ok, err := Holds(&rs); err != nil || !ok {
+				return fmt.Errorf("held %v: %w", ok, err)
+			}
+			return nil
+		},
+		"iptables-legacy-save": func() error { return exec.Command(save).Run() }, // #nosec G204 -- the machine's iptables
+	})
 }

@@ -102,24 +102,35 @@ func (s *sock) get(table string) (*kernelTable, error) {
 // fresh returns the table's hooks if it holds just its empty built-in
 // chains with ACCEPT policies: exactly what compile lays out for no rules.
 func (t *kernelTable) fresh(a abi) ([]int, error) {
+	hooks := t.hooks()
+	empty, err := compile(a, "", hooks, &iptables.Ruleset{Family: a.fam})
+	if err != nil {
+		return nil, err
+	}
+	if !t.is(empty) {
+		return nil, fmt.Errorf("%w: %d entries for %d built-in chains", ErrNotFresh, t.num, bits.OnesCount32(t.validHooks))
+	}
+	return hooks, nil
+}
+
+// hooks are the table's built-in chains, by hook.
+func (t *kernelTable) hooks() []int {
 	var hooks []int
 	for h := range numHooks {
 		if t.validHooks&(1<<h) != 0 {
 			hooks = append(hooks, h)
 		}
 	}
-	empty, err := compile(a, "", hooks, &iptables.Ruleset{Family: a.fam})
-	if err != nil {
-		return nil, err
+	return hooks
+}
+
+// is says whether the table holds exactly l (counters aside).
+func (t *kernelTable) is(l *layout) bool {
+	same := t.num == l.num && bytes.Equal(t.entries, l.entries)
+	for _, h := range t.hooks() {
+		same = same && t.hookEntry[h] == l.hookEntry[h] && t.hookEnd[h] == l.hookEnd[h]
 	}
-	same := t.num == empty.num && bytes.Equal(t.entries, empty.entries)
-	for _, h := range hooks {
-		same = same && t.hookEntry[h] == empty.hookEntry[h] && t.hookEnd[h] == empty.hookEnd[h]
-	}
-	if !same {
-		return nil, fmt.Errorf("%w: %d entries for %d built-in chains", ErrNotFresh, t.num, bits.OnesCount32(t.validHooks))
-	}
-	return hooks, nil
+	return same
 }
 
 // replace puts l in place of was, then carries the built-in chains'

@@ -6,6 +6,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
@@ -134,24 +135,11 @@ func BenchmarkReadFingerprint(b *testing.B) {
 	if err := write(n, &rs, layout); err != nil {
 		b.Fatal(err)
 	}
-	for name, read := range map[string]func() error{
+	iptablestest.BenchReads(b, n, map[string]func() error{
 		"fingerprint": func() error { _, _, err := nfnl.ReadFingerprint(iptables.IPv4); return err },
 		"iptables-save": func() error {
 			_, err := xtables.ExecRunner{}.Run(b.Context(), nil, "iptables-nft-save")
 			return err
 		},
-	} {
-		b.Run(name, func(b *testing.B) {
-			if err := n.Do(func(ns.NetNS) error {
-				for b.Loop() {
-					if err := read(); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
+	})
 }

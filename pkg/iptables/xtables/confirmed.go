@@ -1,6 +1,7 @@
 package xtables
 
 import (
+	"crypto/sha256"
 	"strings"
 	"sync"
 
@@ -21,10 +22,17 @@ import (
 // same fingerprint (a table flagged as owned by a socket goes when the
 // socket closes, with no commit). So nothing is taken on trust from the
 // writer: a netlink write whose encoding iptables-save would print as
-// other rules is never confirmed. It holds for nf_tables backends only;
-// legacy tables have no fingerprint.
+// other rules is never confirmed.
+//
+// Legacy tables have no generation: there a state is one that holds
+// exactly the ruleset as legacy.Write lays it out (legacy.Holds, every
+// other table fresh), confirmed once per ruleset by iptables-legacy-save,
+// so a layout of ours that save would print as other rules is never
+// confirmed either, and a change undone during the read cannot confirm a
+// state that is not the ruleset's.
 type Confirmed struct {
-	read func(iptables.Family) (nfnl.Fingerprint, uint32, error)
+	read  func(iptables.Family) (nfnl.Fingerprint, uint32, error)
+	holds func(*iptables.Ruleset) ([sha256.Size]byte, bool, error)
 
 	mu     sync.Mutex
 	states map[string]map[nfnl.Fingerprint]bool // by confirmKey
@@ -37,14 +45,15 @@ const (
 	maxStatesPerModel  = 4
 )
 
-// NewConfirmed returns an empty memory whose fingerprints, with the
-// generation each is of, come from read (nfnl.ReadFingerprint, or a
-// test's).
-func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, uint32, error)) *Confirmed {
+// NewConfirmed returns an empty memory whose nf_tables fingerprints, with
+// the generation each is of, come from read (nfnl.ReadFingerprint, or a
+// test's), and whose legacy states from holds (legacy.Holds; nil: legacy
+// tables are always read with iptables-legacy-save).
+func NewConfirmed(read func(iptables.Family) (nfnl.Fingerprint, uint32, error), holds func(*iptables.Ruleset) ([sha256.Size]byte, bool, error)) *Confirmed {
 	if read == nil {
 		panic("xtables.NewConfirmed: nil read")
 	}
-	return &Confirmed{read: read, states: map[string]map[nfnl.Fingerprint]bool{}}
+	return &Confirmed{read: read, holds: holds, states: map[string]map[nfnl.Fingerprint]bool{}}
 }
 
 func (c *Confirmed) known(key string, fp nfnl.Fingerprint) bool {

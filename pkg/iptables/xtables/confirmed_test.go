@@ -39,7 +39,7 @@ func (f *fingerprints) read(iptables.Family) (nfnl.Fingerprint, uint32, error) {
 	return next(&f.next), next(&f.gens), nil
 }
 
-func (f *fingerprints) confirmed() *Confirmed { return NewConfirmed(f.read) }
+func (f *fingerprints) confirmed() *Confirmed { return NewConfirmed(f.read, nil) }
 
 func fp(b byte) nfnl.Fingerprint { return nfnl.Fingerprint{b} }
 
@@ -127,7 +127,9 @@ func TestCheckConfirmsOnlyWhatIptablesSavePrintsAsTheModel(t *testing.T) {
 	}
 }
 
-func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
+// Without legacy.Holds, legacy rules are always read with
+// iptables-legacy-save, and never fingerprinted over netlink.
+func TestCheckOfLegacyRulesWithoutHoldsRunsIptablesSave(t *testing.T) {
 	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
 	f := &fakeRunner{saves: []string{saveOf(&rs)}}
 	prints := &fingerprints{next: []nfnl.Fingerprint{fp(1)}}
@@ -139,8 +141,61 @@ func TestCheckOfLegacyRulesAlwaysRunsIptablesSave(t *testing.T) {
 	}
 }
 
+// held answers legacy.Holds from scripted lists (the last of each
+// repeats), and counts the reads.
+type held struct {
+	ok    []bool
+	err   error
+	reads int
+}
+
+func (h *held) holds(*iptables.Ruleset) ([32]byte, bool, error) {
+	h.reads++
+	return [32]byte{7}, next(&h.ok), h.err
+}
+
+// A legacy state holding exactly the ruleset is read with
+// iptables-legacy-save once and confirmed; then, held again, it is not
+// read again. A state held only before or after the save's read, or not
+// at all, or a read that fails, or a save that prints other rules,
+// confirms nothing.
+func TestCheckOfAHeldLegacyState(t *testing.T) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	for name, tc := range map[string]struct {
+		saved     string
+		ok        []bool
+		err       error
+		confirmed bool
+	}{
+		"held":                       {saved: saveOf(&rs), ok: []bool{true}, confirmed: true},
+		"not held":                   {saved: saveOf(&rs), ok: []bool{false}},
+		"held before the read only":  {saved: saveOf(&rs), ok: []bool{true, false}},
+		"held after the read only":   {saved: saveOf(&rs), ok: []bool{false, true}},
+		"a read that fails":          {saved: saveOf(&rs), ok: []bool{true}, err: errors.New("no socket")},
+		"a save that prints another": {saved: "*nat\nCOMMIT\n", ok: []bool{true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeRunner{saves: []string{tc.saved}}
+			h := &held{ok: tc.ok, err: tc.err}
+			prints := &fingerprints{}
+			p := &Programmer{Runner: f, Backend: release.Legacy, Confirmed: NewConfirmed(prints.read, h.holds)}
+			first := check(t, p, rs)
+			if confirmed := len(p.Confirmed.states) > 0; confirmed != tc.confirmed || saves(f) != 1 || prints.reads != 0 || h.reads == 0 {
+				t.Fatalf("first check: confirmed %v after %d saves, %d netlink fingerprints, %d legacy reads; want confirmed %v after 1 save, no fingerprint",
+					confirmed, saves(f), prints.reads, h.reads, tc.confirmed)
+			}
+			if !tc.confirmed {
+				return
+			}
+			if second := check(t, p, rs); len(second) != len(first) || saves(f) != 1 {
+				t.Errorf("second check of the held state: %v after %d saves in all, want %v after 1", second, saves(f), first)
+			}
+		})
+	}
+}
+
 func TestConfirmedIsBounded(t *testing.T) {
-	c := NewConfirmed((&fingerprints{}).read)
+	c := NewConfirmed((&fingerprints{}).read, nil)
 	for i := range maxConfirmedModels + 1 {
 		c.add(string(rune(i)), fp(1))
 	}

@@ -34,7 +34,8 @@ type Programmer struct {
 	// the time given; nil is legacy.Write. It is the x_tables seam.
 	Replace func(*iptables.Ruleset, time.Time) error
 	// Confirmed, if set, lets Check skip iptables-save for a family whose
-	// nf_tables state it has seen iptables-save print as the ruleset.
+	// nf_tables state (or legacy tables holding exactly the ruleset) it
+	// has seen iptables-save print as the ruleset.
 	Confirmed *Confirmed
 	// restorer runs iptables-restore where it is not Runner: in the
 	// user namespace that owns the network namespace (InUserNS).
@@ -231,22 +232,40 @@ func (p *Programmer) Check(ctx context.Context, m iptables.Model) ([]string, err
 // checkFamily is Check for one family: a state Confirmed has seen
 // iptables-save print as the ruleset holds it; any other is read with
 // iptables-save, and confirmed if it is the ruleset and the namespace did
-// not change from the fingerprint to the read's end. A fingerprint that cannot be read costs only the
-// shortcut.
+// not change from the fingerprint to the read's end (on legacy: held the
+// ruleset exactly before and after). A fingerprint that cannot be read
+// costs only the shortcut.
 func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]string, error) {
 	var key string
 	var fp nfnl.Fingerprint
 	var gen uint32
-	fingerprinted := false
+	var reread func() bool // the state unchanged across the save's read
 	if p.Confirmed != nil {
-		if b, err := p.Backend.Resolve(rs.Family == iptables.IPv6); err == nil && b == release.NFT {
-			key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
-			var err error
+		b, err := p.Backend.Resolve(rs.Family == iptables.IPv6)
+		key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
+		switch {
+		case err != nil:
+		case b == release.NFT:
 			if fp, gen, err = p.Confirmed.read(rs.Family); err == nil {
 				if p.Confirmed.known(key, fp) {
 					return nil, nil
 				}
-				fingerprinted = true
+				// No commit (a change undone is two), and no table gone
+				// with its owner's socket (not a commit).
+				reread = func() bool {
+					fpAfter, genAfter, err := p.Confirmed.read(rs.Family)
+					return err == nil && genAfter == gen && fpAfter == fp
+				}
+			}
+		case b == release.Legacy && p.Confirmed.holds != nil:
+			if held, ok, err := p.Confirmed.holds(rs); err == nil && ok {
+				if fp = held; p.Confirmed.known(key, fp) {
+					return nil, nil
+				}
+				reread = func() bool {
+					after, ok, err := p.Confirmed.holds(rs)
+					return err == nil && ok && after == held
+				}
 			}
 		}
 	}
@@ -255,12 +274,8 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 		return nil, err
 	}
 	diffs := iptables.Diff(rs, observed)
-	if len(diffs) == 0 && fingerprinted {
-		// Unchanged across the read: no commit (a change undone is two),
-		// and no table gone with its owner's socket (not a commit).
-		if fpAfter, genAfter, err := p.Confirmed.read(rs.Family); err == nil && genAfter == gen && fpAfter == fp {
-			p.Confirmed.add(key, fp)
-		}
+	if len(diffs) == 0 && reread != nil && reread() {
+		p.Confirmed.add(key, fp)
 	}
 	return diffs, nil
 }
