@@ -212,7 +212,7 @@ func TestInterfaceRulesAreOurs(t *testing.T) {
 		net := netnsFor(b, nil)
 		if err := n.Do(func(ns.NetNS) error {
 			restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
-			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "--noflush")
+			_, err := xtables.ExecRunner{}.Run(ctx, []byte("*nat\n-A PREROUTING -i net9 -j RETURN\nCOMMIT\n"), restore, "-w", "--noflush")
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -270,7 +270,7 @@ func TestCleanupKeepsForeignRules(t *testing.T) {
 		r := xtables.ExecRunner{}
 		restore, _ := release.LookPath(xtables.CommandsFor(b, iptables.IPv4).Restore)
 		if err := n.Do(func(ns.NetNS) error {
-			_, err := r.Run(ctx, []byte(foreign), restore, "--noflush")
+			_, err := r.Run(ctx, []byte(foreign), restore, "-w", "--noflush")
 			return err
 		}); err != nil {
 			t.Fatal(err)

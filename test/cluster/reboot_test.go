@@ -72,6 +72,14 @@ func rebootOnce(ctx context.Context, t *testing.T, n *cluster.Node, bridge strin
 	if err := syscall.Stat(oldNetNS, &st); err != nil {
 		t.Fatal(err)
 	}
+	// Held open until checked while down: a namespace freed gives its
+	// inode number to the next one made (the e2e's pods, beside this
+	// test), whose processes would look like the old one's.
+	held, err := os.Open(oldNetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Close() }()
 	if procs := inNetNS(st.Ino); len(procs) < 2 { // pause and the server
 		t.Fatalf("processes in the pod's network namespace: %v, want at least 2", procs)
 	}
@@ -92,6 +100,7 @@ func rebootOnce(ctx context.Context, t *testing.T, n *cluster.Node, bridge strin
 		if left := inNetNS(st.Ino); len(left) > 0 {
 			t.Errorf("processes still in the pod's network namespace: %v", left)
 		}
+		_ = held.Close() // the namespace goes now, as a reboot's does
 		requireLost(t, n, bridge, append(socks, oldNetNS)...)
 		if !exists(n.IstioRunDir) {
 			t.Errorf("%s is gone; only its contents should be", n.IstioRunDir)

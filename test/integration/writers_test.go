@@ -98,7 +98,7 @@ func tamperWith(t *testing.T, path string, w writer, iptablesRules, nftCommands 
 		return
 	}
 	restore, _ := release.LookPath(xtables.CommandsFor(w.backend, iptables.IPv4).Restore)
-	runIn(t, path, iptablesRules, restore, "--noflush")
+	runIn(t, path, iptablesRules, restore, "-w", "--noflush")
 }
 
 // autoWriter is the plugin's default: iptables as the node's resolves.

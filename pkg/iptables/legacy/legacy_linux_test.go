@@ -96,7 +96,8 @@ func restoreBy(t *testing.T, rel iptablesRelease, n ns.NetNS, rs *iptables.Rules
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel.run(t, n, text, programName(rs.Family, "restore"), "--noflush")
+	// -w: the machine's lock, which other tests' writers hold now and then.
+	rel.run(t, n, text, programName(rs.Family, "restore"), "-w", "--noflush")
 }
 
 func save(t *testing.T, n ns.NetNS, f iptables.Family) string { return saveBy(t, own, n, f) }
@@ -246,7 +247,7 @@ func TestHolds(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			own.run(t, n, nil, cmd, "-t", "filter", "-L", "-n")
+			own.run(t, n, nil, cmd, "-w", "-t", "filter", "-L", "-n")
 			if again, ok := holds(t, n, &rs); !ok || again != fp {
 				t.Errorf("Holds after traffic and an empty filter table: %v, the same fingerprint %v", ok, again == fp)
 			}
