@@ -62,8 +62,18 @@ func nodeAlternatives(dir string, ipt Iptables) ([]hostBind, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("a %s node needs this machine's iptables alternatives: %s has no %s", ipt, etcAlternatives, strings.Join(missing, ", "))
 	}
+	// The node's programs must lead through its alternatives for the
+	// bind to choose them.
+	for _, name := range iptablesAlternatives {
+		if to, err := os.Readlink(filepath.Join("/usr/sbin", name)); err != nil || to != filepath.Join(etcAlternatives, name) {
+			return nil, fmt.Errorf("a %s node needs /usr/sbin/%s to lead to %s/%[2]s (Debian's alternatives): it leads to %q (%v)", ipt, name, etcAlternatives, to, err)
+		}
+	}
 	for _, e := range entries {
 		target, err := os.Readlink(filepath.Join(etcAlternatives, e.Name()))
+		if err != nil && slices.Contains(iptablesAlternatives, e.Name()) {
+			return nil, fmt.Errorf("a %s node: %w", ipt, err)
+		}
 		if err != nil {
 			continue // not a link: no alternative the node needs
 		}

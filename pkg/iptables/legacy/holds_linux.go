@@ -9,6 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
@@ -22,6 +27,9 @@ import (
 // that holds rs. A namespace holding anything else is no error: ok is
 // false, and iptables-legacy-save tells what it holds.
 func Holds(rs *iptables.Ruleset) (fp [sha256.Size]byte, ok bool, err error) {
+	if !procNetFollowsSetns() {
+		return fp, false, nil
+	}
 	a := abiOf(rs.Family)
 	names, err := tableNames(rs.Family)
 	if err != nil {
@@ -62,6 +70,32 @@ func Holds(rs *iptables.Ruleset) (fp [sha256.Size]byte, ok bool, err error) {
 	}
 	h.Sum(fp[:0])
 	return fp, true, nil
+}
+
+// procNetFollowsSetns: before Linux 5.1 a thread's /proc/thread-self/net
+// could show the namespace it was in before a setns (its dentry cached;
+// "proc: fix /proc/net/* after setns(2)"), and a table missing from that
+// list would go unread. There Holds says no, and iptables-legacy-save, a
+// process of its own, reads the namespace.
+var procNetFollowsSetns = sync.OnceValue(func() bool {
+	var u unix.Utsname
+	return unix.Uname(&u) == nil && kernelAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 1)
+})
+
+// kernelAtLeast says whether a kernel release ("6.1.0-13-amd64") is
+// major.minor or later; one it cannot read is not.
+func kernelAtLeast(release string, major, minor int) bool {
+	maj, rest, _ := strings.Cut(release, ".")
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end >= 0 {
+		rest = rest[:end]
+	}
+	m, err1 := strconv.Atoi(maj)
+	n, err2 := strconv.Atoi(rest)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return m > major || (m == major && n >= minor)
 }
 
 // tableNames lists the family's tables in the calling thread's network

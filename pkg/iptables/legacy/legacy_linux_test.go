@@ -275,6 +275,18 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+func TestKernelAtLeast(t *testing.T) {
+	for release, want := range map[string]bool{
+		"5.1.0": true, "5.10.0-28-amd64": true, "6.18.44-fc-v782": true, "5.1": true,
+		"5.0.21": false, "4.19.0-27-amd64": false, "3.10.0-1160.el7.x86_64": false,
+		"": false, "5": false, "x.y": false,
+	} {
+		if got := kernelAtLeast(release, 5, 1); got != want {
+			t.Errorf("kernelAtLeast(%q, 5, 1) = %v, want %v", release, got, want)
+		}
+	}
+}
+
 func lineDiff(got, want string) string {
 	return iptablestest.LineDiff(got, want, "written", "restored")
 }

@@ -240,8 +240,10 @@ func inspectOn(t *testing.T, n *cluster.Node, pod string) (string, int) {
 }
 
 // TestNodeJoinsAfterInstall: a node that joins once Flannel and istio-cni
-// run, its iptables legacy (its alternatives lead to iptables-legacy, as
-// an older node pool's image does; the fleet's first nodes are nf_tables),
+// run, its iptables legacy (its alternatives lead to iptables-legacy; the
+// fleet's first nodes are nf_tables; Flannel's image here has only
+// iptables-nft, so flanneld's own rules on it are nf_tables' and the
+// agent's node-wide guess too, while each pod's record says legacy),
 // gets both from their DaemonSets (Flannel's config, then istio-cni's
 // chained after it), turns Ready, and starts a meshed pod at its first
 // attempt with its rules, in the x_tables its own iptables-save reads and
@@ -304,9 +306,11 @@ func TestNodeJoinsAfterInstall(t *testing.T) {
 	})
 	byAgent := startPod(t, n, cluster.PodSpec{Namespace: "default", Name: "joined-meshed-agent", Target: target, Sidecar: true, NodeName: n.Name})
 	requireFirstAttempt(t, n, byAgent)
-	if last, ok := cluster.LastADD(pluginLog(n), "default", byAgent.Metadata.Name); !ok || last.RanIn != "agent" || last.RulesBy != "x_tables" {
-		t.Errorf("the ADD of %s on the legacy node: %+v (found %v), want run by the agent, its rules by x_tables", byAgent.Metadata.Name, last, ok)
-	}
+	// The agent logs the ADD once the shim has its answer: soon after.
+	poll.Until(t, 10*time.Second, "the agent's ADD of "+byAgent.Metadata.Name+" in the plugin's log, its rules by x_tables", func() (bool, string) {
+		last, ok := cluster.LastADD(pluginLog(n), "default", byAgent.Metadata.Name)
+		return ok && last.RanIn == "agent" && last.RulesBy == "x_tables", fmt.Sprintf("%+v (found %v)", last, ok)
+	})
 	requireLegacyRules(t, n, byAgent)
 	poll.Until(t, 30*time.Second, "the agent's meshed pod's app through its proxy", func() (bool, string) {
 		log := n.ContainerLog(byAgent, "app")
@@ -314,7 +318,11 @@ func TestNodeJoinsAfterInstall(t *testing.T) {
 	})
 
 	// Flushed by hand with the node's iptables, the rules are put back by
-	// the agent's audit, read and written as x_tables.
+	// the agent's audit, read and written as x_tables; until then it had
+	// found nothing to say of them.
+	if events := n.PodEvents(t.Context(), "default", byAgent.Metadata.Name); strings.Contains(events, "IstioRedirect") {
+		t.Errorf("the audit acted on %s before its rules were touched: %s", byAgent.Metadata.Name, events)
+	}
 	netns, err := n.PodNetNS(t.Context(), "default", byAgent.Metadata.Name)
 	if err != nil {
 		t.Fatal(err)
