@@ -86,6 +86,7 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	stopWatch := watchFiles(t, kept)
 	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":"yes"}}}}}`)
+	requireRolledOut(t)
 	requireAgentsReady(t, kept)
 	poll.Until(t, 2*time.Minute, "node "+out.Name+" uninstalled", func() (bool, string) {
 		left := leftOn(out)
@@ -114,6 +115,10 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	}
 	kubectl(t, "-n", "istio-cni", "patch", "daemonset", "istio-cni-node", "-p",
 		`{"spec":{"template":{"spec":{"nodeSelector":{"e2e.istio-cni/agent":null}}}}}`)
+	// The template changed: every node's agent is replaced, one by one.
+	// A node whose old agent is still Ready may be next (s56b: `why` met
+	// its successor Pending).
+	requireRolledOut(t)
 	requireAgentsReady(t, env.fleet.Nodes)
 	// istio-cni installed after the primary: on the node left out, the
 	// agent chains after the config Flannel wrote long before, and the
@@ -131,6 +136,15 @@ func TestNodeSelectorExcludesOneNode(t *testing.T) {
 	}
 	requireWhyFromItsNode(t, meshed)
 	requireCheck(t, 0, fmt.Sprintf("all %d node(s) ok", len(env.fleet.Nodes)))
+}
+
+// requireRolledOut waits for the DaemonSet's rollout: every node it
+// selects runs an agent of its current template, available.
+func requireRolledOut(t *testing.T) {
+	t.Helper()
+	if err := env.fleet.WaitInstalled(t.Context()); err != nil {
+		t.Fatalf("the DaemonSet's rollout: %v", err)
+	}
 }
 
 // leftOn lists what istio-cni has on node n: its binaries, any config
