@@ -1,8 +1,6 @@
 package legacy
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -113,12 +111,7 @@ func tableNames(f iptables.Family) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	for sc := bufio.NewScanner(bytes.NewReader(b)); sc.Scan(); {
-		if name := sc.Text(); name != "" {
-			names = append(names, name)
-		}
-	}
+	names := strings.Fields(string(b))
 	slices.Sort(names)
 	return names, nil
 }

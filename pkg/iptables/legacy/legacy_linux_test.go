@@ -230,21 +230,7 @@ func TestHolds(t *testing.T) {
 			}
 			// Counters move with traffic; the filter table, made and left
 			// empty, is fresh.
-			if err := n.Do(func(ns.NetNS) error {
-				if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
-					return err
-				}
-				l, err := net.Listen("tcp", "localhost:0")
-				if err != nil {
-					return err
-				}
-				defer l.Close()
-				c, err := net.Dial("tcp", l.Addr().String())
-				if err == nil {
-					err = c.Close()
-				}
-				return err
-			}); err != nil {
+			if err := n.Do(func(ns.NetNS) error { return connectLoopback() }); err != nil {
 				t.Fatal(err)
 			}
 			own.run(t, n, nil, cmd, "-w", "-t", "filter", "-L", "-n")
@@ -340,6 +326,24 @@ func TestRefusedTablePutsTheOthersBack(t *testing.T) {
 	}
 }
 
+// connectLoopback brings lo up in the calling thread's namespace and
+// makes one TCP connection over it, through the OUTPUT hooks.
+func connectLoopback() error {
+	if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 // The built-in chains' policy counters survive the write, as they do
 // iptables-legacy-restore's commit.
 func TestPolicyCountersCarriedOver(t *testing.T) {
@@ -356,19 +360,7 @@ func TestPolicyCountersCarriedOver(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := exec.Command("ip", "link", "set", "lo", "up").Run(); err != nil {
-			return err
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		c, err := net.Dial("tcp", l.Addr().String())
-		if err != nil {
-			return err
-		}
-		return c.Close()
+		return connectLoopback()
 	}); err != nil {
 		t.Fatal(err)
 	}

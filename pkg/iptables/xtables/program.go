@@ -242,7 +242,9 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	var reread func() bool // the state unchanged across the save's read
 	if p.Confirmed != nil {
 		b, err := p.Backend.Resolve(rs.Family == iptables.IPv6)
-		key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
+		if err == nil && (b == release.NFT || p.Confirmed.holds != nil) {
+			key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
+		}
 		switch {
 		case err != nil:
 		case b == release.NFT:
