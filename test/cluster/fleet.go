@@ -28,6 +28,10 @@ type FleetOptions struct {
 	// AuditUsers: the API server logs these users' requests (see
 	// Options.AuditUsers and ReadAuditLog).
 	AuditUsers []string
+	// Iptables is each node's iptables, node i's at index i-1: a mixed
+	// fleet, as clusters whose node pools run different images are.
+	// Nodes past its end are MachineIptables.
+	Iptables []Iptables
 	// Primary is the nodes' primary CNI (PrimaryBridge by default).
 	// With PrimaryFlannel, StartFleet returns once every node has
 	// registered and has its pod range, NotReady: no primary has
@@ -85,6 +89,9 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	}
 	if o.Nodes < 1 || o.Nodes > 9 {
 		return nil, fmt.Errorf("cluster: FleetOptions.Nodes is %d; allowed: 1 to 9", o.Nodes)
+	}
+	if len(o.Iptables) > o.Nodes {
+		return nil, fmt.Errorf("cluster: FleetOptions.Iptables names %d nodes' iptables; allowed: at most Nodes (%d)", len(o.Iptables), o.Nodes)
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 5 * time.Minute
@@ -164,7 +171,11 @@ func StartFleet(ctx context.Context, o FleetOptions) (_ *Fleet, err error) {
 	// One at a time: each start is a burst of CPU, and a node that
 	// failed names itself.
 	for i := 1; i <= o.Nodes; i++ {
-		if _, err := f.startNode(ctx, bins, o, i, MachineIptables, nil); err != nil {
+		ipt := MachineIptables
+		if i <= len(o.Iptables) {
+			ipt = o.Iptables[i-1]
+		}
+		if _, err := f.startNode(ctx, bins, o, i, ipt, nil); err != nil {
 			return nil, fmt.Errorf("cluster: node %s: %w", FleetNodeName(i), err)
 		}
 	}

@@ -2,7 +2,8 @@
 // nodes on this machine (cluster.StartFleet), each a containerd and a
 // kubelet in network, mount and UTS namespaces of its own, joined to one
 // control plane. istio-cni is installed as a user does, `kubectl apply -k`
-// of deployments/ with no hostPath changed. `make e2e-multinode` runs these
+// of deployments/ with no hostPath changed. The last node's iptables is
+// legacy, the others' nf_tables. `make e2e-multinode` runs these
 // tests; NODES sets the node count (default 3).
 package multinode
 
@@ -97,7 +98,11 @@ func run(m *testing.M) (code int, err error) {
 	images = append(images, flannel)
 	env.installCNI = filepath.Join(filepath.Dir(images[1]), "bin", "install-cni")
 	env.images = images
-	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes, Primary: cluster.PrimaryFlannel, Started: func(f *cluster.Fleet) { started.Store(f) }})
+	// A mixed fleet: the last node's iptables is legacy (an older node
+	// pool's image), so every test here meets both backends.
+	ipt := make([]cluster.Iptables, nodes)
+	ipt[nodes-1] = cluster.LegacyIptables
+	fleet, err := cluster.StartFleet(ctx, cluster.FleetOptions{Dir: dir, Nodes: nodes, Iptables: ipt, Primary: cluster.PrimaryFlannel, Started: func(f *cluster.Fleet) { started.Store(f) }})
 	if err != nil {
 		return 1, err
 	}

@@ -477,17 +477,19 @@ func injectedDuring(t *testing.T, prefix string, op func()) {
 // failed sandbox, its first sandbox the one running, istio-validation
 // first and passed at its first attempt, and its namespace holding the
 // rule model the decision gives for the pod as the API has it (the
-// injector's annotations; IPv4). It returns that check, for later reads.
-func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod) (func(save string) error, error) {
+// injector's annotations; IPv4) in one iptables backend and none of
+// istio-cni's in the other. It returns that check and the backend's
+// iptables-save, for later reads.
+func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod) (heldRules, error) {
 	ns, name := p.Metadata.Namespace, p.Metadata.Name
 	where := fmt.Sprintf("node %s: %s/%s", n.Name, ns, name)
 	events := n.PodEvents(ctx, ns, name)
 	if strings.Contains(events, "FailedCreatePodSandBox") {
-		return nil, fmt.Errorf("%s: a sandbox failed before it ran: %s", where, events)
+		return heldRules{}, fmt.Errorf("%s: a sandbox failed before it ran: %s", where, events)
 	}
 	inits := p.Spec.InitContainers
 	if len(inits) == 0 || inits[0].Name != validationInit {
-		return nil, fmt.Errorf("%s: want %s as first init container, have %+v", where, validationInit, inits)
+		return heldRules{}, fmt.Errorf("%s: want %s as first init container, have %+v", where, validationInit, inits)
 	}
 	found := false
 	for _, c := range p.Status.InitContainerStatuses {
@@ -496,27 +498,63 @@ func injectedStarted(ctx context.Context, n *cluster.Node, p cluster.Pod) (func(
 		}
 		found = true
 		if c.ExitCode() != 0 || c.RestartCount != 0 {
-			return nil, fmt.Errorf("%s: %s exit %d after %d restarts, want 0 at its first attempt\n%s", where, c.Name, c.ExitCode(), c.RestartCount, events)
+			return heldRules{}, fmt.Errorf("%s: %s exit %d after %d restarts, want 0 at its first attempt\n%s", where, c.Name, c.ExitCode(), c.RestartCount, events)
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("%s: no status for %s: %+v", where, inits[0].Name, p.Status.InitContainerStatuses)
+		return heldRules{}, fmt.Errorf("%s: no status for %s: %+v", where, inits[0].Name, p.Status.InitContainerStatuses)
 	}
 	if attempts, err := n.SandboxAttempts(ctx, p.Metadata.UID); err != nil || !slices.Equal(attempts, []uint32{0}) {
-		return nil, fmt.Errorf("%s: sandbox attempts %v (%v), want only the first\n%s", where, attempts, err, events)
+		return heldRules{}, fmt.Errorf("%s: sandbox attempts %v (%v), want only the first\n%s", where, attempts, err, events)
 	}
-	save, err := n.IptablesSave(ctx, ns, name)
+	program, save, err := heldIn(ctx, n, ns, name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return heldRules{}, fmt.Errorf("%s: %w", where, err)
 	}
 	held, err := rulesHeld(ctx, ns, name)
 	if err == nil {
 		err = held(save)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
+		return heldRules{}, fmt.Errorf("%s: %s: %w", where, program, err)
 	}
-	return held, nil
+	return heldRules{save: program, match: held}, nil
+}
+
+// heldRules is what a pod's namespace must hold from its start on: match
+// reads the output of save, the iptables-save of the backend holding its
+// rules.
+type heldRules struct {
+	save  string
+	match func(save string) error
+}
+
+// heldIn reads the pod's namespace with each backend's iptables-save and
+// returns the one holding istio-cni's chains, with its output: on a
+// legacy node this project writes with the node's iptables, legacy, while
+// upstream's plugin detects in the pod's fresh namespace and picks nft
+// wherever iptables-nft exists. Chains in both backends, or in neither,
+// is an error.
+func heldIn(ctx context.Context, n *cluster.Node, ns, name string) (program, save string, err error) {
+	var found []string
+	for _, prog := range []string{"iptables-nft-save", "iptables-legacy-save"} {
+		out, err := n.SaveIn(ctx, ns, name, prog)
+		if err != nil {
+			return "", "", err
+		}
+		if strings.Contains(out, ":ISTIO_") {
+			found = append(found, prog)
+			program, save = prog, out
+		}
+	}
+	switch len(found) {
+	case 0:
+		save, _ = n.IptablesSave(ctx, ns, name)
+		return "", "", fmt.Errorf("no istio-cni chain in either iptables backend; the node's iptables-save:\n%s", save)
+	case 1:
+		return program, save, nil
+	}
+	return "", "", fmt.Errorf("istio-cni's chains in both iptables backends: %v", found)
 }
 
 // rulesHeld is what the pod's namespace must hold, given the pod as the
@@ -552,7 +590,7 @@ func startInjected(t *testing.T, prefix string) {
 type startedPod struct {
 	n    *cluster.Node
 	pod  cluster.Pod
-	held func(save string) error
+	held heldRules
 }
 
 // startedOnEveryNode creates an injected pod on every node at once (named
@@ -619,7 +657,7 @@ type injectedWatch struct {
 type watchedInjected struct {
 	n           *cluster.Node
 	name, netns string
-	held        func(save string) error
+	held        heldRules
 	restarts    int
 }
 
@@ -652,14 +690,15 @@ func restarts(p cluster.Pod) int {
 }
 
 // round reads every watched pod's rules as an operator would (nsenter,
-// iptables-save) and notes any read that is not exactly the model, and
+// the iptables-save of the backend that held them at its start) and notes any read that is not exactly the model, and
 // any node that is not Ready or carries the startup taint.
 func (w *injectedWatch) round() {
 	var bad []string
 	for _, p := range w.pods {
-		out, err := exec.Command("nsenter", "--net="+p.netns, "iptables-save").CombinedOutput() // #nosec G204 -- test harness
+		// This machine's programs: a node's are the same files.
+		out, err := exec.Command("nsenter", "--net="+p.netns, p.held.save).CombinedOutput() // #nosec G204 -- test harness
 		if err == nil {
-			err = p.held(string(out))
+			err = p.held.match(string(out))
 		}
 		if err != nil {
 			bad = append(bad, fmt.Sprintf("%s on %s: %v", p.name, p.n.Name, err))
