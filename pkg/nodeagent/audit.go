@@ -50,12 +50,12 @@ func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec reco
 		Node: cfg.NodeName, Action: cfg.AuditAction, Interval: cfg.AuditInterval, Confirm: cfg.AuditConfirm,
 		ExcludeNamespaces: cfg.Install.ExcludeNamespaces,
 		Settings:          nodeSettings(cfg), LabelKey: cfg.AuditLabelKey, LabelValue: cfg.AuditLabelValue,
-		Writer:              audit.Writer{Backend: backend, Native: cfg.Install.NativeNftables},
+		Writer:              applied.Writer{Backend: backend, Native: cfg.Install.NativeNftables},
 		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
 		Namespaces: netnsdir.NewFinder(cfg.Install.NetnsDir, time.Now()),
-		Network: func(w audit.Writer) audit.Network {
-			return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: w.Backend, Confirmed: confirmed}, Native: w.Native}
+		Network: func(w applied.Writer) audit.Network {
+			return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}, Confirmed: confirmed})
 		},
 		Pods:    pods,
 		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},

@@ -136,7 +136,7 @@ func parseInspectFlags(args []string, getenv func(string) string) (inspectFlags,
 	c.opts = inspect.Options{Namespace: ns, Name: name, AgentNamespace: agentNamespace, CNINetDir: c.paths.CNINetDir,
 		Settings: decision.DefaultNodeSettings(), ExcludeNamespaces: settings.ExcludeNamespaces}
 	c.opts.Settings.IPv6 = settings.IPv6Redirect
-	c.opts.Native = settings.NativeNftables
+	c.opts.Writer.Native = settings.NativeNftables
 	c.opts.Build = version.Line("install-cni")
 	return c, nil
 }
@@ -158,26 +158,32 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 	if backend == release.Auto {
 		// On the node: where its iptables leads; in the agent's image
 		// (both backends, no plain iptables): the one holding the
-		// host's rules.
+		// host's rules. Only for sandboxes whose record names none:
+		// on a node whose primary's image writes the other backend,
+		// this guess is wrong (the audit reads the record too).
 		if backend, err = release.Auto.Resolve(false); err != nil {
 			backend = xtables.Detect(context.Background(), xtables.ExecRunner{})
 		}
 	}
+	c.opts.Writer.Backend = backend
 	// As the audit's: the iptables inspect runs in the pod's namespace get
 	// only what iptables needs, not the CAP_SYS_ADMIN inspect keeps for
 	// setns.
 	if err := childcaps.Limit(unix.CAP_NET_ADMIN, unix.CAP_NET_RAW); err != nil {
 		return 1, fmt.Errorf("inspect: limiting the capabilities of the iptables it runs: %w", err)
 	}
-	prog := &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: backend}
-	network := &podnet.Network{Programmer: prog}
-	native := &podnet.Network{Native: true}
+	// The pod's rules are read as ADD wrote them (inspect.Report's
+	// Backend), the audit's way.
+	network := func(w applied.Writer) *podnet.Network {
+		return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	report, err := inspect.Run(ctx, c.opts, inspect.Deps{
 		GetPod:     func(ctx context.Context, ns, name string) (*inspect.Pod, error) { return getPod(ctx, cs, ns, name) },
 		Namespaces: netnsdir.Finder{Dir: paths.NetnsDir},
-		Observe: func(ctx context.Context, path string, f iptables.Family) (obs *iptables.Observed, err error) {
+		Observe: func(ctx context.Context, path string, b release.Backend, f iptables.Family) (obs *iptables.Observed, err error) {
+			prog := network(applied.Writer{Backend: b}).Programmer
 			err = podnet.Enter(path, func() error {
 				obs, err = prog.Read(ctx, f)
 				return err
@@ -200,13 +206,13 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 			})
 			return have, err
 		},
-		Check: func(ctx context.Context, path string, m iptables.Model, isNative bool) ([]string, error) {
-			if isNative {
-				return native.Check(ctx, path, m)
-			}
-			return network.Check(ctx, path, m)
+		Check: func(ctx context.Context, path string, m iptables.Model, w applied.Writer) ([]string, error) {
+			return network(w).Check(ctx, path, m)
 		},
-		HasIPv6: network.HasIPv6,
+		Holding: func(ctx context.Context, path string, m iptables.Model) (release.Backend, error) {
+			return network(c.opts.Writer).Holding(ctx, path, m)
+		},
+		HasIPv6: network(c.opts.Writer).HasIPv6,
 		Records: applied.Store{Dir: filepath.Join(paths.RunDir, install.RecordsDirName)},
 	})
 	if err != nil {

@@ -13,7 +13,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
@@ -24,6 +26,18 @@ import (
 type Network struct {
 	Programmer *xtables.Programmer
 	Native     bool
+	// FindBackend: for a sandbox no record names a writer for, a Check
+	// that finds Programmer's backend short reads the rules where they
+	// are (xtables.Programmer.Holding), and Reconcile repairs them there,
+	// clearing ours from the other backend if both held some.
+	FindBackend bool
+}
+
+// For is the Network that reads and writes a sandbox's rules as w says
+// ADD wrote them (applied.Record.Writer), with p's runner and memory.
+func For(w applied.Writer, p xtables.Programmer) *Network {
+	p.Backend = w.Backend
+	return &Network{Programmer: &p, Native: w.Native, FindBackend: w.Guessed}
 }
 
 // passthroughV6 is the source Envoy binds for IPv6 inbound passthrough.
@@ -144,8 +158,31 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 // verifies it: Program as the audit's repair runs it, always restoring and
 // reading back.
 func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
-	_, err := n.Program(ctx, path, m, xtables.Write{})
-	return err
+	if !n.FindBackend || n.Native {
+		_, err := n.Program(ctx, path, m, xtables.Write{})
+		return err
+	}
+	var b release.Backend
+	var alsoOther bool
+	if err := n.do(path, func(p *xtables.Programmer) error {
+		b, alsoOther = p.Holding(ctx, m)
+		return nil
+	}); err != nil {
+		return err
+	}
+	at := &Network{Programmer: n.Programmer.WithBackend(b)}
+	if _, err := at.Program(ctx, path, m, xtables.Write{}); err != nil {
+		return err
+	}
+	if !alsoOther {
+		return nil
+	}
+	// Ours in both backends: the other's could take a connection's NAT
+	// decision first. The model is whole in b now; the policy routes are
+	// the model's, whichever backend holds it, and stay.
+	return n.do(path, func(p *xtables.Programmer) error {
+		return p.WithBackend(at.Programmer.Other()).Cleanup(ctx, iptables.IPv4, iptables.IPv6)
+	})
 }
 
 // programFamily writes one family's ruleset from a thread in the namespace.
@@ -192,6 +229,17 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 		if diffs, err = p.Check(ctx, m); err != nil {
 			return err
 		}
+		if n.FindBackend && len(diffs) > 0 {
+			b, alsoOther := p.Holding(ctx, m)
+			if b != p.Backend {
+				if diffs, err = p.WithBackend(b).Check(ctx, m); err != nil {
+					return err
+				}
+			}
+			if alsoOther {
+				diffs = append(diffs, fmt.Sprintf("istio-cni's chains in iptables %s too", p.Other()))
+			}
+		}
 		routed := map[iptables.Family]*iptables.PolicyRoute{}
 		for _, rs := range m.Rulesets() {
 			routed[rs.Family] = rs.Route
@@ -201,6 +249,19 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 		return err
 	})
 	return diffs, err
+}
+
+// Holding is the iptables backend holding the model's rules in the
+// namespace at path (xtables.Programmer.Holding).
+func (n *Network) Holding(ctx context.Context, path string, m iptables.Model) (b release.Backend, err error) {
+	if n.Programmer == nil {
+		return "", errors.New("podnet: no iptables programmer to read with")
+	}
+	err = n.do(path, func(p *xtables.Programmer) error {
+		b, _ = p.Holding(ctx, m)
+		return nil
+	})
+	return b, err
 }
 
 // routeAndAddressDiffs is what CHECK reads besides the rules, from a

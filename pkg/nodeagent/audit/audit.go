@@ -54,7 +54,7 @@ type Deps struct {
 	Namespaces Namespaces
 	// Network reads and programs namespaces as one Writer does: the one
 	// ADD recorded for the sandbox, else Config.Writer.
-	Network func(Writer) Network
+	Network func(applied.Writer) Network
 	Records Records // nil: every pod is checked against its annotations
 	Actions PodActions
 	Events  record.EventRecorder

@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"time"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // Action is what the audit does with a pod found running unredirected.
@@ -76,15 +76,8 @@ type Config struct {
 	// Writer is how the node's plugin writes rules (its iptables
 	// backend, or native nftables), for sandboxes whose record does not
 	// say how ADD wrote them.
-	Writer Writer
+	Writer applied.Writer
 	// ValidationContainer names the injector's validation init container
 	// (empty: DefaultValidationContainer).
 	ValidationContainer string
-}
-
-// Writer is how a sandbox's rules are written and read: iptables through
-// Backend, or native nftables (the plugin's native_nftables).
-type Writer struct {
-	Backend release.Backend
-	Native  bool
 }

@@ -131,7 +131,7 @@ func newHarness(t *testing.T, action Action) *harness {
 		ExcludeNamespaces: []string{"kube-system"},
 		Settings:          decision.DefaultNodeSettings(), LabelKey: DefaultLabelKey, LabelValue: DefaultLabelValue,
 	}, Deps{
-		Pods: h.pods, Namespaces: h.ns, Network: func(Writer) Network { return h.net }, Actions: h.actions, Events: h.events,
+		Pods: h.pods, Namespaces: h.ns, Network: func(applied.Writer) Network { return h.net }, Actions: h.actions, Events: h.events,
 		Records: h.records,
 		Metrics: h.metrics, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: h.clock.now,
 	})

@@ -331,25 +331,26 @@ func TestNewerPassedRecordOfAPlainPodIsNoCandidate(t *testing.T) {
 // as its ADD wrote it, whatever the node's plugin writes now: a native
 // record as nftables, an iptables record with its backend, and one that
 // names none with the node's detected iptables backend even on a node
-// now native (the image has no plain iptables-save to resolve).
+// now native (the image has no plain iptables-save to resolve), a guess
+// (read where the rules are found).
 func TestRecordSaysHowToReadTheRules(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		node    Writer
+		node    applied.Writer
 		native  bool
 		backend release.Backend
-		want    Writer
+		want    applied.Writer
 	}{
-		{"native record, iptables node", Writer{Backend: release.NFT}, true, "", Writer{Native: true}},
-		{"legacy record, native node", Writer{Native: true, Backend: release.NFT}, false, release.Legacy, Writer{Backend: release.Legacy}},
-		{"record naming no backend, native node", Writer{Native: true, Backend: release.Legacy}, false, "", Writer{Backend: release.Legacy}},
-		{"record naming no backend, iptables node", Writer{Backend: release.NFT}, false, "", Writer{Backend: release.NFT}},
+		{"native record, iptables node", applied.Writer{Backend: release.NFT}, true, "", applied.Writer{Native: true}},
+		{"legacy record, native node", applied.Writer{Native: true, Backend: release.NFT}, false, release.Legacy, applied.Writer{Backend: release.Legacy}},
+		{"record naming no backend, native node", applied.Writer{Native: true, Backend: release.Legacy}, false, "", applied.Writer{Backend: release.Legacy, Guessed: true}},
+		{"record naming no backend, iptables node", applied.Writer{Backend: release.NFT}, false, "", applied.Writer{Backend: release.NFT, Guessed: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Repair)
 			h.a.cfg.Writer = tc.node
-			var asked []Writer
-			h.a.deps.Network = func(w Writer) Network { asked = append(asked, w); return h.net }
+			var asked []applied.Writer
+			h.a.deps.Network = func(w applied.Writer) Network { asked = append(asked, w); return h.net }
 			p := meshed("recorded")
 			h.add(p, false)
 			r := applied.Record{PodUID: string(p.UID), Pod: podName(p), Container: "sandbox-" + p.Name,

@@ -3,12 +3,14 @@ package audit
 import (
 	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
@@ -30,7 +32,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, w := range []Writer{{Backend: release.Legacy}, {Backend: release.NFT}, {Native: true}} {
+	for _, w := range []applied.Writer{{Backend: release.Legacy}, {Backend: release.NFT}, {Native: true}} {
 		name := string(w.Backend)
 		if w.Native {
 			name = "native"
@@ -39,8 +41,8 @@ func TestRepairInRealNamespace(t *testing.T) {
 			network := &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: w.Backend}, Native: w.Native}
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
-			h.a.deps.Network = func(got Writer) Network {
-				if got != w {
+			h.a.deps.Network = func(got applied.Writer) Network {
+				if got != w && got != w.Guess() { // no record: the node's, a guess
 					t.Errorf("the audit asked for writer %+v, the node's is %+v", got, w)
 				}
 				return network
@@ -62,6 +64,109 @@ func TestRepairInRealNamespace(t *testing.T) {
 				t.Fatalf("after the repair CHECK says %v, %v", diffs, err)
 			}
 		})
+	}
+}
+
+// TestUnrecordedPodReadWhereItsRulesAre: a sandbox no record names a
+// writer for (upstream's istio-cni wrote it, detecting nft in the pod's
+// namespace, or an older build with the node's iptables) whose rules are
+// in the backend the node's guess is not is redirected, not repaired;
+// one whose rules there are short is repaired there; one with ours in both
+// backends keeps them whole in one; one with no rules anywhere is repaired
+// with the node's backend.
+func TestUnrecordedPodReadWhereItsRulesAre(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	for _, tc := range []struct {
+		name          string
+		node, written release.Backend // written "": no rules
+		// flushed: a chain of the model emptied in these backends.
+		flushed []release.Backend
+		// partial: the node's backend also holds the model with
+		// ISTIO_OUTPUT emptied.
+		partial bool
+		repairs float64
+		// whole: the backend holding the model afterwards, the other
+		// none of ours.
+		whole release.Backend
+	}{
+		{"node guesses nft, rules in legacy", release.NFT, release.Legacy, nil, false, 0, release.Legacy},
+		{"node guesses legacy, rules in nft", release.Legacy, release.NFT, nil, false, 0, release.NFT},
+		{"node guesses nft, rules in legacy short", release.NFT, release.Legacy, []release.Backend{release.Legacy}, false, 1, release.Legacy},
+		{"ours in both, the guess's short", release.NFT, release.Legacy, nil, true, 1, release.NFT},
+		{"no rules anywhere", release.NFT, "", nil, false, 1, release.NFT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			netns, err := testutils.NewNS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+			h := newHarness(t, Repair)
+			p := meshed("unrecorded")
+			h.pods.pods = append(h.pods.pods, p)
+			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
+			m := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+			ctx := context.Background()
+			in := map[release.Backend]*podnet.Network{}
+			for _, b := range []release.Backend{release.Legacy, release.NFT} {
+				in[b] = &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
+				t.Cleanup(func() { _ = in[b].Cleanup(context.Background(), netns.Path()) })
+			}
+			if tc.written != "" {
+				if err := in[tc.written].Reconcile(ctx, netns.Path(), m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.partial {
+				if err := in[tc.node].Reconcile(ctx, netns.Path(), m); err != nil {
+					t.Fatal(err)
+				}
+				flushOutput(t, netns.Path(), tc.node)
+			}
+			for _, b := range tc.flushed {
+				flushOutput(t, netns.Path(), b)
+			}
+			h.a.cfg.Writer = applied.Writer{Backend: tc.node}
+			h.a.deps.Network = func(w applied.Writer) Network {
+				return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}}) // as the agent's
+			}
+			h.a.pass(ctx, nil)
+			h.clock.advance(2 * time.Second)
+			h.a.pass(ctx, nil)
+			if got := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")); got != tc.repairs {
+				t.Fatalf("%v repairs, want %v; events %q", got, tc.repairs, h.drainEvents())
+			}
+			if diffs, err := in[tc.whole].Check(ctx, netns.Path(), m); err != nil || len(diffs) != 0 {
+				t.Errorf("afterwards %s holds %v, %v; want the model", tc.whole, diffs, err)
+			}
+			other := release.Legacy
+			if tc.whole == release.Legacy {
+				other = release.NFT
+			}
+			var obs *iptables.Observed
+			err = podnet.Enter(netns.Path(), func() (err error) {
+				obs, err = in[other].Programmer.Read(ctx, iptables.IPv4)
+				return err
+			})
+			if err != nil || !obs.Empty() {
+				t.Errorf("afterwards %s holds %v, %v; want none of ours", other, obs.OursListing(), err)
+			}
+		})
+	}
+}
+
+// flushOutput empties nat ISTIO_OUTPUT in b's tables of the namespace at
+// path, as a tamperer with the node's iptables would.
+func flushOutput(t *testing.T, path string, b release.Backend) {
+	t.Helper()
+	prog := "iptables-nft"
+	if b == release.Legacy {
+		prog = "iptables-legacy"
+	}
+	if out, err := exec.Command("nsenter", "--net="+path, prog, "-w", "-t", "nat", "-F", "ISTIO_OUTPUT").CombinedOutput(); err != nil { // #nosec G204 -- test
+		t.Fatalf("%s -F ISTIO_OUTPUT: %v: %s", prog, err, out)
 	}
 }
 

@@ -5,9 +5,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
@@ -20,7 +20,7 @@ import (
 // its annotations say now, as ADD computes it. ok=false: this sandbox was
 // not redirected and the pod is not meshed now. The writer is the one ADD
 // used for it, else the node's.
-func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, Writer, bool, error) {
+func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, applied.Writer, bool, error) {
 	uid := string(c.pod.UID)
 	for _, r := range c.records {
 		if r.NetnsInode != ns.Inode {
@@ -33,24 +33,13 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, Writer,
 			if known {
 				a.noteSettingsChanged(c, r)
 			}
-			return iptables.Model{}, Writer{}, false, nil
+			return iptables.Model{}, applied.Writer{}, false, nil
 		}
 		a.noteSettingsChanged(c, r)
-		w := a.cfg.Writer
-		switch {
-		case r.Native:
-			w = Writer{Native: true}
-		case r.Backend == release.Legacy || r.Backend == release.NFT:
-			w = Writer{Backend: r.Backend}
-		case w.Native:
-			// An iptables record on a node now native: the node's
-			// iptables backend, as detected.
-			w = Writer{Backend: w.Backend}
-		}
-		return m, w, true, nil
+		return m, r.Writer(a.cfg.Writer), true, nil
 	}
 	if !c.decision.Redirect && c.err == nil {
-		return iptables.Model{}, Writer{}, false, nil
+		return iptables.Model{}, applied.Writer{}, false, nil
 	}
 	if a.deps.Records != nil && a.notes[uid] != noteNoRecord {
 		a.notes[uid] = noteNoRecord
@@ -58,10 +47,10 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, Writer,
 			"pod", podName(c.pod), "uid", uid)
 	}
 	if c.err != nil {
-		return iptables.Model{}, a.cfg.Writer, true, c.err
+		return iptables.Model{}, a.cfg.Writer.Guess(), true, c.err
 	}
 	m, err := a.model(c, ns)
-	return m, a.cfg.Writer, true, err
+	return m, a.cfg.Writer.Guess(), true, err
 }
 
 // model is the pod's rule model, its families from its addresses and its

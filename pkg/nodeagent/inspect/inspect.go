@@ -15,6 +15,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
@@ -39,14 +40,19 @@ type Deps struct {
 	Namespaces interface {
 		Find(pods map[string][]netip.Addr) (netnsdir.Result, error)
 	}
-	// Observe reads a family's tables in a namespace (iptables-save).
-	Observe func(ctx context.Context, netns string, f iptables.Family) (*iptables.Observed, error)
+	// Observe reads a family's tables in a namespace with backend's
+	// iptables-save.
+	Observe func(ctx context.Context, netns string, backend release.Backend, f iptables.Family) (*iptables.Observed, error)
 	// ObserveNative lists our native nftables tables in a namespace, each
 	// rule named as the model m names it; nil: not read.
 	ObserveNative func(ctx context.Context, netns string, m iptables.Model) ([]string, error)
-	// Check is the plugin's CHECK: the differences from the model, in
-	// native nftables or iptables.
-	Check func(ctx context.Context, netns string, m iptables.Model, native bool) ([]string, error)
+	// Check is the plugin's CHECK: the differences from the model, read
+	// as w wrote them.
+	Check func(ctx context.Context, netns string, m iptables.Model, w applied.Writer) ([]string, error)
+	// Holding is the iptables backend holding the model's rules in a
+	// namespace, for a sandbox no record names a writer for
+	// (podnet.Network.Holding); nil: the node's is read.
+	Holding func(ctx context.Context, netns string, m iptables.Model) (release.Backend, error)
 	// HasIPv6 reads whether the namespace has a global IPv6 address.
 	HasIPv6 func(netns string) (bool, error)
 	// NamespaceLabels reads a namespace's labels: whether Istio's
@@ -72,9 +78,10 @@ type Options struct {
 	// runtime uses chains istio-cni decides whether new pods reach the
 	// plugin at all.
 	CNINetDir string
-	// Native: the node's plugin writes native nftables (native_nftables),
-	// for a sandbox without a record saying how ADD wrote it.
-	Native bool
+	// Writer is how the node's plugin writes rules now (its iptables
+	// backend, or native nftables), for a sandbox without a record saying
+	// how ADD wrote it.
+	Writer applied.Writer
 	// Build names the inspecting binary's build (version.Line): in the
 	// agent's pod, the agent's. The report's first line; "" prints none.
 	Build string
@@ -107,8 +114,14 @@ type Report struct {
 	NewerRecord int
 	// Notes are things to know about the pod (decision.IPv6ProxyNote).
 	Notes []string
-	// Native: the rules are native nftables, not iptables.
-	Native bool
+	// Native: the rules are native nftables, not iptables; else Backend
+	// is the iptables they were read with: what ADD recorded for the
+	// sandbox, else the node's ("" if unknown).
+	Native  bool
+	Backend release.Backend
+	// guessed: no record names Backend; it is the node's until
+	// Deps.Holding finds the rules in the other.
+	guessed bool
 	// Want and Have are the tables in iptables-save form, or, Native, as
 	// the nftables model lists them: Have only the rules istio-cni owns.
 	Want, Have []string
@@ -187,7 +200,16 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
-	if r.Have, err = observe(ctx, d, ns.Path, m, r.Native); err != nil {
+	if ok && r.guessed && d.Holding != nil {
+		// No record says where ADD wrote: read where the rules are,
+		// as the audit does.
+		if r.Backend, err = d.Holding(ctx, ns.Path, m); err != nil {
+			r.NetnsErr = err.Error()
+			return r, nil
+		}
+	}
+	w := applied.Writer{Native: r.Native, Backend: r.Backend}
+	if r.Have, err = observe(ctx, d, ns.Path, m, w); err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
@@ -201,16 +223,16 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 			r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
 		}
 	}
-	if r.Diffs, err = d.Check(ctx, ns.Path, m, r.Native); err != nil {
+	if r.Diffs, err = d.Check(ctx, ns.Path, m, w); err != nil {
 		r.NetnsErr = err.Error()
 	}
 	return r, nil
 }
 
-// observe lists the rules of ours the namespace holds: iptables' in each
-// family, or our native nftables tables.
-func observe(ctx context.Context, d Deps, netns string, m iptables.Model, native bool) ([]string, error) {
-	if native {
+// observe lists the rules of ours the namespace holds, as w wrote them:
+// iptables' in each family, or our native nftables tables.
+func observe(ctx context.Context, d Deps, netns string, m iptables.Model, w applied.Writer) ([]string, error) {
+	if w.Native {
 		if d.ObserveNative == nil {
 			return nil, nil
 		}
@@ -218,7 +240,7 @@ func observe(ctx context.Context, d Deps, netns string, m iptables.Model, native
 	}
 	var have []string
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		obs, err := d.Observe(ctx, netns, f)
+		obs, err := d.Observe(ctx, netns, w.Backend, f)
 		if err != nil {
 			if f == iptables.IPv6 {
 				continue // a node without ip6tables: IPv4 is what there is
@@ -247,7 +269,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 				continue
 			}
 			m, known := rec.Model()
-			r.Native = rec.Native
+			r.setWriter(rec.Writer(o.Writer))
 			if !known {
 				r.Recorded, r.NewerRecord = true, rec.Version
 				return iptables.Model{}, false, nil
@@ -255,7 +277,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 			if rec.Passed {
 				// A sandbox passed through records no writer: the
 				// node's says where ours would be.
-				r.Native = o.Native
+				r.setWriter(o.Writer)
 				r.Redirect, r.Recorded = false, true
 				return iptables.Model{}, false, nil
 			}
@@ -276,7 +298,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 			return m, true, nil
 		}
 	}
-	r.Native = o.Native
+	r.setWriter(o.Writer.Guess())
 	if !dec.Redirect || r.Invalid != "" {
 		return iptables.Model{}, false, nil
 	}
@@ -288,6 +310,11 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 		r.Notes = append(r.Notes, decision.IPv6ProxyNote)
 	}
 	return decision.Rules(dec, o.Settings, stack.V4, stack.V6), true, nil
+}
+
+// setWriter says how the sandbox's rules are read.
+func (r *Report) setWriter(w applied.Writer) {
+	r.Native, r.Backend, r.guessed = w.Native, w.Backend, w.Guessed
 }
 
 // runtimeConfig names the config the runtime uses (the first in its

@@ -5,12 +5,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/nodeagent/injection"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
@@ -40,13 +42,13 @@ func deps(p *Pod, save string, diffs []string) Deps {
 	return Deps{
 		GetPod:     func(context.Context, string, string) (*Pod, error) { return p, nil },
 		Namespaces: namespaces{"u1": {Path: "/var/run/netns/cni-1", Inode: 7}},
-		Observe: func(_ context.Context, _ string, f iptables.Family) (*iptables.Observed, error) {
+		Observe: func(_ context.Context, _ string, _ release.Backend, f iptables.Family) (*iptables.Observed, error) {
 			if f == iptables.IPv6 {
 				return iptables.ParseSave(nil)
 			}
 			return iptables.ParseSave([]byte(save))
 		},
-		Check:   func(context.Context, string, iptables.Model, bool) ([]string, error) { return diffs, nil },
+		Check:   func(context.Context, string, iptables.Model, applied.Writer) ([]string, error) { return diffs, nil },
 		HasIPv6: func(string) (bool, error) { return false, nil },
 	}
 }
@@ -168,7 +170,7 @@ func TestRecordedSettingsWin(t *testing.T) {
 	d := deps(p, "*nat\nCOMMIT\n", nil)
 	d.Records = store
 	var wanted iptables.Model
-	d.Check = func(_ context.Context, _ string, m iptables.Model, _ bool) ([]string, error) {
+	d.Check = func(_ context.Context, _ string, m iptables.Model, _ applied.Writer) ([]string, error) {
 		wanted = m
 		return nil, nil
 	}
@@ -260,7 +262,7 @@ func TestNewerRecordIsNotJudged(t *testing.T) {
 	}
 	d := deps(pod(map[string]string{decision.StatusAnnotation: "{}"}), "*nat\nCOMMIT\n", nil)
 	d.Records = applied.Store{Dir: dir}
-	d.Check = func(context.Context, string, iptables.Model, bool) ([]string, error) {
+	d.Check = func(context.Context, string, iptables.Model, applied.Writer) ([]string, error) {
 		t.Error("checked against this build's model")
 		return nil, nil
 	}
@@ -298,7 +300,7 @@ func TestNativeNftablesPod(t *testing.T) {
 				}
 				d.Records = store
 			}
-			d.Observe = func(context.Context, string, iptables.Family) (*iptables.Observed, error) {
+			d.Observe = func(context.Context, string, release.Backend, iptables.Family) (*iptables.Observed, error) {
 				t.Error("iptables read for a native pod")
 				return iptables.ParseSave(nil)
 			}
@@ -306,12 +308,12 @@ func TestNativeNftablesPod(t *testing.T) {
 				return []string{"table inet istio-proxy-nat"}, nil
 			}
 			var native bool
-			d.Check = func(_ context.Context, _ string, _ iptables.Model, n bool) ([]string, error) {
-				native = n
+			d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+				native = w.Native
 				return nil, nil
 			}
 			o := opts(configDir(t, true))
-			o.Native = tc.nodeNative
+			o.Writer.Native = tc.nodeNative
 			r, err := Run(context.Background(), o, d)
 			if err != nil {
 				t.Fatal(err)
@@ -320,6 +322,81 @@ func TestNativeNftablesPod(t *testing.T) {
 			if !native || !r.Native || !strings.Contains(out, "rules:     native nftables") ||
 				!strings.Contains(out, "meta l4proto tcp counter redirect to :15001") || !strings.Contains(out, "verdict:   ok: redirected") {
 				t.Errorf("checked as native %v; report:\n%s", native, out)
+			}
+		})
+	}
+}
+
+// A sandbox's rules are read with the iptables its record names, not the
+// node's guess: on a node led to legacy whose primary's image writes
+// nf_tables, the agent in its image guesses nft from the host's rules.
+func TestReadsWithTheRecordedBackend(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	spec := decision.FinalSpec(decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}, decision.DefaultNodeSettings())
+	for _, tc := range []struct {
+		name     string
+		recorded release.Backend // "": no record
+		holding  release.Backend // what Deps.Holding finds; "": no Holding
+		want     release.Backend
+	}{
+		{"recorded legacy, the node's guess nft", release.Legacy, release.Legacy, release.Legacy},
+		{"recorded nft, the node's guess legacy", release.NFT, release.NFT, release.NFT},
+		{"no record: the node's guess", "", "", release.NFT},
+		{"no record: where the rules are found", "", release.Legacy, release.Legacy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := release.NFT
+			if tc.recorded == release.NFT {
+				node = release.Legacy
+			}
+			d := deps(p, "", nil)
+			if tc.recorded != "" {
+				store := applied.Store{Dir: t.TempDir()}
+				if err := store.Write(applied.Record{PodUID: "u1", Pod: "default/web-0", Container: "c1", NetnsInode: 7, Spec: spec, IPv4: true, Backend: tc.recorded}); err != nil {
+					t.Fatal(err)
+				}
+				d.Records = store
+			}
+			if tc.holding != "" {
+				d.Holding = func(context.Context, string, iptables.Model) (release.Backend, error) {
+					if tc.recorded != "" {
+						t.Error("a recorded sandbox's backend looked for")
+					}
+					return tc.holding, nil
+				}
+			}
+			// The rules are in tc.want's tables only.
+			save, err := iptables.Plan(iptables.Build(iptables.DefaultSpec(), true, false).Rulesets()[0], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+				if b != tc.want || f == iptables.IPv6 {
+					return iptables.ParseSave(nil)
+				}
+				return iptables.ParseSave(save)
+			}
+			var checked []applied.Writer
+			d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+				checked = append(checked, w)
+				if w.Backend != tc.want {
+					return []string{"nat ISTIO_OUTPUT: chain missing"}, nil
+				}
+				return nil, nil
+			}
+			o := opts(configDir(t, true))
+			o.Writer.Backend = node
+			r, err := Run(context.Background(), o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := render(t, r)
+			if want := []applied.Writer{{Backend: tc.want}}; !slices.Equal(checked, want) || r.Backend != tc.want ||
+				!strings.Contains(out, "rules:     iptables, "+string(tc.want)) || len(r.Have) == 0 || !strings.Contains(out, "verdict:   ok: redirected") {
+				t.Errorf("checked as %v, want %v; report:\n%s", checked, want, out)
+			}
+			if doc := r.Document(); doc.Rules.Backend != tc.want {
+				t.Errorf("JSON rules.backend %q, want %q", doc.Rules.Backend, tc.want)
 			}
 		})
 	}

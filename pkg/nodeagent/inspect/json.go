@@ -3,6 +3,8 @@ package inspect
 import (
 	"encoding/json"
 	"io"
+
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
 // JSONVersion is the version of inspect's JSON forms (Document,
@@ -65,10 +67,13 @@ type NetnsDoc struct {
 
 // RulesDoc are the rules the pod should have, has and the difference.
 type RulesDoc struct {
-	Native bool     `json:"native"`
-	Want   []string `json:"want"`
-	Have   []string `json:"have"`
-	Diffs  []string `json:"diffs"`
+	Native bool `json:"native"`
+	// Backend is the iptables the rules were read with (legacy or nft),
+	// when not native.
+	Backend release.Backend `json:"backend,omitempty"`
+	Want    []string        `json:"want"`
+	Have    []string        `json:"have"`
+	Diffs   []string        `json:"diffs"`
 }
 
 // Document is the report's JSON form.
@@ -80,7 +85,7 @@ func (r Report) Document() Document {
 			SettingsChanged: r.SettingsChanged, Invalid: r.Invalid, NewerRecord: r.NewerRecord},
 		Notes:      r.Notes,
 		Netns:      NetnsDoc{Path: r.Netns, Error: r.NetnsErr},
-		Rules:      RulesDoc{Native: r.Native, Want: nonNil(r.Want), Have: nonNil(r.Have), Diffs: nonNil(r.Diffs)},
+		Rules:      RulesDoc{Native: r.Native, Backend: r.Backend, Want: nonNil(r.Want), Have: nonNil(r.Have), Diffs: nonNil(r.Diffs)},
 		Verdict:    r.Verdict(),
 		Consistent: r.Consistent(),
 	}

@@ -54,8 +54,11 @@ func (r Report) Print(w io.Writer) error {
 	if r.Netns != "" {
 		line("netns:     %s", r.Netns)
 	}
-	if r.Native {
+	switch {
+	case r.Native:
 		line("rules:     native nftables (tables %s)", strings.Join(nftables.Tables, ", "))
+	case r.Backend != "":
+		line("rules:     iptables, %s", r.Backend)
 	}
 	if r.NetnsErr != "" {
 		line("netns:     not read: %s", r.NetnsErr)

@@ -1,0 +1,59 @@
+package xtables
+
+import (
+	"context"
+
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+)
+
+// Holding is the iptables backend that holds the model's rules in the
+// calling thread's namespace: p's, unless p's holds nothing of ours in any
+// of the model's families and the other backend does. alsoOther: both
+// hold chains of ours, which a repair must clear from the other. It is
+// for a sandbox no record names a writer for: an older build wrote it
+// with the node's iptables, upstream's istio-cni with the backend it
+// detects in the pod's namespace (nft there whenever iptables-nft
+// exists), and the node's own guess can differ from both. A read that
+// fails counts as holding nothing.
+func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (b release.Backend, alsoOther bool) {
+	other := p.Other()
+	if other == "" {
+		return p.Backend, false
+	}
+	mine, theirs := p.holdsAny(ctx, m), p.WithBackend(other).holdsAny(ctx, m)
+	if !mine && theirs {
+		return other, false
+	}
+	return p.Backend, mine && theirs
+}
+
+// Other is the iptables backend p does not use; "" when p's is not a
+// concrete one.
+func (p *Programmer) Other() release.Backend {
+	switch p.Backend {
+	case release.Legacy:
+		return release.NFT
+	case release.NFT:
+		return release.Legacy
+	}
+	return ""
+}
+
+// WithBackend is p reading and writing through b.
+func (p *Programmer) WithBackend(b release.Backend) *Programmer {
+	q := *p
+	q.Backend = b
+	return &q
+}
+
+// holdsAny reports whether p's backend holds any rule or chain of ours in
+// one of the model's families; a failed read says no.
+func (p *Programmer) holdsAny(ctx context.Context, m iptables.Model) bool {
+	for _, rs := range m.Rulesets() {
+		if obs, err := p.Read(ctx, rs.Family); err == nil && !obs.Empty() {
+			return true
+		}
+	}
+	return false
+}
