@@ -14,14 +14,21 @@ import (
 // for a sandbox no record names a writer for: an older build wrote it
 // with the node's iptables, upstream's istio-cni with the backend it
 // detects in the pod's namespace (nft there whenever iptables-nft
-// exists), and the node's own guess can differ from both. A read that
-// fails counts as holding nothing.
+// exists), and the node's own guess can differ from both. A read of p's
+// that fails keeps p's (its Check then reports what it can), one of the
+// other's counts as holding nothing: neither can pass a pod on a read
+// that did not happen.
 func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (b release.Backend, alsoOther bool) {
 	other := p.Other()
 	if other == "" {
 		return p.Backend, false
 	}
-	mine, theirs := p.holdsAny(ctx, m), p.WithBackend(other).holdsAny(ctx, m)
+	mine, err := p.holdsAny(ctx, m)
+	if err != nil {
+		return p.Backend, false
+	}
+	theirs, err := p.WithBackend(other).holdsAny(ctx, m)
+	theirs = theirs && err == nil
 	if !mine && theirs {
 		return other, false
 	}
@@ -48,12 +55,16 @@ func (p *Programmer) WithBackend(b release.Backend) *Programmer {
 }
 
 // holdsAny reports whether p's backend holds any rule or chain of ours in
-// one of the model's families; a failed read says no.
-func (p *Programmer) holdsAny(ctx context.Context, m iptables.Model) bool {
+// one of the model's families.
+func (p *Programmer) holdsAny(ctx context.Context, m iptables.Model) (bool, error) {
 	for _, rs := range m.Rulesets() {
-		if obs, err := p.Read(ctx, rs.Family); err == nil && !obs.Empty() {
-			return true
+		obs, err := p.Read(ctx, rs.Family)
+		if err != nil {
+			return false, err
+		}
+		if !obs.Empty() {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }

@@ -200,9 +200,10 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
+	// check is the audit's reading of the sandbox: for one no record
+	// names a writer for, the node's guess, then where the rules are.
+	check := applied.Writer{Native: r.Native, Backend: r.Backend, Guessed: r.guessed}
 	if ok && r.guessed && d.Holding != nil {
-		// No record says where ADD wrote: read where the rules are,
-		// as the audit does.
 		if r.Backend, err = d.Holding(ctx, ns.Path, m); err != nil {
 			r.NetnsErr = err.Error()
 			return r, nil
@@ -223,7 +224,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 			r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
 		}
 	}
-	if r.Diffs, err = d.Check(ctx, ns.Path, m, w); err != nil {
+	if r.Diffs, err = d.Check(ctx, ns.Path, m, check); err != nil {
 		r.NetnsErr = err.Error()
 	}
 	return r, nil
