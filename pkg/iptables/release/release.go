@@ -75,6 +75,17 @@ func (b Backend) Programs(ipv6 bool) (restore, save string) {
 	return base + "-restore", base + "-save"
 }
 
+// Other is the concrete backend b is not; "" for Auto.
+func (b Backend) Other() Backend {
+	switch b {
+	case Legacy:
+		return NFT
+	case NFT:
+		return Legacy
+	}
+	return ""
+}
+
 // Resolve says which backend Auto is on this node for a family's
 // programs (on Debian and Ubuntu iptables and ip6tables are separate
 // alternatives, which can differ): where the node's restore program leads

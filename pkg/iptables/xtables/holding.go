@@ -19,7 +19,7 @@ import (
 // other's counts as holding nothing: neither can pass a pod on a read
 // that did not happen.
 func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (b release.Backend, alsoOther bool) {
-	other := p.Other()
+	other := p.Backend.Other()
 	if other == "" {
 		return p.Backend, false
 	}
@@ -33,18 +33,6 @@ func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (b release.B
 		return other, false
 	}
 	return p.Backend, mine && theirs
-}
-
-// Other is the iptables backend p does not use; "" when p's is not a
-// concrete one.
-func (p *Programmer) Other() release.Backend {
-	switch p.Backend {
-	case release.Legacy:
-		return release.NFT
-	case release.NFT:
-		return release.Legacy
-	}
-	return ""
 }
 
 // WithBackend is p reading and writing through b.

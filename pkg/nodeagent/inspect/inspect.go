@@ -214,6 +214,14 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		r.NetnsErr = err.Error()
 		return r, nil
 	}
+	if !ok && len(r.Have) == 0 && r.guessed && !r.Native && r.Backend.Other() != "" {
+		// Not to be redirected, and no record says where ADD wrote:
+		// stray rules of ours may be in the other backend.
+		other := r.Backend.Other()
+		if have, err := observe(ctx, d, ns.Path, m, applied.Writer{Backend: other}); err == nil && len(have) > 0 {
+			r.Have, r.Backend = have, other
+		}
+	}
 	if !ok {
 		return r, nil
 	}

@@ -408,4 +408,35 @@ func TestReadsWithTheRecordedBackend(t *testing.T) {
 	}
 }
 
+// A pod not to be redirected, with no record, holding chains of ours in
+// the backend the node does not guess: stray rules, not "ok".
+func TestStrayRulesInTheOtherBackend(t *testing.T) {
+	p := pod(nil)
+	p.Spec.Containers = p.Spec.Containers[:1] // no istio-proxy
+	save, err := iptables.Plan(iptables.Build(iptables.DefaultSpec(), true, false).Rulesets()[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []release.Backend{release.NFT, release.Legacy} {
+		t.Run("in "+string(in), func(t *testing.T) {
+			d := deps(p, "", nil)
+			d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+				if b != in || f == iptables.IPv6 {
+					return iptables.ParseSave(nil)
+				}
+				return iptables.ParseSave(save)
+			}
+			o := opts(configDir(t, true))
+			o.Writer.Backend = release.NFT
+			r, err := Run(context.Background(), o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v := r.Verdict(); v.Code != VerdictStrayRules || r.Backend != in {
+				t.Errorf("verdict %s, read with %s; want %s with %s\n%s", v.Code, r.Backend, VerdictStrayRules, in, render(t, r))
+			}
+		})
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
