@@ -15,11 +15,11 @@ type Writer struct {
 }
 
 // Writer is how ADD wrote this sandbox's rules: as the record says, else
-// as node, the node's plugin, writes them now (Guessed). A node can hold sandboxes
-// written both ways (its iptables or native_nftables changed since), and
-// the node's own guess can be wrong for them: on a node whose iptables
-// leads to legacy while its primary's image writes nf_tables, only the
-// record tells.
+// as node, the node's plugin, writes them now (Guessed). A node can hold
+// sandboxes written both ways (its iptables or native_nftables changed
+// since), and the node's own guess can be wrong for them: on a node whose
+// iptables leads to legacy while its primary's image writes nf_tables,
+// only the record tells.
 func (r Record) Writer(node Writer) Writer {
 	switch {
 	case r.Native:
@@ -34,7 +34,9 @@ func (r Record) Writer(node Writer) Writer {
 	return node.Guess()
 }
 
-// Guess is w for a sandbox no record names a writer for.
+// Guess is w for a sandbox no record names a writer for. Native stays
+// unguessed: native tables are ours alone, and there is no other
+// backend to look in.
 func (w Writer) Guess() Writer {
 	w.Guessed = !w.Native
 	return w

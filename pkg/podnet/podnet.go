@@ -181,7 +181,7 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 	// decision first. The model is whole in b now; the policy routes are
 	// the model's, whichever backend holds it, and stay.
 	return n.do(path, func(p *xtables.Programmer) error {
-		return p.WithBackend(at.Programmer.Backend.Other()).Cleanup(ctx, iptables.IPv4, iptables.IPv6)
+		return p.WithBackend(b.Other()).Cleanup(ctx, iptables.IPv4, iptables.IPv6)
 	})
 }
 
