@@ -18,23 +18,57 @@ import (
 // ownedPath is a node's conflist istio-cni writes.
 func ownedPath(n *cluster.Node) string { return filepath.Join(n.CNINetDir, "02-istio-cni.conflist") }
 
-// TestRollingUpgradeAcrossNodes: a new image rolled out with the
-// DaemonSet's maxUnavailable: 1 replaces the agents one node at a time,
-// while meshed pods keep starting on every node, each at its first
-// attempt and redirected; no node's files go missing meanwhile.
-func TestRollingUpgradeAcrossNodes(t *testing.T) {
+// TestRollbackAndUpgradeAcrossNodes: the DaemonSet rolled back to the
+// previous build's image (cluster.PreviousBuild) and upgraded to this
+// build's again, as an operator does it (kubectl set image), on the mixed
+// fleet, its last node legacy. Each rollout replaces the agents one node
+// at a time (maxUnavailable: 1) while meshed pods keep starting on every
+// node, each at its first attempt and redirected, and no node's files go
+// missing. A meshed pod on every node, started before, keeps exactly its
+// rules, in the backend that wrote them and none of istio-cni's in the
+// other, through both rollouts and two audit passes of each new agent,
+// with no Istio* Event.
+func TestRollbackAndUpgradeAcrossNodes(t *testing.T) {
 	before := requireAgentsReady(t, env.fleet.Nodes)
-	const next = "localhost/istio-cni/install-cni:0.1.0-next"
+	current := before[env.fleet.Nodes[0].Name].Spec.Containers[0].Image
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	previous, err := cluster.BuildPreviousImage(ctx, cluster.PreviousBuild)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range env.fleet.Nodes {
-		if err := n.TagImage(t.Context(), "localhost/istio-cni/install-cni:0.1.0", next); err != nil {
-			t.Fatal(err)
+		if err := n.ImportImages(t.Context(), previous.Tarball); err != nil {
+			t.Fatalf("node %s: %v", n.Name, err)
 		}
 	}
+	t.Cleanup(func() { restoreImage(t, current) })
+	held := heldOnEveryNode(t, "held")
+	for i, image := range []string{previous.Ref, current} {
+		rollAcrossNodes(t, fmt.Sprintf("roll%d", i), image)
+		for _, h := range held {
+			if err := h.still(t.Context()); err != nil {
+				t.Errorf("after the rollout to %s: %v", image, err)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+}
+
+// rollAcrossNodes sets the DaemonSet's image and waits for a new agent of
+// it, Ready, on every node, and for two audit passes of each, with meshed
+// pods starting meanwhile (meshedDuring); at most one node is without a
+// Ready agent at a time, and no node's files go missing.
+func rollAcrossNodes(t *testing.T, prefix, image string) {
+	t.Helper()
+	before := requireAgentsReady(t, env.fleet.Nodes)
 	stopWatch := watchFiles(t, env.fleet.Nodes)
 	maxDown := 0
-	meshedDuring(t, "upgrade", func() {
-		kubectl(t, "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+next)
-		poll.Until(t, 5*time.Minute, "every node's agent replaced, running the new image", func() (bool, string) {
+	meshedDuring(t, prefix, func() {
+		kubectl(t, "-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni="+image)
+		poll.Until(t, 5*time.Minute, "every node's agent replaced, running "+image, func() (bool, string) {
 			pods, err := agentPods(t.Context())
 			if err != nil {
 				return false, err.Error()
@@ -45,19 +79,37 @@ func TestRollingUpgradeAcrossNodes(t *testing.T) {
 				switch {
 				case !ok || !allReady(p):
 					down++
-				case p.Metadata.UID != before[n.Name].Metadata.UID && p.Spec.Containers[0].Image == next:
+				case p.Metadata.UID != before[n.Name].Metadata.UID && p.Spec.Containers[0].Image == image:
 					done++
 				}
 			}
 			maxDown = max(maxDown, down)
-			return done == len(env.fleet.Nodes), fmt.Sprintf("%d of %d nodes upgraded, %d without a Ready agent", done, len(env.fleet.Nodes), down)
+			return done == len(env.fleet.Nodes), fmt.Sprintf("%d of %d nodes rolled, %d without a Ready agent", done, len(env.fleet.Nodes), down)
 		})
+		for _, n := range env.fleet.Nodes {
+			waitAuditPasses(t, n, 2)
+		}
 	})
 	if gaps := stopWatch(); len(gaps) > 0 {
-		t.Errorf("files went missing during the upgrade: %v", gaps)
+		t.Errorf("files went missing during the rollout to %s: %v", image, gaps)
 	}
 	if maxDown > 1 {
-		t.Errorf("%d nodes were without a Ready agent at once; maxUnavailable is 1", maxDown)
+		t.Errorf("%d nodes were without a Ready agent at once during the rollout to %s; maxUnavailable is 1", maxDown, image)
+	}
+}
+
+// restoreImage leaves the fleet as the suite expects it: the DaemonSet on
+// image, rolled out.
+func restoreImage(t *testing.T, image string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	for _, args := range [][]string{
+		{"-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni=" + image},
+		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=5m"},
+	} {
+		if out, err := env.fleet.Kubectl(ctx, args...); err != nil {
+			t.Errorf("restoring %s: %v\n%s", image, err, out)
+		}
 	}
 }
 
