@@ -192,32 +192,45 @@ func neverStarts(p Pod) string {
 	return ""
 }
 
-// PodEvents lists the pod's Events, oldest first, one "reason: message"
-// line each (a failed sandbox, a full node), for an error message.
-func (n *Node) PodEvents(ctx context.Context, ns, name string) string {
+// Event is one of a pod's Events.
+type Event struct {
+	Type, Reason, Message string
+	Count                 int
+}
+
+// PodEventList is the pod's Events, oldest first.
+func (n *Node) PodEventList(ctx context.Context, ns, name string) ([]Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/events?fieldSelector=" +
 		url.QueryEscape("involvedObject.kind=Pod,involvedObject.name="+name)
 	status, body, err := n.Do(ctx, http.MethodGet, path, nil)
-	if err != nil || status != http.StatusOK {
-		return fmt.Sprintf("(its events: %d %v)", status, err)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d", path, status)
 	}
-	var list struct {
-		Items []struct {
-			Type, Reason, Message string
-			Count                 int
-		}
+	if err != nil {
+		return nil, err
 	}
+	var list struct{ Items []Event }
 	if err := json.Unmarshal(body, &list); err != nil {
-		return fmt.Sprintf("(its events: %v)", err)
+		return nil, err
 	}
-	if len(list.Items) == 0 {
+	return list.Items, nil
+}
+
+// PodEvents lists the pod's Events, oldest first, one "reason: message"
+// line each (a failed sandbox, a full node), for an error message.
+func (n *Node) PodEvents(ctx context.Context, ns, name string) string {
+	events, err := n.PodEventList(ctx, ns, name)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("(its events: %v)", err)
+	case len(events) == 0:
 		return "(no events)"
 	}
 	var b strings.Builder
 	b.WriteString("its events:")
-	for _, e := range list.Items {
+	for _, e := range events {
 		fmt.Fprintf(&b, "\n  %s %s (x%d): %s", e.Type, e.Reason, max(e.Count, 1), e.Message)
 	}
 	return b.String()

@@ -1,10 +1,6 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -302,31 +298,16 @@ func metric(t *testing.T, series string) float64 {
 // scrape is the agent's /metrics text.
 func scrape(t *testing.T) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.MetricsURL(), nil)
-	resp, err := http.DefaultClient.Do(req)
+	text, err := cluster.Scrape(t.Context(), env.agent.MetricsURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	return text
 }
 
 // metricFound reads one series from the agent's /metrics, and whether it
 // is there.
 func metricFound(t *testing.T, series string) (float64, bool) {
 	t.Helper()
-	for line := range strings.Lines(scrape(t)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), series+" "); ok {
-			var f float64
-			_, _ = fmt.Sscan(v, &f)
-			return f, true
-		}
-	}
-	return 0, false
+	return cluster.Metric(scrape(t), series)
 }

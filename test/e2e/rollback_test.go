@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,44 +232,15 @@ func waitAuditPasses(t *testing.T, n float64, meshed int) {
 	t.Helper()
 	var first float64 = -1
 	poll.Until(t, 2*time.Minute, fmt.Sprintf("%v full audit passes checking %d meshed pods", n, meshed), func() (bool, string) {
-		text, err := scrapeOnce(t.Context())
+		text, err := cluster.Scrape(t.Context(), env.agent.MetricsURL())
 		if err != nil {
 			return false, err.Error()
 		}
-		passes, checked := metricIn(text, "istio_cni_audit_pass_seconds_count"), metricIn(text, "istio_cni_audit_pods_checked")
-		if first < 0 {
+		passes, found := cluster.Metric(text, "istio_cni_audit_pass_seconds_count")
+		checked, _ := cluster.Metric(text, "istio_cni_audit_pods_checked")
+		if first < 0 && found {
 			first = passes
 		}
 		return passes >= first+n+1 && checked >= float64(meshed), fmt.Sprintf("passes %v (first seen %v), pods checked %v", passes, first, checked)
 	})
-}
-
-// scrapeOnce is the agent's /metrics, or why not (during a rollout it may
-// have none).
-func scrapeOnce(ctx context.Context) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, env.agent.MetricsURL(), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
-}
-
-// metricIn is one series' value in a scrape, -1 if absent.
-func metricIn(text, name string) float64 {
-	for line := range strings.Lines(text) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
-			var f float64
-			_, _ = fmt.Sscan(v, &f)
-			return f
-		}
-	}
-	return -1
 }

@@ -3,10 +3,7 @@ package multinode
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +13,8 @@ import (
 	"istio-cni.local/istio-cni/test/poll"
 )
 
-// agentMetricsPort is the agent's /metrics port as deployments/ sets it,
-// on each node's own address.
+// agentMetricsPort is the agent's /metrics port: its --metrics-addr
+// default, which deployments/ keeps, on each node's own address.
 const agentMetricsPort = 15014
 
 // heldPod is a meshed pod and the iptables-save of the backend that held
@@ -29,7 +26,8 @@ type heldPod struct {
 }
 
 // heldOnEveryNode starts a meshed pod on every node (prefix-i), deleted
-// when the test ends, and notes where its rules are.
+// when the test ends, and notes where its rules are: legacy on a legacy
+// node, which the fleet must have.
 func heldOnEveryNode(t *testing.T, prefix string) []heldPod {
 	t.Helper()
 	target := serverAddr(t)
@@ -42,6 +40,7 @@ func heldOnEveryNode(t *testing.T, prefix string) []heldPod {
 		t.Cleanup(func() { _ = n.DeletePod(context.Background(), s.Namespace, s.Name) })
 		held = append(held, heldPod{n: n, name: s.Name})
 	}
+	legacy := 0
 	for i := range held {
 		h := &held[i]
 		if err := startedRedirected(t.Context(), h.n, h.name, nil); err != nil {
@@ -51,8 +50,17 @@ func heldOnEveryNode(t *testing.T, prefix string) []heldPod {
 		if err != nil {
 			t.Fatalf("node %s: %s: %v", h.n.Name, h.name, err)
 		}
+		if h.n.Iptables == cluster.LegacyIptables {
+			legacy++
+			if save != "iptables-legacy-save" {
+				t.Fatalf("node %s is legacy: %s's rules in %s, want iptables-legacy-save", h.n.Name, h.name, save)
+			}
+		}
 		h.save = save
 		t.Logf("node %s: %s's rules in %s", h.n.Name, h.name, save)
+	}
+	if legacy == 0 {
+		t.Fatal("no legacy node in the fleet: the test would cover nf_tables nodes only")
 	}
 	return held
 }
@@ -60,61 +68,47 @@ func heldOnEveryNode(t *testing.T, prefix string) []heldPod {
 // still: the pod's rules are where they were, exactly the model, none of
 // istio-cni's in the other backend, and no Istio* Event on it.
 func (h heldPod) still(ctx context.Context) error {
+	where := fmt.Sprintf("node %s: %s", h.n.Name, h.name)
 	save, out, err := heldIn(ctx, h.n, "default", h.name)
 	switch {
 	case err != nil:
-		return fmt.Errorf("node %s: %s: %w", h.n.Name, h.name, err)
+		return fmt.Errorf("%s: %w", where, err)
 	case save != h.save:
-		return fmt.Errorf("node %s: %s: its rules moved from %s to %s", h.n.Name, h.name, h.save, save)
+		return fmt.Errorf("%s: its rules moved from %s to %s", where, h.save, save)
 	}
 	if err := matchModel(out, iptables.Build(iptables.DefaultSpec(), true, false)); err != nil {
-		return fmt.Errorf("node %s: %s: %w", h.n.Name, h.name, err)
+		return fmt.Errorf("%s: %w", where, err)
 	}
-	if ev := h.n.PodEvents(ctx, "default", h.name); strings.Contains(ev, "Istio") {
-		return fmt.Errorf("node %s: %s: Events: %s", h.n.Name, h.name, ev)
+	events, err := h.n.PodEventList(ctx, "default", h.name)
+	if err != nil {
+		return fmt.Errorf("%s: reading its Events: %w", where, err)
+	}
+	for _, e := range events {
+		if strings.HasPrefix(e.Reason, "Istio") {
+			return fmt.Errorf("%s: Event %s: %s", where, e.Reason, e.Message)
+		}
 	}
 	return nil
 }
 
-// waitAuditPasses waits for node n's agent to finish count more audit
-// passes than when first asked.
-func waitAuditPasses(t *testing.T, n *cluster.Node, count float64) {
+// waitAuditPasses waits for node n's agent to finish count audit passes
+// begun after the call, the last of which checked at least meshed pods.
+// The pass in progress at the first read may have begun before it, so
+// count+1 must end.
+func waitAuditPasses(t *testing.T, n *cluster.Node, count float64, meshed int) {
 	t.Helper()
 	url := "http://" + netip.AddrPortFrom(n.NodeIP, agentMetricsPort).String() + "/metrics"
 	first := -1.0
-	poll.Until(t, 2*time.Minute, fmt.Sprintf("node %s: %v audit passes", n.Name, count), func() (bool, string) {
-		passes, err := metric(t.Context(), url, "istio_cni_audit_pass_seconds_count")
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("node %s: %v audit passes checking %d meshed pods", n.Name, count, meshed), func() (bool, string) {
+		text, err := cluster.Scrape(t.Context(), url)
 		if err != nil {
 			return false, err.Error()
 		}
-		if first < 0 {
+		passes, found := cluster.Metric(text, "istio_cni_audit_pass_seconds_count")
+		checked, _ := cluster.Metric(text, "istio_cni_audit_pods_checked")
+		if first < 0 && found {
 			first = passes
 		}
-		return passes >= first+count+1, fmt.Sprintf("passes %v (first seen %v)", passes, first)
+		return first >= 0 && passes >= first+count+1 && checked >= float64(meshed), fmt.Sprintf("passes %v (first seen %v), pods checked %v", passes, first, checked)
 	})
-}
-
-// metric is one unlabelled series' value in the /metrics at url.
-func metric(ctx context.Context, url, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("GET %s: no %s", url, name)
 }

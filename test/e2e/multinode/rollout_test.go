@@ -2,6 +2,7 @@ package multinode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,10 +25,12 @@ func ownedPath(n *cluster.Node) string { return filepath.Join(n.CNINetDir, "02-i
 // fleet, its last node legacy. Each rollout replaces the agents one node
 // at a time (maxUnavailable: 1) while meshed pods keep starting on every
 // node, each at its first attempt and redirected, and no node's files go
-// missing. A meshed pod on every node, started before, keeps exactly its
-// rules, in the backend that wrote them and none of istio-cni's in the
-// other, through both rollouts and two audit passes of each new agent,
-// with no Istio* Event.
+// missing. Between the two, this build's files the previous one does not
+// name are removed, as on a node that never ran this build: the upgrade
+// must put them in place before its conflist names them. A meshed pod on
+// every node, started before, keeps exactly its rules, in the backend
+// that wrote them and none of istio-cni's in the other, through both
+// rollouts and two audit passes of each new agent, with no Istio* Event.
 func TestRollbackAndUpgradeAcrossNodes(t *testing.T) {
 	before := requireAgentsReady(t, env.fleet.Nodes)
 	current := before[env.fleet.Nodes[0].Name].Spec.Containers[0].Image
@@ -53,6 +56,25 @@ func TestRollbackAndUpgradeAcrossNodes(t *testing.T) {
 		}
 		if t.Failed() {
 			t.FailNow()
+		}
+		if image == previous.Ref {
+			removeUnnamed(t, previous)
+		}
+	}
+}
+
+// removeUnnamed removes from every node this build's shim and kubeconfig
+// when the previous build, now running, names its own otherwise.
+func removeUnnamed(t *testing.T, previous cluster.Build) {
+	t.Helper()
+	if previous.Shim() == install.PluginBinary {
+		return
+	}
+	for _, n := range env.fleet.Nodes {
+		for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.IstioRunDir, install.KubeconfigName)} {
+			if err := os.Remove(p); err != nil {
+				t.Fatalf("node %s: %v", n.Name, err)
+			}
 		}
 	}
 }
@@ -87,7 +109,7 @@ func rollAcrossNodes(t *testing.T, prefix, image string) {
 			return done == len(env.fleet.Nodes), fmt.Sprintf("%d of %d nodes rolled, %d without a Ready agent", done, len(env.fleet.Nodes), down)
 		})
 		for _, n := range env.fleet.Nodes {
-			waitAuditPasses(t, n, 2)
+			waitAuditPasses(t, n, 2, 1) // at least the held pod
 		}
 	})
 	if gaps := stopWatch(); len(gaps) > 0 {
@@ -221,22 +243,33 @@ func leftOn(n *cluster.Node) []string {
 	return left
 }
 
-// watchFiles polls each node's plugin, its kubeconfig and the owned
-// conflist every 5 ms until the returned function is called, which says
-// which went missing, where and when.
+// watchFiles polls each node's owned conflist, and the plugin binary and
+// kubeconfig its istio-cni entry names, every 5 ms until the returned
+// function is called, which says which went missing, where and when. It
+// follows the entry, not one build's file names: the previous build's
+// shim and kubeconfig are named otherwise.
 func watchFiles(t *testing.T, nodes []*cluster.Node) func() []string {
 	var mu sync.Mutex
 	var gaps []string
 	start := time.Now()
+	gap := func(what string, n *cluster.Node) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(gaps) < 20 {
+			gaps = append(gaps, fmt.Sprintf("%s on %s at %v", what, n.Name, time.Since(start).Round(time.Millisecond)))
+		}
+	}
+	named := make([]namedFiles, len(nodes))
 	stop := poll.Every(5*time.Millisecond, func() {
-		for _, n := range nodes {
-			for _, p := range []string{filepath.Join(n.CNIBinDir, install.PluginBinary), filepath.Join(n.IstioRunDir, install.KubeconfigName), ownedPath(n)} {
+		for i, n := range nodes {
+			files, err := named[i].read(ownedPath(n))
+			if err != nil {
+				gap(err.Error(), n)
+				continue
+			}
+			for _, p := range []string{filepath.Join(n.CNIBinDir, files.binary), filepath.Join(n.IstioRunDir, files.kubeconfig)} {
 				if _, err := os.Stat(p); err != nil {
-					mu.Lock()
-					if len(gaps) < 20 {
-						gaps = append(gaps, fmt.Sprintf("%s on %s at %v", filepath.Base(p), n.Name, time.Since(start).Round(time.Millisecond)))
-					}
-					mu.Unlock()
+					gap(filepath.Base(p), n)
 				}
 			}
 		}
@@ -248,4 +281,40 @@ func watchFiles(t *testing.T, nodes []*cluster.Node) func() []string {
 		defer mu.Unlock()
 		return gaps
 	}
+}
+
+// namedFiles is what an owned conflist's istio-cni entry names: its
+// binary (the entry's type) and its kubeconfig's file name, read again
+// only when the conflist changes.
+type namedFiles struct {
+	binary, kubeconfig string
+	seen               os.FileInfo
+}
+
+// read returns the files the conflist at path names, or why it names none.
+func (f *namedFiles) read(path string) (namedFiles, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return namedFiles{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if f.seen != nil && os.SameFile(f.seen, st) && f.seen.ModTime().Equal(st.ModTime()) && f.seen.Size() == st.Size() {
+		return *f, nil
+	}
+	data, err := os.ReadFile(path) // #nosec G304 -- the node's conflist
+	if err != nil {
+		return namedFiles{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	var list struct {
+		Plugins []struct{ Type, Kubeconfig string }
+	}
+	if err := json.Unmarshal(data, &list); err != nil {
+		return namedFiles{}, fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	for _, p := range list.Plugins {
+		if (p.Type == chain.PluginType || p.Type == chain.LegacyType) && p.Kubeconfig != "" {
+			*f = namedFiles{binary: p.Type, kubeconfig: filepath.Base(p.Kubeconfig), seen: st}
+			return *f, nil
+		}
+	}
+	return namedFiles{}, fmt.Errorf("%s: no istio-cni entry naming its kubeconfig", filepath.Base(path))
 }
