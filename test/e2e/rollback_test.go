@@ -193,13 +193,8 @@ func daemonSetImage(t *testing.T) string {
 func restoreBuild(t *testing.T, current string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	for _, args := range [][]string{
-		{"-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni=" + current},
-		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=3m"},
-	} {
-		if out, err := env.node.Kubectl(ctx, args...); err != nil {
-			t.Errorf("restoring the current build: %v\n%s", err, out)
-		}
+	if out, err := cluster.SetAgentImage(ctx, env.node, current, 3*time.Minute); err != nil {
+		t.Errorf("restoring the current build: %v\n%s", err, out)
 	}
 }
 
@@ -230,17 +225,6 @@ func auditDeletes(t *testing.T) {
 // least meshed pods.
 func waitAuditPasses(t *testing.T, n float64, meshed int) {
 	t.Helper()
-	var first float64 = -1
-	poll.Until(t, 2*time.Minute, fmt.Sprintf("%v full audit passes checking %d meshed pods", n, meshed), func() (bool, string) {
-		text, err := cluster.Scrape(t.Context(), env.agent.MetricsURL())
-		if err != nil {
-			return false, err.Error()
-		}
-		passes, found := cluster.Metric(text, "istio_cni_audit_pass_seconds_count")
-		checked, _ := cluster.Metric(text, "istio_cni_audit_pods_checked")
-		if first < 0 && found {
-			first = passes
-		}
-		return passes >= first+n+1 && checked >= float64(meshed), fmt.Sprintf("passes %v (first seen %v), pods checked %v", passes, first, checked)
-	})
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("%v full audit passes checking %d meshed pods", n, meshed),
+		cluster.AuditPasses(t.Context(), env.agent.MetricsURL(), n, meshed))
 }

@@ -92,23 +92,11 @@ func (h heldPod) still(ctx context.Context) error {
 }
 
 // waitAuditPasses waits for node n's agent to finish count audit passes
-// begun after the call, the last of which checked at least meshed pods.
-// The pass in progress at the first read may have begun before it, so
-// count+1 must end.
+// begun after the call, the last of which checked at least meshed pods
+// (cluster.AuditPasses).
 func waitAuditPasses(t *testing.T, n *cluster.Node, count float64, meshed int) {
 	t.Helper()
 	url := "http://" + netip.AddrPortFrom(n.NodeIP, agentMetricsPort).String() + "/metrics"
-	first := -1.0
-	poll.Until(t, 2*time.Minute, fmt.Sprintf("node %s: %v audit passes checking %d meshed pods", n.Name, count, meshed), func() (bool, string) {
-		text, err := cluster.Scrape(t.Context(), url)
-		if err != nil {
-			return false, err.Error()
-		}
-		passes, found := cluster.Metric(text, "istio_cni_audit_pass_seconds_count")
-		checked, _ := cluster.Metric(text, "istio_cni_audit_pods_checked")
-		if first < 0 && found {
-			first = passes
-		}
-		return first >= 0 && passes >= first+count+1 && checked >= float64(meshed), fmt.Sprintf("passes %v (first seen %v), pods checked %v", passes, first, checked)
-	})
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("node %s: %v audit passes checking %d meshed pods", n.Name, count, meshed),
+		cluster.AuditPasses(t.Context(), url, count, meshed))
 }

@@ -125,13 +125,8 @@ func rollAcrossNodes(t *testing.T, prefix, image string) {
 func restoreImage(t *testing.T, image string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	for _, args := range [][]string{
-		{"-n", "istio-cni", "set", "image", "daemonset/istio-cni-node", "install-cni=" + image},
-		{"-n", "istio-cni", "rollout", "status", "daemonset/istio-cni-node", "--timeout=5m"},
-	} {
-		if out, err := env.fleet.Kubectl(ctx, args...); err != nil {
-			t.Errorf("restoring %s: %v\n%s", image, err, out)
-		}
+	if out, err := cluster.SetAgentImage(ctx, env.fleet, image, 5*time.Minute); err != nil {
+		t.Errorf("restoring %s: %v\n%s", image, err, out)
 	}
 }
 
