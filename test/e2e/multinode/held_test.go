@@ -91,12 +91,29 @@ func (h heldPod) still(ctx context.Context) error {
 	return nil
 }
 
-// waitAuditPasses waits for node n's agent to finish count audit passes
-// begun after the call, the last of which checked at least meshed pods
-// (cluster.AuditPasses).
-func waitAuditPasses(t *testing.T, n *cluster.Node, count float64, meshed int) {
+// waitAuditPasses waits for every node's agent to finish count audit
+// passes begun after the call, the last of which checked at least meshed
+// pods (cluster.AuditPasses), on all nodes at once.
+func waitAuditPasses(t *testing.T, count float64, meshed int) {
 	t.Helper()
-	url := "http://" + netip.AddrPortFrom(n.NodeIP, agentMetricsPort).String() + "/metrics"
-	poll.Until(t, 2*time.Minute, fmt.Sprintf("node %s: %v audit passes checking %d meshed pods", n.Name, count, meshed),
-		cluster.AuditPasses(t.Context(), url, count, meshed))
+	waiting := map[*cluster.Node]func() (bool, string){}
+	for _, n := range env.fleet.Nodes {
+		url := "http://" + netip.AddrPortFrom(n.NodeIP, agentMetricsPort).String() + "/metrics"
+		waiting[n] = cluster.AuditPasses(t.Context(), url, count, meshed)
+	}
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("%v audit passes on every node checking %d meshed pods", count, meshed), func() (bool, string) {
+		var why []string
+		for _, n := range env.fleet.Nodes {
+			done, ok := waiting[n]
+			if !ok {
+				continue
+			}
+			if passed, reason := done(); passed {
+				delete(waiting, n)
+			} else {
+				why = append(why, n.Name+": "+reason)
+			}
+		}
+		return len(waiting) == 0, strings.Join(why, "; ")
+	})
 }
