@@ -25,9 +25,9 @@ func ownedPath(n *cluster.Node) string { return filepath.Join(n.CNINetDir, "02-i
 // fleet, its last node legacy. Each rollout replaces the agents one node
 // at a time (maxUnavailable: 1) while meshed pods keep starting on every
 // node, each at its first attempt and redirected, and no node's files go
-// missing. Between the two, this build's files the previous one does not
-// name are removed, as on a node that never ran this build: the upgrade
-// must put them in place before its conflist names them. A meshed pod on
+// missing. Between the two, this build's shim and kubeconfig, which the
+// previous build does not name, are removed (its records stay): the
+// upgrade must put them in place before its conflist names them. A meshed pod on
 // every node, started before, keeps exactly its rules, in the backend
 // that wrote them and none of istio-cni's in the other, through both
 // rollouts and two audit passes of each new agent, with no Istio* Event.
