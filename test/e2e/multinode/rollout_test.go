@@ -27,10 +27,11 @@ func ownedPath(n *cluster.Node) string { return filepath.Join(n.CNINetDir, "02-i
 // node, each at its first attempt and redirected, and no node's files go
 // missing. Between the two, this build's shim and kubeconfig, which the
 // previous build does not name, are removed (its records stay): the
-// upgrade must put them in place before its conflist names them. A meshed pod on
-// every node, started before, keeps exactly its rules, in the backend
-// that wrote them and none of istio-cni's in the other, through both
-// rollouts and two audit passes of each new agent, with no Istio* Event.
+// upgrade must put them in place before its conflist names them. A meshed
+// pod on every node, started before, keeps exactly its rules, in the
+// backend that wrote them and none of istio-cni's in the other, through
+// both rollouts and two audit passes of each new agent, with no Istio*
+// Event.
 func TestRollbackAndUpgradeAcrossNodes(t *testing.T) {
 	before := requireAgentsReady(t, env.fleet.Nodes)
 	current := before[env.fleet.Nodes[0].Name].Spec.Containers[0].Image
