@@ -3,31 +3,18 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"time"
 )
 
-// Scrape is the /metrics text at url, or why not: during a rollout an
-// agent may have none to give.
+// Scrape is the /metrics text at url (HTTPGet), or why not: during a
+// rollout an agent may have none to give.
 func Scrape(ctx context.Context, url string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return "", err
+	status, body, err := HTTPGet(ctx, url)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("GET %s: %d", url, status)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	b, err := io.ReadAll(resp.Body)
-	return string(b), err
+	return body, err
 }
 
 // Metric is one series' value in a scrape's text (its name and labels
