@@ -59,19 +59,25 @@ func UntilTrue(t TB, timeout time.Duration, what string, cond func() bool) {
 
 // Every calls f every interval in the background until the returned stop
 // is called; stop waits for a call in progress to end, and may be called
-// more than once.
+// more than once. A call that takes longer than interval is followed by
+// a pause as long as it took: a watch whose reads start processes (an
+// nsenter and its iptables-save, say) takes at most half a core on a
+// loaded machine instead of all of one, slowing the operation it
+// watches; on a machine where f is quick the pace is interval.
 func Every(interval time.Duration, f func()) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
 		for {
+			began := time.Now()
 			f()
+			took := time.Since(began)
+			pause := time.NewTimer(max(interval-took, took))
 			select {
 			case <-quit:
+				pause.Stop()
 				return
-			case <-t.C:
+			case <-pause.C:
 			}
 		}
 	}()
