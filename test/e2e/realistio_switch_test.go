@@ -413,7 +413,7 @@ func startSwitchWatch(t *testing.T, ns string, n int, init string) *skewWatch {
 		assertThroughProxy(t, p)
 		w.pods = append(w.pods, watchedPod{variant: skewVariant{name: name, meshed: true}, pod: p, netns: netns, state: st})
 	}
-	w.stop = poll.Every(200*time.Millisecond, w.round)
+	w.stop = poll.Paced(200*time.Millisecond, w.round)
 	t.Cleanup(w.stop)
 	return w
 }

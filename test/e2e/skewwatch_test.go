@@ -86,7 +86,7 @@ func startSkewWatch(t *testing.T) *skewWatch {
 		}
 		w.pods = append(w.pods, watchedPod{variant: v, pod: p, netns: netns, state: st})
 	}
-	w.stop = poll.Every(200*time.Millisecond, w.round)
+	w.stop = poll.Paced(200*time.Millisecond, w.round)
 	t.Cleanup(w.stop)
 	return w
 }

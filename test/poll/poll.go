@@ -59,25 +59,39 @@ func UntilTrue(t TB, timeout time.Duration, what string, cond func() bool) {
 
 // Every calls f every interval in the background until the returned stop
 // is called; stop waits for a call in progress to end, and may be called
-// more than once. A call that takes longer than interval is followed by
-// a pause as long as it took: a watch whose reads start processes (an
-// nsenter and its iptables-save, say) takes at most half a core on a
-// loaded machine instead of all of one, slowing the operation it
-// watches; on a machine where f is quick the pace is interval.
+// more than once. A call longer than interval is followed at once by the
+// next: a watch for a short gap catches up after a stall.
 func Every(interval time.Duration, f func()) (stop func()) {
+	return repeat(f, func(took time.Duration) time.Duration { return interval - took })
+}
+
+// Paced is Every for a watch whose calls start processes (an nsenter and
+// its iptables-save, say): the next call starts interval after the last
+// began, and never sooner after it ended than it took. On a loaded machine,
+// where such a call takes longer than half the interval, the watch takes
+// at most half a core instead of all of one beside the operation it
+// watches; where calls are quicker, the pace is interval.
+func Paced(interval time.Duration, f func()) (stop func()) {
+	return repeat(f, func(took time.Duration) time.Duration { return pacedPause(interval, took) })
+}
+
+// pacedPause is how long Paced waits after a call that took took.
+func pacedPause(interval, took time.Duration) time.Duration { return max(interval-took, took) }
+
+// repeat calls f, then waits pause(how long f took), until stopped.
+func repeat(f func(), pause func(took time.Duration) time.Duration) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			began := time.Now()
 			f()
-			took := time.Since(began)
-			pause := time.NewTimer(max(interval-took, took))
+			wait := time.NewTimer(pause(time.Since(began)))
 			select {
 			case <-quit:
-				pause.Stop()
+				wait.Stop()
 				return
-			case <-pause.C:
+			case <-wait.C:
 			}
 		}
 	}()

@@ -676,7 +676,7 @@ func watchInjected(t *testing.T, prefix string) *injectedWatch {
 		w.pods = append(w.pods, watchedInjected{n: n, name: name, netns: netns, held: held, restarts: restarts(p)})
 		w.logMarks = append(w.logMarks, len(n.ContainerLog(p, "app")))
 	}
-	w.stop = poll.Every(500*time.Millisecond, w.round)
+	w.stop = poll.Paced(500*time.Millisecond, w.round)
 	t.Cleanup(w.stop)
 	return w
 }
