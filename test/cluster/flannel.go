@@ -45,18 +45,20 @@ const FlannelConflist = "10-flannel.conflist"
 // with this fleet's values: its image (%[1]s, built here; one image for
 // both init containers and flanneld), Network (%[2]s), the API server's
 // address (%[3]s, %[4]d: no kube-proxy, so no Service IP), flanneld's
-// --iface=eth0 (a fleet node has no default route to find it by),
-// --iptables-resync=60, and the CNI config at cniVersion 0.3.1, as
-// Flannel's manifests wrote it while the flannel plugin was
-// containernetworking/plugins' (its v0.9.1 speaks CNI up to 0.4.0).
+// --iface=eth0 (a fleet node has no default route to find it by), and the
+// CNI config at cniVersion 0.3.1, as Flannel's manifests wrote it while
+// the flannel plugin was containernetworking/plugins' (its v0.9.1 speaks
+// CNI up to 0.4.0).
 //
-// The resync: flanneld checks each of its host rules with an `iptables
-// -C` process every --iptables-resync seconds (default 5). On three nodes
-// that was a third of an idle fleet's CPU and 9% of the multi-node
-// suite's (BENCHMARKS.md, Test suites), for rules nothing here removes;
-// flanneld still writes them all at its start. istio-cni writes no host
-// rules, and the checks are iptables-nft's, which take no xtables lock
-// that istio-cni's legacy writes could wait on.
+// One flag is the fleet's own, not the manifest's: --iptables-resync=60.
+// flanneld checks each of its host rules with an `iptables -C` process
+// every --iptables-resync seconds (default 5); on three nodes that was
+// two fifths of an idle fleet's CPU and 8% of the multi-node suite's
+// (BENCHMARKS.md, Test suites), for rules nothing here removes. flanneld
+// writes them at its start (a failed write is retried at the next
+// resync); istio-cni writes no host rules, and the checks are
+// iptables-nft's, which take no xtables lock istio-cni's legacy writes
+// could wait on.
 const flannelManifest = `---
 kind: Namespace
 apiVersion: v1
