@@ -1,6 +1,7 @@
 package nfnl
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -12,35 +13,82 @@ import (
 // WriteNative makes the calling thread's network namespace hold exactly
 // the ruleset's tables (upstream Istio's native nftables ruleset, pkg
 // nftables), in one nf_tables transaction, whatever was there before:
-// each of nftables.Tables is deleted if present, then written again if
-// the ruleset has it. The rules are encoded as nft encodes their text, so
-// `nft list ruleset` prints them as upstream's transaction leaves them.
-// All or nothing: a refusal names the table, chain or rule it is of; an
-// error wrapping ErrUnknownOutcome means the namespace must be read
+// each of nftables.Tables the namespace holds is deleted, then written
+// again if the ruleset has it. The rules are encoded as nft encodes their
+// text, so `nft list ruleset` prints them as upstream's transaction leaves
+// them. All or nothing: a refusal names the table, chain or rule it is of;
+// an error wrapping ErrUnknownOutcome means the namespace must be read
 // (DiffNative) to know.
 func WriteNative(rs *nftables.Ruleset) error {
 	tables, err := planNative(rs)
 	if err != nil {
 		return err
 	}
-	var b nativeBatch
-	for _, name := range nftables.Tables {
-		b.deleteTable(name)
-		if t := tables[name]; t != nil {
-			b.writeTable(t)
-		}
-	}
-	return b.send()
+	return replaceNative(tables)
 }
 
 // DeleteNative deletes whichever of nftables.Tables the calling thread's
 // network namespace holds, in one transaction; none is no error.
 func DeleteNative() error {
-	var b nativeBatch
-	for _, name := range nftables.Tables {
-		b.deleteTable(name)
+	return replaceNative(nil)
+}
+
+// replaceNative deletes the tables of ours the namespace holds and writes
+// tables, in one transaction bound to the generation they were read at:
+// one that another commit overtook is read and sent again, at most
+// readAttempts times. Only tables found are deleted: a table's deletion
+// makes the commit wait for the namespace's readers (3-30 ms on the
+// project's VM, where a pod's whole write takes 0.3 ms), and a pod's
+// namespace holds none of ours at its ADD.
+func replaceNative(tables map[string]*plannedTable) error {
+	c, err := dial()
+	if err != nil {
+		return err
 	}
-	return b.send()
+	defer c.close()
+	for attempt := 1; ; attempt++ {
+		gen, held, err := c.ourTables()
+		if err != nil {
+			return err
+		}
+		var b nativeBatch
+		for _, name := range nftables.Tables {
+			if held[name] {
+				b.deleteTable(name)
+			}
+			if t := tables[name]; t != nil {
+				b.writeTable(t)
+			}
+		}
+		if len(b.msgs) == 0 {
+			return nil
+		}
+		err = c.transactAt(gen, b.msgs, b.ops)
+		if !errors.Is(err, unix.ERESTART) || attempt == readAttempts {
+			return err
+		}
+	}
+}
+
+// ourTables is which of nftables.Tables the namespace holds, and the
+// generation that read is of or precedes (a commit between the two makes
+// a transaction bound to it fail, which is what a caller needs).
+func (c *conn) ourTables() (uint32, map[string]bool, error) {
+	gen, err := c.generation()
+	if err != nil {
+		return 0, nil, err
+	}
+	tables, err := c.dump(unix.NFT_MSG_GETTABLE, unix.NFPROTO_INET)
+	if err != nil {
+		return 0, nil, fmt.Errorf("dumping tables: %w", err)
+	}
+	held := map[string]bool{}
+	for _, d := range tables {
+		if name := stringAttr(d, unix.NFTA_TABLE_NAME); slices.Contains(nftables.Tables, name) {
+			held[name] = true
+		}
+	}
+	return gen, held, nil
 }
 
 // plannedTable is one table as WriteNative writes it: its chains in the
@@ -152,22 +200,10 @@ func (b *nativeBatch) add(typ, flags uint16, op func() string, fill func(*attrs)
 	b.ops = append(b.ops, op)
 }
 
-func (b *nativeBatch) send() error {
-	c, err := dial()
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	return c.transact(b.msgs, b.ops)
-}
-
-// deleteTable deletes a table whether or not it exists: adding a table
-// that exists leaves it as it is, so the delete always finds one (the
-// kernel's DESTROYTABLE, which needs no such step, is 6.3's).
+// deleteTable deletes a table the namespace held at the batch's
+// generation.
 func (b *nativeBatch) deleteTable(name string) {
-	op := func() string { return "deleting table inet " + name }
-	b.add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, op, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) })
-	b.add(unix.NFT_MSG_DELTABLE, 0, op, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) })
+	b.add(unix.NFT_MSG_DELTABLE, 0, func() string { return "deleting table inet " + name }, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) })
 }
 
 // writeTable adds a table as nft does for `add table`, `add chain` and

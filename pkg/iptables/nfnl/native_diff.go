@@ -250,27 +250,49 @@ var dataAttrs = map[string]map[uint16]bool{
 
 // renderAttrs prints an expression's attributes sorted by type, its
 // nft_data ones by their content: nft marks nested attributes as such,
-// the kernel's dumps do not.
+// the kernel's dumps do not. It runs for every rule of every read back
+// (the ADD's own among them), so it appends rather than formats.
 func renderAttrs(name string, as []attr) string {
 	sorted := slices.Clone(as)
 	slices.SortStableFunc(sorted, func(a, b attr) int { return cmp.Compare(a.typ, b.typ) })
-	parts := make([]string, len(sorted))
+	var b []byte
 	for i, a := range sorted {
+		if i > 0 {
+			b = append(b, ' ')
+		}
 		if !dataAttrs[name][a.typ] {
-			parts[i] = fmt.Sprintf("%d=%x", a.typ, a.value)
+			b = appendAttr(b, "", a)
 			continue
 		}
-		var data []string
+		b = strconv.AppendUint(b, uint64(a.typ), 10)
+		b = append(b, '{')
+		n := 0
 		for _, d := range parseAttrs(a.value) {
 			if d.typ != unix.NFTA_DATA_VERDICT {
-				data = append(data, fmt.Sprintf("%d=%x", d.typ, d.value))
+				b = appendAttr(sep(b, n), "", d)
+				n++
 				continue
 			}
 			for _, v := range parseAttrs(d.value) {
-				data = append(data, fmt.Sprintf("verdict.%d=%x", v.typ, v.value))
+				b = appendAttr(sep(b, n), "verdict.", v)
+				n++
 			}
 		}
-		parts[i] = fmt.Sprintf("%d{%s}", a.typ, strings.Join(data, " "))
+		b = append(b, '}')
 	}
-	return strings.Join(parts, " ")
+	return string(b)
+}
+
+// appendAttr appends "TYPE=HEX", the type after prefix.
+func appendAttr(b []byte, prefix string, a attr) []byte {
+	b = strconv.AppendUint(append(b, prefix...), uint64(a.typ), 10)
+	return hex.AppendEncode(append(b, '='), a.value)
+}
+
+// sep appends the space before all but the first of a list's items.
+func sep(b []byte, n int) []byte {
+	if n > 0 {
+		return append(b, ' ')
+	}
+	return b
 }

@@ -100,9 +100,21 @@ var ErrUnknownOutcome = errors.New("nf_tables transaction: outcome unknown")
 // about 35 µs for a pod's rules; iptables-nft asks for none and takes
 // silence as success. The replies are read without blocking.
 func (c *conn) transact(msgs []msg, ops []func() string) error {
+	return c.transactAt(0, msgs, ops)
+}
+
+// transactAt is transact bound to the ruleset generation gen (0: none):
+// if any transaction committed since gen, the kernel refuses the whole
+// batch before its first message with ERESTART (errors.Is), as nft's
+// cached reads do (NFNL_BATCH_GENID).
+func (c *conn) transactAt(gen uint32, msgs []msg, ops []func() string) error {
 	const seq0 = 1
 	last := len(msgs) - 1
-	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, nil)
+	var begin attrs
+	if gen != 0 {
+		begin.u32(unix.NFNL_BATCH_GENID, gen)
+	}
+	b := frame(nil, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq0, unix.AF_UNSPEC, unix.NFNL_SUBSYS_NFTABLES, begin.b)
 	for i, m := range msgs {
 		flags := unix.NLM_F_REQUEST | m.flags
 		if i == last {
