@@ -80,9 +80,8 @@ func tableName(b []byte) string {
 }
 
 // WriteNative deletes only the tables it finds: deleting a table makes
-// the kernel's commit wait for the namespace's readers (3-30 ms here,
-// where the whole write takes 0.3 ms), and a pod's namespace has none of
-// ours at its ADD.
+// the kernel's commit wait (3-30 ms here, where the whole write takes
+// 0.4 ms), and a pod's namespace has none of ours at its ADD.
 func TestWriteNativeDeletesOnlyTheTablesItFinds(t *testing.T) {
 	n := newNS(t)
 	rs := nftables.Build(iptables.DefaultSpec(), false)
