@@ -29,8 +29,9 @@ import (
 // two iptables releases print alike with two fingerprints.
 type Fingerprint [sha256.Size]byte
 
-// readAttempts bounds retries of a fingerprint whose dumps straddled a
-// commit (a busy namespace).
+// readAttempts bounds the reads taken again because a commit came
+// between them (a busy namespace): a fingerprint's dumps, a native read
+// back, a native write's read of our tables.
 const readAttempts = 3
 
 // ReadFingerprint takes a family's Fingerprint in the calling thread's

@@ -34,43 +34,59 @@ func DeleteNative() error {
 }
 
 // replaceNative deletes the tables of ours the namespace holds and writes
-// tables, in one transaction bound to the generation they were read at:
-// one that another commit overtook is read and sent again, at most
-// readAttempts times. Only tables found are deleted: a table's deletion
-// makes the kernel's commit wait (3-30 ms on the project's VM, where a
-// pod's whole write takes 0.4 ms), and a pod's namespace holds none of
-// ours at its ADD.
+// tables, in one transaction bound to the generation they were read at
+// (NFNL_BATCH_GENID: a commit in between and the kernel refuses the batch
+// whole, ERESTART; kernels older than the attribute skip it, and the
+// read-back finds what a race left). Only tables found are deleted: a
+// table's deletion makes the kernel's commit wait (3-30 ms on the
+// project's VM, where a pod's whole write takes 0.4 ms), and a pod's
+// namespace holds none of ours at its ADD. A namespace that commits under
+// every read gets, after readAttempts of them, the batch that needs none:
+// each table made, then deleted, whether or not it was there.
 func replaceNative(tables map[string]*plannedTable) error {
 	c, err := dial()
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	for attempt := 1; ; attempt++ {
+	for range readAttempts {
 		gen, held, err := c.ourTables()
-		if errors.Is(err, errChanged) && attempt < readAttempts {
+		if errors.Is(err, errChanged) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		var b nativeBatch
-		for _, name := range nftables.Tables {
-			if held[name] {
-				b.deleteTable(name)
-			}
-			if t := tables[name]; t != nil {
-				b.writeTable(t)
-			}
-		}
+		b := nativeBatchOf(tables, held)
 		if len(b.msgs) == 0 {
 			return nil
 		}
-		err = c.transactAt(gen, b.msgs, b.ops)
-		if !errors.Is(err, unix.ERESTART) || attempt == readAttempts {
+		if err := c.transactAt(gen, b.msgs, b.ops); !errors.Is(err, unix.ERESTART) {
 			return err
 		}
 	}
+	b := nativeBatchOf(tables, nil)
+	return c.transact(b.msgs, b.ops)
+}
+
+// nativeBatchOf deletes the tables held says the namespace holds (nil:
+// unknown, so each of ours, made first so that the delete finds it) and
+// writes tables.
+func nativeBatchOf(tables map[string]*plannedTable, held map[string]bool) nativeBatch {
+	var b nativeBatch
+	for _, name := range nftables.Tables {
+		switch {
+		case held == nil:
+			b.add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, func() string { return "making table inet " + name + " to delete it" }, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) })
+			b.deleteTable(name)
+		case held[name]:
+			b.deleteTable(name)
+		}
+		if t := tables[name]; t != nil {
+			b.writeTable(t)
+		}
+	}
+	return b
 }
 
 // ourTables is which of nftables.Tables the namespace holds, and the
@@ -87,11 +103,17 @@ func (c *conn) ourTables() (uint32, map[string]bool, error) {
 	}
 	held := map[string]bool{}
 	for _, d := range tables {
-		if name := stringAttr(d, unix.NFTA_TABLE_NAME); slices.Contains(nftables.Tables, name) {
+		if name, ok := ourTable(d); ok {
 			held[name] = true
 		}
 	}
 	return gen, held, nil
+}
+
+// ourTable is a dumped table's name, if it is one of nftables.Tables.
+func ourTable(d []byte) (string, bool) {
+	name := stringAttr(d, unix.NFTA_TABLE_NAME)
+	return name, slices.Contains(nftables.Tables, name)
 }
 
 // plannedTable is one table as WriteNative writes it: its chains in the
@@ -203,8 +225,7 @@ func (b *nativeBatch) add(typ, flags uint16, op func() string, fill func(*attrs)
 	b.ops = append(b.ops, op)
 }
 
-// deleteTable deletes a table the namespace held at the batch's
-// generation.
+// deleteTable deletes a table the namespace holds.
 func (b *nativeBatch) deleteTable(name string) {
 	b.add(unix.NFT_MSG_DELTABLE, 0, func() string { return "deleting table inet " + name }, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) })
 }

@@ -29,6 +29,8 @@ func tableEvents(t *testing.T, n ns.NetNS, f func() error) []string {
 			return err
 		}
 		defer unix.Close(fd)
+		// Room for a notification a datagram, as older kernels send them.
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
 		if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (unix.NFNLGRP_NFTABLES - 1)}); err != nil {
 			return err
 		}

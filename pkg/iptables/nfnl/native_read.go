@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -101,7 +100,7 @@ func (c *conn) readNative() (map[string]*heldTable, error) {
 	}
 	held := map[string]*heldTable{}
 	for _, d := range dumps[0] {
-		if name := stringAttr(d, unix.NFTA_TABLE_NAME); slices.Contains(nftables.Tables, name) {
+		if name, ok := ourTable(d); ok {
 			flags := u32Of(attrValue(parseAttrs(d), unix.NFTA_TABLE_FLAGS))
 			held[name] = &heldTable{flags: flags, sets: map[string]heldSet{}}
 		}

@@ -105,8 +105,8 @@ func (c *conn) transact(msgs []msg, ops []func() string) error {
 
 // transactAt is transact bound to the ruleset generation gen (0: none):
 // if any transaction committed since gen, the kernel refuses the whole
-// batch before its first message with ERESTART (errors.Is), as nft's
-// cached reads do (NFNL_BATCH_GENID).
+// batch before its first message with ERESTART (errors.Is).
+// Kernels older than NFNL_BATCH_GENID skip the batch's attributes.
 func (c *conn) transactAt(gen uint32, msgs []msg, ops []func() string) error {
 	const seq0 = 1
 	last := len(msgs) - 1
