@@ -2,14 +2,12 @@ package nfnl_test
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -107,24 +105,8 @@ func TestWriteNativeDeletesOnlyTheTablesItFinds(t *testing.T) {
 // BenchmarkWriteNative is one pod's native ruleset written into a fresh
 // namespace, as at its ADD.
 func BenchmarkWriteNative(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root to create network namespaces")
-	}
 	rs := nftables.Build(iptables.DefaultSpec(), false)
-	for b.Loop() {
-		b.StopTimer()
-		n, err := testutils.NewNS()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		err = n.Do(func(ns.NetNS) error { return nfnl.WriteNative(&rs) })
-		b.StopTimer()
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	benchInFreshNS(b, func(n ns.NetNS) error {
+		return n.Do(func(ns.NetNS) error { return nfnl.WriteNative(&rs) })
+	})
 }

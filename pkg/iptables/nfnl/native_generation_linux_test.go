@@ -3,40 +3,22 @@ package nfnl
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"golang.org/x/sys/unix"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 )
-
-// newTestNS is a fresh network namespace for this package's own tests.
-func newTestNS(t *testing.T) ns.NetNS {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces")
-	}
-	n, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		_ = testutils.UnmountNS(n)
-	})
-	return n
-}
 
 // A transaction bound to a generation that another commit overtook is
 // refused whole, with ERESTART, and changes nothing: what lets
 // replaceNative delete only the tables it read.
 func TestTransactionAtAnOvertakenGeneration(t *testing.T) {
-	n := newTestNS(t)
+	n := iptablestest.NewNS(t)
 	rs := nftables.Build(iptables.DefaultSpec(), false)
 	tables, err := planNative(&rs)
 	if err != nil {
@@ -89,7 +71,7 @@ func TestTransactionAtAnOvertakenGeneration(t *testing.T) {
 // commit overtook read and sent again, or, overtaken every time, sent
 // unbound.
 func TestWriteNativeInABusyNamespace(t *testing.T) {
-	n := newTestNS(t)
+	n := iptablestest.NewNS(t)
 	var churn *conn
 	if err := n.Do(func(ns.NetNS) (err error) { churn, err = dial(); return err }); err != nil {
 		t.Fatal(err)

@@ -175,11 +175,16 @@ func TestWriteSeesEveryRefusal(t *testing.T) {
 
 // BenchmarkWrite is one pod's IPv4 rules written into a fresh namespace.
 func BenchmarkWrite(b *testing.B) {
+	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	layout, _ := nfnl.LayoutOf("1.8.9")
+	benchInFreshNS(b, func(n ns.NetNS) error { return write(n, &rs, layout) })
+}
+
+// benchInFreshNS times f, each time in a namespace made for it (untimed).
+func benchInFreshNS(b *testing.B, f func(ns.NetNS) error) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root to create network namespaces")
 	}
-	rs := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
-	layout, _ := nfnl.LayoutOf("1.8.9")
 	for b.Loop() {
 		b.StopTimer()
 		n, err := testutils.NewNS()
@@ -187,7 +192,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		err = write(n, &rs, layout)
+		err = f(n)
 		b.StopTimer()
 		_ = n.Close()
 		_ = testutils.UnmountNS(n)
