@@ -36,13 +36,15 @@ func DeleteNative() error {
 // replaceNative deletes the tables of ours the namespace holds and writes
 // tables, in one transaction bound to the generation they were read at
 // (NFNL_BATCH_GENID: a commit in between and the kernel refuses the batch
-// whole, ERESTART; kernels older than the attribute skip it, and the
-// read-back finds what a race left). Only tables found are deleted: a
-// table's deletion makes the kernel's commit wait (3-30 ms on the
-// project's VM, where a pod's whole write takes 0.4 ms), and a pod's
-// namespace holds none of ours at its ADD. A namespace that commits under
-// every read gets, after readAttempts of them, the batch that needs none:
-// each table made, then deleted, whether or not it was there.
+// whole, ERESTART). Kernels older than the attribute skip it: a race then
+// fails the write (a table deleted in between) or merges into a table
+// made in between, which the read-back finds. Only tables found are
+// deleted: a transaction that deletes tables often waits in the kernel
+// (every write of the old batch, below, took 12-14 ms on the project's VM,
+// where a pod's write alone takes 0.4 ms), and a pod's namespace holds
+// none of ours at its ADD. A namespace that commits under every read gets,
+// after readAttempts of them, the batch that needs none: each table made,
+// then deleted, whether or not it was there.
 func replaceNative(tables map[string]*plannedTable) error {
 	c, err := dial()
 	if err != nil {

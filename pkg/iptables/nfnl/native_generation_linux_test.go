@@ -65,53 +65,83 @@ func TestTransactionAtAnOvertakenGeneration(t *testing.T) {
 	}
 }
 
-// WriteNative in a namespace where another writer commits without pause
-// (a chain of its own table made and deleted, each a new generation):
-// every write succeeds and leaves exactly its ruleset, the ones another
-// commit overtook read and sent again, or, overtaken every time, sent
-// unbound.
-func TestWriteNativeInABusyNamespace(t *testing.T) {
-	n := iptablestest.NewNS(t)
-	var churn *conn
-	if err := n.Do(func(ns.NetNS) (err error) { churn, err = dial(); return err }); err != nil {
+// otherWriter commits steps in turn in n, from a socket of its own,
+// until stopped, a step whose table our write deleted first (ENOENT)
+// counting as done; stop runs last, then returns the commits and the
+// first other error.
+func otherWriter(t *testing.T, n ns.NetNS, steps []nativeBatch, last *nativeBatch) (stop func() (int64, error)) {
+	t.Helper()
+	var c *conn
+	if err := n.Do(func(ns.NetNS) (err error) { c, err = dial(); return err }); err != nil {
 		t.Fatal(err)
 	}
-	defer churn.close()
-	chain := func(typ, flags uint16) nativeBatch {
-		var b nativeBatch
-		b.add(typ, flags, func() string { return "chain inet churn c" }, func(a *attrs) {
-			a.str(unix.NFTA_CHAIN_TABLE, "churn")
-			a.str(unix.NFTA_CHAIN_NAME, "c")
-		})
-		return b
+	commit := func(b nativeBatch) error {
+		if err := c.transact(b.msgs, b.ops); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		return nil
 	}
-	var table nativeBatch
-	table.add(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, func() string { return "table inet churn" }, func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, "churn") })
-	if err := churn.transact(table.msgs, table.ops); err != nil {
-		t.Fatal(err)
-	}
-	stop, done := make(chan struct{}), make(chan error, 1)
+	quit, done := make(chan struct{}), make(chan error, 1)
 	var commits atomic.Int64
 	go func() {
 		for i := 0; ; i++ {
 			select {
-			case <-stop:
+			case <-quit:
 				done <- nil
 				return
 			default:
 			}
-			b := chain(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE)
-			if i%2 == 1 {
-				b = chain(unix.NFT_MSG_DELCHAIN, 0)
-			}
-			if err := churn.transact(b.msgs, b.ops); err != nil {
+			if err := commit(steps[i%len(steps)]); err != nil {
 				done <- err
 				return
 			}
 			commits.Add(1)
 		}
 	}()
-	rs := []nftables.Ruleset{nftables.Build(iptables.DefaultSpec(), false), defaultNativeSpec()}
+	return func() (int64, error) {
+		close(quit)
+		err := <-done
+		if err == nil && last != nil {
+			err = commit(*last)
+		}
+		c.close()
+		return commits.Load(), err
+	}
+}
+
+// WriteNative in a namespace where two other writers commit without
+// pause, each commit a new generation: one makes and deletes a chain of
+// its own table, the other makes and deletes istio-proxy-raw, one of ours
+// that neither ruleset written has (a write that read it present must
+// delete it, and one that read it absent must not leave it). Every write
+// succeeds, the ones another commit overtook read and sent again, or,
+// overtaken every time, sent unbound; the last leaves exactly its
+// ruleset once the others stop (raw deleted).
+func TestWriteNativeInABusyNamespace(t *testing.T) {
+	n := iptablestest.NewNS(t)
+	batch := func(typ, flags uint16, op string, fill func(*attrs)) nativeBatch {
+		var b nativeBatch
+		b.add(typ, flags, func() string { return op }, fill)
+		return b
+	}
+	table := func(name string) func(*attrs) { return func(a *attrs) { a.str(unix.NFTA_TABLE_NAME, name) } }
+	chain := func(a *attrs) {
+		a.str(unix.NFTA_CHAIN_TABLE, "churn")
+		a.str(unix.NFTA_CHAIN_NAME, "c")
+	}
+	churn := otherWriter(t, n, []nativeBatch{
+		batch(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "table inet churn", table("churn")),
+		batch(unix.NFT_MSG_NEWCHAIN, unix.NLM_F_CREATE, "chain inet churn c", chain),
+		batch(unix.NFT_MSG_DELCHAIN, 0, "chain inet churn c", chain),
+	}, nil)
+	delRaw := batch(unix.NFT_MSG_DELTABLE, 0, "deleting table inet "+nftables.TableRaw, table(nftables.TableRaw))
+	raw := otherWriter(t, n, []nativeBatch{
+		batch(unix.NFT_MSG_NEWTABLE, unix.NLM_F_CREATE, "table inet "+nftables.TableRaw, table(nftables.TableRaw)),
+		delRaw,
+	}, &delRaw)
+	tproxy := iptables.DefaultSpec()
+	tproxy.TProxy = true
+	rs := []nftables.Ruleset{nftables.Build(iptables.DefaultSpec(), false), nftables.Build(tproxy, false)}
 	var last *nftables.Ruleset
 	writes, overtaken := 0, 0
 	err := n.Do(func(ns.NetNS) error {
@@ -120,17 +150,17 @@ func TestWriteNativeInABusyNamespace(t *testing.T) {
 			return err
 		}
 		defer c.close()
-		// Until ten writes had another commit between their read and
-		// their own (the generation moved by more than theirs), at most
-		// 400.
-		for ; overtaken < 10 && writes < 400; writes++ {
+		// At least 100 writes, and until ten had another commit between
+		// their read and their own (the generation moved by more than
+		// theirs); at most 400.
+		for ; (overtaken < 10 || writes < 100) && writes < 400; writes++ {
 			last = &rs[writes%2]
 			before, err := c.generation()
 			if err != nil {
 				return err
 			}
 			if err := WriteNative(last); err != nil {
-				return fmt.Errorf("write %d, %d commits of the other writer in: %w", writes, commits.Load(), err)
+				return fmt.Errorf("write %d: %w", writes, err)
 			}
 			after, err := c.generation()
 			if err != nil {
@@ -142,11 +172,9 @@ func TestWriteNativeInABusyNamespace(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	if cerr := <-done; cerr != nil {
-		t.Fatalf("the other writer: %v", cerr)
-	}
-	if err != nil {
+	churned, churnErr := churn()
+	raws, rawErr := raw()
+	if err := errors.Join(err, churnErr, rawErr); err != nil {
 		t.Fatal(err)
 	}
 	if overtaken < 10 {
@@ -161,12 +189,5 @@ func TestWriteNativeInABusyNamespace(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
-	t.Logf("%d writes, %d of them overlapping another commit; the other writer's commits: %d", writes, overtaken, commits.Load())
-}
-
-// defaultNativeSpec is a ruleset with all three of our tables.
-func defaultNativeSpec() nftables.Ruleset {
-	s := iptables.DefaultSpec()
-	s.DNSCapture, s.TProxy, s.InvalidDrop = true, true, true
-	return nftables.Build(s, true)
+	t.Logf("%d writes, %d of them overlapping another commit; the other writers' commits: %d, %d", writes, overtaken, churned, raws)
 }
