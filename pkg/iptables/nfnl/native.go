@@ -40,11 +40,11 @@ func DeleteNative() error {
 // fails the write (a table deleted in between) or merges into a table
 // made in between, which the read-back finds. Only tables found are
 // deleted: a transaction that deletes tables often waits in the kernel
-// (every write of the old batch, below, took 12-14 ms on the project's VM,
-// where a pod's write alone takes 0.4 ms), and a pod's namespace holds
-// none of ours at its ADD. A namespace that commits under every read gets,
-// after readAttempts of them, the batch that needs none: each table made,
-// then deleted, whether or not it was there.
+// (the batch that needs no read, last below, took 12-14 ms a write on the
+// project's VM, where a pod's write alone takes 0.4 ms), and a pod's
+// namespace holds none of ours at its ADD. A namespace that commits under
+// every read gets, after readAttempts of them, that batch: each table
+// made, then deleted, whether or not it was there.
 func replaceNative(tables map[string]*plannedTable) error {
 	c, err := dial()
 	if err != nil {
