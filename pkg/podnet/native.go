@@ -34,8 +34,9 @@ func familiesOf(m iptables.Model) []iptables.Family {
 }
 
 // programNative is Program for native nftables: the ruleset, TPROXY's
-// policy routes and ::6 in, then read back; a failure removes them unless
-// w.Only (the agent hands the ADD back, and the plugin reconciles).
+// policy routes and ::6 in, then read back unless w.Trusted; a failure
+// removes them unless w.Only (the agent hands the ADD back, and the
+// plugin reconciles).
 func (n *Network) programNative(ctx context.Context, path string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {
 	rs := nativeOf(m)
 	err := n.do(path, func(*xtables.Programmer) error {
@@ -57,6 +58,12 @@ func (n *Network) programNative(ctx context.Context, path string, m iptables.Mod
 					return err
 				}
 			}
+		}
+		if w.Trusted {
+			// As for iptables (xtables.Write.Trusted): the transaction
+			// went in whole, and the agent's audit reads it back, off
+			// the pod's start.
+			return nil
 		}
 		diffs, err := nfnl.DiffNative(rs)
 		if err != nil {

@@ -71,6 +71,27 @@ func TestNativeProgramCheckCleanup(t *testing.T) {
 	}
 }
 
+// TestTrustedNativeProgram: the agent's write (Trusted, Only: its audit
+// reads back) leaves the model's tables and TPROXY's routes as the
+// read-back would have found them.
+func TestTrustedNativeProgram(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	net := &Network{Native: true}
+	tproxy := iptables.DefaultSpec()
+	tproxy.TProxy = true
+	for _, m := range []iptables.Model{iptables.Build(iptables.DefaultSpec(), true, false), iptables.Build(tproxy, true, true)} {
+		n := newNS(t)
+		written, err := net.Program(ctx, n.Path(), m, xtables.Write{Only: true, Trusted: true, Deadline: time.Now().Add(time.Minute)})
+		if err != nil || !written[iptables.IPv4].Netlink {
+			t.Fatalf("trusted Program: %v, %v", written, err)
+		}
+		if d, err := net.Check(ctx, n.Path(), m); err != nil || len(d) > 0 {
+			t.Errorf("CHECK after a trusted Program: %v, %v", d, err)
+		}
+	}
+}
+
 // TestNativeWriteHonoursTheDeadline: past the caller's deadline (the
 // agent's shim stopped waiting) nothing is written.
 func TestNativeWriteHonoursTheDeadline(t *testing.T) {
