@@ -695,7 +695,8 @@ func TestAgentRunAddReadsTheNamespacesIPv6(t *testing.T) {
 
 // The agent's write carries the shim's deadline down to each batch, so a
 // deadline that passes after mayWrite still stops the transaction
-// (xtables TestApplyNoTransactionPastTheDeadline), and only netlink writes.
+// (xtables TestApplyNoTransactionPastTheDeadline), and only netlink writes;
+// it is trusted, for iptables and native nftables alike.
 func TestAgentWriteCarriesTheDeadline(t *testing.T) {
 	deadline := time.Now().Add(time.Second)
 	layout, _ := nfnl.LayoutOf("1.8.9")
@@ -706,6 +707,11 @@ func TestAgentWriteCarriesTheDeadline(t *testing.T) {
 	}
 	if _, err := r.write(nil, plan{v4: true}, false); !errors.Is(err, errHandBack) {
 		t.Errorf("an untrusted write: %v, want a hand-back", err)
+	}
+	// Native nftables: trusted too, so its read-back is the audit's.
+	native := &agentRun{req: r.req, native: true}
+	if w, err := native.write(nil, plan{v4: true}, true); err != nil || !w.Deadline.Equal(time.Unix(0, deadline.UnixNano())) || !w.Only || !w.Trusted || len(w.Netlink) != 0 || len(w.Legacy) != 0 {
+		t.Errorf("native write = %+v, %v; want native only, trusted, until the shim's deadline", w, err)
 	}
 }
 

@@ -38,7 +38,8 @@ func DeleteNative() error {
 // (NFNL_BATCH_GENID: a commit in between and the kernel refuses the batch
 // whole, ERESTART). Kernels older than the attribute skip it: a race then
 // fails the write (a table deleted in between) or merges into a table
-// made in between, which the read-back finds. Only tables found are
+// made in between, which the read-back finds (after a trusted write, the
+// node agent's audit). Only tables found are
 // deleted: a transaction that deletes tables often waits in the kernel
 // (the batch that needs no read, last below, took 12-14 ms a write on the
 // project's VM, where a pod's write alone takes 0.4 ms), and a pod's
