@@ -175,8 +175,9 @@ func (a *Auditor) Run(ctx context.Context, beats *health.Beats) {
 // A woken pass waits for the wakes to pause for wakeQuiet, and no longer
 // than wakeWithin after the first: the reads of a burst of pod starts then
 // come in one pass after it, instead of a pass a pod while the node starts
-// them (each a namespace scan and a process per pod). The pod runs by then
-// either way: a woken check is the read-back of an ADD that has answered.
+// them (each a namespace scan and a process per pod). Only a pod the API
+// reports started is checked (decide): a new pod's read-back comes with
+// the status update that says so, after its ADD has answered.
 const (
 	wakeQuiet  = 20 * time.Millisecond
 	wakeWithin = 250 * time.Millisecond
