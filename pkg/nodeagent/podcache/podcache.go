@@ -6,6 +6,7 @@ package podcache
 
 import (
 	"context"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,20 @@ import (
 // keeps the cache (and the API server's work) to this node.
 type Pods struct {
 	informer cache.SharedIndexInformer
+
+	mu sync.Mutex
+	// views hold each pod as the plugin reads it (Lookup), by
+	// namespace/name, converted when the informer hears of its version:
+	// the lookup on a pod's ADD, which the sandbox's start waits for,
+	// finds it ready. A view is used only for the version it was made
+	// from.
+	views map[string]view
+}
+
+// view is one version of a pod in pkg/kube's subset.
+type view struct {
+	uid, version string
+	pod          *kube.Pod
 }
 
 // New builds the informer. Add handlers with OnChange, then Start it.
@@ -47,7 +62,50 @@ func New(cs kubeclient.Interface, node string, observe func(error)) (*Pods, erro
 	}); err != nil {
 		return nil, err
 	}
-	return &Pods{informer: inf}, nil
+	n := &Pods{informer: inf, views: map[string]view{}}
+	// The kubelet starts a pod's sandbox, and so its ADD, only after the
+	// API bound it to the node: by then this handler has its view.
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { n.heard(obj) },
+		UpdateFunc: func(_, obj any) { n.heard(obj) },
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				n.mu.Lock()
+				delete(n.views, key)
+				n.mu.Unlock()
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Pods) heard(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		_, _ = n.view(p)
+	}
+}
+
+// view is p in pkg/kube's subset: the one made for its version, or made
+// now. A pod without a resource version (only a fake API's) is converted
+// every time, since its changes cannot be told apart.
+func (n *Pods) view(p *corev1.Pod) (*kube.Pod, error) {
+	key := p.Namespace + "/" + p.Name
+	n.mu.Lock()
+	v, ok := n.views[key]
+	n.mu.Unlock()
+	if ok && p.ResourceVersion != "" && v.uid == string(p.UID) && v.version == p.ResourceVersion {
+		return v.pod, nil
+	}
+	kp, err := apipod.ToKube(p)
+	if err != nil || p.ResourceVersion == "" {
+		return kp, err
+	}
+	n.mu.Lock()
+	n.views[key] = view{uid: string(p.UID), version: p.ResourceVersion, pod: kp}
+	n.mu.Unlock()
+	return kp, nil
 }
 
 // observed tells each List and Watch call's outcome.
@@ -96,13 +154,14 @@ func (n *Pods) Start(ctx context.Context) bool {
 func (n *Pods) Synced() bool { return n.informer.HasSynced() }
 
 // Lookup returns the cached pod namespace/name as the plugin reads pods
-// (pkg/wire/lookups answers the plugin's lookups with it).
+// (pkg/wire/lookups answers the plugin's lookups with it): shared with
+// every other lookup of that version, so read it, never change it.
 func (n *Pods) Lookup(namespace, name string) (*kube.Pod, bool) {
 	p, ok := n.Get(namespace, name)
 	if !ok {
 		return nil, false
 	}
-	kp, err := apipod.ToKube(p)
+	kp, err := n.view(p)
 	if err != nil {
 		return nil, false
 	}
