@@ -772,6 +772,57 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 	}
 }
 
+// HasIPv6 says what vishvananda's AddrList says of the namespace's
+// addresses: a global unicast IPv6 address (ULA included, as Go counts
+// it) on any interface, not loopback or link-local ones, nor IPv4.
+func TestHasIPv6Addresses(t *testing.T) {
+	requireRoot(t)
+	for name, c := range map[string]struct {
+		addrs []string
+		want  bool
+	}{
+		"lo's ::1 only":         {nil, false},
+		"link-local":            {[]string{"fe80::5/64"}, false},
+		"IPv4 only":             {[]string{"198.51.100.7/24"}, false},
+		"documentation global":  {[]string{"2001:db8::7/128"}, true},
+		"unique local":          {[]string{"fd12::3/64"}, true},
+		"link-local and global": {[]string{"fe80::5/64", "198.51.100.7/24", "2001:db8::8/64"}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := newNS(t)
+			var oracle bool
+			if err := n.Do(func(ns.NetNS) error {
+				lo, err := netlink.LinkByName("lo")
+				if err != nil {
+					return err
+				}
+				for _, a := range c.addrs {
+					addr, err := netlink.ParseAddr(a)
+					if err != nil {
+						return err
+					}
+					// No DAD: the address is usable, and listed, at once.
+					addr.Flags = syscall.IFA_F_NODAD
+					if err := netlink.AddrAdd(lo, addr); err != nil {
+						return err
+					}
+				}
+				addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+				for _, a := range addrs {
+					oracle = oracle || a.IP.IsGlobalUnicast()
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := (&Network{}).HasIPv6(n.Path())
+			if err != nil || got != c.want || got != oracle {
+				t.Errorf("HasIPv6 = %v, %v; want %v (AddrList says %v)", got, err, c.want, oracle)
+			}
+		})
+	}
+}
+
 // HasIPv6 reads the namespace the rules go into, and Program writes the
 // families it found: the ADD's path when the runtime passed no addresses.
 func TestHasIPv6ThenProgram(t *testing.T) {
