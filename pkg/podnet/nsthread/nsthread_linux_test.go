@@ -76,6 +76,13 @@ func panicAbroad() error {
 	panic("a bug in fn")
 }
 
+// atHome reports whether the calling thread is in the process's own
+// network namespace.
+func atHome() bool {
+	var st unix.Stat_t
+	return home.err == nil && unix.Stat("/proc/thread-self/ns/net", &st) == nil && st.Ino == home.ino
+}
+
 // handedOutAbroad locks n goroutines to the threads the scheduler hands
 // them at once and lists the namespaces of those not home.
 func handedOutAbroad(n int) []string {
@@ -85,7 +92,7 @@ func handedOutAbroad(n int) []string {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			if !AtHome() {
+			if !atHome() {
 				ns, _ := os.Readlink("/proc/thread-self/ns/net")
 				out <- ns
 			}
