@@ -317,9 +317,12 @@ func (n *Network) HasIPv6(path string) (bool, error) {
 }
 
 // hasGlobalIPv6 is HasIPv6 for the calling thread's namespace: one
-// RTM_GETADDR dump, as the standard library's net.Interfaces reads it, on
-// a blocking socket (vishvananda's AddrList registers its socket with Go's
-// poller first: twice the system calls, 50 µs more per ADD here).
+// RTM_GETADDR dump (syscall.NetlinkRIB, on a blocking socket; vishvananda's
+// AddrList registers its socket with Go's poller first: twice the system
+// calls, 50 µs more per ADD here). An address with a peer carries its own
+// in IFA_LOCAL, the peer's in IFA_ADDRESS: either being global counts. A
+// kernel without IPv6 answers the dump with every family's addresses, so
+// each message's family is checked; an interrupted dump is an error.
 func hasGlobalIPv6() (bool, error) {
 	rib, err := syscall.NetlinkRIB(syscall.RTM_GETADDR, syscall.AF_INET6)
 	if err != nil {
@@ -330,15 +333,21 @@ func hasGlobalIPv6() (bool, error) {
 		return false, fmt.Errorf("listing addresses: %w", err)
 	}
 	for i := range msgs {
-		if msgs[i].Header.Type != syscall.RTM_NEWADDR {
+		m := &msgs[i]
+		if m.Header.Flags&unix.NLM_F_DUMP_INTR != 0 {
+			return false, errors.New("listing addresses: the dump was interrupted")
+		}
+		// The message's first byte is its ifaddrmsg's family.
+		if m.Header.Type != syscall.RTM_NEWADDR || len(m.Data) < syscall.SizeofIfAddrmsg || m.Data[0] != syscall.AF_INET6 {
 			continue
 		}
-		attrs, err := syscall.ParseNetlinkRouteAttr(&msgs[i])
+		attrs, err := syscall.ParseNetlinkRouteAttr(m)
 		if err != nil {
 			return false, fmt.Errorf("listing addresses: %w", err)
 		}
 		for _, a := range attrs {
-			if ip, ok := netip.AddrFromSlice(a.Value); ok && a.Attr.Type == syscall.IFA_ADDRESS && ip.IsGlobalUnicast() {
+			if (a.Attr.Type == syscall.IFA_ADDRESS || a.Attr.Type == syscall.IFA_LOCAL) && len(a.Value) == net.IPv6len &&
+				netip.AddrFrom16([16]byte(a.Value)).IsGlobalUnicast() {
 				return true, nil
 			}
 		}

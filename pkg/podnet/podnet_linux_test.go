@@ -774,19 +774,35 @@ func TestTProxyPolicyRoutingEdges(t *testing.T) {
 
 // HasIPv6 says what vishvananda's AddrList says of the namespace's
 // addresses: a global unicast IPv6 address (ULA included, as Go counts
-// it) on any interface, not loopback or link-local ones, nor IPv4.
+// it), not loopback or link-local ones, nor IPv4; an address with a peer
+// by its own (local) address. The addresses are on lo, which any
+// interface's would be listed as.
 func TestHasIPv6Addresses(t *testing.T) {
 	requireRoot(t)
+	addr := func(s string) *netlink.Addr {
+		a, err := netlink.ParseAddr(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	withPeer := func(local, peer string) *netlink.Addr {
+		a := addr(local)
+		a.Peer = addr(peer).IPNet
+		return a
+	}
 	for name, c := range map[string]struct {
-		addrs []string
+		addrs []*netlink.Addr
 		want  bool
 	}{
-		"lo's ::1 only":         {nil, false},
-		"link-local":            {[]string{"fe80::5/64"}, false},
-		"IPv4 only":             {[]string{"198.51.100.7/24"}, false},
-		"documentation global":  {[]string{"2001:db8::7/128"}, true},
-		"unique local":          {[]string{"fd12::3/64"}, true},
-		"link-local and global": {[]string{"fe80::5/64", "198.51.100.7/24", "2001:db8::8/64"}, true},
+		"lo's ::1 only":             {nil, false},
+		"link-local":                {[]*netlink.Addr{addr("fe80::5/64")}, false},
+		"IPv4 only":                 {[]*netlink.Addr{addr("198.51.100.7/24")}, false},
+		"documentation global":      {[]*netlink.Addr{addr("2001:db8::7/128")}, true},
+		"unique local":              {[]*netlink.Addr{addr("fd12::3/64")}, true},
+		"link-local and global":     {[]*netlink.Addr{addr("fe80::5/64"), addr("198.51.100.7/24"), addr("2001:db8::8/64")}, true},
+		"global, a link-local peer": {[]*netlink.Addr{withPeer("2001:db8::10/128", "fe80::1/128")}, true},
+		"link-local, no global":     {[]*netlink.Addr{withPeer("fe80::10/128", "fe80::1/128")}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := newNS(t)
@@ -797,13 +813,9 @@ func TestHasIPv6Addresses(t *testing.T) {
 					return err
 				}
 				for _, a := range c.addrs {
-					addr, err := netlink.ParseAddr(a)
-					if err != nil {
-						return err
-					}
 					// No DAD: the address is usable, and listed, at once.
-					addr.Flags = syscall.IFA_F_NODAD
-					if err := netlink.AddrAdd(lo, addr); err != nil {
+					a.Flags = syscall.IFA_F_NODAD
+					if err := netlink.AddrAdd(lo, a); err != nil {
 						return err
 					}
 				}

@@ -28,8 +28,8 @@ type Pods struct {
 	// views hold each pod as the plugin reads it (Lookup), by
 	// namespace/name, converted when the informer hears of its version:
 	// the lookup on a pod's ADD, which the sandbox's start waits for,
-	// finds it ready. A view is used only for the version it was made
-	// from.
+	// usually finds it ready. A view is used only for the version it
+	// was made from.
 	views map[string]view
 }
 
@@ -64,7 +64,10 @@ func New(cs kubeclient.Interface, node string, observe func(error)) (*Pods, erro
 	}
 	n := &Pods{informer: inf, views: map[string]view{}}
 	// The kubelet starts a pod's sandbox, and so its ADD, only after the
-	// API bound it to the node: by then this handler has its view.
+	// API bound it to the node: this handler has usually viewed the
+	// pod's version by then. Only the handler stores views, in the
+	// order it hears of the pod's versions and its deletion: none
+	// outlives its pod.
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { n.heard(obj) },
 		UpdateFunc: func(_, obj any) { n.heard(obj) },
@@ -81,31 +84,33 @@ func New(cs kubeclient.Interface, node string, observe func(error)) (*Pods, erro
 	return n, nil
 }
 
+// heard views a version of a pod the informer heard of. A pod without a
+// resource version (only a fake API's) is not viewed: its changes cannot
+// be told apart.
 func (n *Pods) heard(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		_, _ = n.view(p)
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.ResourceVersion == "" {
+		return
 	}
+	kp, err := apipod.ToKube(p)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	n.views[p.Namespace+"/"+p.Name] = view{uid: string(p.UID), version: p.ResourceVersion, pod: kp}
+	n.mu.Unlock()
 }
 
-// view is p in pkg/kube's subset: the one made for its version, or made
-// now. A pod without a resource version (only a fake API's) is converted
-// every time, since its changes cannot be told apart.
+// view is p in pkg/kube's subset: the view made for its version, or
+// converted now (the handler has not reached that version yet).
 func (n *Pods) view(p *corev1.Pod) (*kube.Pod, error) {
-	key := p.Namespace + "/" + p.Name
 	n.mu.Lock()
-	v, ok := n.views[key]
+	v, ok := n.views[p.Namespace+"/"+p.Name]
 	n.mu.Unlock()
 	if ok && p.ResourceVersion != "" && v.uid == string(p.UID) && v.version == p.ResourceVersion {
 		return v.pod, nil
 	}
-	kp, err := apipod.ToKube(p)
-	if err != nil || p.ResourceVersion == "" {
-		return kp, err
-	}
-	n.mu.Lock()
-	n.views[key] = view{uid: string(p.UID), version: p.ResourceVersion, pod: kp}
-	n.mu.Unlock()
-	return kp, nil
+	return apipod.ToKube(p)
 }
 
 // observed tells each List and Watch call's outcome.

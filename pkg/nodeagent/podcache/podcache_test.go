@@ -97,7 +97,8 @@ func TestLookupViewsEachVersion(t *testing.T) {
 		t.Fatalf("two lookups of version 1: %p %p (%+v): want one view, shared", first, again, first)
 	}
 	// A version the handler has not viewed yet, or another pod of the
-	// same name and version, is converted, not served the old view.
+	// same name and version, is converted, not served the old view, and
+	// not stored: only the handler stores views.
 	for _, other := range []func(p *corev1.Pod){
 		func(p *corev1.Pod) { p.ResourceVersion = "9" },
 		func(p *corev1.Pod) { p.UID = "u2" },
@@ -107,6 +108,9 @@ func TestLookupViewsEachVersion(t *testing.T) {
 		p.Annotations["sidecar.istio.io/status"] = "changed"
 		if kp, err := pods.view(p); err != nil || kp.Metadata.Annotations["sidecar.istio.io/status"] != "changed" || kp.Metadata.UID != string(p.UID) {
 			t.Errorf("view of %s version %s: %+v, %v: want it converted", p.UID, p.ResourceVersion, kp, err)
+		}
+		if ok, views := viewed("1"); !ok {
+			t.Errorf("a lookup's conversion stored a view: %s", views)
 		}
 	}
 
@@ -170,9 +174,7 @@ func BenchmarkLookupInjectedPod(b *testing.B) {
 	pod := injectedPod()
 	b.Run("viewed", func(b *testing.B) {
 		n := &Pods{views: map[string]view{}}
-		if _, err := n.view(pod); err != nil {
-			b.Fatal(err)
-		}
+		n.heard(pod)
 		for b.Loop() {
 			if _, err := n.view(pod); err != nil {
 				b.Fatal(err)

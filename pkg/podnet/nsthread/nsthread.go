@@ -50,11 +50,20 @@ func openHome() homeNS {
 // HomeInode is the inode of the process's own network namespace.
 func HomeInode() (uint64, error) { return home.ino, home.err }
 
+// homeIntact says whether home's descriptor still names the process's own
+// namespace: a stray close of its number elsewhere would let the next
+// open, a pod's namespace say, take it, and setns "home" go there.
+func homeIntact() bool {
+	var st unix.Stat_t
+	return unix.Fstat(home.fd, &st) == nil && st.Ino == home.ino
+}
+
 // Run runs fn on a locked OS thread that fn may move into any network
 // namespace (with setns). The thread then returns home and goes back to
 // the scheduler; if it cannot, it ends with its goroutine. The setns
-// home succeeding is the kernel's word that the thread is there: no
-// read of /proc checks it again (5 µs a call, twice per ADD). A panic in fn,
+// home succeeding, on a descriptor still home's (homeIntact), is the
+// kernel's word that the thread is there: no walk of /proc's path
+// checks it again (5 µs a call, twice per ADD). A panic in fn,
 // or fn ending its goroutine (runtime.Goexit), is an error, not the
 // process's end or a caller waiting for good.
 func Run(fn func() error) error {
@@ -77,7 +86,7 @@ func Run(fn func() error) error {
 		}()
 		err := fn()
 		returned = true
-		restored = netns.Set(netns.NsHandle(home.fd)) == nil
+		restored = netns.Set(netns.NsHandle(home.fd)) == nil && homeIntact()
 		errc <- err
 	}()
 	return <-errc

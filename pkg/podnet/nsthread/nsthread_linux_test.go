@@ -267,3 +267,26 @@ func BenchmarkIn(b *testing.B) {
 		}
 	}
 }
+
+// A home descriptor whose number another namespace took (a stray close
+// elsewhere, then a pod's namespace opened) takes the thread there, and
+// setns succeeds: the thread must end, not be handed out abroad.
+func TestHomeDescriptorTakenThreadEnds(t *testing.T) {
+	requireRoot(t)
+	fd, ino := newNetns(t)
+	saved := home
+	home.fd = fd // what the stray close and the next open would leave
+	for range 20 {
+		if err := Run(func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	home = saved
+	for _, ns := range handedOutAbroad(50) {
+		t.Errorf("a thread the scheduler handed out is in %s (the taken descriptor's namespace is %d)", ns, ino)
+	}
+	poll.Until(t, 10*time.Second, "the threads that went to the taken descriptor's namespace ending", func() (bool, string) {
+		left := abroad(t)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}
