@@ -377,18 +377,20 @@ fuzz:
 ## nftables, against nft -f. IPTABLES=1.8.7 (Debian bullseye's) or 1.8.11
 ## (trixie's) measures as on a node with that iptables instead of the
 ## machine's 1.8.9, the floor included (test/oldiptables/asnode.sh);
-## IPTABLES=legacy as on a node whose iptables is legacy only, upstream's
-## included (test/oldiptables/aslegacy.sh).
+## IPTABLES=legacy as on a node whose iptables is legacy only, where
+## upstream's plugin (UPSTREAM=) writes legacy too
+## (test/oldiptables/aslegacy.sh).
 BENCH_RELEASES := 1.8.7 1.8.11
+comma := ,
 ifneq ($(IPTABLES),)
-ifeq ($(filter $(IPTABLES),$(BENCH_RELEASES) legacy),)
+ifneq ($(words $(IPTABLES))$(filter $(IPTABLES),$(BENCH_RELEASES) legacy),1$(strip $(IPTABLES)))
 $(error IPTABLES=$(IPTABLES): want one of $(BENCH_RELEASES), the releases test/oldiptables unpacks, or legacy)
 endif
 ifneq ($(NATIVE),)
-$(error NATIVE with IPTABLES: native nftables writes no iptables; the swapped libnftnl would time the machine's nft on another release's library)
+$(error NATIVE with IPTABLES: native nftables writes no iptables$(if $(filter legacy,$(IPTABLES)),$(comma) whatever the node's: make bench NATIVE=1,; the swapped libnftnl would time the machine's nft on another release's library))
 endif
 endif
-BENCH_NODE := $(if $(filter legacy,$(IPTABLES)),test/oldiptables/aslegacy.sh,$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)))
+BENCH_NODE := $(if $(filter legacy,$(IPTABLES)),test/oldiptables/aslegacy.sh $(TOOLS)/legacy-node,$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)))
 bench: deps kube-binaries build $(if $(filter $(BENCH_RELEASES),$(IPTABLES)),$(TOOLS)/iptables-$(IPTABLES)/usr/sbin/xtables-nft-multi)
 	$(BENCH_NODE) $(GO) run ./test/bench -plugin $(BIN)/istio-cni-sidecar $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
 
