@@ -9,10 +9,13 @@
 # their -legacy names and ip6tables'. Every process CMD starts (the bench,
 # the installer and its agent, both plugins, the floor's bare restore,
 # upstream's plugin) finds legacy as `iptables-restore` and no nf_tables
-# iptables at all. Upstream's plugin takes iptables-nft whenever it runs
+# iptables that runs. Upstream's plugin takes iptables-nft whenever it runs
 # and a pod's namespace holds no legacy rules: here it writes legacy, as on
-# such a node, and is timed beside ours. Nothing outside the namespace
-# changes. `make bench IPTABLES=legacy` runs it.
+# such a node, and is timed beside ours. Only as faithful as PATH: the
+# machine's own iptables names, which its alternatives lead to nft, do not
+# run at all, so a process that drops DIR from its PATH finds no iptables
+# (every process the bench starts keeps it). Nothing outside the namespace
+# changes. DIR holds the links only. `make bench IPTABLES=legacy` runs it.
 set -euo pipefail
 
 legacy=/usr/sbin/xtables-legacy-multi
@@ -30,11 +33,13 @@ shift
 for family in iptables ip6tables; do
 	for backend in "" -legacy; do
 		for tool in "" -save -restore; do
-			ln -sfn "$legacy" "$dir/$family$backend$tool"
+			link=$dir/$family$backend$tool
+			# Another run may be using the link: replaced only if wrong.
+			[ "$(readlink "$link" 2>/dev/null)" = "$legacy" ] || ln -sfn "$legacy" "$link"
 		done
 	done
 done
-: >"$dir/.not-installed"
+[ -f "$dir/.not-installed" ] || : >"$dir/.not-installed"
 chmod 0644 "$dir/.not-installed"
 exec unshare --mount --propagation private bash -euo pipefail -c '
 dir=$1
@@ -43,5 +48,16 @@ nft=/usr/sbin/xtables-nft-multi
 if [ -e "$nft" ]; then
 	mount --bind "$dir/.not-installed" "$(realpath "$nft")"
 fi
+# Nothing on PATH, nor where the plugin looks after it
+# (pkg/iptables/release, fallbackDirs), may still run an nft program.
+IFS=: read -r -a dirs <<<"$PATH:/usr/sbin:/sbin:/usr/local/sbin:/usr/bin:/bin"
+for d in "${dirs[@]}"; do
+	for p in iptables-nft-restore ip6tables-nft-restore xtables-nft-multi; do
+		if [ -n "$d" ] && [ -x "$d/$p" ]; then
+			echo "aslegacy.sh: $d/$p still runs: not a legacy-only node" >&2
+			exit 2
+		fi
+	done
+done
 PATH=$dir:$PATH exec "$@"
 ' aslegacy "$dir" "$@"
