@@ -363,7 +363,7 @@ goldens:
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
 	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame \
-	kube/apiclient:FuzzParseKubeconfig
+	kube/apiclient:FuzzParseKubeconfig shim:FuzzWalkEntry
 fuzz:
 	@for f in $(FUZZERS); do \
 		echo "== pkg/$${f%%:*} $${f##*:}"; \

@@ -29,7 +29,13 @@ type prevIP struct {
 
 // decodeEntry reads the runtime's stdin as the full plugin reads it
 // (json.Unmarshal): a config it would refuse is not handed to the agent.
+// The walker reads the plugin's own entries; json.Unmarshal the rest.
 func decodeEntry(stdin []byte) (entry, error) {
+	if json.Valid(stdin) {
+		if e, ok := walkEntry(stdin); ok {
+			return e, nil
+		}
+	}
 	var e entry
 	if err := json.Unmarshal(stdin, &e); err != nil {
 		return entry{}, err
