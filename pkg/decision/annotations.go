@@ -58,8 +58,10 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 	for _, e := range proxy.Env {
 		last[e.Name] = e
 	}
+	// DISABLE_ENVOY was read before (Pod): by reference it is unset,
+	// and the pod redirected to a proxy that may never listen.
 	var unread []string
-	for _, name := range []string{envDNSCapture, envDualStack, envInvalidDrop} {
+	for _, name := range []string{envDisableEnvoy, envDNSCapture, envDualStack, envInvalidDrop} {
 		if len(last[name].ValueFrom) > 0 {
 			unread = append(unread, name)
 		}

@@ -323,9 +323,11 @@ func TestDNSCapture(t *testing.T) {
 
 // A setting the plugin reads but that is set by reference is the
 // kubelet's to resolve: as upstream, the pod is redirected as if it were
-// unset, and the decision names it.
+// unset, and the decision names it. DISABLE_ENVOY too: a reference that
+// resolves to true leaves the redirect to a proxy that never listens,
+// which the note (and the pod's Event) must explain.
 func TestProxyEnvByReference(t *testing.T) {
-	for _, name := range []string{"ISTIO_META_DNS_CAPTURE", "ISTIO_DUAL_STACK", "INVALID_DROP"} {
+	for _, name := range []string{"ISTIO_META_DNS_CAPTURE", "ISTIO_DUAL_STACK", "INVALID_DROP", "DISABLE_ENVOY"} {
 		for _, newPod := range sidecarKinds() {
 			ref := onProxy(func(c *kube.Container) {
 				c.Env = append(c.Env, kube.EnvVar{Name: name, ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"dns"}}`)})
@@ -345,7 +347,12 @@ func TestProxyEnvByReference(t *testing.T) {
 				c.Env = append(c.Env, kube.EnvVar{Name: name, ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"dns"}}`)},
 					kube.EnvVar{Name: name, Value: "true"})
 			})
-			if d, err := Pod(newPod(byValue)); err != nil || len(d.Unread) != 0 || reflect.DeepEqual(d.Spec, unset.Spec) && !d.DualStack {
+			d, err = Pod(newPod(byValue))
+			read := !reflect.DeepEqual(d.Spec, unset.Spec) || d.DualStack
+			if name == "DISABLE_ENVOY" {
+				read = d.Reason == EnvoyDisabled
+			}
+			if err != nil || len(d.Unread) != 0 || !read {
 				t.Errorf("%s by reference, then by value: %+v, %v; want it read, true", name, d, err)
 			}
 		}
