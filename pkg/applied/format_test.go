@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/test/formats"
 )
 
@@ -27,7 +28,8 @@ func TestRecordFormatIsItsVersion(t *testing.T) {
 // TestRecordAsWrittenIsRead: a record as each version writes it, frozen,
 // is read back whole by this build: the bytes an older build left on the
 // node, not only their shape. Version 1 is an iptables sandbox's (every
-// build since writes those as 1), 2 a native nftables one's.
+// build since writes those as 1), 2 a native nftables one's, 3 one whose
+// families went to two iptables backends.
 func TestRecordAsWrittenIsRead(t *testing.T) {
 	for v := 1; v <= Version; v++ {
 		want := Record{Version: v, PodUID: "u1", Pod: "ns/p", Container: "c1", NetnsInode: 7, IPv4: true, IPv6: true, Backend: "nft",
@@ -35,8 +37,11 @@ func TestRecordAsWrittenIsRead(t *testing.T) {
 		want.Spec.InvalidDrop, want.Spec.DNSCapture, want.Spec.TProxy = true, true, true
 		want.Spec.OutboundIPExclude = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 		want.Spec.ExcludeInterfaces = []iptables.IfName{"eth9"}
-		if v == 2 {
+		switch v {
+		case 2:
 			want.Backend, want.Native = "", true
+		case 3:
+			want.BackendIPv6 = "legacy"
 		}
 		b, err := json.Marshal(want)
 		if err != nil {
@@ -56,11 +61,22 @@ func TestRecordAsWrittenIsRead(t *testing.T) {
 
 // TestRecordSaysTheOldestVersionThatHoldsIt: an iptables sandbox's
 // record is still version 1, which the build before native nftables
-// audits; a native one's is 2, which that build leaves alone.
+// audits; a native one's is 2, which that build leaves alone; one whose
+// IPv6 rules are in another backend than its IPv4 ones is 3, which the
+// builds before it leave alone.
 func TestRecordSaysTheOldestVersionThatHoldsIt(t *testing.T) {
 	s := Store{Dir: t.TempDir()}
-	for _, native := range []bool{false, true} {
-		r := Record{PodUID: "u1", Pod: "ns/p", Container: fmt.Sprint("c", native), IPv4: true, Spec: iptables.DefaultSpec(), Native: native}
+	for i, tc := range []struct {
+		native bool
+		v6     release.Backend
+		want   int
+	}{{false, "", 1}, {true, "", 2}, {false, release.Legacy, 3}} {
+		native := tc.native
+		r := Record{PodUID: "u1", Pod: "ns/p", Container: fmt.Sprint("c", i), IPv4: true, IPv6: tc.v6 != "", Spec: iptables.DefaultSpec(), Native: native,
+			Backend: release.NFT, BackendIPv6: tc.v6}
+		if native {
+			r.Backend = ""
+		}
 		if err := s.Write(r); err != nil {
 			t.Fatal(err)
 		}
@@ -72,8 +88,8 @@ func TestRecordSaysTheOldestVersionThatHoldsIt(t *testing.T) {
 		if err := json.Unmarshal(data, &h); err != nil {
 			t.Fatal(err)
 		}
-		if want := map[bool]int{false: 1, true: 2}[native]; h.Version != want {
-			t.Errorf("native=%v: record version %d, want %d", native, h.Version, want)
+		if h.Version != tc.want {
+			t.Errorf("%+v: record version %d, want %d", tc, h.Version, tc.want)
 		}
 	}
 }
@@ -82,7 +98,7 @@ func TestRecordSaysTheOldestVersionThatHoldsIt(t *testing.T) {
 // whatever shape, is read for its header and nothing else; a record of no
 // version is none.
 func TestNewerRecordIsReadForItsHeaderOnly(t *testing.T) {
-	r, ok := decode([]byte(`{"version":3,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"ipv4":"both"}`))
+	r, ok := decode([]byte(`{"version":4,"podUID":"u1","pod":"ns/p","container":"c1","netnsInode":7,"spec":["a","shape","of","tomorrow"],"ipv4":"both"}`))
 	if !ok || !r.Newer() || r.PodUID != "u1" || r.Container != "c1" || r.NetnsInode != 7 || r.Passed {
 		t.Errorf("decode = %+v, %v: want the header of a newer record", r, ok)
 	}
@@ -90,7 +106,7 @@ func TestNewerRecordIsReadForItsHeaderOnly(t *testing.T) {
 		t.Errorf("a newer record's model: %v: want unknown, not \"no rules\"", known)
 	}
 	// A sandbox a newer build passed through is one no build programmed.
-	if r, ok := decode([]byte(`{"version":3,"podUID":"u1","container":"c1","netnsInode":7,"passed":true,"spec":7}`)); !ok || !r.Passed || !r.Newer() {
+	if r, ok := decode([]byte(`{"version":4,"podUID":"u1","container":"c1","netnsInode":7,"passed":true,"spec":7}`)); !ok || !r.Passed || !r.Newer() {
 		t.Errorf("decode = %+v, %v: want a newer record that passed", r, ok)
 	}
 	for _, bad := range []string{`{"podUID":"u1","container":"c1"}`, `{"version":0}`, `{"version":"2"}`, `{"version":1,"spec":["x"]}`} {

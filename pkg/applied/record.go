@@ -47,8 +47,11 @@ import (
 // A record says its version as the oldest that holds it: 2 only for a
 // sandbox with native nftables rules, so an agent of a build before
 // native nftables leaves those alone (it would check them for iptables
-// rules and "repair" them), and audits the rest as before.
-const Version = 2
+// rules and "repair" them), and audits the rest as before; 3 only for
+// one whose IPv6 rules went to another iptables backend than its IPv4
+// ones (BackendIPv6), which builds before it would read and repair in
+// IPv4's.
+const Version = 3
 
 // Record is what ADD programmed in one sandbox.
 type Record struct {
@@ -68,6 +71,11 @@ type Record struct {
 	// Backend is the iptables implementation ADD used (legacy or nft, as
 	// its auto resolved on the node): the agent reads and repairs with it.
 	Backend release.Backend `json:"backend,omitempty"`
+	// BackendIPv6 is the IPv6 rules' when it is not Backend: on Debian
+	// and Ubuntu, iptables and ip6tables are separate alternatives, and
+	// ADD writes each family where the node's own program for it leads.
+	// Version 3.
+	BackendIPv6 release.Backend `json:"backendIPv6,omitempty"`
 	// Native: the rules are native nftables (pkg/iptables/nftables), not
 	// iptables; Backend is empty then. Version 2.
 	Native bool      `json:"native,omitempty"`
@@ -153,9 +161,13 @@ func (s Store) Stage(r Record) (*Staged, error) {
 	if !validID(r.PodUID) || !validID(r.Container) {
 		return nil, fmt.Errorf("record for %s: pod UID %q or container ID %q is not a plain name", r.Pod, r.PodUID, r.Container)
 	}
-	r.Version = 1
-	if r.Native {
+	switch {
+	case r.BackendIPv6 != "":
+		r.Version = 3
+	case r.Native:
 		r.Version = 2
+	default:
+		r.Version = 1
 	}
 	data, err := json.Marshal(r)
 	if err != nil {

@@ -1,17 +1,29 @@
 package applied
 
-import "istio-cni.local/istio-cni/pkg/iptables/release"
+import (
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+)
 
 // Writer is how a sandbox's rules are written, and so how they are read
-// back: iptables through Backend, or native nftables (the plugin's
-// native_nftables).
+// back: iptables through Backend (IPv6 through BackendIPv6 when set), or
+// native nftables (the plugin's native_nftables).
 type Writer struct {
-	Backend release.Backend
-	Native  bool
+	Backend     release.Backend
+	BackendIPv6 release.Backend
+	Native      bool
 	// Guessed: no record names the iptables backend ADD wrote with;
 	// Backend is the node's guess, and the rules are read where they
 	// are found (podnet.Network.FindBackend).
 	Guessed bool
+}
+
+// For is the iptables backend of family f's rules.
+func (w Writer) For(f iptables.Family) release.Backend {
+	if f == iptables.IPv6 && w.BackendIPv6 != "" {
+		return w.BackendIPv6
+	}
+	return w.Backend
 }
 
 // Writer is how ADD wrote this sandbox's rules: as the record says, else
@@ -21,15 +33,16 @@ type Writer struct {
 // iptables leads to legacy while its primary's image writes nf_tables,
 // only the record tells.
 func (r Record) Writer(node Writer) Writer {
+	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
 	switch {
 	case r.Native:
 		return Writer{Native: true}
-	case r.Backend == release.Legacy || r.Backend == release.NFT:
-		return Writer{Backend: r.Backend}
+	case concrete(r.Backend) && (r.BackendIPv6 == "" || concrete(r.BackendIPv6)):
+		return Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6}
 	case node.Native:
 		// An iptables record on a node now native: the node's iptables
 		// backend, as detected.
-		return Writer{Backend: node.Backend, Guessed: true}
+		return Writer{Backend: node.Backend, BackendIPv6: node.BackendIPv6, Guessed: true}
 	}
 	return node.Guess()
 }

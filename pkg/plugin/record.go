@@ -51,6 +51,11 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 		if r.Backend, rec.err = backend.Resolve(false); rec.err != nil {
 			r.Backend = "" // the agent then uses the node's
 		}
+		// ip6tables can lead elsewhere than iptables (a separate
+		// alternative): ADD wrote IPv6 where it leads.
+		if b6, err := backend.Resolve(true); r.IPv6 && err == nil && r.Backend != "" && b6 != r.Backend {
+			r.BackendIPv6 = b6
+		}
 		rec.staged, rec.err = store.Stage(r)
 	}()
 	return rec

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/podnet"
 )
 
 func confWithRecords(dir string) string {
@@ -129,5 +133,83 @@ func TestCheckUnderCNI11NeedsNoMeshForAPlainPod(t *testing.T) {
 	}
 	if err := h.p.Check(cmdArgs(c, podArgsUID)); err != nil || !strings.Contains(h.stderr.String(), "not checked: a newer istio-cni") {
 		t.Errorf("CHECK of a sandbox a newer build recorded: %v\n%s", err, h.stderr)
+	}
+}
+
+// splitAlternatives puts a node's iptables programs first in PATH as
+// Debian and Ubuntu can leave them: iptables (its alternative) leading to
+// nf_tables, ip6tables to legacy. Nothing runs them.
+func splitAlternatives(t *testing.T) {
+	t.Helper()
+	bin := t.TempDir()
+	for target, links := range map[string][]string{
+		"xtables-nft-multi":    {"iptables-restore", "iptables-save"},
+		"xtables-legacy-multi": {"ip6tables-restore", "ip6tables-save"},
+	} {
+		if err := os.WriteFile(filepath.Join(bin, target), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range links {
+			if err := os.Symlink(target, filepath.Join(bin, l)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Setenv("PATH", bin)
+}
+
+// savesRun records the programs a Programmer runs, printing nothing.
+type savesRun struct{ names []string }
+
+func (r *savesRun) Run(_ context.Context, _ []byte, name string, _ ...string) ([]byte, error) {
+	r.names = append(r.names, name)
+	return nil, nil
+}
+
+// TestRecordNamesEachFamilysBackend: on a node whose iptables and
+// ip6tables alternatives differ, ADD writes each family where the node's
+// own program for it leads, and its record says so: the audit and inspect,
+// which read and repair a sandbox as its record says, read IPv6 from
+// legacy there, not from IPv4's nf_tables (where a repair would add a
+// second copy, or the audit's delete action delete the pod again and
+// again). A dual-stack pod's record says version 3, which older builds
+// leave alone; an IPv4-only pod's is as before.
+func TestRecordNamesEachFamilysBackend(t *testing.T) {
+	splitAlternatives(t)
+	for _, tc := range []struct {
+		prev    string
+		version int
+		reads   []string
+	}{
+		{prevDual, 3, []string{"iptables-nft-save", "ip6tables-legacy-save"}},
+		{prevV4, 1, []string{"iptables-nft-save"}},
+	} {
+		h := newHarness()
+		dir := t.TempDir()
+		h.api.pods["team-a/web-1"] = meshedPod(nil)
+		c := strings.TrimSuffix(conf("1.0.0", tc.prev), "}") + `,"records_dir":"` + dir + `"}`
+		if err := h.p.Add(cmdArgs(c, podArgsUID)); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := (applied.Store{Dir: dir}).ForPod("0d5e2f4c-aaaa-bbbb-cccc-444455556666")
+		if err != nil || len(recs) != 1 {
+			t.Fatalf("records %+v, %v", recs, err)
+		}
+		if recs[0].Version != tc.version {
+			t.Errorf("the record says version %d; want %d", recs[0].Version, tc.version)
+		}
+		m, _ := recs[0].Model()
+		// The audit's guess for the node is nf_tables (its host's IPv4
+		// rules); the record overrides it.
+		run := &savesRun{}
+		prog := podnet.For(recs[0].Writer(applied.Writer{Backend: release.NFT}), xtables.Programmer{Runner: run}).Programmer
+		for _, rs := range m.Rulesets() {
+			if _, err := prog.Read(context.Background(), rs.Family); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !reflect.DeepEqual(run.names, tc.reads) {
+			t.Errorf("%s: the sandbox's rules are read with %v; want %v", tc.prev, run.names, tc.reads)
+		}
 	}
 }

@@ -38,7 +38,7 @@ type Network struct {
 // For is the Network that reads and writes a sandbox's rules as w says
 // ADD wrote them (applied.Record.Writer), with p's runner and memory.
 func For(w applied.Writer, p xtables.Programmer) *Network {
-	p.Backend = w.Backend
+	p.Backend, p.BackendIPv6 = w.Backend, w.BackendIPv6
 	return &Network{Programmer: &p, Native: w.Native, FindBackend: w.Guessed}
 }
 

@@ -21,6 +21,7 @@ import (
 	goipt "github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
 	"istio-cni.local/istio-cni/pkg/iptables/legacy"
@@ -875,4 +876,54 @@ func TestHasIPv6ThenProgram(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A sandbox whose record puts its IPv6 rules in legacy and its IPv4 ones
+// in nf_tables (a node whose ip6tables alternative is not its iptables')
+// is programmed, checked and repaired family by family, as the audit does
+// through For: nothing of ours lands in the other backend of a family.
+func TestFamiliesInTwoBackends(t *testing.T) {
+	requireRoot(t)
+	n, ctx := newNS(t), context.Background()
+	net := For(applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, xtables.Programmer{Runner: xtables.ExecRunner{}})
+	m := iptables.Build(iptables.DefaultSpec(), true, true)
+	if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	holds := func(b release.Backend, fam iptables.Family) (has bool) {
+		ipt(t, n, b, fam, func(i *goipt.IPTables) {
+			chains, err := i.ListChains("nat")
+			if err != nil {
+				t.Fatal(err)
+			}
+			has = slices.Contains(chains, iptables.ChainOutput)
+		})
+		return has
+	}
+	where := func() {
+		t.Helper()
+		if !holds(release.NFT, iptables.IPv4) || holds(release.Legacy, iptables.IPv4) || !holds(release.Legacy, iptables.IPv6) || holds(release.NFT, iptables.IPv6) {
+			t.Errorf("IPv4 in nft %v, legacy %v; IPv6 in legacy %v, nft %v: want each in its own only",
+				holds(release.NFT, iptables.IPv4), holds(release.Legacy, iptables.IPv4), holds(release.Legacy, iptables.IPv6), holds(release.NFT, iptables.IPv6))
+		}
+	}
+	where()
+	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+		t.Fatalf("Check after Program: %v %v", diffs, err)
+	}
+	ipt(t, n, release.Legacy, iptables.IPv6, func(i *goipt.IPTables) {
+		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 1 || !strings.Contains(diffs[0], "missing rule") {
+		t.Fatalf("Check after deleting IPv6's catch-all: %v %v", diffs, err)
+	}
+	if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+		t.Fatal(err)
+	}
+	where()
+	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+		t.Errorf("Check after Reconcile: %v %v", diffs, err)
+	}
 }

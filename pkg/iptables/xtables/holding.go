@@ -35,10 +35,10 @@ func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (b release.B
 	return p.Backend, mine && theirs
 }
 
-// WithBackend is p reading and writing through b.
+// WithBackend is p reading and writing through b, both families.
 func (p *Programmer) WithBackend(b release.Backend) *Programmer {
 	q := *p
-	q.Backend = b
+	q.Backend, q.BackendIPv6 = b, ""
 	return &q
 }
 

@@ -25,6 +25,9 @@ const LockWaitSeconds = 10
 type Programmer struct {
 	Runner  Runner
 	Backend release.Backend
+	// BackendIPv6, when set, is IPv6's in place of Backend: a sandbox
+	// whose families went to different backends (applied.Writer).
+	BackendIPv6 release.Backend
 	// Transaction writes a ruleset in one nf_tables transaction, laid
 	// out as an iptables release does; nil is nfnl.Write. It is the
 	// netlink seam, as Runner is the exec one.
@@ -241,9 +244,9 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	var gen uint32
 	var reread func() bool // the state unchanged across the save's read
 	if p.Confirmed != nil {
-		b, err := p.Backend.Resolve(rs.Family == iptables.IPv6)
+		b, err := p.backend(rs.Family).Resolve(rs.Family == iptables.IPv6)
 		if err == nil && (b == release.NFT || p.Confirmed.holds != nil) {
-			key = confirmKey(CommandsFor(p.Backend, rs.Family).Save, rs)
+			key = confirmKey(CommandsFor(p.backend(rs.Family), rs.Family).Save, rs)
 		}
 		switch {
 		case err != nil:
@@ -306,7 +309,7 @@ func (p *Programmer) Cleanup(ctx context.Context, families ...iptables.Family) e
 
 // Read returns a family's tables as iptables-save prints them.
 func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Observed, error) {
-	out, err := p.Runner.Run(ctx, nil, CommandsFor(p.Backend, f).Save)
+	out, err := p.Runner.Run(ctx, nil, CommandsFor(p.backend(f), f).Save)
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +321,14 @@ func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte
 	if p.restorer != nil {
 		r = p.restorer
 	}
-	_, err := r.Run(ctx, text, CommandsFor(p.Backend, f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	_, err := r.Run(ctx, text, CommandsFor(p.backend(f), f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
 	return err
+}
+
+// backend is the one f's rules are read and written through.
+func (p *Programmer) backend(f iptables.Family) release.Backend {
+	if f == iptables.IPv6 && p.BackendIPv6 != "" {
+		return p.BackendIPv6
+	}
+	return p.Backend
 }

@@ -70,6 +70,36 @@ func TestApplyFreshNamespaceIsOneRestoreOneSave(t *testing.T) {
 	}
 }
 
+// BackendIPv6 sends IPv6's writes and reads to its backend, IPv4's to
+// Backend: a sandbox whose families went to two (applied.Writer), as the
+// audit repairs it; WithBackend, which looks in one, drops it.
+func TestBackendIPv6(t *testing.T) {
+	for _, tc := range []struct {
+		f    iptables.Family
+		want []string
+	}{
+		{iptables.IPv4, []string{"iptables-nft-restore --noflush --wait=10", "iptables-nft-save "}},
+		{iptables.IPv6, []string{"ip6tables-legacy-restore --noflush --wait=10", "ip6tables-legacy-save "}},
+	} {
+		rs := iptables.BuildFamily(iptables.DefaultSpec(), tc.f)
+		f := &fakeRunner{saves: []string{saveOf(&rs)}}
+		p := &Programmer{Runner: f, Backend: release.NFT, BackendIPv6: release.Legacy}
+		if _, err := p.Apply(context.Background(), &rs, Write{}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(f.calls, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("%s: ran %q, want %q", tc.f, f.calls, tc.want)
+		}
+	}
+	f := &fakeRunner{saves: []string{""}}
+	if _, err := (&Programmer{Runner: f, Backend: release.NFT, BackendIPv6: release.Legacy}).WithBackend(release.NFT).Read(context.Background(), iptables.IPv6); err != nil {
+		t.Fatal(err)
+	}
+	if want := "ip6tables-nft-save "; len(f.calls) != 1 || f.calls[0] != want {
+		t.Errorf("WithBackend(nft) read IPv6 with %q, want %q", f.calls, want)
+	}
+}
+
 // Write.Trusted: a successful restore is the answer (one exec); a failed
 // one still reads back and reconciles, as without it.
 func TestApplyTrusted(t *testing.T) {

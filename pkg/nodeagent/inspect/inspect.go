@@ -116,9 +116,11 @@ type Report struct {
 	Notes []string
 	// Native: the rules are native nftables, not iptables; else Backend
 	// is the iptables they were read with: what ADD recorded for the
-	// sandbox, else the node's ("" if unknown).
-	Native  bool
-	Backend release.Backend
+	// sandbox, else the node's ("" if unknown); BackendIPv6 IPv6's when
+	// ADD recorded another for it.
+	Native      bool
+	Backend     release.Backend
+	BackendIPv6 release.Backend
 	// guessed: no record names Backend; it is the node's until
 	// Deps.Holding finds the rules in the other.
 	guessed bool
@@ -202,14 +204,14 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	}
 	// check is the audit's reading of the sandbox: for one no record
 	// names a writer for, the node's guess, then where the rules are.
-	check := applied.Writer{Native: r.Native, Backend: r.Backend, Guessed: r.guessed}
+	check := applied.Writer{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6, Guessed: r.guessed}
 	if ok && r.guessed && d.Holding != nil {
 		if r.Backend, err = d.Holding(ctx, ns.Path, m); err != nil {
 			r.NetnsErr = err.Error()
 			return r, nil
 		}
 	}
-	w := applied.Writer{Native: r.Native, Backend: r.Backend}
+	w := applied.Writer{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6}
 	if r.Have, err = observe(ctx, d, ns.Path, m, w); err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
@@ -249,7 +251,7 @@ func observe(ctx context.Context, d Deps, netns string, m iptables.Model, w appl
 	}
 	var have []string
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		obs, err := d.Observe(ctx, netns, w.Backend, f)
+		obs, err := d.Observe(ctx, netns, w.For(f), f)
 		if err != nil {
 			if f == iptables.IPv6 {
 				continue // a node without ip6tables: IPv4 is what there is
@@ -323,7 +325,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 
 // setWriter says how the sandbox's rules are read.
 func (r *Report) setWriter(w applied.Writer) {
-	r.Native, r.Backend, r.guessed = w.Native, w.Backend, w.Guessed
+	r.Native, r.Backend, r.BackendIPv6, r.guessed = w.Native, w.Backend, w.BackendIPv6, w.Guessed
 }
 
 // runtimeConfig names the config the runtime uses (the first in its

@@ -256,7 +256,7 @@ func TestNewerRecordIsNotJudged(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "u1"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	newer := `{"version":3,"podUID":"u1","pod":"default/web-0","container":"c1","netnsInode":7,"spec":{"tomorrow":1}}`
+	newer := `{"version":4,"podUID":"u1","pod":"default/web-0","container":"c1","netnsInode":7,"spec":{"tomorrow":1}}`
 	if err := os.WriteFile(filepath.Join(dir, "u1", "c1.json"), []byte(newer), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestNewerRecordIsNotJudged(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := render(t, r)
-	if r.Consistent() || r.NewerRecord != 3 || !strings.Contains(out, "verdict:   unknown: a newer istio-cni") || !strings.Contains(out, "record version 3") {
+	if r.Consistent() || r.NewerRecord != 4 || !strings.Contains(out, "verdict:   unknown: a newer istio-cni") || !strings.Contains(out, "record version 4") {
 		t.Errorf("consistent %v; report:\n%s", r.Consistent(), out)
 	}
 }
@@ -405,6 +405,60 @@ func TestReadsWithTheRecordedBackend(t *testing.T) {
 				t.Errorf("JSON rules.backend %q, want %q", doc.Rules.Backend, tc.want)
 			}
 		})
+	}
+}
+
+// A sandbox whose record puts its IPv6 rules in another backend than its
+// IPv4 ones (a node whose ip6tables alternative is not its iptables') is
+// read and checked family by family, as ADD wrote it.
+func TestReadsEachFamilyWithItsRecordedBackend(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	spec := decision.FinalSpec(decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}, decision.DefaultNodeSettings())
+	d := deps(p, "", nil)
+	store := applied.Store{Dir: t.TempDir()}
+	if err := store.Write(applied.Record{PodUID: "u1", Pod: "default/web-0", Container: "c1", NetnsInode: 7, Spec: spec, IPv4: true, IPv6: true,
+		Backend: release.NFT, BackendIPv6: release.Legacy}); err != nil {
+		t.Fatal(err)
+	}
+	d.Records = store
+	saves := map[iptables.Family][]byte{}
+	for _, rs := range iptables.Build(spec, true, true).Rulesets() {
+		save, err := iptables.Plan(rs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saves[rs.Family] = save
+	}
+	at := map[iptables.Family]release.Backend{iptables.IPv4: release.NFT, iptables.IPv6: release.Legacy}
+	d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+		if b != at[f] {
+			return iptables.ParseSave(nil)
+		}
+		return iptables.ParseSave(saves[f])
+	}
+	var checked []applied.Writer
+	d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+		checked = append(checked, w)
+		return nil, nil
+	}
+	o := opts(configDir(t, true))
+	o.Writer.Backend = release.NFT
+	r, err := Run(context.Background(), o, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(t, r)
+	want := []applied.Writer{{Backend: release.NFT, BackendIPv6: release.Legacy}}
+	if !slices.Equal(checked, want) || !strings.Contains(out, "rules:     iptables, nft (IPv6: legacy)") || !strings.Contains(out, "verdict:   ok: redirected") {
+		t.Errorf("checked as %v, want %v; report:\n%s", checked, want, out)
+	}
+	for _, f := range []string{"ipv4 ", "ipv6 "} {
+		if !slices.ContainsFunc(r.Have, func(l string) bool { return strings.HasPrefix(l, f) }) {
+			t.Errorf("has no %srules: the family read from the other backend\n%s", f, out)
+		}
+	}
+	if doc := r.Document(); doc.Rules.Backend != release.NFT || doc.Rules.BackendIPv6 != release.Legacy {
+		t.Errorf("JSON rules.backend %q, backendIPv6 %q; want nft, legacy", doc.Rules.Backend, doc.Rules.BackendIPv6)
 	}
 }
 

@@ -69,11 +69,12 @@ type NetnsDoc struct {
 type RulesDoc struct {
 	Native bool `json:"native"`
 	// Backend is the iptables the rules were read with (legacy or nft),
-	// when not native.
-	Backend release.Backend `json:"backend,omitempty"`
-	Want    []string        `json:"want"`
-	Have    []string        `json:"have"`
-	Diffs   []string        `json:"diffs"`
+	// when not native; BackendIPv6 IPv6's, when another.
+	Backend     release.Backend `json:"backend,omitempty"`
+	BackendIPv6 release.Backend `json:"backendIPv6,omitempty"`
+	Want        []string        `json:"want"`
+	Have        []string        `json:"have"`
+	Diffs       []string        `json:"diffs"`
 }
 
 // Document is the report's JSON form.
@@ -85,7 +86,7 @@ func (r Report) Document() Document {
 			SettingsChanged: r.SettingsChanged, Invalid: r.Invalid, NewerRecord: r.NewerRecord},
 		Notes:      r.Notes,
 		Netns:      NetnsDoc{Path: r.Netns, Error: r.NetnsErr},
-		Rules:      RulesDoc{Native: r.Native, Backend: r.Backend, Want: nonNil(r.Want), Have: nonNil(r.Have), Diffs: nonNil(r.Diffs)},
+		Rules:      RulesDoc{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6, Want: nonNil(r.Want), Have: nonNil(r.Have), Diffs: nonNil(r.Diffs)},
 		Verdict:    r.Verdict(),
 		Consistent: r.Consistent(),
 	}

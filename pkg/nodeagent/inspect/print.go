@@ -57,6 +57,8 @@ func (r Report) Print(w io.Writer) error {
 	switch {
 	case r.Native:
 		line("rules:     native nftables (tables %s)", strings.Join(nftables.Tables, ", "))
+	case r.BackendIPv6 != "":
+		line("rules:     iptables, %s (IPv6: %s)", r.Backend, r.BackendIPv6)
 	case r.Backend != "":
 		line("rules:     iptables, %s", r.Backend)
 	}
