@@ -209,7 +209,7 @@ func runInspect(args []string, getenv func(string) string, stdout io.Writer) (in
 		Check: func(ctx context.Context, path string, m iptables.Model, w applied.Writer) ([]string, error) {
 			return network(w).Check(ctx, path, m)
 		},
-		Holding: func(ctx context.Context, path string, m iptables.Model) (release.Backend, error) {
+		Holding: func(ctx context.Context, path string, m iptables.Model) (applied.Writer, error) {
 			return network(c.opts.Writer).Holding(ctx, path, m)
 		},
 		HasIPv6: network(c.opts.Writer).HasIPv6,

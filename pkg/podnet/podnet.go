@@ -17,7 +17,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
@@ -164,26 +163,31 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 		_, err := n.Program(ctx, path, m, xtables.Write{})
 		return err
 	}
-	var b release.Backend
-	var alsoOther bool
+	var found *xtables.Programmer
+	var also []iptables.Family
 	if err := n.do(path, func(p *xtables.Programmer) error {
-		b, alsoOther = p.Holding(ctx, m)
+		found, also = p.Holding(ctx, m)
 		return nil
 	}); err != nil {
 		return err
 	}
-	at := &Network{Programmer: n.Programmer.WithBackend(b)}
+	at := &Network{Programmer: n.Programmer.WithBackends(found.BackendFor(iptables.IPv4), found.BackendFor(iptables.IPv6))}
 	if _, err := at.Program(ctx, path, m, xtables.Write{}); err != nil {
 		return err
 	}
-	if !alsoOther {
+	if len(also) == 0 {
 		return nil
 	}
-	// Ours in both backends: the other's could take a connection's NAT
-	// decision first. The model is whole in b now; the policy routes are
-	// the model's, whichever backend holds it, and stay.
+	// Ours in both backends of a family: the other's could take a
+	// connection's NAT decision first. The model is whole where found
+	// now; the policy routes are the model's, whichever backend holds
+	// it, and stay.
 	return n.do(path, func(p *xtables.Programmer) error {
-		return p.WithBackend(b.Other()).Cleanup(ctx, iptables.IPv4, iptables.IPv6)
+		var errs []error
+		for _, f := range also {
+			errs = append(errs, p.WithBackend(found.BackendFor(f).Other()).Cleanup(ctx, f))
+		}
+		return errors.Join(errs...)
 	})
 }
 
@@ -232,14 +236,14 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 			return err
 		}
 		if n.FindBackend && len(diffs) > 0 {
-			b, alsoOther := p.Holding(ctx, m)
-			if b != p.Backend {
-				if diffs, err = p.WithBackend(b).Check(ctx, m); err != nil {
+			found, also := p.Holding(ctx, m)
+			if found.Backend != p.Backend || found.BackendIPv6 != p.BackendIPv6 {
+				if diffs, err = found.Check(ctx, m); err != nil {
 					return err
 				}
 			}
-			if alsoOther {
-				diffs = append(diffs, fmt.Sprintf("istio-cni's chains in iptables %s too", p.Backend.Other()))
+			for _, f := range also {
+				diffs = append(diffs, fmt.Sprintf("%s: istio-cni's chains in iptables %s too", f, found.BackendFor(f).Other()))
 			}
 		}
 		routed := map[iptables.Family]*iptables.PolicyRoute{}
@@ -253,17 +257,18 @@ func (n *Network) Check(ctx context.Context, path string, m iptables.Model) ([]s
 	return diffs, err
 }
 
-// Holding is the iptables backend holding the model's rules in the
-// namespace at path (xtables.Programmer.Holding).
-func (n *Network) Holding(ctx context.Context, path string, m iptables.Model) (b release.Backend, err error) {
+// Holding is the iptables writer of the model's rules in the namespace at
+// path, family by family, as found there (xtables.Programmer.Holding).
+func (n *Network) Holding(ctx context.Context, path string, m iptables.Model) (w applied.Writer, err error) {
 	if n.Programmer == nil {
-		return "", errors.New("podnet: no iptables programmer to read with")
+		return applied.Writer{}, errors.New("podnet: no iptables programmer to read with")
 	}
 	err = n.do(path, func(p *xtables.Programmer) error {
-		b, _ = p.Holding(ctx, m)
+		found, _ := p.Holding(ctx, m)
+		w = applied.Writer{Backend: found.Backend, BackendIPv6: found.BackendIPv6}
 		return nil
 	})
-	return b, err
+	return w, err
 }
 
 // routeAndAddressDiffs is what CHECK reads besides the rules, from a

@@ -927,3 +927,49 @@ func TestFamiliesInTwoBackends(t *testing.T) {
 		t.Errorf("Check after Reconcile: %v %v", diffs, err)
 	}
 }
+
+// A sandbox no record names a writer for, whose IPv4 rules are in
+// nf_tables and IPv6 rules in legacy (upstream's istio-cni, which detects
+// each family's backend, on a node whose ip6tables alternative is not its
+// iptables'): the audit's guess finds each family where it is, so the
+// sandbox checks clean and a repair moves nothing.
+func TestFindsEachFamilysBackend(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, guess release.Backend) {
+		n, ctx := newNS(t), context.Background()
+		m := iptables.Build(iptables.DefaultSpec(), true, true)
+		for _, rs := range m.Rulesets() {
+			b := map[iptables.Family]release.Backend{iptables.IPv4: release.NFT, iptables.IPv6: release.Legacy}[rs.Family]
+			if err := n.Do(func(ns.NetNS) error {
+				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.Do(func(ns.NetNS) error { return addPassthroughV6() }); err != nil {
+			t.Fatal(err)
+		}
+		net := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: guess}, FindBackend: true}
+		if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+			t.Errorf("guessed %s: Check of the sandbox as written: %q, %v", guess, diffs, err)
+		}
+		if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			b    release.Backend
+			fam  iptables.Family
+			want bool
+		}{{release.NFT, iptables.IPv4, true}, {release.Legacy, iptables.IPv4, false}, {release.Legacy, iptables.IPv6, true}, {release.NFT, iptables.IPv6, false}} {
+			ipt(t, n, c.b, c.fam, func(i *goipt.IPTables) {
+				chains, err := i.ListChains("nat")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.Contains(chains, iptables.ChainOutput) != c.want {
+					t.Errorf("guessed %s: after a repair, %s in %s holds ours: %v, want %v", guess, c.fam, c.b, !c.want, c.want)
+				}
+			})
+		}
+	})
+}

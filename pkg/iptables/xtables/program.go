@@ -244,9 +244,9 @@ func (p *Programmer) checkFamily(ctx context.Context, rs *iptables.Ruleset) ([]s
 	var gen uint32
 	var reread func() bool // the state unchanged across the save's read
 	if p.Confirmed != nil {
-		b, err := p.backend(rs.Family).Resolve(rs.Family == iptables.IPv6)
+		b, err := p.BackendFor(rs.Family).Resolve(rs.Family == iptables.IPv6)
 		if err == nil && (b == release.NFT || p.Confirmed.holds != nil) {
-			key = confirmKey(CommandsFor(p.backend(rs.Family), rs.Family).Save, rs)
+			key = confirmKey(CommandsFor(p.BackendFor(rs.Family), rs.Family).Save, rs)
 		}
 		switch {
 		case err != nil:
@@ -309,7 +309,7 @@ func (p *Programmer) Cleanup(ctx context.Context, families ...iptables.Family) e
 
 // Read returns a family's tables as iptables-save prints them.
 func (p *Programmer) Read(ctx context.Context, f iptables.Family) (*iptables.Observed, error) {
-	out, err := p.Runner.Run(ctx, nil, CommandsFor(p.backend(f), f).Save)
+	out, err := p.Runner.Run(ctx, nil, CommandsFor(p.BackendFor(f), f).Save)
 	if err != nil {
 		return nil, err
 	}
@@ -321,12 +321,12 @@ func (p *Programmer) restore(ctx context.Context, f iptables.Family, text []byte
 	if p.restorer != nil {
 		r = p.restorer
 	}
-	_, err := r.Run(ctx, text, CommandsFor(p.backend(f), f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
+	_, err := r.Run(ctx, text, CommandsFor(p.BackendFor(f), f).Restore, "--noflush", "--wait="+strconv.Itoa(LockWaitSeconds))
 	return err
 }
 
-// backend is the one f's rules are read and written through.
-func (p *Programmer) backend(f iptables.Family) release.Backend {
+// BackendFor is the backend f's rules are read and written through.
+func (p *Programmer) BackendFor(f iptables.Family) release.Backend {
 	if f == iptables.IPv6 && p.BackendIPv6 != "" {
 		return p.BackendIPv6
 	}

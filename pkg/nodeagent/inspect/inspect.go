@@ -52,7 +52,7 @@ type Deps struct {
 	// Holding is the iptables backend holding the model's rules in a
 	// namespace, for a sandbox no record names a writer for
 	// (podnet.Network.Holding); nil: the node's is read.
-	Holding func(ctx context.Context, netns string, m iptables.Model) (release.Backend, error)
+	Holding func(ctx context.Context, netns string, m iptables.Model) (applied.Writer, error)
 	// HasIPv6 reads whether the namespace has a global IPv6 address.
 	HasIPv6 func(netns string) (bool, error)
 	// NamespaceLabels reads a namespace's labels: whether Istio's
@@ -206,10 +206,12 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	// names a writer for, the node's guess, then where the rules are.
 	check := applied.Writer{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6, Guessed: r.guessed}
 	if ok && r.guessed && d.Holding != nil {
-		if r.Backend, err = d.Holding(ctx, ns.Path, m); err != nil {
+		found, err := d.Holding(ctx, ns.Path, m)
+		if err != nil {
 			r.NetnsErr = err.Error()
 			return r, nil
 		}
+		r.Backend, r.BackendIPv6 = found.Backend, found.BackendIPv6
 	}
 	w := applied.Writer{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6}
 	if r.Have, err = observe(ctx, d, ns.Path, m, w); err != nil {

@@ -358,11 +358,11 @@ func TestReadsWithTheRecordedBackend(t *testing.T) {
 				d.Records = store
 			}
 			if tc.holding != "" {
-				d.Holding = func(context.Context, string, iptables.Model) (release.Backend, error) {
+				d.Holding = func(context.Context, string, iptables.Model) (applied.Writer, error) {
 					if tc.recorded != "" {
 						t.Error("a recorded sandbox's backend looked for")
 					}
-					return tc.holding, nil
+					return applied.Writer{Backend: tc.holding}, nil
 				}
 			}
 			// The rules are in tc.want's tables only.
