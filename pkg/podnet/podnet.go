@@ -127,6 +127,12 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 	if n.Native {
 		return n.programNative(ctx, path, m, w)
 	}
+	return n.program(ctx, path, m, w, !w.Only)
+}
+
+// program is Program for iptables; rollback: a failure removes what was
+// written, in every family.
+func (n *Network) program(ctx context.Context, path string, m iptables.Model, w xtables.Write, rollback bool) (map[iptables.Family]xtables.Written, error) {
 	rulesets := m.Rulesets()
 	written := make([]xtables.Written, len(rulesets))
 	errs := make([]error, len(rulesets))
@@ -149,7 +155,7 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 		byFamily[rs.Family] = written[i]
 	}
 	err := errors.Join(errs...)
-	if err == nil || w.Only {
+	if err == nil || !rollback {
 		return byFamily, err
 	}
 	return byFamily, n.rollback(ctx, path, rulesets, err)
@@ -157,10 +163,16 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 
 // Reconcile makes the namespace hold the model, whatever it holds now, and
 // verifies it: Program as the audit's repair runs it, always restoring and
-// reading back.
+// reading back. A failure keeps what went in: the pod is running, and a
+// family repaired, or left as it was, redirects more of its traffic than
+// one rolled back with another's failure.
 func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
-	if !n.FindBackend || n.Native {
+	if n.Native {
 		_, err := n.Program(ctx, path, m, xtables.Write{})
+		return err
+	}
+	if !n.FindBackend {
+		_, err := n.program(ctx, path, m, xtables.Write{}, false)
 		return err
 	}
 	var found *xtables.Programmer
@@ -172,7 +184,7 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 		return err
 	}
 	at := &Network{Programmer: n.Programmer.WithBackends(found.BackendFor(iptables.IPv4), found.BackendFor(iptables.IPv6))}
-	if _, err := at.Program(ctx, path, m, xtables.Write{}); err != nil {
+	if _, err := at.program(ctx, path, m, xtables.Write{}, false); err != nil {
 		return err
 	}
 	if len(also) == 0 {

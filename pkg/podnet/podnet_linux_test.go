@@ -890,24 +890,7 @@ func TestFamiliesInTwoBackends(t *testing.T) {
 	if _, err := net.Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
 		t.Fatal(err)
 	}
-	holds := func(b release.Backend, fam iptables.Family) (has bool) {
-		ipt(t, n, b, fam, func(i *goipt.IPTables) {
-			chains, err := i.ListChains("nat")
-			if err != nil {
-				t.Fatal(err)
-			}
-			has = slices.Contains(chains, iptables.ChainOutput)
-		})
-		return has
-	}
-	where := func() {
-		t.Helper()
-		if !holds(release.NFT, iptables.IPv4) || holds(release.Legacy, iptables.IPv4) || !holds(release.Legacy, iptables.IPv6) || holds(release.NFT, iptables.IPv6) {
-			t.Errorf("IPv4 in nft %v, legacy %v; IPv6 in legacy %v, nft %v: want each in its own only",
-				holds(release.NFT, iptables.IPv4), holds(release.Legacy, iptables.IPv4), holds(release.Legacy, iptables.IPv6), holds(release.NFT, iptables.IPv6))
-		}
-	}
-	where()
+	heldIn(t, n, release.NFT, release.Legacy)
 	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
 		t.Fatalf("Check after Program: %v %v", diffs, err)
 	}
@@ -922,7 +905,7 @@ func TestFamiliesInTwoBackends(t *testing.T) {
 	if err := net.Reconcile(ctx, n.Path(), m); err != nil {
 		t.Fatal(err)
 	}
-	where()
+	heldIn(t, n, release.NFT, release.Legacy)
 	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
 		t.Errorf("Check after Reconcile: %v %v", diffs, err)
 	}
@@ -956,20 +939,97 @@ func TestFindsEachFamilysBackend(t *testing.T) {
 		if err := net.Reconcile(ctx, n.Path(), m); err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range []struct {
-			b    release.Backend
-			fam  iptables.Family
-			want bool
-		}{{release.NFT, iptables.IPv4, true}, {release.Legacy, iptables.IPv4, false}, {release.Legacy, iptables.IPv6, true}, {release.NFT, iptables.IPv6, false}} {
-			ipt(t, n, c.b, c.fam, func(i *goipt.IPTables) {
+		heldIn(t, n, release.NFT, release.Legacy)
+	})
+}
+
+// failingV6Restore runs every command for real but ip6tables' restores,
+// which fail.
+type failingV6Restore struct{ xtables.ExecRunner }
+
+func (r failingV6Restore) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.Contains(name, "ip6tables") && strings.HasSuffix(name, "-restore") {
+		return nil, errors.New("ip6tables-restore: broken here")
+	}
+	return r.ExecRunner.Run(ctx, stdin, name, args...)
+}
+
+// A repair of a running pod that fails for one family keeps what it could
+// write: the other family stays repaired, not rolled back with it (the
+// pod's traffic would then leave without the proxy until the next round).
+func TestRepairKeepsWhatItCouldWrite(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b release.Backend) {
+		n, ctx := newNS(t), context.Background()
+		m := iptables.Build(iptables.DefaultSpec(), true, true)
+		if _, err := netnsFor(b, nil).Program(ctx, n.Path(), m, xtables.Write{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			ipt(t, n, b, fam, func(i *goipt.IPTables) {
+				if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		if err := netnsFor(b, failingV6Restore{}).Reconcile(ctx, n.Path(), m); err == nil {
+			t.Fatal("Reconcile with ip6tables-restore failing: no error")
+		}
+		diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diffs {
+			if strings.HasPrefix(d, "ipv4") {
+				t.Errorf("IPv4 after a repair that failed for IPv6 only: %q", diffs)
+				break
+			}
+		}
+	})
+}
+
+// A sandbox no record names a writer for, holding IPv4's rules in both
+// backends and IPv6's in the other only: the repair clears IPv4's second
+// copy and leaves IPv6's only one where it is.
+func TestRepairClearsOnlyTheDoubledFamily(t *testing.T) {
+	requireRoot(t)
+	n, ctx := newNS(t), context.Background()
+	m := iptables.Build(iptables.DefaultSpec(), true, true)
+	for _, rs := range m.Rulesets() {
+		in := []release.Backend{release.Legacy}
+		if rs.Family == iptables.IPv4 {
+			in = append(in, release.NFT)
+		}
+		for _, b := range in {
+			if err := n.Do(func(ns.NetNS) error {
+				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	net := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.NFT}, FindBackend: true}
+	if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+		t.Fatal(err)
+	}
+	heldIn(t, n, release.NFT, release.Legacy)
+}
+
+// heldIn checks that istio-cni's chains are in v4 for IPv4 and v6 for
+// IPv6, and in neither family's other backend.
+func heldIn(t *testing.T, n ns.NetNS, v4, v6 release.Backend) {
+	t.Helper()
+	for fam, in := range map[iptables.Family]release.Backend{iptables.IPv4: v4, iptables.IPv6: v6} {
+		for _, b := range backends {
+			ipt(t, n, b, fam, func(i *goipt.IPTables) {
 				chains, err := i.ListChains("nat")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if slices.Contains(chains, iptables.ChainOutput) != c.want {
-					t.Errorf("guessed %s: after a repair, %s in %s holds ours: %v, want %v", guess, c.fam, c.b, !c.want, c.want)
+				if held := slices.Contains(chains, iptables.ChainOutput); held != (b == in) {
+					t.Errorf("%s in %s holds istio-cni's chains: %v; want them in %s only", fam, b, held, in)
 				}
 			})
 		}
-	})
+	}
 }

@@ -10,7 +10,8 @@ import (
 // Holding is p reading each of the model's families where its rules are:
 // in p's backend for the family, unless that holds nothing of ours there
 // and the other backend does. A family neither holds anything of ours in
-// is read where the other family's rules were found, else in p's. also
+// is read where the other family's rules were found (unless its own read
+// there failed), else in p's. also
 // are the families both backends hold chains of ours in, which a repair
 // must clear from the other. It is for a sandbox no record names a writer
 // for: an older build wrote it with the node's iptables, upstream's
@@ -23,6 +24,7 @@ import (
 // happen.
 func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (q *Programmer, also []iptables.Family) {
 	found := map[iptables.Family]release.Backend{}
+	unread := map[iptables.Family]release.Backend{} // the other backend, its read failed
 	for _, rs := range m.Rulesets() {
 		f := rs.Family
 		mine, other := p.BackendFor(f), p.BackendFor(f).Other()
@@ -35,6 +37,9 @@ func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (q *Programm
 			continue
 		}
 		theirs, err := p.WithBackend(other).holds(ctx, f)
+		if err != nil {
+			unread[f] = other
+		}
 		theirs = theirs && err == nil
 		switch {
 		case held:
@@ -50,7 +55,7 @@ func (p *Programmer) Holding(ctx context.Context, m iptables.Model) (q *Programm
 		if b, ok := found[f]; ok {
 			return b
 		}
-		if b, ok := found[sibling]; ok {
+		if b, ok := found[sibling]; ok && unread[f] != b {
 			return b
 		}
 		return p.BackendFor(f)

@@ -450,3 +450,31 @@ func (s *slowSave) Run(ctx context.Context, stdin []byte, name string, args ...s
 	}
 	return s.fakeRunner.Run(ctx, stdin, name, args...)
 }
+
+// savesByName answers each save program with its own output or error.
+type savesByName map[string]string
+
+func (s savesByName) Run(_ context.Context, _ []byte, name string, _ ...string) ([]byte, error) {
+	out, ok := s[filepath.Base(name)]
+	if !ok {
+		return nil, errors.New(name + ": failed")
+	}
+	return []byte(out), nil
+}
+
+// A family found in neither backend follows the other family's, but not
+// into a backend whose read of it failed: the repair would write there,
+// fail its read-back, and hold the pod's rules in a backend it cannot read.
+func TestHoldingDoesNotFollowIntoAFailedRead(t *testing.T) {
+	v6 := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv6)
+	p := &Programmer{Backend: release.NFT, Runner: savesByName{
+		"iptables-nft-save":     "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
+		"ip6tables-nft-save":    "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
+		"ip6tables-legacy-save": saveOf(&v6),
+		// iptables-legacy-save fails
+	}}
+	found, also := p.Holding(context.Background(), iptables.Build(iptables.DefaultSpec(), true, true))
+	if found.BackendFor(iptables.IPv4) != release.NFT || found.BackendFor(iptables.IPv6) != release.Legacy || len(also) != 0 {
+		t.Errorf("IPv4 in %s, IPv6 in %s (also %v); want nft, legacy", found.BackendFor(iptables.IPv4), found.BackendFor(iptables.IPv6), also)
+	}
+}
