@@ -12,10 +12,9 @@ type Writer struct {
 	Backend     release.Backend
 	BackendIPv6 release.Backend
 	Native      bool
-	// Guessed: no record names the iptables backend ADD wrote with
-	// (or, before record version 3, IPv6's); Backend is the node's guess
-	// (the record's), and each family's rules are read where they are
-	// found (podnet.Network.FindBackend).
+	// Guessed: no record names the iptables backend ADD wrote with;
+	// Backend is the node's guess, and each family's rules are read
+	// where they are found (podnet.Network.FindBackend).
 	Guessed bool
 }
 
@@ -39,11 +38,7 @@ func (r Record) Writer(node Writer) Writer {
 	case r.Native:
 		return Writer{Native: true}
 	case concrete(r.Backend) && (r.BackendIPv6 == "" || concrete(r.BackendIPv6)):
-		// Before version 3 a record named IPv4's backend only, and ADD
-		// wrote IPv6 where ip6tables led (a separate alternative, which
-		// can lead elsewhere): a dual-stack sandbox's rules are found
-		// where they are, from the record's backend.
-		return Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6, Guessed: r.Version < 3 && r.IPv6}
+		return Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6}
 	case node.Native:
 		// An iptables record on a node now native: the node's iptables
 		// backend, as detected.

@@ -18,8 +18,8 @@ func TestRecordWriter(t *testing.T) {
 		v4, v6 release.Backend
 		guess  bool
 	}{
-		{"one backend", Record{Version: 3, Backend: release.Legacy}, release.Legacy, release.Legacy, false},
-		{"IPv6 in another", Record{Version: 3, Backend: release.NFT, BackendIPv6: release.Legacy}, release.NFT, release.Legacy, false},
+		{"one backend", Record{Backend: release.Legacy}, release.Legacy, release.Legacy, false},
+		{"IPv6 in another", Record{Backend: release.NFT, BackendIPv6: release.Legacy}, release.NFT, release.Legacy, false},
 		{"none named", Record{}, release.NFT, release.NFT, true},
 		{"IPv6's unknown", Record{Backend: release.Legacy, BackendIPv6: "auto"}, release.NFT, release.NFT, true},
 		{"IPv4's unknown", Record{Backend: "x", BackendIPv6: release.Legacy}, release.NFT, release.NFT, true},
@@ -27,21 +27,6 @@ func TestRecordWriter(t *testing.T) {
 		w := tc.r.Writer(node)
 		if w.For(iptables.IPv4) != tc.v4 || w.For(iptables.IPv6) != tc.v6 || w.Guessed != tc.guess {
 			t.Errorf("%s: %+v; want IPv4 %s, IPv6 %s, guessed %v", tc.name, w, tc.v4, tc.v6, tc.guess)
-		}
-	}
-	// Before version 3 a record named IPv4's backend only: a dual-stack
-	// sandbox's IPv6 rules are found where they are, from the record's.
-	for _, tc := range []struct {
-		r     Record
-		guess bool
-	}{
-		{Record{Version: 1, Backend: release.Legacy, IPv4: true, IPv6: true}, true},
-		{Record{Version: 1, Backend: release.Legacy, IPv6: true}, true},
-		{Record{Version: 1, Backend: release.Legacy, IPv4: true}, false},
-		{Record{Version: 3, Backend: release.Legacy, BackendIPv6: release.NFT, IPv4: true, IPv6: true}, false},
-	} {
-		if w := tc.r.Writer(node); w.Backend != release.Legacy || w.Guessed != tc.guess {
-			t.Errorf("%+v: %+v; want legacy, guessed %v", tc.r, w, tc.guess)
 		}
 	}
 	if w := (Record{Native: true, Backend: release.NFT, BackendIPv6: release.Legacy}).Writer(node); !w.Native || w.Backend != "" || w.BackendIPv6 != "" {

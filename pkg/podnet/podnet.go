@@ -127,12 +127,27 @@ func (n *Network) Program(ctx context.Context, path string, m iptables.Model, w 
 	if n.Native {
 		return n.programNative(ctx, path, m, w)
 	}
-	return n.program(ctx, path, m, w, !w.Only)
+	rollback := rollbackAll
+	if w.Only {
+		rollback = rollbackNone
+	}
+	return n.program(ctx, path, m, w, rollback)
 }
 
-// program is Program for iptables; rollback: a failure removes what was
-// written, in every family.
-func (n *Network) program(ctx context.Context, path string, m iptables.Model, w xtables.Write, rollback bool) (map[iptables.Family]xtables.Written, error) {
+// What a failed write removes: what it wrote in every family (ADD: the
+// pod does not start), in the families that failed (a repair: the pod
+// runs, and the families repaired redirect its traffic), or nothing (the
+// plugin reconciles after the agent).
+type rollbackScope int
+
+const (
+	rollbackAll rollbackScope = iota
+	rollbackFailed
+	rollbackNone
+)
+
+// program is Program for iptables.
+func (n *Network) program(ctx context.Context, path string, m iptables.Model, w xtables.Write, rollback rollbackScope) (map[iptables.Family]xtables.Written, error) {
 	rulesets := m.Rulesets()
 	written := make([]xtables.Written, len(rulesets))
 	errs := make([]error, len(rulesets))
@@ -155,24 +170,36 @@ func (n *Network) program(ctx context.Context, path string, m iptables.Model, w 
 		byFamily[rs.Family] = written[i]
 	}
 	err := errors.Join(errs...)
-	if err == nil || !rollback {
+	if err == nil || rollback == rollbackNone {
 		return byFamily, err
 	}
-	return byFamily, n.rollback(ctx, path, rulesets, err)
+	undo := rulesets
+	if rollback == rollbackFailed {
+		// A family half written (mangle's TPROXY marks without their
+		// route, nat's DNS redirect without raw's zones) can break
+		// what a rollback leaves flowing: the failed ones go.
+		undo = nil
+		for i, rs := range rulesets {
+			if errs[i] != nil {
+				undo = append(undo, rs)
+			}
+		}
+	}
+	return byFamily, n.rollback(ctx, path, undo, err)
 }
 
 // Reconcile makes the namespace hold the model, whatever it holds now, and
 // verifies it: Program as the audit's repair runs it, always restoring and
-// reading back. A failure keeps what went in: the pod is running, and a
-// family repaired, or left as it was, redirects more of its traffic than
-// one rolled back with another's failure.
+// reading back. A failure rolls back the families that failed only: the
+// pod is running, and a family repaired redirects its traffic whatever
+// another's write did.
 func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
 	if n.Native {
 		_, err := n.Program(ctx, path, m, xtables.Write{})
 		return err
 	}
 	if !n.FindBackend {
-		_, err := n.program(ctx, path, m, xtables.Write{}, false)
+		_, err := n.program(ctx, path, m, xtables.Write{}, rollbackFailed)
 		return err
 	}
 	var found *xtables.Programmer
@@ -184,7 +211,7 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 		return err
 	}
 	at := &Network{Programmer: n.Programmer.WithBackends(found.BackendFor(iptables.IPv4), found.BackendFor(iptables.IPv6))}
-	if _, err := at.program(ctx, path, m, xtables.Write{}, false); err != nil {
+	if _, err := at.program(ctx, path, m, xtables.Write{}, rollbackFailed); err != nil {
 		return err
 	}
 	if len(also) == 0 {

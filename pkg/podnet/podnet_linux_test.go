@@ -943,21 +943,24 @@ func TestFindsEachFamilysBackend(t *testing.T) {
 	})
 }
 
-// failingV6Restore runs every command for real but ip6tables' restores,
-// which fail.
-type failingV6Restore struct{ xtables.ExecRunner }
+// failingV6Once runs every command for real but the first ip6tables-save
+// it is asked to run, which fails.
+type failingV6Once struct {
+	xtables.ExecRunner
+	failed atomic.Bool
+}
 
-func (r failingV6Restore) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if strings.Contains(name, "ip6tables") && strings.HasSuffix(name, "-restore") {
-		return nil, errors.New("ip6tables-restore: broken here")
+func (r *failingV6Once) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.Contains(name, "ip6tables") && strings.HasSuffix(name, "-save") && r.failed.CompareAndSwap(false, true) {
+		return nil, errors.New(name + ": failed here")
 	}
 	return r.ExecRunner.Run(ctx, stdin, name, args...)
 }
 
-// A repair of a running pod that fails for one family keeps what it could
-// write: the other family stays repaired, not rolled back with it (the
-// pod's traffic would then leave without the proxy until the next round).
-func TestRepairKeepsWhatItCouldWrite(t *testing.T) {
+// A repair of a running pod that fails for one family rolls that family
+// back, as ADD would, and keeps the other repaired: rolled back with it,
+// the pod's traffic would leave without the proxy until the next round.
+func TestRepairRollsBackOnlyTheFamilyThatFailed(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
@@ -971,19 +974,18 @@ func TestRepairKeepsWhatItCouldWrite(t *testing.T) {
 				}
 			})
 		}
-		if err := netnsFor(b, failingV6Restore{}).Reconcile(ctx, n.Path(), m); err == nil {
-			t.Fatal("Reconcile with ip6tables-restore failing: no error")
+		if err := netnsFor(b, &failingV6Once{}).Reconcile(ctx, n.Path(), m); err == nil {
+			t.Fatal("Reconcile with an ip6tables-save failing: no error")
 		}
-		diffs, err := netnsFor(b, nil).Check(ctx, n.Path(), m)
-		if err != nil {
-			t.Fatal(err)
+		ipv4 := netnsFor(b, nil)
+		if diffs, err := ipv4.Check(ctx, n.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil || len(diffs) != 0 {
+			t.Errorf("IPv4 after a repair that failed for IPv6 only: %q, %v", diffs, err)
 		}
-		for _, d := range diffs {
-			if strings.HasPrefix(d, "ipv4") {
-				t.Errorf("IPv4 after a repair that failed for IPv6 only: %q", diffs)
-				break
+		ipt(t, n, b, iptables.IPv6, func(i *goipt.IPTables) {
+			if chains, err := i.ListChains("nat"); err != nil || slices.Contains(chains, iptables.ChainOutput) {
+				t.Errorf("IPv6 after its failed repair: chains %v, %v; want it rolled back", chains, err)
 			}
-		}
+		})
 	})
 }
 
