@@ -11,10 +11,9 @@ import (
 // in p's backend for the family, unless that holds nothing of ours there
 // and the other backend does. A family neither holds anything of ours in
 // is read where the other family's rules were found (unless its own read
-// there failed), else in p's. also
-// are the families both backends hold chains of ours in, which a repair
-// must clear from the other. It is for a sandbox no record names a writer
-// for: an older build wrote it with the node's iptables, upstream's
+// there failed), else in p's. also are the families both backends hold
+// chains of ours in, which a repair must clear from the other. It is for
+// a sandbox no record names a writer for: an older build wrote it with the node's iptables, upstream's
 // istio-cni with the backend it detects for each family in the pod's
 // namespace (nft there whenever iptables-nft exists; on Debian and Ubuntu
 // iptables and ip6tables are separate alternatives), and the node's own
