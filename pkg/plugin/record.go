@@ -53,8 +53,10 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 		}
 		// ip6tables can lead elsewhere than iptables (a separate
 		// alternative): ADD wrote IPv6 where it leads.
-		if b6, err := backend.Resolve(true); r.IPv6 && err == nil && r.Backend != "" && b6 != r.Backend {
-			r.BackendIPv6 = b6
+		if r.IPv6 && r.Backend != "" {
+			if b6, err := backend.Resolve(true); err == nil && b6 != r.Backend {
+				r.BackendIPv6 = b6
+			}
 		}
 		rec.staged, rec.err = store.Stage(r)
 	}()
