@@ -214,17 +214,16 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		r.Backend, r.BackendIPv6 = found.Backend, found.BackendIPv6
 	}
 	w := applied.Writer{Native: r.Native, Backend: r.Backend, BackendIPv6: r.BackendIPv6}
-	if r.Have, err = observe(ctx, d, ns.Path, m, w); err != nil {
+	if !ok && r.guessed && !r.Native {
+		// Not to be redirected, and no record says where ADD wrote:
+		// stray rules of ours may be in either backend, family by family.
+		err = strays(ctx, d, ns.Path, &r, w)
+	} else {
+		r.Have, err = observe(ctx, d, ns.Path, m, w)
+	}
+	if err != nil {
 		r.NetnsErr = err.Error()
 		return r, nil
-	}
-	if !ok && len(r.Have) == 0 && r.guessed && !r.Native && r.Backend.Other() != "" {
-		// Not to be redirected, and no record says where ADD wrote:
-		// stray rules of ours may be in the other backend.
-		other := r.Backend.Other()
-		if have, err := observe(ctx, d, ns.Path, m, applied.Writer{Backend: other}); err == nil && len(have) > 0 {
-			r.Have, r.Backend = have, other
-		}
 	}
 	if !ok {
 		return r, nil
@@ -263,6 +262,37 @@ func observe(ctx context.Context, d Deps, netns string, m iptables.Model, w appl
 		have = append(have, prefixed(f, obs.OursListing())...)
 	}
 	return have, nil
+}
+
+// strays lists the rules of ours in an unrecorded sandbox, each family
+// read in the backend w guesses for it and, when none are there, in the
+// other one (a node's alternatives can lead each family elsewhere, and an
+// older writer may have used either); r says where each was read.
+func strays(ctx context.Context, d Deps, netns string, r *Report, w applied.Writer) error {
+	at := map[iptables.Family]release.Backend{}
+	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		b := w.For(f)
+		obs, err := d.Observe(ctx, netns, b, f)
+		if err != nil {
+			if f == iptables.IPv6 {
+				continue // a node without ip6tables: IPv4 is what there is
+			}
+			return err
+		}
+		lines := obs.OursListing()
+		if other := b.Other(); len(lines) == 0 && other != "" {
+			if o, err := d.Observe(ctx, netns, other, f); err == nil && len(o.OursListing()) > 0 {
+				lines, b = o.OursListing(), other
+			}
+		}
+		at[f] = b
+		r.Have = append(r.Have, prefixed(f, lines)...)
+	}
+	r.Backend, r.BackendIPv6 = at[iptables.IPv4], ""
+	if b, ok := at[iptables.IPv6]; ok && b != r.Backend {
+		r.BackendIPv6 = b
+	}
+	return nil
 }
 
 // nativeListing is the native nftables ruleset a model stands for.

@@ -493,4 +493,54 @@ func TestStrayRulesInTheOtherBackend(t *testing.T) {
 	}
 }
 
+// An unmeshed pod's stray rules are found family by family: each in the
+// backend the node's guess names for it, else in the other one, and the
+// report says where each was read.
+func TestStrayRulesOfEachFamily(t *testing.T) {
+	p := pod(nil)
+	p.Spec.Containers = p.Spec.Containers[:1] // no istio-proxy
+	saves := map[iptables.Family][]byte{}
+	for _, rs := range iptables.Build(iptables.DefaultSpec(), true, true).Rulesets() {
+		save, err := iptables.Plan(rs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saves[rs.Family] = save
+	}
+	for _, tc := range []struct {
+		name string
+		node applied.Writer // the node's writer, guessed for the pod
+		at   applied.Writer // where the stray rules are
+	}{
+		{"split node, both in the other backend", applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, applied.Writer{Backend: release.Legacy, BackendIPv6: release.NFT}},
+		{"IPv6 in the other backend", applied.Writer{Backend: release.NFT}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}},
+		{"IPv4 in the other backend", applied.Writer{Backend: release.Legacy}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := deps(p, "", nil)
+			d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+				if b != tc.at.For(f) {
+					return iptables.ParseSave(nil)
+				}
+				return iptables.ParseSave(saves[f])
+			}
+			o := opts(configDir(t, true))
+			o.Writer = tc.node
+			r, err := Run(context.Background(), o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := render(t, r)
+			if v := r.Verdict(); v.Code != VerdictStrayRules || r.Backend != tc.at.Backend || r.BackendIPv6 != tc.at.BackendIPv6 {
+				t.Errorf("verdict %s, read with %s (IPv6 %q); want %s with %s (IPv6 %q)\n%s", v.Code, r.Backend, r.BackendIPv6, VerdictStrayRules, tc.at.Backend, tc.at.BackendIPv6, out)
+			}
+			for _, f := range []string{"ipv4 ", "ipv6 "} {
+				if !slices.ContainsFunc(r.Have, func(l string) bool { return strings.HasPrefix(l, f) }) {
+					t.Errorf("lists no %sstray rules\n%s", f, out)
+				}
+			}
+		})
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
