@@ -13,14 +13,18 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
-// withWriterOf is conf writing rules as the record says its ADD did:
-// native nftables or iptables.
+// withWriterOf is conf reading and removing rules as the record says its
+// ADD wrote them: native nftables, or iptables in the backend of each
+// family it names, whatever the entry's iptables_backend says now or the
+// node's alternatives lead to (the audit and inspect read them there
+// too). A record naming no backend, an older build's, leaves the entry's.
 func withWriterOf(conf *Config, r applied.Record) *Config {
-	if r.Native == conf.parsed.Native {
-		return conf
-	}
+	w := r.Writer(applied.Writer{Backend: conf.parsed.Backend})
 	c := *conf
-	c.parsed.Native = r.Native
+	c.parsed.Native, c.backendIPv6 = w.Native, ""
+	if !w.Native && !w.Guessed {
+		c.parsed.Backend, c.backendIPv6 = w.Backend, w.BackendIPv6
+	}
 	return &c
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
@@ -23,6 +24,9 @@ type Config struct {
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Values
+	// backendIPv6 is IPv6's backend where a record names one apart from
+	// IPv4's (withWriterOf); "" for parsed.Backend.
+	backendIPv6 release.Backend
 }
 
 const errPrefix = "istio-cni config"

@@ -6,6 +6,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/podnet"
 )
 
 // A DEL whose config does not validate keeps what it can read of it: a
@@ -48,6 +50,58 @@ func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
 		}
 		if len(asked) != 2 || asked[0] != recordedNative || asked[1] != recordedNative {
 			t.Errorf("recorded native=%v: CHECK and DEL asked for native=%v", recordedNative, asked)
+		}
+	}
+}
+
+// CHECK and DEL read and remove an iptables sandbox's rules in the
+// backend of each family its record names, whatever the entry's
+// iptables_backend says now or the node's alternatives lead to: the
+// audit and inspect read them there, and a CHECK reading elsewhere would
+// call a pod whose rules are intact broken. A record naming no backend
+// (one an older build wrote) is read as the entry says.
+func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
+	type backends struct{ v4, v6 release.Backend }
+	for _, tc := range []struct {
+		entry    string // iptables_backend, "" for none
+		recorded backends
+		want     backends
+	}{
+		{"", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
+		{"nft", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
+		{"legacy", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
+		{"", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
+		{"legacy", backends{"", ""}, backends{release.Legacy, ""}},
+		{"", backends{"", ""}, backends{release.Auto, ""}},
+	} {
+		dir := t.TempDir()
+		entry := confWithRecords(dir)
+		if tc.entry != "" {
+			entry = strings.Replace(entry, `"records_dir"`, `"iptables_backend":"`+tc.entry+`","records_dir"`, 1)
+		}
+		a := cmdArgs(entry, podArgsUID)
+		a.Netns = t.TempDir()
+		r := applied.Record{PodUID: "0d5e2f4c-aaaa-bbbb-cccc-444455556666", Pod: "team-a/web-1", Container: a.ContainerID,
+			NetnsInode: netnsInode(a.Netns), IPv4: true, IPv6: true, Spec: iptables.DefaultSpec(),
+			Backend: tc.recorded.v4, BackendIPv6: tc.recorded.v6}
+		if err := (applied.Store{Dir: dir}).Write(r); err != nil {
+			t.Fatal(err)
+		}
+		h := newHarness()
+		var got []backends
+		h.p.deps.NewPodNetwork = func(c *Config) PodNetwork {
+			prog := podNetwork(c).(*podnet.Network).Programmer
+			got = append(got, backends{prog.Backend, prog.BackendIPv6})
+			return h.net
+		}
+		if err := h.p.Check(a); err != nil {
+			t.Fatalf("CHECK: %v", err)
+		}
+		if err := h.p.Del(a); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		if len(got) != 2 || got[0] != tc.want || got[1] != tc.want {
+			t.Errorf("entry %q, recorded %v: CHECK and DEL read with %v; want %v", tc.entry, tc.recorded, got, tc.want)
 		}
 	}
 }

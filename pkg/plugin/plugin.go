@@ -102,7 +102,7 @@ func New() *Plugin {
 // podNetwork is the namespace programmer for a config's backend; how an
 // ADD writes is the xtables.Write it passes.
 func podNetwork(c *Config) PodNetwork {
-	return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend}, Native: c.parsed.Native}
+	return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, BackendIPv6: c.backendIPv6}, Native: c.parsed.Native}
 }
 
 // NewWithDeps returns a plugin with the given seams (for tests).

@@ -54,6 +54,12 @@ func newSandbox(netns ns.NetNS, podNS, podName string) (*Sandbox, error) {
 	return s, nil
 }
 
+// SetPodUID passes the pod's uid in CNI_ARGS (K8S_POD_UID) from now on,
+// as containerd and CRI-O do: the plugin matches a sandbox's record by it.
+func (s *Sandbox) SetPodUID(uid string) {
+	s.rt.Args = append(s.rt.Args, [2]string{"K8S_POD_UID", uid})
+}
+
 // Path is the namespace's path, CNI_NETNS.
 func (s *Sandbox) Path() string { return s.netns.Path() }
 
