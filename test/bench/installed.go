@@ -261,7 +261,7 @@ func (b *bench) installed(ctx context.Context, api *cluster.APIServer, dir, inst
 		return err
 	}
 	installedPlugin := filepath.Join(nd.bin, install.PluginBinary)
-	run := &bench{plugin: installedPlugin, n: b.n, uids: b.uids, records: filepath.Join(nd.run, install.RecordsDirName)}
+	run := &bench{plugin: installedPlugin, n: b.n, cpus: b.cpus, uids: b.uids, records: filepath.Join(nd.run, install.RecordsDirName)}
 	// The running sandbox had its ADD when the runtime started it, so
 	// the reads back the samples' reports wake find its rules, as on a
 	// node (one bench pod stands for every pod the node starts).

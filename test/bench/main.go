@@ -38,6 +38,7 @@ func main() {
 	fleet := flag.Int("fleet", 0, "measure only the agents on fleets of 1 to this many nodes (cluster.StartFleet)")
 	fleetPods := flag.String("fleet-pods", "10,25", "meshed pods a node started on the fleet, two counts, rising")
 	fleetIdle := flag.Duration("fleet-idle", time.Minute, "the fleet's idle window")
+	cpus := flag.Int("cpus", 0, "run each plugin (ours, upstream's) as on a node with this many CPUs, by GOMAXPROCS in its environment: Go's runtime sizes itself by the CPU count at every start; 0 leaves it to this machine's")
 	flannel := flag.Int("flannel", 0, "measure only pod starts on a Flannel fleet of this many nodes (see -pods)")
 	flag.Parse()
 	if *fleet > 0 {
@@ -68,7 +69,7 @@ func main() {
 	}
 	var err error
 	if !*skipPlugin {
-		err = run(*plugin, *installer, *upstream, *n, *conc, strings.Split(*backends, ","), *native)
+		err = run(*plugin, *installer, *upstream, *n, *conc, *cpus, strings.Split(*backends, ","), *native)
 	}
 	if err == nil && !*skipInstaller {
 		err = installerBench(*events)
@@ -79,7 +80,7 @@ func main() {
 	}
 }
 
-func run(plugin, installer, upstream string, n, conc int, backends []string, native bool) error {
+func run(plugin, installer, upstream string, n, conc, cpus int, backends []string, native bool) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces)")
 	}
@@ -128,8 +129,8 @@ func run(plugin, installer, upstream string, n, conc int, backends []string, nat
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
 	go func() { _ = agent.Run(agentCtx, func(reports.Report) {}) }()
-	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "reports.sock"), n: n, uids: uids}
-	printHeader(plugin, n, conc)
+	b := &bench{plugin: plugin, kubeconfig: kubeconfig, agentSocket: filepath.Join(dir, "reports.sock"), n: n, cpus: cpus, uids: uids}
+	printHeader(plugin, n, conc, cpus)
 	if err := b.version(); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type bench struct {
 	// agent: each sample's sandbox is torn down there (tornDown).
 	records string
 	n       int
+	// cpus, when set, runs each plugin as on a node with that many CPUs:
+	// Go's runtime sizes its scheduler by the CPU count at every start.
+	cpus int
 }
 
 // sample is one timed run, and the peak RSS of the process in KiB and its
@@ -89,6 +93,9 @@ func (b *bench) execPlugin(command, pod, netns string, stdin []byte, rss bool) (
 		if strings.HasPrefix(kv, "CNI_CONTAINERID=") {
 			cmd.Env[i] = "CNI_CONTAINERID=" + sandbox
 		}
+	}
+	if b.cpus > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(b.cpus))
 	}
 	var rssFile string
 	if rss {

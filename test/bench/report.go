@@ -13,12 +13,15 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
-func printHeader(plugin string, n, conc int) {
+func printHeader(plugin string, n, conc, cpus int) {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	ipt, _ := exec.Command("iptables", "--version").Output()
 	st, _ := os.Stat(plugin)
 	fmt.Printf("istio-cni plugin benchmark: %d samples each, %d-concurrent runs, %d CPUs, kernel %s, %s, binary %.1f MB\n\n",
 		n, conc, runtime.NumCPU(), strings.TrimSpace(string(kernel)), strings.TrimSpace(string(ipt)), float64(st.Size())/1e6)
+	if cpus > 0 {
+		fmt.Printf("Each plugin runs as on a node with %d CPUs (GOMAXPROCS=%d in its environment).\n\n", cpus, cpus)
+	}
 	fmt.Println("| measurement | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|")
 }

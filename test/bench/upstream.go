@@ -51,7 +51,7 @@ func (b *bench) upstream(binary, dir string, conc int, native bool) error {
 		return err
 	}
 	backend := f.backend
-	up := &bench{plugin: binary, n: b.n, uids: b.uids}
+	up := &bench{plugin: binary, n: b.n, cpus: b.cpus, uids: b.uids}
 	fmt.Printf("\n## Upstream istio-cni's plugin (%s), the same pod, API server and floor (%s)\n\n", binary, f.node)
 	fmt.Println("| measurement | p50 | p99 | max |")
 	fmt.Println("|---|---|---|---|")
