@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -102,22 +100,4 @@ func TestAlternativesMovedUnderARunningPod(t *testing.T) {
 		t.Errorf("CHECK of the pod meshed after the change: %v", err)
 	}
 	throughProxy(s.Path())
-}
-
-// podUID is a stored pod's uid.
-func podUID(t *testing.T, ns, name string) string {
-	t.Helper()
-	status, body, err := env.api.Do(context.Background(), http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+name, nil)
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("GET pod %s/%s: %d %v", ns, name, status, err)
-	}
-	var pod struct {
-		Metadata struct {
-			UID string `json:"uid"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &pod); err != nil || pod.Metadata.UID == "" {
-		t.Fatalf("no uid in %s", body)
-	}
-	return pod.Metadata.UID
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,4 +93,22 @@ func expectPrefix(t *testing.T, got, want string) {
 	if !strings.HasPrefix(got, want) {
 		t.Errorf("got %q, want it to start with %q", got, want)
 	}
+}
+
+// podUID is a stored pod's uid.
+func podUID(t *testing.T, ns, name string) string {
+	t.Helper()
+	status, body, err := env.api.Do(context.Background(), http.MethodGet, "/api/v1/namespaces/"+ns+"/pods/"+name, nil)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("GET pod %s/%s: %d %v", ns, name, status, err)
+	}
+	var pod struct {
+		Metadata struct {
+			UID string `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &pod); err != nil || pod.Metadata.UID == "" {
+		t.Fatalf("no uid in %s", body)
+	}
+	return pod.Metadata.UID
 }

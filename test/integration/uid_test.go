@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"context"
-	"encoding/json"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
@@ -16,23 +14,12 @@ func TestPodUID(t *testing.T) {
 	name := "uid-check"
 	ann, ctrs := meshed(nil)
 	createPod(t, "team-a", name, ann, ctrs, nil)
-	status, body, err := env.api.Do(context.Background(), "GET", "/api/v1/namespaces/team-a/pods/"+name, nil)
-	if err != nil || status != 200 {
-		t.Fatalf("GET pod: %d %v", status, err)
-	}
-	var pod struct {
-		Metadata struct {
-			UID string `json:"uid"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(body, &pod); err != nil || pod.Metadata.UID == "" {
-		t.Fatalf("no uid in %s", body)
-	}
+	uid := podUID(t, "team-a", name)
 	stdin := pluginStdin(t, "1.0.0", istioConf(nil), prevV4)
 	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=" + name + ";K8S_POD_UID="
 
 	s := newSandbox(t, "team-a", name)
-	if r := execPlugin(t, "ADD", stdin, s.Path(), args+pod.Metadata.UID); r.code != 0 {
+	if r := execPlugin(t, "ADD", stdin, s.Path(), args+uid); r.code != 0 {
 		t.Fatalf("ADD with the pod's uid: %d %s", r.code, r.msg)
 	}
 	assertRules(t, s.Path(), autoWriter, iptables.DefaultSpec(), false)
