@@ -379,7 +379,8 @@ fuzz:
 ## machine's 1.8.9, the floor included (test/oldiptables/asnode.sh);
 ## IPTABLES=legacy as on a node whose iptables is legacy only, where
 ## upstream's plugin (UPSTREAM=) writes legacy too
-## (test/oldiptables/aslegacy.sh).
+## (test/oldiptables/aslegacy.sh). CPUS=64 runs each plugin as on a node
+## with 64 CPUs (Go's runtime sizes itself by the count at every start).
 BENCH_RELEASES := 1.8.7 1.8.11
 comma := ,
 ifneq ($(IPTABLES),)
@@ -392,7 +393,7 @@ endif
 endif
 BENCH_NODE := $(if $(filter legacy,$(IPTABLES)),test/oldiptables/aslegacy.sh $(TOOLS)/legacy-node,$(if $(IPTABLES),test/oldiptables/asnode.sh $(TOOLS)/iptables-$(IPTABLES)))
 bench: deps kube-binaries build $(if $(filter $(BENCH_RELEASES),$(IPTABLES)),$(TOOLS)/iptables-$(IPTABLES)/usr/sbin/xtables-nft-multi)
-	$(BENCH_NODE) $(GO) run ./test/bench -plugin $(BIN)/istio-cni-sidecar $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables)
+	$(BENCH_NODE) $(GO) run ./test/bench -plugin $(BIN)/istio-cni-sidecar $(if $(UPSTREAM),-upstream $(UPSTREAM)) $(if $(NATIVE),-native-nftables) $(if $(CPUS),-cpus $(CPUS))
 
 bench-upstream: $(TOOLS)/upstream-istio-cni
 	$(MAKE) bench UPSTREAM=$(CURDIR)/$(TOOLS)/upstream-istio-cni

@@ -41,6 +41,10 @@ func main() {
 	cpus := flag.Int("cpus", 0, "run each plugin (ours, upstream's) as on a node with this many CPUs, by GOMAXPROCS in its environment: Go's runtime sizes itself by the CPU count at every start; 0 leaves it to this machine's")
 	flannel := flag.Int("flannel", 0, "measure only pod starts on a Flannel fleet of this many nodes (see -pods)")
 	flag.Parse()
+	if *cpus < 0 {
+		fmt.Fprintf(os.Stderr, "bench: -cpus %d: want a CPU count, or 0 for this machine's\n", *cpus)
+		os.Exit(2)
+	}
 	if *fleet > 0 {
 		var p1, p2 int
 		if _, err := fmt.Sscanf(*fleetPods, "%d,%d", &p1, &p2); err != nil {
