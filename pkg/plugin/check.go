@@ -24,6 +24,12 @@ func withWriterOf(conf *Config, r applied.Record) *Config {
 	c.parsed.Native, c.backendIPv6 = w.Native, ""
 	if !w.Native && !w.Guessed {
 		c.parsed.Backend, c.backendIPv6 = w.Backend, w.BackendIPv6
+		if r.Version < 3 && r.IPv6 && conf.parsed.Backend != w.Backend {
+			// Before version 3 a record names IPv4's backend only (an
+			// older build on a split node wrote IPv6 elsewhere): IPv6
+			// is read where the entry leads now, as before.
+			c.backendIPv6 = conf.parsed.Backend
+		}
 	}
 	return &c
 }

@@ -59,7 +59,8 @@ func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
 // iptables_backend says now or the node's alternatives lead to: the
 // audit and inspect read them there, and a CHECK reading elsewhere would
 // call a pod whose rules are intact broken. A record naming no backend
-// (one an older build wrote) is read as the entry says.
+// (one an older build wrote) is read as the entry says, and so is IPv6
+// where a record older than version 3 names IPv4's backend only.
 func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 	type backends struct{ v4, v6 release.Backend }
 	for _, tc := range []struct {
@@ -67,8 +68,11 @@ func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 		recorded backends
 		want     backends
 	}{
-		{"", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
-		{"nft", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
+		// Before version 3 a record names IPv4's backend only: IPv6 is
+		// read where the entry leads now.
+		{"", backends{release.Legacy, ""}, backends{release.Legacy, release.Auto}},
+		{"nft", backends{release.Legacy, ""}, backends{release.Legacy, release.NFT}},
+		{"legacy", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
 		{"legacy", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
 		{"", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
 		{"legacy", backends{"", ""}, backends{release.Legacy, ""}},
