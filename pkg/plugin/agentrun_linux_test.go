@@ -220,7 +220,7 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 // The agent lays the rules out as the node's release writes them, as the
 // shim found it (Request.Release), not as its container's iptables does:
 // 1.8.7 matches ports with the x_tables tcp match where the others load
-// the port, 1.8.10 and 1.8.11 load IPv4's protocol from the header
+// the port, 1.8.10 and later load IPv4's protocol from the header
 // (nfnl.Layout).
 func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 	requireNFTLayout(t)
@@ -245,7 +245,7 @@ func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 			for expr, want := range map[string]bool{
 				"[ match name tcp rev 0 ]":                          v == "1.8.7",
 				"[ payload load 2b @ transport header + 2 => reg 1": v != "1.8.7",
-				"[ payload load 1b @ network header + 9 => reg":     v == "1.8.10" || v == "1.8.11",
+				"[ payload load 1b @ network header + 9 => reg":     v != "1.8.7" && v != "1.8.8" && v != "1.8.9",
 			} {
 				if strings.Contains(dump, expr) != want {
 					t.Errorf("iptables %s's layout: %q in the dump is %v, want %v\n%s", v, expr, !want, want, dump)
@@ -485,7 +485,7 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 		"IPv6 not over netlink":  {prevDual, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = []string{"ipv4"} }, "ipv6"},
 		// A release nfnl lays out no rules as, or none (a shim of
 		// before Release), is the plugin's to write.
-		"a release the agent lays out no rules as": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "1.8.12" }, `iptables "1.8.12"`},
+		"a release the agent lays out no rules as": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "1.8.14" }, `iptables "1.8.14"`},
 		"no release": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "" }, `iptables ""`},
 		"an invalid annotation": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
 			f.pods["team-a/web-1"].Metadata.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"

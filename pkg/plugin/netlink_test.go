@@ -52,13 +52,13 @@ func TestNetlinkOffDecides(t *testing.T) {
 		}
 	}
 	// Each release nfnl lays out goes over netlink in its own layout.
-	for _, v := range []string{"1.8.7", "1.8.8", "1.8.10", "1.8.11"} {
+	for _, v := range []string{"1.8.7", "1.8.8", "1.8.10", "1.8.11", "1.8.12", "1.8.13"} {
 		fakeRestore(t, v)
 		if l, err := netlinkOff(conf(t.TempDir(), release.NFT), v4); err != nil || l.Release() != v {
 			t.Errorf("iptables-nft %s: %q, %v; want netlink in %s's layout", v, l.Release(), err, v)
 		}
 	}
-	for _, v := range []string{"1.8.6", "1.8.12"} {
+	for _, v := range []string{"1.8.6", "1.8.14"} {
 		fakeRestore(t, v)
 		if l, err := netlinkOff(conf(t.TempDir(), release.NFT), v4); !errors.Is(err, errNetlinkOff) || !strings.Contains(err.Error(), v) || l != (nfnl.Layout{}) {
 			t.Errorf("iptables %s: %q, %v; want netlink off naming the release", v, l.Release(), err)

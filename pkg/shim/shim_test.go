@@ -200,12 +200,12 @@ func TestAddHandsOffTheNodesRelease(t *testing.T) {
 		"1.8.11":               {withRelease(t, nft, "1.8.11"), []string{"ipv4", "ipv6"}, "1.8.11"},
 		"1.8.8":                {withRelease(t, nft, "1.8.8"), []string{"ipv4", "ipv6"}, "1.8.8"},
 		"1.8.10":               {withRelease(t, nft, "1.8.10"), []string{"ipv4", "ipv6"}, "1.8.10"},
-		"1.8.12":               {withRelease(t, nft, "1.8.12"), nil, ""},
+		"1.8.14":               {withRelease(t, nft, "1.8.14"), nil, ""},
 		"1.8.6":                {withRelease(t, nft, "1.8.6"), nil, ""},
-		"ipv6 at 1.8.12":       {withRelease(t, nft, "1.8.12", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
+		"ipv6 at 1.8.14":       {withRelease(t, nft, "1.8.14", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
 		"ipv6 at 1.8.7":        {withRelease(t, nft, "1.8.7", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
 		"ipv4 at 1.8.11":       {withRelease(t, nft, "1.8.11", "iptables-nft-restore"), []string{"ipv4"}, "1.8.11"},
-		"ipv4 at 1.8.12 alone": {withRelease(t, nft, "1.8.12", "iptables-nft-restore"), []string{"ipv6"}, "1.8.9"},
+		"ipv4 at 1.8.14 alone": {withRelease(t, nft, "1.8.14", "iptables-nft-restore"), []string{"ipv6"}, "1.8.9"},
 	} {
 		h := &harness{env: addEnv(netns), stdin: c.stdin, answer: handoff.Response{Done: true}}
 		h.run(t)
@@ -331,7 +331,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	nft := nodeWithNFT(t, machineRelease)
-	other := withRelease(t, nft, "1.8.12")
+	other := withRelease(t, nft, "1.8.14")
 	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
 	for name, c := range map[string]struct {
 		stdin   string
@@ -345,7 +345,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
 		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
 		"legacy, handed back":    {strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1), addEnv(netns), handoff.Response{HandBack: "no"}, nil, "the agent: no", true},
-		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.12, whose layout is not", false},
+		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.14, whose layout is not", false},
 		"not JSON":               {"{", addEnv(netns), handoff.Response{}, nil, "does not decode", false},
 		"no netns":               {nft, addEnv(""), handoff.Response{}, nil, "no CNI_NETNS", false},
 		"a netns that is absent": {nft, addEnv(netns + ".gone"), handoff.Response{}, nil, "opening CNI_NETNS", false},

@@ -31,18 +31,21 @@ func Releases() []Release {
 	}
 }
 
-// Recorded are the releases no Debian suite serves: Amazon Linux 2023's
-// 1.8.8, and Ubuntu 24.04's and RHEL 9's 1.8.10. The tests hold what the
-// netlink writer writes as them to a record of what their own
-// iptables-nft-restore wrote (pkg/iptables/nfnl/testdata/releases), made
-// with programs built from the release's tag and installed as fetch.sh
-// unpacks a release (usr/sbin, usr/lib/<arch>, a newer glibc's own files
-// beside 1.8.10's, which needs libnftnl 1.2.6); their variables name them
-// only to make a record.
+// Recorded are the releases make test does not unpack: Amazon Linux
+// 2023's 1.8.8, Ubuntu 24.04's and RHEL 9's 1.8.10, 1.8.12, and Debian
+// forky's 1.8.13. The tests hold what the netlink writer writes as them
+// to a record of what their own iptables-nft-restore wrote
+// (pkg/iptables/nfnl/testdata/releases), made with programs built from
+// the release's tag (1.8.8, 1.8.10, 1.8.12) or unpacked from forky
+// (1.8.13), laid out as fetch.sh unpacks a release (usr/sbin,
+// usr/lib/<arch>, a newer glibc's own files beside all but 1.8.8's);
+// their variables name them only to make a record.
 func Recorded() []Release {
 	return []Release{
 		{Version: "1.8.8", env: "ISTIO_CNI_IPTABLES_1_8_8"},
 		{Version: "1.8.10", env: "ISTIO_CNI_IPTABLES_1_8_10", ownLibc: true},
+		{Version: "1.8.12", env: "ISTIO_CNI_IPTABLES_1_8_12", ownLibc: true},
+		{Version: "1.8.13", env: "ISTIO_CNI_IPTABLES_1_8_13", ownLibc: true},
 	}
 }
 

@@ -8,8 +8,8 @@ import "istio-cni.local/istio-cni/pkg/iptables/release"
 // as nothing), so Write lays rules out as the node's own release does.
 // What each differs in was read off the kernel's dump of every golden
 // spec as each release writes it (Debian's, releases_linux_test.go; the
-// two no Debian suite serves, recorded from builds of their tags,
-// recorded_linux_test.go):
+// ones recorded from builds of their tags or from a Debian suite make
+// test does not unpack, recorded_linux_test.go):
 //
 //   - 1.8.7 matches ports with the x_tables tcp and udp matches, and
 //     marks with the mark match; 1.8.8 on natively (payload, meta mark);
@@ -18,9 +18,10 @@ import "istio-cni.local/istio-cni/pkg/iptables/release"
 //     l4proto; and make the built-in chains they hook with counters
 //     (iptables -L -v counts their policy's packets).
 //
-// So 1.8.8 writes as 1.8.9 does and 1.8.10 as 1.8.11, for every spec; a
-// release not listed (older, or newer than 1.8.11) is not laid out, and
-// the plugin writes with the node's own iptables-restore there.
+// So 1.8.8 writes as 1.8.9 does, and 1.8.10 through 1.8.13 write alike,
+// for every spec; a release not listed (older than 1.8.7, or newer than
+// 1.8.13) is not laid out, and the plugin writes with the node's own
+// iptables-restore there.
 type Layout struct {
 	release      string
 	xtPorts      bool // tcp/udp matches, not payload
@@ -37,6 +38,8 @@ var layouts = map[string]Layout{
 	"1.8.9":  {release: "1.8.9"},
 	"1.8.10": {release: "1.8.10", addrsFirst: true, protoPayload: true, baseCounters: true},
 	"1.8.11": {release: "1.8.11", addrsFirst: true, protoPayload: true, baseCounters: true},
+	"1.8.12": {release: "1.8.12", addrsFirst: true, protoPayload: true, baseCounters: true},
+	"1.8.13": {release: "1.8.13", addrsFirst: true, protoPayload: true, baseCounters: true},
 }
 
 // LayoutOf is the layout of an iptables-nft release, if Write knows it;

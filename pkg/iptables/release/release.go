@@ -24,7 +24,7 @@ import (
 // iptables-save of one release can silently misprint another's encoding,
 // so nfnl writes only on nodes whose iptables is one of these, in its
 // own layout.
-var Layouts = []string{"1.8.7", "1.8.8", "1.8.9", "1.8.10", "1.8.11"}
+var Layouts = []string{"1.8.7", "1.8.8", "1.8.9", "1.8.10", "1.8.11", "1.8.12", "1.8.13"}
 
 // HasLayout says whether nfnl lays rules out as release v writes them.
 func HasLayout(v string) bool { return slices.Contains(Layouts, v) }
