@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,7 +18,7 @@ import (
 func Process() Env {
 	return Env{
 		Getenv: os.Getenv, Environ: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Exe: executable(), Args: os.Args, Exec: Exec,
+		Exe: executable(), Args: os.Args, Procs: runtime.GOMAXPROCS(0), Exec: Exec,
 		HandOff: func(socket string, req handoff.Request, netnsFD int) (handoff.Response, error) {
 			return handoff.Send(socket, req, netnsFD, handoff.Budget)
 		},

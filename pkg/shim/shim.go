@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -42,6 +43,10 @@ type Env struct {
 	// beside it. Args are its arguments, passed on to the full plugin.
 	Exe  string
 	Args []string
+	// Procs is the shim's own GOMAXPROCS, as Go's runtime sized it on
+	// this node (its CPUs, its cgroup's limit, or GOMAXPROCS); 0 if
+	// unknown.
+	Procs int
 	// Exec replaces the process with path, stdin (when not nil) its fd 0
 	// from then on; it returns only on failure.
 	Exec func(path string, argv, envv []string, stdin []byte) error
@@ -163,16 +168,41 @@ func (e Env) full(stdin []byte, why string) int {
 	if err != nil {
 		return e.fail(cniVersion(stdin), err)
 	}
-	env := e.Environ
-	if why != "" {
-		env = append(append([]string(nil), env...), why)
-	}
+	env := fullEnv(e.Environ, e.Procs, why)
 	argv := []string{full}
 	if len(e.Args) > 1 {
 		argv = append(argv, e.Args[1:]...)
 	}
 	err = e.Exec(full, argv, env, stdin)
 	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", full, err))
+}
+
+// FullProcs caps the full plugin's GOMAXPROCS. Its work is one pod
+// lookup and one restore, in sequence; Go's runtime, sized by the node's
+// CPUs at every start, costs it about 5 page faults and 20 KB a CPU past
+// two (BENCHMARKS.md), which a 64-CPU node would pay on every DEL,
+// CHECK, STATUS and ADD the agent does not run.
+const FullProcs = 2
+
+// fullEnv is the full plugin's environment: the runtime's, GOMAXPROCS
+// set to the shim's own or FullProcs, whichever is fewer (left as the
+// runtime passed it when the shim's is unknown), and why (NAME=reason)
+// when set. Go's runtime reads the first GOMAXPROCS, so any other goes.
+func fullEnv(environ []string, procs int, why string) []string {
+	env := make([]string, 0, len(environ)+2)
+	for _, kv := range environ {
+		if procs > 0 && strings.HasPrefix(kv, "GOMAXPROCS=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	if procs > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(procs, FullProcs)))
+	}
+	if why != "" {
+		env = append(env, why)
+	}
+	return env
 }
 
 // fullPath is the full plugin's path: beside the shim. Without the

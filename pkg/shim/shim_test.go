@@ -33,6 +33,7 @@ type execCall struct {
 
 type harness struct {
 	env     map[string]string
+	procs   int // the shim's GOMAXPROCS (Env.Procs)
 	stdin   string
 	in      io.Reader // stdin read this way, if set
 	execs   []execCall
@@ -62,6 +63,7 @@ func (h *harness) run(t *testing.T) int {
 		Stderr:  &h.stderr,
 		Exe:     "/opt/cni/bin/istio-cni",
 		Args:    []string{"/opt/cni/bin/istio-cni"},
+		Procs:   h.procs,
 		Exec: func(path string, argv, envv []string, stdin []byte) error {
 			h.execs = append(h.execs, execCall{path, argv, envv, stdin})
 			if h.execErr != nil {
@@ -155,6 +157,50 @@ func TestOtherVerbsExecTheFullPlugin(t *testing.T) {
 		c := h.execs[0]
 		if c.path != "/opt/cni/bin/"+FullBinary || c.stdin != nil || slices.ContainsFunc(c.env, func(e string) bool { return strings.HasPrefix(e, "ISTIO_CNI_") }) {
 			t.Errorf("%q: exec %+v, want %s with the runtime's stdin and environment", verb, c, FullBinary)
+		}
+	}
+}
+
+// Go's runtime sizes itself by the node's CPUs at every start (4.6-5
+// page faults a CPU past two, BENCHMARKS.md): the full plugin runs with
+// GOMAXPROCS at most 2, the shim's own when smaller, whatever the
+// runtime's environment held, for every verb it runs, an ADD handed back
+// too.
+func TestFullPluginRunsOnTwoProcsAtMost(t *testing.T) {
+	for _, c := range []struct {
+		procs     int
+		env, want string
+	}{
+		{procs: 64, want: "2"},
+		{procs: 64, env: "64", want: "2"},
+		{procs: 2, want: "2"},
+		{procs: 1, want: "1"},
+		{procs: 1, env: "1", want: "1"},
+		{procs: 3, env: "not-a-number", want: "2"},
+		{procs: 0, env: "8", want: "8"}, // the shim's own unknown: as the runtime passed it
+		{procs: 0},
+	} {
+		for _, env := range []map[string]string{{"CNI_COMMAND": "DEL"}, {"CNI_COMMAND": "STATUS"}, addEnv("")} {
+			if c.env != "" {
+				env["GOMAXPROCS"] = c.env
+			}
+			h := &harness{env: env, procs: c.procs, stdin: "{}"}
+			h.run(t)
+			if len(h.execs) != 1 {
+				t.Fatalf("%+v, %s: %d execs, want one", c, env["CNI_COMMAND"], len(h.execs))
+			}
+			var got []string
+			for _, e := range h.execs[0].env {
+				if v, ok := strings.CutPrefix(e, "GOMAXPROCS="); ok {
+					got = append(got, v)
+				}
+			}
+			if want := []string{c.want}; c.want == "" && len(got) != 0 || c.want != "" && !slices.Equal(got, want) {
+				t.Errorf("shim's GOMAXPROCS %d, the runtime's %q, %s: the full plugin's %q, want %q", c.procs, c.env, env["CNI_COMMAND"], got, c.want)
+			}
+			if !slices.Contains(h.execs[0].env, "PATH=/usr/bin") {
+				t.Errorf("%+v: the full plugin's environment %q lost the runtime's", c, h.execs[0].env)
+			}
 		}
 	}
 }
