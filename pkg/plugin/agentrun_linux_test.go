@@ -221,14 +221,18 @@ func TestAgentRunAddWritesWhatThePluginWrites(t *testing.T) {
 // shim found it (Request.Release), not as its container's iptables does:
 // 1.8.7 matches ports with the x_tables tcp match where the others load
 // the port, 1.8.10 and later load IPv4's protocol from the header
-// (nfnl.Layout).
+// (nfnl.Layout). A release laid out anew must be named here.
 func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 	requireNFTLayout(t)
+	headerProtocol := map[string]bool{"1.8.7": false, "1.8.8": false, "1.8.9": false, "1.8.10": true, "1.8.11": true, "1.8.12": true, "1.8.13": true}
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Skip("no nft to dump the namespace's expressions with")
 	}
 	for _, v := range release.Layouts {
 		t.Run(v, func(t *testing.T) {
+			if _, known := headerProtocol[v]; !known {
+				t.Fatalf("iptables %s: how it loads IPv4's protocol is not named here", v)
+			}
 			f := newAgentFixture(t)
 			f.meshed("u1")
 			fd, path := newNetns(t)
@@ -245,7 +249,7 @@ func TestAgentRunAddLaysOutTheShimsRelease(t *testing.T) {
 			for expr, want := range map[string]bool{
 				"[ match name tcp rev 0 ]":                          v == "1.8.7",
 				"[ payload load 2b @ transport header + 2 => reg 1": v != "1.8.7",
-				"[ payload load 1b @ network header + 9 => reg":     v != "1.8.7" && v != "1.8.8" && v != "1.8.9",
+				"[ payload load 1b @ network header + 9 => reg":     headerProtocol[v],
 			} {
 				if strings.Contains(dump, expr) != want {
 					t.Errorf("iptables %s's layout: %q in the dump is %v, want %v\n%s", v, expr, !want, want, dump)
@@ -485,7 +489,7 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 		"IPv6 not over netlink":  {prevDual, func(_ *agentFixture, req *handoff.Request, _ string) { req.Netlink = []string{"ipv4"} }, "ipv6"},
 		// A release nfnl lays out no rules as, or none (a shim of
 		// before Release), is the plugin's to write.
-		"a release the agent lays out no rules as": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "1.8.14" }, `iptables "1.8.14"`},
+		"a release the agent lays out no rules as": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "1.8.99" }, `iptables "1.8.99"`},
 		"no release": {prevV4, func(_ *agentFixture, req *handoff.Request, _ string) { req.Release = "" }, `iptables ""`},
 		"an invalid annotation": {prevV4, func(f *agentFixture, _ *handoff.Request, _ string) {
 			f.pods["team-a/web-1"].Metadata.Annotations["traffic.sidecar.istio.io/includeInboundPorts"] = "not-a-port"

@@ -177,15 +177,16 @@ func (e Env) full(stdin []byte, why string) int {
 	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", full, err))
 }
 
-// FullProcs caps the full plugin's GOMAXPROCS. Its work is one pod
-// lookup and one restore, in sequence; Go's runtime, sized by the node's
-// CPUs at every start, costs it about 5 page faults and 20 KB a CPU past
-// two (BENCHMARKS.md), which a 64-CPU node would pay on every DEL,
-// CHECK, STATUS and ADD the agent does not run.
-const FullProcs = 2
+// fullProcs caps the full plugin's GOMAXPROCS. Its work waits on the API
+// and on the restores it execs (two at most, a family each), not on
+// CPU; Go's runtime, sized by the node's CPUs at every start, costs it
+// 5-6 page faults and about 20 KB a CPU past two (BENCHMARKS.md), which
+// a 64-CPU node would pay on every DEL, CHECK, STATUS and ADD the agent
+// does not run.
+const fullProcs = 2
 
 // fullEnv is the full plugin's environment: the runtime's, GOMAXPROCS
-// set to the shim's own or FullProcs, whichever is fewer (left as the
+// set to the shim's own or fullProcs, whichever is fewer (left as the
 // runtime passed it when the shim's is unknown), and why (NAME=reason)
 // when set. Go's runtime reads the first GOMAXPROCS, so any other goes.
 func fullEnv(environ []string, procs int, why string) []string {
@@ -197,7 +198,7 @@ func fullEnv(environ []string, procs int, why string) []string {
 		env = append(env, kv)
 	}
 	if procs > 0 {
-		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(procs, FullProcs)))
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(min(procs, fullProcs)))
 	}
 	if why != "" {
 		env = append(env, why)

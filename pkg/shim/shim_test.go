@@ -201,6 +201,34 @@ func TestFullPluginRunsOnTwoProcsAtMost(t *testing.T) {
 			if !slices.Contains(h.execs[0].env, "PATH=/usr/bin") {
 				t.Errorf("%+v: the full plugin's environment %q lost the runtime's", c, h.execs[0].env)
 			}
+			if why := slices.ContainsFunc(h.execs[0].env, func(e string) bool { return strings.HasPrefix(e, handoff.EnvNotHandedOff+"=") }); why != (env["CNI_COMMAND"] == "ADD") {
+				t.Errorf("%+v, %s: %s in the full plugin's environment: %v", c, env["CNI_COMMAND"], handoff.EnvNotHandedOff, why)
+			}
+		}
+	}
+}
+
+// fullEnv keeps the runtime's environment in order, drops every
+// GOMAXPROCS it held (Go's runtime would read the first), and ends with
+// the reason the ADD came back, when there is one.
+func TestFullEnv(t *testing.T) {
+	for _, c := range []struct {
+		environ []string
+		procs   int
+		why     string
+		want    []string
+	}{
+		{[]string{"A=1", "GOMAXPROCS=64", "B=2", "GOMAXPROCS=1"}, 64, "", []string{"A=1", "B=2", "GOMAXPROCS=2"}},
+		{[]string{"GOMAXPROCS=0", "A=1"}, 1, handoff.EnvHandedBack + "=why", []string{"A=1", "GOMAXPROCS=1", handoff.EnvHandedBack + "=why"}},
+		{[]string{"A=1"}, 8, handoff.EnvNotHandedOff + "=why", []string{"A=1", "GOMAXPROCS=2", handoff.EnvNotHandedOff + "=why"}},
+		{[]string{"GOMAXPROCS=64", "A=1"}, 0, "", []string{"GOMAXPROCS=64", "A=1"}},
+	} {
+		environ := slices.Clone(c.environ)
+		if got := fullEnv(environ, c.procs, c.why); !slices.Equal(got, c.want) {
+			t.Errorf("fullEnv(%q, %d, %q) = %q, want %q", c.environ, c.procs, c.why, got, c.want)
+		}
+		if !slices.Equal(environ, c.environ) {
+			t.Errorf("fullEnv changed the runtime's environment to %q", environ)
 		}
 	}
 }
@@ -246,12 +274,14 @@ func TestAddHandsOffTheNodesRelease(t *testing.T) {
 		"1.8.11":               {withRelease(t, nft, "1.8.11"), []string{"ipv4", "ipv6"}, "1.8.11"},
 		"1.8.8":                {withRelease(t, nft, "1.8.8"), []string{"ipv4", "ipv6"}, "1.8.8"},
 		"1.8.10":               {withRelease(t, nft, "1.8.10"), []string{"ipv4", "ipv6"}, "1.8.10"},
-		"1.8.14":               {withRelease(t, nft, "1.8.14"), nil, ""},
+		"1.8.12":               {withRelease(t, nft, "1.8.12"), []string{"ipv4", "ipv6"}, "1.8.12"},
+		"1.8.13":               {withRelease(t, nft, "1.8.13"), []string{"ipv4", "ipv6"}, "1.8.13"},
+		"1.8.99":               {withRelease(t, nft, "1.8.99"), nil, ""},
 		"1.8.6":                {withRelease(t, nft, "1.8.6"), nil, ""},
-		"ipv6 at 1.8.14":       {withRelease(t, nft, "1.8.14", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
+		"ipv6 at 1.8.99":       {withRelease(t, nft, "1.8.99", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
 		"ipv6 at 1.8.7":        {withRelease(t, nft, "1.8.7", "ip6tables-nft-restore"), []string{"ipv4"}, "1.8.9"},
 		"ipv4 at 1.8.11":       {withRelease(t, nft, "1.8.11", "iptables-nft-restore"), []string{"ipv4"}, "1.8.11"},
-		"ipv4 at 1.8.14 alone": {withRelease(t, nft, "1.8.14", "iptables-nft-restore"), []string{"ipv6"}, "1.8.9"},
+		"ipv4 at 1.8.99 alone": {withRelease(t, nft, "1.8.99", "iptables-nft-restore"), []string{"ipv6"}, "1.8.9"},
 	} {
 		h := &harness{env: addEnv(netns), stdin: c.stdin, answer: handoff.Response{Done: true}}
 		h.run(t)
@@ -377,7 +407,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	nft := nodeWithNFT(t, machineRelease)
-	other := withRelease(t, nft, "1.8.14")
+	other := withRelease(t, nft, "1.8.99")
 	noSocket := strings.Replace(nft, `"pod_socket"`, `"other_socket"`, 1)
 	for name, c := range map[string]struct {
 		stdin   string
@@ -391,7 +421,7 @@ func TestAddHandedBackRunsTheFullPlugin(t *testing.T) {
 		"no agent":               {nft, addEnv(netns), handoff.Response{}, errors.New("connecting: no such file"), "connecting: no such file", true},
 		"no pod_socket":          {noSocket, addEnv(netns), handoff.Response{}, nil, "the entry names no pod_socket", false},
 		"legacy, handed back":    {strings.Replace(nft, `"iptables_backend":"nft"`, `"iptables_backend":"legacy"`, 1), addEnv(netns), handoff.Response{HandBack: "no"}, nil, "the agent: no", true},
-		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.14, whose layout is not", false},
+		"another iptables":       {other, addEnv(netns), handoff.Response{}, nil, "iptables 1.8.99, whose layout is not", false},
 		"not JSON":               {"{", addEnv(netns), handoff.Response{}, nil, "does not decode", false},
 		"no netns":               {nft, addEnv(""), handoff.Response{}, nil, "no CNI_NETNS", false},
 		"a netns that is absent": {nft, addEnv(netns + ".gone"), handoff.Response{}, nil, "opening CNI_NETNS", false},

@@ -94,7 +94,7 @@ func (rel Release) Find(t testing.TB, root string) Programs {
 	}
 	how := "run `make " + rel.target + "`"
 	if rel.target == "" {
-		how = "build it from its release tag"
+		how = "build it from its release tag, or unpack it (docs/testing.md)"
 	}
 	missing := func(what string) {
 		t.Helper()
