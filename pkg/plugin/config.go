@@ -24,8 +24,10 @@ type Config struct {
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Values
-	// backendIPv6 is IPv6's backend where a record names one apart from
-	// IPv4's (withWriterOf); "" for parsed.Backend.
+	// backendIPv6 is IPv6's backend where a recorded sandbox's IPv6
+	// rules are not in IPv4's (withWriterOf): the record's, or the
+	// entry's for a record before version 3, which names IPv4's only;
+	// "" for parsed.Backend.
 	backendIPv6 release.Backend
 }
 
