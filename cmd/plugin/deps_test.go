@@ -1,8 +1,10 @@
 package main
 
 import (
+	"debug/buildinfo"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -118,4 +120,24 @@ func TestShimBuildsForOtherArchitectures(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The shim runs a few milliseconds at every pod start: its runtime is
+// built not to start the goroutine, nor sysmon's first pass, that re-read
+// the cgroup's CPU limit for GOMAXPROCS (main.go's go:debug line).
+func TestShimSkipsGOMAXPROCSUpdates(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "istio-cni")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building the shim: %v\n%s", err, out)
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range info.Settings {
+		if s.Key == "DefaultGODEBUG" && slices.Contains(strings.Split(s.Value, ","), "updatemaxprocs=0") {
+			return
+		}
+	}
+	t.Errorf("the shim's build settings %v: want DefaultGODEBUG with updatemaxprocs=0", info.Settings)
 }

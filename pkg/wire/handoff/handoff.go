@@ -16,6 +16,7 @@ package handoff
 
 import (
 	"errors"
+	"io"
 	"strconv"
 	"syscall"
 	"time"
@@ -174,24 +175,39 @@ func send(fd int, b []byte, netnsFD int, deadline int64) error {
 	return syscall.Shutdown(fd, syscall.SHUT_WR)
 }
 
+// readAll reads the answer to its end, into a slice that grows as it
+// fills (io.ReadAll): a fixed 16 KiB buffer lived on the shim's stack,
+// zeroed at every ADD, and grew it to 32 KiB for an answer of a few
+// hundred bytes (BENCHMARKS.md).
 func readAll(fd int, deadline int64) ([]byte, error) {
-	var data []byte
-	buf := make([]byte, 16<<10)
-	for {
-		var n int
-		if err := retry(fd, syscall.SO_RCVTIMEO, deadline, func() (err error) {
-			n, err = syscall.Read(fd, buf)
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return data, nil
-		}
-		if data = append(data, buf[:n]...); len(data) > MaxResponse {
-			return nil, errors.New("the answer is over " + strconv.Itoa(MaxResponse) + " bytes")
-		}
+	data, err := io.ReadAll(io.LimitReader(answer{fd, deadline}, MaxResponse+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(data) > MaxResponse:
+		return nil, errors.New("the answer is over " + strconv.Itoa(MaxResponse) + " bytes")
 	}
+	return data, nil
+}
+
+// answer reads the agent's side of the socket within the deadline; its end
+// is io.EOF.
+type answer struct {
+	fd       int
+	deadline int64
+}
+
+func (a answer) Read(b []byte) (n int, err error) {
+	if err := retry(a.fd, syscall.SO_RCVTIMEO, a.deadline, func() (err error) {
+		n, err = syscall.Read(a.fd, b)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	if n == 0 && len(b) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // retry runs a blocking call on fd with what is left of the budget

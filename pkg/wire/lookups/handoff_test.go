@@ -192,6 +192,37 @@ func TestHandOffRefusals(t *testing.T) {
 	}
 }
 
+// An answer many reads long (a big result, the plugin's log) reaches the
+// shim whole; one over MaxResponse is refused, never cut to a result.
+func TestHandOffLongAnswer(t *testing.T) {
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	fd := int(devNull.Fd())
+	req := handoff.Request{ContainerID: "c1", Stdin: []byte(`{}`)}
+	stdout := bytes.Repeat([]byte(`{"ips":[]}`), 30<<10)
+	stderr := bytes.Repeat([]byte("log line\n"), 20<<10)
+	long := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
+		return handoff.Response{Done: true, Stdout: stdout, Stderr: stderr}, nil
+	})
+	resp, err := handoff.Send(long, req, fd, 5*time.Second)
+	if err != nil || !resp.Done || !bytes.Equal(resp.Stdout, stdout) || !bytes.Equal(resp.Stderr, stderr) {
+		t.Errorf("a %d-byte result and a %d-byte log: done %v, %d and %d bytes, %v; want both whole", len(stdout), len(stderr), resp.Done, len(resp.Stdout), len(resp.Stderr), err)
+	}
+	for _, size := range []int{handoff.MaxResponse + 1, 2 * handoff.MaxResponse} {
+		over := fakeAgent(t, func(c net.Conn) {
+			_, _ = c.Read(make([]byte, 64<<10))
+			answer, _ := handoff.Response{Done: true, Stdout: []byte("result")}.MarshalBinary()
+			_, _ = c.Write(append(answer, make([]byte, size-len(answer))...))
+		})
+		if resp, err := handoff.Send(over, req, fd, 5*time.Second); err == nil || !strings.Contains(err.Error(), "over") {
+			t.Errorf("a %d-byte answer: %+v, %v; want it refused as over %d bytes", size, resp.Done, err, handoff.MaxResponse)
+		}
+	}
+}
+
 // The agent is told when the shim stops waiting, and what waits for the
 // answer (the report) does not run when the shim is gone.
 func TestHandOffShimGone(t *testing.T) {
