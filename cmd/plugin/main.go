@@ -1,14 +1,14 @@
+// Built without Go's GOMAXPROCS updater: the runtime would start a
+// goroutine for it, and sysmon would re-read the cgroup's CPU limit from
+// its first pass on, for a process that lives a few milliseconds
+// (BENCHMARKS.md).
+//
+//go:debug updatemaxprocs=0
+
 // Command istio-cni is the CNI plugin the runtime runs, chained after the
 // node's primary CNI: a shim (pkg/shim) that hands ADD to the node agent,
 // answers VERSION, and execs istio-cni-full, installed beside it, for
 // everything else.
-//
-// Go's runtime would re-read the cgroup's CPU limit for GOMAXPROCS from a
-// goroutine and from sysmon's first pass; a process that lives a few
-// milliseconds never uses the answer, and starting them costs every pod
-// start a few page faults (BENCHMARKS.md).
-//
-//go:debug updatemaxprocs=0
 package main
 
 import (

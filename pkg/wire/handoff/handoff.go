@@ -15,6 +15,7 @@
 package handoff
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"strconv"
@@ -175,19 +176,21 @@ func send(fd int, b []byte, netnsFD int, deadline int64) error {
 	return syscall.Shutdown(fd, syscall.SHUT_WR)
 }
 
-// readAll reads the answer to its end, into a slice that grows as it
-// fills (io.ReadAll): a fixed 16 KiB buffer lived on the shim's stack,
-// zeroed at every ADD, and grew it to 32 KiB for an answer of a few
-// hundred bytes (BENCHMARKS.md).
+// readAll reads the answer to its end, into a heap buffer sized for a
+// usual one (a CNI result and the plugin's log line, one to two KiB: one
+// read, then the end) that grows for a longer one. A fixed buffer on the
+// stack, zeroed at every ADD, grew the shim's stack to 32 KiB
+// (BENCHMARKS.md).
 func readAll(fd int, deadline int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(answer{fd, deadline}, MaxResponse+1))
-	switch {
-	case err != nil:
+	var b bytes.Buffer
+	b.Grow(4 << 10)
+	if _, err := b.ReadFrom(io.LimitReader(answer{fd, deadline}, MaxResponse+1)); err != nil {
 		return nil, err
-	case len(data) > MaxResponse:
+	}
+	if b.Len() > MaxResponse {
 		return nil, errors.New("the answer is over " + strconv.Itoa(MaxResponse) + " bytes")
 	}
-	return data, nil
+	return b.Bytes(), nil
 }
 
 // answer reads the agent's side of the socket within the deadline; its end

@@ -211,14 +211,25 @@ func TestHandOffLongAnswer(t *testing.T) {
 	if err != nil || !resp.Done || !bytes.Equal(resp.Stdout, stdout) || !bytes.Equal(resp.Stderr, stderr) {
 		t.Errorf("a %d-byte result and a %d-byte log: done %v, %d and %d bytes, %v; want both whole", len(stdout), len(stderr), resp.Done, len(resp.Stdout), len(resp.Stderr), err)
 	}
+	// The longest answer the agent may write arrives whole.
+	empty, _ := handoff.Response{Done: true}.MarshalBinary()
+	longest := handoff.Response{Done: true, Stdout: bytes.Repeat([]byte("r"), handoff.MaxResponse-len(empty))}
+	if b, err := longest.MarshalBinary(); err != nil || len(b) != handoff.MaxResponse {
+		t.Fatalf("the longest answer is %d bytes (%v), want %d", len(b), err, handoff.MaxResponse)
+	}
+	atMost := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) { return longest, nil })
+	if resp, err := handoff.Send(atMost, req, fd, 5*time.Second); err != nil || !bytes.Equal(resp.Stdout, longest.Stdout) {
+		t.Errorf("a %d-byte answer: %d bytes of result, %v; want it whole", handoff.MaxResponse, len(resp.Stdout), err)
+	}
+	over := fmt.Sprintf("over %d bytes", handoff.MaxResponse)
 	for _, size := range []int{handoff.MaxResponse + 1, 2 * handoff.MaxResponse} {
-		over := fakeAgent(t, func(c net.Conn) {
+		agent := fakeAgent(t, func(c net.Conn) {
 			_, _ = c.Read(make([]byte, 64<<10))
 			answer, _ := handoff.Response{Done: true, Stdout: []byte("result")}.MarshalBinary()
 			_, _ = c.Write(append(answer, make([]byte, size-len(answer))...))
 		})
-		if resp, err := handoff.Send(over, req, fd, 5*time.Second); err == nil || !strings.Contains(err.Error(), "over") {
-			t.Errorf("a %d-byte answer: %+v, %v; want it refused as over %d bytes", size, resp.Done, err, handoff.MaxResponse)
+		if resp, err := handoff.Send(agent, req, fd, 5*time.Second); err == nil || !strings.Contains(err.Error(), over) {
+			t.Errorf("a %d-byte answer: %+v, %v; want it refused as %s", size, resp.Done, err, over)
 		}
 	}
 }
