@@ -19,6 +19,18 @@ import (
 	"istio-cni.local/istio-cni/pkg/wire/handoff"
 )
 
+// devNullFD is a descriptor for the shim to send: /dev/null, open until
+// the test and its servers are done.
+func devNullFD(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return int(f.Fd())
+}
+
 // serveAdds serves lookups and hand-offs, add running each hand-off.
 func serveAdds(t *testing.T, add func(handoff.Request, int) (handoff.Response, func())) string {
 	t.Helper()
@@ -102,12 +114,7 @@ func TestHandOffRoundTrip(t *testing.T) {
 // Every way the agent does not take the ADD is an answer the shim acts on
 // at once (it runs the plugin), never a hang past the budget.
 func TestHandOffRefusals(t *testing.T) {
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devNull.Close()
-	fd := int(devNull.Fd())
+	fd := devNullFD(t)
 	req := handoff.Request{ContainerID: "c1", Stdin: []byte(`{}`)}
 
 	handedBack := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
@@ -163,7 +170,7 @@ func TestHandOffRefusals(t *testing.T) {
 	}
 	// A wedged agent: it accepts and never answers.
 	wedged := fakeAgent(t, func(net.Conn) { <-t.Context().Done() })
-	_, err = handoff.Send(wedged, req, fd, 200*time.Millisecond)
+	_, err := handoff.Send(wedged, req, fd, 200*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "budget") {
 		t.Errorf("a wedged agent: %v, want no answer within the budget", err)
 	}
@@ -195,12 +202,7 @@ func TestHandOffRefusals(t *testing.T) {
 // An answer many reads long (a big result, the plugin's log) reaches the
 // shim whole; one over MaxResponse is refused, never cut to a result.
 func TestHandOffLongAnswer(t *testing.T) {
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devNull.Close()
-	fd := int(devNull.Fd())
+	fd := devNullFD(t)
 	req := handoff.Request{ContainerID: "c1", Stdin: []byte(`{}`)}
 	stdout := bytes.Repeat([]byte(`{"ips":[]}`), 30<<10)
 	stderr := bytes.Repeat([]byte("log line\n"), 20<<10)
@@ -237,11 +239,7 @@ func TestHandOffLongAnswer(t *testing.T) {
 // The agent is told when the shim stops waiting, and what waits for the
 // answer (the report) does not run when the shim is gone.
 func TestHandOffShimGone(t *testing.T) {
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devNull.Close()
+	fd := devNullFD(t)
 	release := make(chan struct{})
 	got := make(chan handoff.Request, 1)
 	afterRan := make(chan struct{}, 1)
@@ -251,7 +249,7 @@ func TestHandOffShimGone(t *testing.T) {
 		return handoff.Response{Done: true}, func() { afterRan <- struct{}{} }
 	})
 	before := time.Now()
-	_, err = handoff.Send(path, handoff.Request{Stdin: []byte(`{}`)}, int(devNull.Fd()), 200*time.Millisecond)
+	_, err := handoff.Send(path, handoff.Request{Stdin: []byte(`{}`)}, fd, 200*time.Millisecond)
 	if err == nil {
 		t.Fatal("Send succeeded while the agent held its answer")
 	}
@@ -296,11 +294,7 @@ func fakeAgent(t *testing.T, serve func(net.Conn)) string {
 // A frame whose first read brings less than its Magic is still a frame:
 // the shim sends it in one call, but a stream may split it anywhere.
 func TestHandOffSplitFrame(t *testing.T) {
-	devNull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devNull.Close()
+	fd := devNullFD(t)
 	path := serveAdds(t, func(handoff.Request, int) (handoff.Response, func()) {
 		return handoff.Response{Done: true, Stdout: []byte("result")}, nil
 	})
@@ -314,7 +308,7 @@ func TestHandOffSplitFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 		uc := c.(*net.UnixConn)
-		if _, _, err := uc.WriteMsgUnix(frame[:cut], syscall.UnixRights(int(devNull.Fd())), nil); err != nil {
+		if _, _, err := uc.WriteMsgUnix(frame[:cut], syscall.UnixRights(fd), nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := uc.Write(frame[cut:]); err != nil {
