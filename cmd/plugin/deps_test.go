@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
@@ -126,7 +127,9 @@ func TestShimBuildsForOtherArchitectures(t *testing.T) {
 func TestShimSkipsGOMAXPROCSUpdates(t *testing.T) {
 	t.Parallel()
 	out, err := exec.CommandContext(t.Context(), "go", "list", "-f", "{{.DefaultGODEBUG}}", ".").Output()
-	if err != nil {
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		t.Fatalf("go list: %v\n%s", err, ee.Stderr)
+	} else if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	if godebug := strings.TrimSpace(string(out)); !slices.Contains(strings.Split(godebug, ","), "updatemaxprocs=0") {

@@ -177,7 +177,7 @@ func send(fd int, b []byte, netnsFD int, deadline int64) error {
 }
 
 // readAll reads the answer to its end, into a heap buffer sized for a
-// usual one (a CNI result and the plugin's log line, one to two KiB: one
+// usual one (a CNI result and the plugin's log line, about one KiB: one
 // read, then the end) that grows for a longer one. A fixed buffer on the
 // stack, zeroed at every ADD, grew the shim's stack to 32 KiB
 // (BENCHMARKS.md).
