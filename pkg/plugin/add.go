@@ -26,7 +26,8 @@ const opBudget = 30 * time.Second
 func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
 
 // add is ADD on host h. redirect's steps, in order: plan (the pod's
-// decision and spec), its families, how h writes them (the
+// decision and spec), what an earlier ADD of the sandbox wrote removed
+// (clearEarlier), its families, how h writes them (the
 // xtables.Write), whether it may, the model written in the pod's
 // namespace, the record.
 func (p *Plugin) add(args *skel.CmdArgs, h host) error {
@@ -47,11 +48,19 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	if err != nil {
 		return err
 	}
+	// A repeated ADD: this sandbox has a record (one stat: most ADDs
+	// are a sandbox's first).
+	repeated := conf.RecordsDir != "" && (applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
+	if repeated {
+		if err := p.clearEarlier(args, conf, h, out); err != nil {
+			return err
+		}
+	}
 	if !ok {
 		p.recordPassed(conf, args, out)
 		return nil
 	}
-	network := p.deps.NewPodNetwork(conf)
+	network := p.deps.NewPodNetwork(conf.writer())
 	start := p.deps.Now()
 	defer func() { out.netnsTime = p.deps.Now().Sub(start) }()
 	if err := p.stack(conf, out, &pl, func() (bool, error) { return network.HasIPv6(args.Netns) }); err != nil {
@@ -59,11 +68,10 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	}
 	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
-	// programmed: a repeated ADD (a runtime's retry, Multus chaining
-	// istio-cni twice) reads back, which also removes duplicate jumps.
+	// programmed: a repeated ADD reads back.
 	// An ADD the agent handed back may have left rules (it ran out of
 	// time, or nf_tables refused a batch): read back.
-	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
+	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !repeated
 	w, err := h.write(conf, pl, trusted)
 	if err != nil {
 		return err
@@ -93,6 +101,33 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	}
 	committed = true
 	rec.commit(out)
+	return nil
+}
+
+// clearEarlier removes what an earlier ADD of this sandbox wrote, where its
+// record says it wrote it, before this ADD writes as it decides now: a
+// repeated ADD (Multus chaining the plugin into two networks, a runtime's
+// retry) after the node's alternatives or native_nftables changed, or of
+// a pod now passed through, would otherwise leave those rules beside or
+// instead of its own. No container runs in a sandbox being set up, so
+// none sends traffic while it holds no rules. A record a newer build
+// wrote is left to it: this build cannot tell how it wrote.
+func (p *Plugin) clearEarlier(args *skel.CmdArgs, conf *Config, h host, out *outcome) error {
+	r, ok := recorded(conf, args, out.podUID)
+	if !ok || r.Passed {
+		return nil
+	}
+	if _, known := r.Model(); !known {
+		return nil
+	}
+	if err := h.repeat(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
+	defer cancel()
+	if err := p.deps.NewPodNetwork(writerOf(conf, r)).Cleanup(ctx, args.Netns); err != nil {
+		return netnsError(out.pod, "removing the rules an earlier ADD of this sandbox wrote", err)
+	}
 	return nil
 }
 

@@ -447,18 +447,45 @@ func TestAgentRunAddReportsInProcess(t *testing.T) {
 // The agent's share of a handed-off ADD, for profiling (go test -bench
 // AgentRunAdd -cpuprofile): each iteration a fresh namespace.
 func BenchmarkAgentRunAdd(b *testing.B) {
-	requireNFTLayout(b)
+	b.Run("nft", func(b *testing.B) {
+		requireNFTLayout(b)
+		benchmarkAgentRunAdd(b, func(req *handoff.Request) {})
+	})
+	b.Run("legacy", func(b *testing.B) {
+		if _, err := exec.LookPath("iptables-legacy-restore"); err != nil {
+			b.Skip("no iptables-legacy-restore")
+		}
+		benchmarkAgentRunAdd(b, func(req *handoff.Request) {
+			req.Stdin = bytes.Replace(req.Stdin, []byte(`"iptables_backend":"nft"`), []byte(`"iptables_backend":"legacy"`), 1)
+			req.Netlink, req.Release, req.Legacy = nil, "", []string{"ipv4"}
+		})
+	})
+}
+
+func benchmarkAgentRunAdd(b *testing.B, on func(*handoff.Request)) {
 	f := newAgentFixture(b)
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
 		fd, path := newNetns(b)
 		uid := fmt.Sprint("u", i)
 		req := f.request(path, uid, prevV4)
+		on(&req)
 		f.meshed(uid)
 		b.StartTimer()
 		if resp, _ := f.side.RunAdd(req, fd); !resp.Done {
 			b.Fatalf("handed back: %s", resp.HandBack)
 		}
+	}
+}
+
+// programmedBefore is an earlier ADD of the fixture's sandbox c-u1 in the
+// namespace at path: the default rules and their record.
+func programmedBefore(t *testing.T, f *agentFixture, path string) {
+	t.Helper()
+	restoreIn(t, path, iptables.Build(iptables.DefaultSpec(), true, false))
+	r := applied.Record{PodUID: "u1", Container: "c-u1", NetnsInode: netnsInode(path), IPv4: true, Spec: iptables.DefaultSpec(), Backend: release.NFT}
+	if err := (applied.Store{Dir: filepath.Join(f.run, "sandboxes")}).Write(r); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -479,6 +506,16 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "repeated ADD"},
+		// An earlier ADD programmed the sandbox: its rules are removed
+		// (with iptables-restore where the record says) by the plugin,
+		// whether this ADD redirects the pod or passes it through.
+		"a repeated ADD of a programmed sandbox": {prevV4, func(f *agentFixture, _ *handoff.Request, path string) {
+			programmedBefore(t, f, path)
+		}, "repeated ADD removes"},
+		"a repeated ADD passing a programmed sandbox through": {prevV4, func(f *agentFixture, _ *handoff.Request, path string) {
+			programmedBefore(t, f, path)
+			f.pods["team-a/web-1"].Metadata.Annotations["sidecar.istio.io/inject"] = "false"
+		}, "repeated ADD removes"},
 		"the namespace holds our chains already": {prevV4, func(_ *agentFixture, _ *handoff.Request, path string) {
 			restoreIn(t, path, iptables.Build(iptables.DefaultSpec(), true, false))
 		}, "not written over netlink"},

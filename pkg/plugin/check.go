@@ -13,25 +13,21 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
-// withWriterOf is conf reading and removing rules as the record says its
-// ADD wrote them: native nftables, or iptables in the backend of each
+// writerOf is how the recorded sandbox's rules are read and removed: as
+// its ADD wrote them, native nftables or iptables in the backend of each
 // family it names, whatever the entry's iptables_backend says now or the
 // node's alternatives lead to (the audit and inspect read them there
-// too). A record naming no backend, an older build's, leaves the entry's.
-func withWriterOf(conf *Config, r applied.Record) *Config {
-	w := r.Writer(applied.Writer{Backend: conf.parsed.Backend})
-	c := *conf
-	c.parsed.Native, c.backendIPv6 = w.Native, ""
-	if !w.Native && !w.Guessed {
-		c.parsed.Backend, c.backendIPv6 = w.Backend, w.BackendIPv6
-		if r.Version < 3 && r.IPv6 && conf.parsed.Backend != w.Backend {
-			// Before version 3 a record names IPv4's backend only (an
-			// older build on a split node wrote IPv6 elsewhere): IPv6
-			// is read where the entry leads now, as before.
-			c.backendIPv6 = conf.parsed.Backend
-		}
+// too). A record naming no backend, an older build's, is guessed: the
+// node's backend (nodeWriter), and where the rules are found.
+func writerOf(conf *Config, r applied.Record) applied.Writer {
+	w := r.Writer(conf.nodeWriter())
+	if !w.Native && !w.Guessed && r.Version < 3 && r.IPv6 && conf.parsed.Backend != w.Backend {
+		// Before version 3 a record names IPv4's backend only (an
+		// older build on a split node wrote IPv6 elsewhere): IPv6 is
+		// read where the entry leads now, as before.
+		w.BackendIPv6 = conf.parsed.Backend
 	}
-	return &c
+	return w
 }
 
 // Check verifies that a pod that must be redirected holds exactly the rules
@@ -53,7 +49,10 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// CHECK never depends on the API or the agent. One whose record a later
 	// build wrote (this plugin was rolled back) is not held to what this
 	// build would apply: it passes, saying it was not checked.
+	// With no record naming how ADD wrote them, the rules are read where
+	// they are found, as the audit and inspect read them.
 	var m iptables.Model
+	w := conf.nodeWriter().Guess()
 	if ref, isPod, _ := podID(args.Args); isPod {
 		if r, ok := recorded(conf, args, ref.uid); ok {
 			out.pod, out.podUID = ref.String(), ref.uid
@@ -68,7 +67,7 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			}
 			out.families = decision.FamilyNames(r.IPv4, r.IPv6)
 			// Read as ADD wrote them, whatever the node writes now.
-			conf = withWriterOf(conf, r)
+			w = writerOf(conf, r)
 		}
 	}
 	if m.V4 == nil && m.V6 == nil {
@@ -76,14 +75,14 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		if err != nil || !ok {
 			return err
 		}
-		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(conf).HasIPv6(args.Netns) }); err != nil {
+		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(w).HasIPv6(args.Netns) }); err != nil {
 			return err
 		}
 		m = pl.model()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
-	diffs, err := p.deps.NewPodNetwork(conf).Check(ctx, args.Netns, m)
+	diffs, err := p.deps.NewPodNetwork(w).Check(ctx, args.Netns, m)
 	if err != nil {
 		return netnsError(out.pod, "reading the rules", err)
 	}

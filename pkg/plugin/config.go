@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/pluginconf"
 )
 
@@ -24,11 +24,30 @@ type Config struct {
 
 	// parsed is the entry's values, validated, with defaults.
 	parsed pluginconf.Values
-	// backendIPv6 is IPv6's backend where a recorded sandbox's IPv6
-	// rules are not in IPv4's (withWriterOf): the record's, or the
-	// entry's for a record before version 3, which names IPv4's only;
-	// "" for parsed.Backend.
-	backendIPv6 release.Backend
+}
+
+// writer is how the entry writes a sandbox's rules now: native nftables,
+// or iptables in its backend (auto: where the node's programs lead).
+func (c *Config) writer() applied.Writer {
+	return applied.Writer{Backend: c.parsed.Backend, Native: c.parsed.Native}
+}
+
+// nodeWriter is writer with auto resolved, family by family, to the
+// backend the node's programs lead to (release.Backend.Resolve): where a
+// CHECK of a sandbox no record names a writer for starts looking. A
+// family whose programs cannot be found stays auto.
+func (c *Config) nodeWriter() applied.Writer {
+	w := c.writer()
+	if w.Native {
+		return w
+	}
+	if b, err := c.parsed.Backend.Resolve(false); err == nil {
+		w.Backend = b
+	}
+	if b6, err := c.parsed.Backend.Resolve(true); err == nil && b6 != w.Backend {
+		w.BackendIPv6 = b6
+	}
+	return w
 }
 
 const errPrefix = "istio-cni config"

@@ -36,8 +36,9 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	// first, whatever the pod; its rules are removed as its ADD wrote
 	// them (native nftables or iptables), whatever the node writes now.
 	err := confErr
+	w := conf.writer()
 	if r, ok := recorded(conf, args, out.podUID); ok && !r.Passed {
-		conf = withWriterOf(conf, r)
+		w = writerOf(conf, r)
 	}
 	if conf.RecordsDir != "" {
 		if rErr := (applied.Store{Dir: conf.RecordsDir}).Remove(out.podUID, args.ContainerID); rErr != nil {
@@ -55,7 +56,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if args.Netns != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 		defer cancel()
-		if cErr := p.deps.NewPodNetwork(conf).Cleanup(ctx, args.Netns); cErr != nil && !errors.Is(cErr, podnet.ErrNoNetns) {
+		if cErr := p.deps.NewPodNetwork(w).Cleanup(ctx, args.Netns); cErr != nil && !errors.Is(cErr, podnet.ErrNoNetns) {
 			err = errors.Join(err, cErr)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -88,7 +89,7 @@ func newHarness() *harness {
 			}
 			return h.api, nil
 		},
-		NewPodNetwork: func(*Config) PodNetwork { return h.net },
+		NewPodNetwork: func(applied.Writer) PodNetwork { return h.net },
 		Stdout:        h.stdout,
 		Stderr:        h.stderr,
 		Now:           time.Now,

@@ -41,7 +41,7 @@ func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
 		}
 		h := newHarness()
 		var asked []bool
-		h.p.deps.NewPodNetwork = func(c *Config) PodNetwork { asked = append(asked, c.parsed.Native); return h.net }
+		h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork { asked = append(asked, w.Native); return h.net }
 		if err := h.p.Check(a); err != nil {
 			t.Fatalf("CHECK: %v", err)
 		}
@@ -59,10 +59,23 @@ func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
 // iptables_backend says now or the node's alternatives lead to: the
 // audit and inspect read them there, and a CHECK reading elsewhere would
 // call a pod whose rules are intact broken. A record naming no backend
-// (one an older build wrote) is read as the entry says, and so is IPv6
+// (one an older build wrote) is read as the entry says, and where the
+// rules are found (as the audit reads an unrecorded sandbox); so is IPv6
 // where a record older than version 3 names IPv4's backend only.
 func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
-	type backends struct{ v4, v6 release.Backend }
+	type backends struct {
+		v4, v6 release.Backend
+		found  bool // read where found (podnet.Network.FindBackend)
+	}
+	// The node's own backends, where its programs lead: a guess starts
+	// there, so that the other backend is the one to look in too.
+	node := backends{release.Auto, "", true}
+	if b, err := release.Auto.Resolve(false); err == nil {
+		node.v4 = b
+	}
+	if b6, err := release.Auto.Resolve(true); err == nil && b6 != node.v4 {
+		node.v6 = b6
+	}
 	for _, tc := range []struct {
 		entry    string // iptables_backend, "" for none
 		recorded backends
@@ -70,13 +83,13 @@ func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 	}{
 		// Before version 3 a record names IPv4's backend only: IPv6 is
 		// read where the entry leads now.
-		{"", backends{release.Legacy, ""}, backends{release.Legacy, release.Auto}},
-		{"nft", backends{release.Legacy, ""}, backends{release.Legacy, release.NFT}},
-		{"legacy", backends{release.Legacy, ""}, backends{release.Legacy, ""}},
-		{"legacy", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
-		{"", backends{release.NFT, release.Legacy}, backends{release.NFT, release.Legacy}},
-		{"legacy", backends{"", ""}, backends{release.Legacy, ""}},
-		{"", backends{"", ""}, backends{release.Auto, ""}},
+		{"", backends{release.Legacy, "", false}, backends{release.Legacy, release.Auto, false}},
+		{"nft", backends{release.Legacy, "", false}, backends{release.Legacy, release.NFT, false}},
+		{"legacy", backends{release.Legacy, "", false}, backends{release.Legacy, "", false}},
+		{"legacy", backends{release.NFT, release.Legacy, false}, backends{release.NFT, release.Legacy, false}},
+		{"", backends{release.NFT, release.Legacy, false}, backends{release.NFT, release.Legacy, false}},
+		{"legacy", backends{"", "", false}, backends{release.Legacy, "", true}},
+		{"", backends{"", "", false}, node},
 	} {
 		dir := t.TempDir()
 		entry := confWithRecords(dir)
@@ -93,9 +106,9 @@ func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 		}
 		h := newHarness()
 		var got []backends
-		h.p.deps.NewPodNetwork = func(c *Config) PodNetwork {
-			prog := podNetwork(c).(*podnet.Network).Programmer
-			got = append(got, backends{prog.Backend, prog.BackendIPv6})
+		h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork {
+			n := podNetwork(w).(*podnet.Network)
+			got = append(got, backends{n.Programmer.Backend, n.Programmer.BackendIPv6, n.FindBackend})
 			return h.net
 		}
 		if err := h.p.Check(a); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -45,8 +46,9 @@ type Deps struct {
 	// AskAgent asks the node agent at socket for a pod (pkg/wire/lookups); any
 	// error sends the lookup to the API. Nil never asks.
 	AskAgent func(socket, namespace, name string) (lookups.Answer, error)
-	// NewPodNetwork builds the namespace programmer for a config.
-	NewPodNetwork func(conf *Config) PodNetwork
+	// NewPodNetwork builds the namespace programmer that reads and
+	// writes rules as w says (applied.Writer).
+	NewPodNetwork func(w applied.Writer) PodNetwork
 	// Stdout receives the CNI result; Stderr the log lines.
 	Stdout io.Writer
 	Stderr io.Writer
@@ -99,10 +101,10 @@ func New() *Plugin {
 	})
 }
 
-// podNetwork is the namespace programmer for a config's backend; how an
-// ADD writes is the xtables.Write it passes.
-func podNetwork(c *Config) PodNetwork {
-	return &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: c.parsed.Backend, BackendIPv6: c.backendIPv6}, Native: c.parsed.Native}
+// podNetwork is the namespace programmer for a writer; how an ADD writes
+// is the xtables.Write it passes.
+func podNetwork(w applied.Writer) PodNetwork {
+	return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}})
 }
 
 // NewWithDeps returns a plugin with the given seams (for tests).

@@ -3,15 +3,19 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
+	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
 
@@ -211,5 +215,82 @@ func TestRecordNamesEachFamilysBackend(t *testing.T) {
 		if !reflect.DeepEqual(run.names, tc.reads) {
 			t.Errorf("%s: the sandbox's rules are read with %v; want %v", tc.prev, run.names, tc.reads)
 		}
+	}
+}
+
+// TestRepeatedAddClearsTheEarlierRules: an ADD of a sandbox an earlier ADD
+// programmed removes those rules as its record says they were written
+// before it writes, or passes the pod through; a failed removal fails the
+// ADD before it writes or records anything. A passed-through sandbox's
+// record, and a newer build's, leave the namespace alone.
+func TestRepeatedAddClearsTheEarlierRules(t *testing.T) {
+	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+	for name, tc := range map[string]struct {
+		earlier    applied.Record
+		pod        *kube.Pod
+		cleanupErr error
+		cleanedBy  []applied.Writer // the writers of the Cleanups, in order
+		programmed bool
+		passed     bool // the record afterwards
+		fails      bool
+	}{
+		"recorded native, iptables now": {earlier: applied.Record{IPv4: true, Native: true},
+			pod: meshedPod(nil), cleanedBy: []applied.Writer{{Native: true}}, programmed: true},
+		"recorded in legacy, passed through now": {earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			pod: meshedPod(map[string]string{"sidecar.istio.io/inject": "false"}), cleanedBy: []applied.Writer{{Backend: release.Legacy}}, passed: true},
+		"the removal fails": {earlier: applied.Record{IPv4: true, Backend: release.Legacy}, pod: meshedPod(nil),
+			cleanupErr: errors.New("nf_tables refused"), cleanedBy: []applied.Writer{{Backend: release.Legacy}}, fails: true},
+		"recorded passed through":   {earlier: applied.Record{Passed: true}, pod: meshedPod(nil), programmed: true},
+		"recorded by a newer build": {earlier: applied.Record{IPv4: true, Version: applied.Version + 1}, pod: meshedPod(nil), programmed: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness()
+			h.api.pods["team-a/web-1"] = tc.pod
+			h.net.cleanupErr = tc.cleanupErr
+			var writers []applied.Writer
+			h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork { writers = append(writers, w); return h.net }
+			dir := t.TempDir()
+			a := cmdArgs(confWithRecords(dir), podArgsUID)
+			a.Netns = t.TempDir()
+			r := tc.earlier
+			r.PodUID, r.Pod, r.Container, r.NetnsInode = uid, "team-a/web-1", a.ContainerID, netnsInode(a.Netns)
+			if !r.Passed {
+				r.Spec = iptables.DefaultSpec()
+			}
+			if err := (applied.Store{Dir: dir}).Write(r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Version > applied.Version {
+				// Write writes this build's version: a newer build's
+				// record is written as it would be, with fields this
+				// build does not know.
+				newer := fmt.Sprintf(`{"version":%d,"podUID":%q,"pod":"team-a/web-1","container":%q,"netnsInode":%d,"spec":"of tomorrow"}`, r.Version, uid, a.ContainerID, r.NetnsInode)
+				if err := os.WriteFile(filepath.Join(dir, uid, a.ContainerID+".json"), []byte(newer), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := h.p.Add(a)
+			if (err != nil) != tc.fails {
+				t.Fatalf("ADD: %v, want failure %v", err, tc.fails)
+			}
+			if len(h.net.cleaned) != len(tc.cleanedBy) || !slices.Equal(writers[:len(tc.cleanedBy)], tc.cleanedBy) {
+				t.Errorf("cleanups %v by %+v, want by %+v", h.net.cleaned, writers, tc.cleanedBy)
+			}
+			if _, ok := h.net.programmed[a.Netns]; ok != tc.programmed {
+				t.Errorf("programmed %v, want %v", ok, tc.programmed)
+			}
+			if tc.programmed && len(h.net.writes) != 1 {
+				t.Errorf("%d writes, want 1", len(h.net.writes))
+			}
+			recs, err := applied.Store{Dir: dir}.ForPod(uid)
+			switch {
+			case err != nil || len(recs) != 1:
+				t.Fatalf("records %+v, %v: want one", recs, err)
+			case tc.fails && (recs[0].Backend != r.Backend || recs[0].Passed):
+				t.Errorf("a failed ADD changed the record: %+v", recs[0])
+			case recs[0].Passed != tc.passed:
+				t.Errorf("record passed %v, want %v", recs[0].Passed, tc.passed)
+			}
+		})
 	}
 }

@@ -1,0 +1,83 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
+)
+
+// TestRepeatedAddFollowsItsRecord: a second ADD of one sandbox (Multus
+// chaining the plugin into two networks, a runtime's retry) removes what
+// the first wrote, where its record says it wrote it, before writing as
+// it decides now. After the node's alternatives moved from legacy to nft
+// the pod's chains are in nft only; once the pod is annotated out of the
+// mesh, in neither, and its record says it passed.
+func TestRepeatedAddFollowsItsRecord(t *testing.T) {
+	name := podName(t)
+	ann, ctrs := meshed(nil)
+	createPod(t, "team-a", name, ann, ctrs, nil)
+	uid := podUID(t, "team-a", name)
+	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=" + name + ";K8S_POD_UID=" + uid
+	s := newSandbox(t, "team-a", name)
+	records := t.TempDir()
+	stdin := pluginStdin(t, "1.0.0", istioConf(map[string]any{"records_dir": records}), prevV4)
+	add := func(when string) {
+		t.Helper()
+		if r := execPlugin(t, "ADD", stdin, s.Path(), args); r.code != 0 {
+			t.Fatalf("ADD %s: %d %s", when, r.code, r.msg)
+		}
+	}
+	legacy, nft := writer{"legacy", release.Legacy}, writer{"nft", release.NFT}
+
+	alternatives(t, release.Legacy, release.Legacy)
+	add("on legacy")
+	assertRules(t, s.Path(), legacy, iptables.DefaultSpec(), false)
+
+	alternatives(t, release.NFT, release.NFT)
+	add("again, the node's iptables now nft")
+	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
+	assertNoRules(t, s.Path(), legacy)
+
+	patch := []byte(`[{"op":"add","path":"/metadata/annotations/sidecar.istio.io~1inject","value":"false"}]`)
+	if status, body, err := env.api.Do(context.Background(), http.MethodPatch, "/api/v1/namespaces/team-a/pods/"+name, patch); err != nil || status != http.StatusOK {
+		t.Fatalf("annotating the pod: %d %s %v", status, body, err)
+	}
+	add("again, the pod annotated out of the mesh")
+	assertNoRules(t, s.Path(), nft)
+	assertNoRules(t, s.Path(), legacy)
+	recs, err := applied.Store{Dir: records}.ForPod(uid)
+	if err != nil || len(recs) != 1 || !recs[0].Passed {
+		t.Errorf("records %+v, %v: want the sandbox's, passed", recs, err)
+	}
+}
+
+// TestCheckWithoutARecordFindsTheRules: CHECK of a sandbox no record names
+// a writer for (records_dir unset) reads the rules where they are, as the
+// audit and inspect do: after the node's alternatives moved from legacy
+// to nft, a pod ADD wrote in legacy passes; a sandbox of the same pod
+// holding none fails, naming what is missing.
+func TestCheckWithoutARecordFindsTheRules(t *testing.T) {
+	name := podName(t)
+	ann, ctrs := meshed(nil)
+	createPod(t, "team-a", name, ann, ctrs, nil)
+	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=" + name
+	stdin := pluginStdin(t, "1.0.0", istioConf(nil), prevV4)
+	written, empty := newSandbox(t, "team-a", name), newSandbox(t, "team-a", name)
+
+	alternatives(t, release.Legacy, release.Legacy)
+	if r := execPlugin(t, "ADD", stdin, written.Path(), args); r.code != 0 {
+		t.Fatalf("ADD: %d %s", r.code, r.msg)
+	}
+	alternatives(t, release.NFT, release.NFT)
+	if r := execPlugin(t, "CHECK", stdin, written.Path(), args); r.code != 0 {
+		t.Errorf("CHECK after the node moved to nft: %d %s", r.code, r.msg)
+	}
+	if r := execPlugin(t, "CHECK", stdin, empty.Path(), args); r.code == 0 || !strings.Contains(r.msg, "missing") {
+		t.Errorf("CHECK of a sandbox without rules: %d %s, want a failure naming what is missing", r.code, r.msg)
+	}
+}
