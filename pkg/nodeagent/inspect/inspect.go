@@ -265,14 +265,20 @@ func observe(ctx context.Context, d Deps, netns string, m iptables.Model, w appl
 }
 
 // strays lists the rules of ours in an unrecorded sandbox, each family
-// read in the backend w guesses for it and, when none are there, in the
-// other one (a node's alternatives can lead each family elsewhere, and an
-// older writer may have used either); r says where each was read.
+// read in the backend w guesses for it and, when none are there or IPv6's
+// cannot be read there, in the other one (a node's alternatives can lead
+// each family elsewhere, an older writer may have used either, and a node
+// may have one backend's ip6tables only); r says where each was read.
 func strays(ctx context.Context, d Deps, netns string, r *Report, w applied.Writer) error {
 	at := map[iptables.Family]release.Backend{}
 	for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
 		b := w.For(f)
 		obs, err := d.Observe(ctx, netns, b, f)
+		if other := b.Other(); err != nil && f == iptables.IPv6 && other != "" {
+			if o, oErr := d.Observe(ctx, netns, other, f); oErr == nil {
+				obs, b, err = o, other, nil
+			}
+		}
 		if err != nil {
 			if f == iptables.IPv6 {
 				continue // a node without ip6tables: IPv4 is what there is

@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -511,14 +512,21 @@ func TestStrayRulesOfEachFamily(t *testing.T) {
 		name string
 		node applied.Writer // the node's writer, guessed for the pod
 		at   applied.Writer // where the stray rules are
+		// unreadableV6: IPv6's rules cannot be read in this backend
+		// (a node with no ip6tables-legacy, say).
+		unreadableV6 release.Backend
 	}{
-		{"split node, both in the other backend", applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, applied.Writer{Backend: release.Legacy, BackendIPv6: release.NFT}},
-		{"IPv6 in the other backend", applied.Writer{Backend: release.NFT}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}},
-		{"IPv4 in the other backend", applied.Writer{Backend: release.Legacy}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}},
+		{"split node, both in the other backend", applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, applied.Writer{Backend: release.Legacy, BackendIPv6: release.NFT}, ""},
+		{"IPv6 in the other backend", applied.Writer{Backend: release.NFT}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, ""},
+		{"IPv4 in the other backend", applied.Writer{Backend: release.Legacy}, applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, ""},
+		{"IPv6 unreadable in the guessed backend, in the other", applied.Writer{Backend: release.Legacy}, applied.Writer{Backend: release.Legacy, BackendIPv6: release.NFT}, release.Legacy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := deps(p, "", nil)
 			d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+				if f == iptables.IPv6 && b == tc.unreadableV6 {
+					return nil, errors.New("ip6tables-" + string(b) + "-save: not found")
+				}
 				if b != tc.at.For(f) {
 					return iptables.ParseSave(nil)
 				}
