@@ -11,6 +11,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
@@ -26,10 +27,10 @@ const opBudget = 30 * time.Second
 func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
 
 // add is ADD on host h. redirect's steps, in order: plan (the pod's
-// decision and spec), what an earlier ADD of the sandbox wrote removed
-// (clearEarlier), its families, how h writes them (the
+// decision and spec), its families, how h writes them (the
 // xtables.Write), whether it may, the model written in the pod's
-// namespace, the record.
+// namespace, the record, and a repeated ADD's removal of what an earlier
+// one wrote elsewhere (removeCopy).
 func (p *Plugin) add(args *skel.CmdArgs, h host) error {
 	return p.verb("ADD", args, h, func(conf *Config, out *outcome) error {
 		result, err := resultFor(conf)
@@ -51,12 +52,20 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	// A repeated ADD: this sandbox has a record (one stat: most ADDs
 	// are a sandbox's first).
 	repeated := conf.RecordsDir != "" && (applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
+	var earlier *applied.Record // an earlier ADD's, unless it passed the sandbox through
 	if repeated {
-		if err := p.clearEarlier(args, conf, h, out); err != nil {
-			return err
+		if r, found := recorded(conf, args, out.podUID); found && !r.Passed {
+			earlier = &r
 		}
 	}
 	if !ok {
+		if earlier != nil {
+			// Istio reads annotations when a pod starts: an edit since
+			// (or a namespace excluded since) must not weaken what the
+			// sandbox holds, and its record says what that is.
+			out.warnings = append(out.warnings, "an earlier ADD of this sandbox redirected it: its rules and record stay")
+			return nil
+		}
 		p.recordPassed(conf, args, out)
 		return nil
 	}
@@ -68,7 +77,8 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	}
 	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
-	// programmed: a repeated ADD reads back.
+	// programmed: a repeated ADD reads back, which reconciles what an
+	// earlier ADD wrote in the same place.
 	// An ADD the agent handed back may have left rules (it ran out of
 	// time, or nf_tables refused a batch): read back.
 	trusted := out.agentReadsBack && p.deps.HandedBack == "" && !repeated
@@ -101,34 +111,69 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	}
 	committed = true
 	rec.commit(out)
+	if earlier != nil {
+		p.removeCopy(ctx, conf, args, out, *earlier)
+	}
 	return nil
 }
 
-// clearEarlier removes what an earlier ADD of this sandbox wrote, where its
-// record says it wrote it, before this ADD writes as it decides now: a
-// repeated ADD (Multus chaining the plugin into two networks, a runtime's
-// retry) after the node's alternatives or native_nftables changed, or of
-// a pod now passed through, would otherwise leave those rules beside or
-// instead of its own. No container runs in a sandbox being set up, so
-// none sends traffic while it holds no rules. A record a newer build
-// wrote is left to it: this build cannot tell how it wrote.
-func (p *Plugin) clearEarlier(args *skel.CmdArgs, conf *Config, h host, out *outcome) error {
-	r, ok := recorded(conf, args, out.podUID)
-	if !ok || r.Passed {
-		return nil
-	}
+// removeCopy removes, once this ADD's rules are in, those an earlier ADD
+// of the sandbox wrote where this one does not write: after the node's
+// alternatives or native_nftables changed in between (a runtime's retry,
+// Multus adding a network to the pod), the old copy would stay beside the
+// new one, and DEL, following the new record, would leave it. Writing
+// first keeps a running pod redirected throughout. A copy left is a
+// warning: the new rules are whole and verified.
+func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record) {
 	if _, known := r.Model(); !known {
-		return nil
+		return // a newer build's record: how it wrote is its own to read
 	}
-	if err := h.repeat(); err != nil {
-		return err
+	was := writerOf(conf, r)
+	families, ok := stale(r, was, conf.nodeWriter())
+	if !ok {
+		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
-	defer cancel()
-	if err := p.deps.NewPodNetwork(writerOf(conf, r)).Cleanup(ctx, args.Netns); err != nil {
-		return netnsError(out.pod, "removing the rules an earlier ADD of this sandbox wrote", err)
+	if err := p.deps.NewPodNetwork(was).RemoveCopy(ctx, args.Netns, families...); err != nil {
+		out.warnings = append(out.warnings, "removing the rules an earlier ADD of this sandbox wrote elsewhere: "+err.Error())
 	}
-	return nil
+}
+
+// stale is which of the rules an earlier ADD wrote, as was (its record
+// r's writer) says, a repeated ADD writing as now does not write over:
+// native tables (whichever families) when now writes iptables, else each
+// recorded family whose iptables backend now differs, or all of them
+// when now writes native tables. ok=false when there are none, or when
+// either writer's backend is only a guess: the write reconciles what is
+// where it writes, and removing a guess could remove what it just wrote.
+func stale(r applied.Record, was, now applied.Writer) (families []iptables.Family, ok bool) {
+	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
+	switch {
+	case was.Native:
+		return nil, !now.Native
+	case was.Guessed:
+		return nil, false
+	}
+	for _, f := range recordedFamilies(r) {
+		switch {
+		case now.Native:
+			families = append(families, f)
+		case concrete(was.For(f)) && concrete(now.For(f)) && was.For(f) != now.For(f):
+			families = append(families, f)
+		}
+	}
+	return families, len(families) > 0
+}
+
+// recordedFamilies are the families a record says ADD programmed.
+func recordedFamilies(r applied.Record) []iptables.Family {
+	var fs []iptables.Family
+	if r.IPv4 {
+		fs = append(fs, iptables.IPv4)
+	}
+	if r.IPv6 {
+		fs = append(fs, iptables.IPv6)
+	}
+	return fs
 }
 
 // plan is what a redirected pod must hold: its spec, with the node's

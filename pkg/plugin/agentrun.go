@@ -276,12 +276,6 @@ func (r *agentRun) write(_ *Config, _ plan, trusted bool) (xtables.Write, error)
 	return xtables.Write{Netlink: r.netlink, Only: true, Trusted: true, Deadline: deadline}, nil
 }
 
-// repeat: the agent runs no iptables-restore or iptables-save for an
-// ADD, and removing the earlier ADD's rules may take them.
-func (r *agentRun) repeat() error {
-	return handBack("a repeated ADD removes the rules the earlier one wrote")
-}
-
 // deliver sends the report once the shim has its answer (RunAdd's after).
 func (r *agentRun) deliver(send func()) { r.afterReply = send }
 

@@ -478,14 +478,31 @@ func benchmarkAgentRunAdd(b *testing.B, on func(*handoff.Request)) {
 	}
 }
 
-// programmedBefore is an earlier ADD of the fixture's sandbox c-u1 in the
-// namespace at path: the default rules and their record.
-func programmedBefore(t *testing.T, f *agentFixture, path string) {
-	t.Helper()
+// A repeated ADD the agent would pass through, of a sandbox an earlier ADD
+// redirected (the pod annotated out of the mesh since): the agent answers
+// it, leaving the rules and their record as they were, and says so.
+func TestAgentRunAddKeepsAnEarlierRedirect(t *testing.T) {
+	requireNFTLayout(t)
+	f := newAgentFixture(t)
+	pod := f.meshed("u1")
+	fd, path := newNetns(t)
 	restoreIn(t, path, iptables.Build(iptables.DefaultSpec(), true, false))
-	r := applied.Record{PodUID: "u1", Container: "c-u1", NetnsInode: netnsInode(path), IPv4: true, Spec: iptables.DefaultSpec(), Backend: release.NFT}
-	if err := (applied.Store{Dir: filepath.Join(f.run, "sandboxes")}).Write(r); err != nil {
+	store := applied.Store{Dir: filepath.Join(f.run, "sandboxes")}
+	earlier := applied.Record{PodUID: "u1", Pod: "team-a/web-1", Container: "c-u1", NetnsInode: netnsInode(path), IPv4: true, Spec: iptables.DefaultSpec(), Backend: release.NFT}
+	if err := store.Write(earlier); err != nil {
 		t.Fatal(err)
+	}
+	pod.Metadata.Annotations["sidecar.istio.io/inject"] = "false"
+	before := saveIn(t, path, iptables.IPv4)
+	resp, _ := f.side.RunAdd(f.request(path, "u1", prevV4), fd)
+	if !resp.Done || !bytes.Contains(resp.Stderr, []byte("its rules and record stay")) {
+		t.Fatalf("answer %+v, stderr %s: want done, saying the rules stay", resp, resp.Stderr)
+	}
+	if after := saveIn(t, path, iptables.IPv4); after != before {
+		t.Errorf("the namespace changed:\n%s\nwant\n%s", after, before)
+	}
+	if recs, err := store.ForPod("u1"); err != nil || len(recs) != 1 || recs[0].Passed || recs[0].Backend != release.NFT {
+		t.Errorf("records %+v, %v: want the earlier one", recs, err)
 	}
 }
 
@@ -506,16 +523,6 @@ func TestAgentRunAddHandsBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "repeated ADD"},
-		// An earlier ADD programmed the sandbox: its rules are removed
-		// (with iptables-restore where the record says) by the plugin,
-		// whether this ADD redirects the pod or passes it through.
-		"a repeated ADD of a programmed sandbox": {prevV4, func(f *agentFixture, _ *handoff.Request, path string) {
-			programmedBefore(t, f, path)
-		}, "repeated ADD removes"},
-		"a repeated ADD passing a programmed sandbox through": {prevV4, func(f *agentFixture, _ *handoff.Request, path string) {
-			programmedBefore(t, f, path)
-			f.pods["team-a/web-1"].Metadata.Annotations["sidecar.istio.io/inject"] = "false"
-		}, "repeated ADD removes"},
 		"the namespace holds our chains already": {prevV4, func(_ *agentFixture, _ *handoff.Request, path string) {
 			restoreIn(t, path, iptables.Build(iptables.DefaultSpec(), true, false))
 		}, "not written over netlink"},

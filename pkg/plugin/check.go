@@ -20,7 +20,10 @@ import (
 // too). A record naming no backend, an older build's, is guessed: the
 // node's backend (nodeWriter), and where the rules are found.
 func writerOf(conf *Config, r applied.Record) applied.Writer {
-	w := r.Writer(conf.nodeWriter())
+	w := r.Writer(conf.writer())
+	if w.Guessed {
+		w = r.Writer(conf.nodeWriter())
+	}
 	if !w.Native && !w.Guessed && r.Version < 3 && r.IPv6 && conf.parsed.Backend != w.Backend {
 		// Before version 3 a record names IPv4's backend only (an
 		// older build on a split node wrote IPv6 elsewhere): IPv6 is
@@ -49,10 +52,8 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	// CHECK never depends on the API or the agent. One whose record a later
 	// build wrote (this plugin was rolled back) is not held to what this
 	// build would apply: it passes, saying it was not checked.
-	// With no record naming how ADD wrote them, the rules are read where
-	// they are found, as the audit and inspect read them.
 	var m iptables.Model
-	w := conf.nodeWriter().Guess()
+	var w applied.Writer
 	if ref, isPod, _ := podID(args.Args); isPod {
 		if r, ok := recorded(conf, args, ref.uid); ok {
 			out.pod, out.podUID = ref.String(), ref.uid
@@ -75,6 +76,9 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		if err != nil || !ok {
 			return err
 		}
+		// No record: the rules are read where they are found, as the
+		// audit and inspect read them.
+		w = conf.nodeWriter().Guess()
 		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(w).HasIPv6(args.Netns) }); err != nil {
 			return err
 		}

@@ -32,15 +32,15 @@ func (c *Config) writer() applied.Writer {
 	return applied.Writer{Backend: c.parsed.Backend, Native: c.parsed.Native}
 }
 
-// nodeWriter is writer with auto resolved, family by family, to the
-// backend the node's programs lead to (release.Backend.Resolve): where a
-// CHECK of a sandbox no record names a writer for starts looking. A
-// family whose programs cannot be found stays auto.
+// nodeWriter is writer with its iptables backend resolved, family by
+// family, to where the node's programs lead (release.Backend.Resolve), as
+// ADD records it: where a sandbox no record names a backend for is looked
+// in first (an auto guess has no other backend to look in), and what a
+// repeated ADD compares the earlier one's record with. Native keeps it
+// for iptables records. A family whose programs cannot be found stays
+// auto.
 func (c *Config) nodeWriter() applied.Writer {
 	w := c.writer()
-	if w.Native {
-		return w
-	}
 	if b, err := c.parsed.Backend.Resolve(false); err == nil {
 		w.Backend = b
 	}

@@ -44,6 +44,20 @@ type fakeNet struct {
 	checkDiffs []string
 	cleanupErr error
 	hasIPv6    bool
+	// removed are the families of each RemoveCopy, after how many
+	// Programs it ran.
+	removed   []removal
+	removeErr error
+}
+
+type removal struct {
+	families []iptables.Family
+	after    int // Programs before it
+}
+
+func (f *fakeNet) RemoveCopy(_ context.Context, _ string, families ...iptables.Family) error {
+	f.removed = append(f.removed, removal{families, len(f.writes)})
+	return f.removeErr
 }
 
 func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error) {

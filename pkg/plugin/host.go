@@ -27,9 +27,6 @@ type host interface {
 	// mayWrite refuses, before anything is written, an ADD the host
 	// cannot finish.
 	mayWrite(pl plan) error
-	// repeat refuses a repeated ADD of a sandbox an earlier ADD
-	// programmed, before it removes those rules (clearEarlier).
-	repeat() error
 	// deliver runs send, the verb's report: at once, or once the shim has
 	// its answer.
 	deliver(send func())
@@ -48,7 +45,6 @@ type inPlugin struct{}
 func (inPlugin) admit(*Config) error             { return nil }
 func (inPlugin) handBack(error) error            { return nil }
 func (inPlugin) mayWrite(plan) error             { return nil }
-func (inPlugin) repeat() error                   { return nil }
 func (inPlugin) deliver(send func())             { send() }
 func (inPlugin) name() string                    { return "" }
 func (inPlugin) netns(args *skel.CmdArgs) string { return args.Netns }

@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -67,15 +69,17 @@ func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 		v4, v6 release.Backend
 		found  bool // read where found (podnet.Network.FindBackend)
 	}
-	// The node's own backends, where its programs lead: a guess starts
-	// there, so that the other backend is the one to look in too.
-	node := backends{release.Auto, "", true}
-	if b, err := release.Auto.Resolve(false); err == nil {
-		node.v4 = b
+	// The node's programs lead to legacy (this machine's to nft): a
+	// guess starts there, resolved, so that nft is the one to look in
+	// too.
+	bin := t.TempDir()
+	for _, prog := range []string{"iptables-restore", "iptables-save", "ip6tables-restore", "ip6tables-save"} {
+		if err := os.Symlink("/usr/sbin/xtables-legacy-multi", filepath.Join(bin, prog)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if b6, err := release.Auto.Resolve(true); err == nil && b6 != node.v4 {
-		node.v6 = b6
-	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	node := backends{release.Legacy, "", true}
 	for _, tc := range []struct {
 		entry    string // iptables_backend, "" for none
 		recorded backends

@@ -15,7 +15,6 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
-	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/podnet"
 )
 
@@ -218,39 +217,54 @@ func TestRecordNamesEachFamilysBackend(t *testing.T) {
 	}
 }
 
-// TestRepeatedAddClearsTheEarlierRules: an ADD of a sandbox an earlier ADD
-// programmed removes those rules as its record says they were written
-// before it writes, or passes the pod through; a failed removal fails the
-// ADD before it writes or records anything. A passed-through sandbox's
-// record, and a newer build's, leave the namespace alone.
-func TestRepeatedAddClearsTheEarlierRules(t *testing.T) {
+// TestRepeatedAddRemovesTheEarlierCopy: an ADD of a sandbox an earlier ADD
+// programmed writes as it decides now and then removes what the earlier
+// one wrote where this one does not write, as its record says (a failed
+// removal is a warning: the new rules are whole). One that passes the pod
+// through keeps the earlier rules and their record, as does one of a
+// sandbox a newer build recorded.
+func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+	v4 := []iptables.Family{iptables.IPv4}
 	for name, tc := range map[string]struct {
-		earlier    applied.Record
-		pod        *kube.Pod
-		cleanupErr error
-		cleanedBy  []applied.Writer // the writers of the Cleanups, in order
-		programmed bool
-		passed     bool // the record afterwards
-		fails      bool
+		entry     string // its keys before records_dir
+		earlier   applied.Record
+		passNow   bool
+		removeErr error
+		removed   *removal                  // the RemoveCopy expected, after the write
+		removedBy applied.Writer            // its writer
+		record    func(applied.Record) bool // the sandbox's record afterwards
 	}{
-		"recorded native, iptables now": {earlier: applied.Record{IPv4: true, Native: true},
-			pod: meshedPod(nil), cleanedBy: []applied.Writer{{Native: true}}, programmed: true},
-		"recorded in legacy, passed through now": {earlier: applied.Record{IPv4: true, Backend: release.Legacy},
-			pod: meshedPod(map[string]string{"sidecar.istio.io/inject": "false"}), cleanedBy: []applied.Writer{{Backend: release.Legacy}}, passed: true},
-		"the removal fails": {earlier: applied.Record{IPv4: true, Backend: release.Legacy}, pod: meshedPod(nil),
-			cleanupErr: errors.New("nf_tables refused"), cleanedBy: []applied.Writer{{Backend: release.Legacy}}, fails: true},
-		"recorded passed through":   {earlier: applied.Record{Passed: true}, pod: meshedPod(nil), programmed: true},
-		"recorded by a newer build": {earlier: applied.Record{IPv4: true, Version: applied.Version + 1}, pod: meshedPod(nil), programmed: true},
+		"recorded native, iptables now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Native: true},
+			removed: &removal{nil, 1}, removedBy: applied.Writer{Native: true}, record: programmedIn(release.NFT)},
+		"recorded in legacy, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: programmedIn(release.NFT)},
+		"recorded in legacy, native now": {entry: `"native_nftables":true,`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: func(r applied.Record) bool { return r.Native }},
+		"recorded in nft, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.NFT},
+			record: programmedIn(release.NFT)},
+		"recorded with no backend": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true},
+			record: programmedIn(release.NFT)},
+		"recorded passed through": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{Passed: true},
+			record: programmedIn(release.NFT)},
+		"the removal fails": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			removeErr: errors.New("iptables-legacy-restore: not found"), removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: programmedIn(release.NFT)},
+		"recorded in legacy, passed through now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy}, passNow: true,
+			record: programmedIn(release.Legacy)},
+		"recorded by a newer build, passed through now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Version: applied.Version + 1}, passNow: true,
+			record: func(r applied.Record) bool { return r.Version == applied.Version+1 }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()
-			h.api.pods["team-a/web-1"] = tc.pod
-			h.net.cleanupErr = tc.cleanupErr
+			h.api.pods["team-a/web-1"] = meshedPod(nil)
+			if tc.passNow {
+				h.api.pods["team-a/web-1"] = meshedPod(map[string]string{"sidecar.istio.io/inject": "false"})
+			}
+			h.net.removeErr = tc.removeErr
 			var writers []applied.Writer
 			h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork { writers = append(writers, w); return h.net }
 			dir := t.TempDir()
-			a := cmdArgs(confWithRecords(dir), podArgsUID)
+			a := cmdArgs(strings.Replace(confWithRecords(dir), `"records_dir"`, tc.entry+`"records_dir"`, 1), podArgsUID)
 			a.Netns = t.TempDir()
 			r := tc.earlier
 			r.PodUID, r.Pod, r.Container, r.NetnsInode = uid, "team-a/web-1", a.ContainerID, netnsInode(a.Netns)
@@ -269,28 +283,33 @@ func TestRepeatedAddClearsTheEarlierRules(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := h.p.Add(a)
-			if (err != nil) != tc.fails {
-				t.Fatalf("ADD: %v, want failure %v", err, tc.fails)
+			if err := h.p.Add(a); err != nil {
+				t.Fatalf("ADD: %v", err)
 			}
-			if len(h.net.cleaned) != len(tc.cleanedBy) || !slices.Equal(writers[:len(tc.cleanedBy)], tc.cleanedBy) {
-				t.Errorf("cleanups %v by %+v, want by %+v", h.net.cleaned, writers, tc.cleanedBy)
+			if wrote := len(h.net.writes) == 1; wrote == tc.passNow {
+				t.Errorf("%d writes, want one unless passed through", len(h.net.writes))
 			}
-			if _, ok := h.net.programmed[a.Netns]; ok != tc.programmed {
-				t.Errorf("programmed %v, want %v", ok, tc.programmed)
+			switch {
+			case tc.removed == nil && len(h.net.removed) > 0:
+				t.Errorf("removed %+v, want nothing", h.net.removed)
+			case tc.removed != nil && (len(h.net.removed) != 1 || !slices.Equal(h.net.removed[0].families, tc.removed.families) || h.net.removed[0].after != tc.removed.after):
+				t.Errorf("removed %+v, want %+v", h.net.removed, *tc.removed)
+			case tc.removed != nil && writers[len(writers)-1] != tc.removedBy:
+				t.Errorf("removed by %+v, want %+v", writers[len(writers)-1], tc.removedBy)
 			}
-			if tc.programmed && len(h.net.writes) != 1 {
-				t.Errorf("%d writes, want 1", len(h.net.writes))
+			warned := strings.Contains(h.stderr.String(), "earlier ADD of this sandbox")
+			if want := tc.removeErr != nil || tc.passNow; warned != want {
+				t.Errorf("warned %v, want %v: %s", warned, want, h.stderr)
 			}
 			recs, err := applied.Store{Dir: dir}.ForPod(uid)
-			switch {
-			case err != nil || len(recs) != 1:
-				t.Fatalf("records %+v, %v: want one", recs, err)
-			case tc.fails && (recs[0].Backend != r.Backend || recs[0].Passed):
-				t.Errorf("a failed ADD changed the record: %+v", recs[0])
-			case recs[0].Passed != tc.passed:
-				t.Errorf("record passed %v, want %v", recs[0].Passed, tc.passed)
+			if err != nil || len(recs) != 1 || !tc.record(recs[0]) {
+				t.Errorf("records %+v, %v: not the one expected", recs, err)
 			}
 		})
 	}
+}
+
+// programmedIn: the sandbox's record says ADD programmed it in iptables b.
+func programmedIn(b release.Backend) func(applied.Record) bool {
+	return func(r applied.Record) bool { return !r.Passed && !r.Native && r.Backend == b }
 }

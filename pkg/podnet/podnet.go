@@ -17,6 +17,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
@@ -345,6 +346,19 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 	return n.do(path, func(p *xtables.Programmer) error {
 		return errors.Join(p.Cleanup(ctx, iptables.IPv4, iptables.IPv6),
 			removePolicyRoutes(iptables.IPv4, iptables.IPv6))
+	})
+}
+
+// RemoveCopy removes the rules of ours n writes in families (native
+// nftables: its tables, whichever families), leaving the policy routes:
+// for the copy an earlier ADD left where a repeated one no longer writes,
+// once that one's rules, and any routes they need, are in.
+func (n *Network) RemoveCopy(ctx context.Context, path string, families ...iptables.Family) error {
+	return n.do(path, func(p *xtables.Programmer) error {
+		if n.Native {
+			return nfnl.DeleteNative()
+		}
+		return p.Cleanup(ctx, families...)
 	})
 }
 

@@ -9,14 +9,16 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
+	"istio-cni.local/istio-cni/pkg/plugin"
 )
 
-// TestRepeatedAddFollowsItsRecord: a second ADD of one sandbox (Multus
-// chaining the plugin into two networks, a runtime's retry) removes what
-// the first wrote, where its record says it wrote it, before writing as
-// it decides now. After the node's alternatives moved from legacy to nft
-// the pod's chains are in nft only; once the pod is annotated out of the
-// mesh, in neither, and its record says it passed.
+// TestRepeatedAddFollowsItsRecord: ADDs of one sandbox after its first (a
+// runtime's retry, Multus adding a network to the pod). Where the first
+// wrote, a second reconciles: the rules whole, no jump twice. After the
+// node's alternatives moved from legacy to nft, the rules are written in
+// nft and then removed from legacy, as the first's record says it wrote
+// them. Once the pod is annotated out of the mesh, its rules and record
+// stay, and CHECK passes against them.
 func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	name := podName(t)
 	ann, ctrs := meshed(nil)
@@ -36,7 +38,9 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 
 	alternatives(t, release.Legacy, release.Legacy)
 	add("on legacy")
+	add("again on legacy")
 	assertRules(t, s.Path(), legacy, iptables.DefaultSpec(), false)
+	assertNoRules(t, s.Path(), nft)
 
 	alternatives(t, release.NFT, release.NFT)
 	add("again, the node's iptables now nft")
@@ -48,11 +52,14 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 		t.Fatalf("annotating the pod: %d %s %v", status, body, err)
 	}
 	add("again, the pod annotated out of the mesh")
-	assertNoRules(t, s.Path(), nft)
+	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 	assertNoRules(t, s.Path(), legacy)
 	recs, err := applied.Store{Dir: records}.ForPod(uid)
-	if err != nil || len(recs) != 1 || !recs[0].Passed {
-		t.Errorf("records %+v, %v: want the sandbox's, passed", recs, err)
+	if err != nil || len(recs) != 1 || recs[0].Passed || recs[0].Backend != release.NFT {
+		t.Errorf("records %+v, %v: want the sandbox's, programmed in nft", recs, err)
+	}
+	if r := execPlugin(t, "CHECK", stdin, s.Path(), args); r.code != 0 {
+		t.Errorf("CHECK: %d %s", r.code, r.msg)
 	}
 }
 
@@ -77,7 +84,7 @@ func TestCheckWithoutARecordFindsTheRules(t *testing.T) {
 	if r := execPlugin(t, "CHECK", stdin, written.Path(), args); r.code != 0 {
 		t.Errorf("CHECK after the node moved to nft: %d %s", r.code, r.msg)
 	}
-	if r := execPlugin(t, "CHECK", stdin, empty.Path(), args); r.code == 0 || !strings.Contains(r.msg, "missing") {
+	if r := execPlugin(t, "CHECK", stdin, empty.Path(), args); r.code != plugin.ErrRulesMismatch || !strings.Contains(r.msg, "ISTIO_OUTPUT: chain missing") {
 		t.Errorf("CHECK of a sandbox without rules: %d %s, want a failure naming what is missing", r.code, r.msg)
 	}
 }
