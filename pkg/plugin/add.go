@@ -53,17 +53,26 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	// are a sandbox's first).
 	repeated := conf.RecordsDir != "" && (applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
 	var earlier *applied.Record // an earlier ADD's, unless it passed the sandbox through
+	unread := false             // a record there that does not read
 	if repeated {
-		if r, found := recorded(conf, args, out.podUID); found && !r.Passed {
+		r, found := recorded(conf, args, out.podUID)
+		switch {
+		case !found:
+			unread = true
+		case !r.Passed:
 			earlier = &r
 		}
 	}
 	if !ok {
-		if earlier != nil {
+		if earlier != nil || unread {
 			// Istio reads annotations when a pod starts: an edit since
 			// (or a namespace excluded since) must not weaken what the
 			// sandbox holds, and its record says what that is.
-			out.warnings = append(out.warnings, "an earlier ADD of this sandbox redirected it: its rules and record stay")
+			out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+			if earlier != nil {
+				out.families = decision.FamilyNames(earlier.IPv4, earlier.IPv6)
+			}
+			out.warnings = append(out.warnings, "an earlier ADD of this sandbox may have redirected it: its rules and record stay")
 			return nil
 		}
 		p.recordPassed(conf, args, out)
@@ -110,70 +119,46 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 		out.rulesBy = "nftables"
 	}
 	committed = true
-	rec.commit(out)
-	if earlier != nil {
-		p.removeCopy(ctx, conf, args, out, *earlier)
+	if rec.commit(out) && earlier != nil {
+		p.removeCopy(ctx, conf, args, out, *earlier, pl.model())
 	}
 	return nil
 }
 
-// removeCopy removes, once this ADD's rules are in, those an earlier ADD
-// of the sandbox wrote where this one does not write: after the node's
-// alternatives or native_nftables changed in between (a runtime's retry,
-// Multus adding a network to the pod), the old copy would stay beside the
-// new one, and DEL, following the new record, would leave it. Writing
-// first keeps a running pod redirected throughout. A copy left is a
-// warning: the new rules are whole and verified.
-func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record) {
-	if _, known := r.Model(); !known {
-		return // a newer build's record: how it wrote is its own to read
+// removeCopy removes, once this ADD's iptables rules are in and recorded,
+// those an earlier ADD of the sandbox wrote in the other backend, as its
+// record r says: after the node's alternatives moved in between (a
+// runtime's retry, Multus adding a network to the pod), that copy would
+// stay beside the new one, and DEL, following the new record, would leave
+// it. Only the families this ADD wrote, and each only where the other
+// backend, read just before, holds it whole (podnet.Network.RemoveCopy):
+// whatever the node resolves, the pod is never left without its rules.
+// A copy left is a warning: the new rules are whole and verified.
+func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record, m iptables.Model) {
+	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
+	if _, known := r.Model(); !known || r.Native || conf.parsed.Native || !concrete(r.Backend) {
+		return // a newer build's record, native tables, or no backend named
 	}
-	was := writerOf(conf, r)
-	families, ok := stale(r, was, conf.nodeWriter())
-	if !ok {
+	// A record before version 3 names one backend: this build wrote
+	// both families there (an older build may have written IPv6 in the
+	// other, and then none of ours is in IPv4's to remove).
+	was := applied.Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6}
+	if now := conf.nodeWriter(); was.For(iptables.IPv4) == now.For(iptables.IPv4) && was.For(iptables.IPv6) == now.For(iptables.IPv6) {
+		return // the node writes where the earlier ADD did: no other copy to look for
+	}
+	copies := m
+	if !r.IPv4 {
+		copies.V4 = nil
+	}
+	if !r.IPv6 || !concrete(was.For(iptables.IPv6)) {
+		copies.V6 = nil
+	}
+	if copies.V4 == nil && copies.V6 == nil {
 		return
 	}
-	if err := p.deps.NewPodNetwork(was).RemoveCopy(ctx, args.Netns, families...); err != nil {
-		out.warnings = append(out.warnings, "removing the rules an earlier ADD of this sandbox wrote elsewhere: "+err.Error())
+	if err := p.deps.NewPodNetwork(was).RemoveCopy(ctx, args.Netns, copies); err != nil {
+		out.warnings = append(out.warnings, "removing the rules an earlier ADD of this sandbox wrote in the other iptables backend: "+err.Error())
 	}
-}
-
-// stale is which of the rules an earlier ADD wrote, as was (its record
-// r's writer) says, a repeated ADD writing as now does not write over:
-// native tables (whichever families) when now writes iptables, else each
-// recorded family whose iptables backend now differs, or all of them
-// when now writes native tables. ok=false when there are none, or when
-// either writer's backend is only a guess: the write reconciles what is
-// where it writes, and removing a guess could remove what it just wrote.
-func stale(r applied.Record, was, now applied.Writer) (families []iptables.Family, ok bool) {
-	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
-	switch {
-	case was.Native:
-		return nil, !now.Native
-	case was.Guessed:
-		return nil, false
-	}
-	for _, f := range recordedFamilies(r) {
-		switch {
-		case now.Native:
-			families = append(families, f)
-		case concrete(was.For(f)) && concrete(now.For(f)) && was.For(f) != now.For(f):
-			families = append(families, f)
-		}
-	}
-	return families, len(families) > 0
-}
-
-// recordedFamilies are the families a record says ADD programmed.
-func recordedFamilies(r applied.Record) []iptables.Family {
-	var fs []iptables.Family
-	if r.IPv4 {
-		fs = append(fs, iptables.IPv4)
-	}
-	if r.IPv6 {
-		fs = append(fs, iptables.IPv6)
-	}
-	return fs
 }
 
 // plan is what a redirected pod must hold: its spec, with the node's

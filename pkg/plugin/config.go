@@ -37,8 +37,8 @@ func (c *Config) writer() applied.Writer {
 // ADD records it: where a sandbox no record names a backend for is looked
 // in first (an auto guess has no other backend to look in), and what a
 // repeated ADD compares the earlier one's record with. Native keeps it
-// for iptables records. A family whose programs cannot be found stays
-// auto.
+// for iptables records. Programs that cannot be found leave IPv4's as
+// the entry says, and IPv6's as IPv4's.
 func (c *Config) nodeWriter() applied.Writer {
 	w := c.writer()
 	if b, err := c.parsed.Backend.Resolve(false); err == nil {

@@ -44,19 +44,19 @@ type fakeNet struct {
 	checkDiffs []string
 	cleanupErr error
 	hasIPv6    bool
-	// removed are the families of each RemoveCopy, after how many
+	// removed are the models of each RemoveCopy, after how many
 	// Programs it ran.
 	removed   []removal
 	removeErr error
 }
 
 type removal struct {
-	families []iptables.Family
-	after    int // Programs before it
+	m     iptables.Model
+	after int // Programs before it
 }
 
-func (f *fakeNet) RemoveCopy(_ context.Context, _ string, families ...iptables.Family) error {
-	f.removed = append(f.removed, removal{families, len(f.writes)})
+func (f *fakeNet) RemoveCopy(_ context.Context, _ string, m iptables.Model) error {
+	f.removed = append(f.removed, removal{m, len(f.writes)})
 	return f.removeErr
 }
 

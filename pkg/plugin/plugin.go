@@ -35,8 +35,9 @@ type PodNetwork interface {
 	Program(ctx context.Context, netns string, m iptables.Model, w xtables.Write) (map[iptables.Family]xtables.Written, error)
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Cleanup(ctx context.Context, netns string) error
-	// RemoveCopy removes the rules of ours in families (podnet.Network.RemoveCopy).
-	RemoveCopy(ctx context.Context, netns string, families ...iptables.Family) error
+	// RemoveCopy removes an earlier copy of m's rules where they are
+	// whole elsewhere (podnet.Network.RemoveCopy).
+	RemoveCopy(ctx context.Context, netns string, m iptables.Model) error
 	HasIPv6(netns string) (bool, error)
 }
 

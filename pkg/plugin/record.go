@@ -63,10 +63,10 @@ func (p *Plugin) stageRecord(conf *Config, args *skel.CmdArgs, out *outcome, pl 
 	return rec
 }
 
-// commit puts the staged record in place.
-func (rec *record) commit(out *outcome) {
+// commit puts the staged record in place, and says whether it did.
+func (rec *record) commit(out *outcome) bool {
 	if rec == nil {
-		return
+		return false
 	}
 	<-rec.done
 	err := rec.err
@@ -75,7 +75,9 @@ func (rec *record) commit(out *outcome) {
 	}
 	if err != nil {
 		out.warnings = append(out.warnings, "recording the applied rules: "+err.Error())
+		return false
 	}
+	return true
 }
 
 // discard removes the staged record: the rules did not go in.

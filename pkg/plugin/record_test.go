@@ -3,11 +3,9 @@ package plugin
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -218,41 +216,52 @@ func TestRecordNamesEachFamilysBackend(t *testing.T) {
 }
 
 // TestRepeatedAddRemovesTheEarlierCopy: an ADD of a sandbox an earlier ADD
-// programmed writes as it decides now and then removes what the earlier
-// one wrote where this one does not write, as its record says (a failed
-// removal is a warning: the new rules are whole). One that passes the pod
-// through keeps the earlier rules and their record, as does one of a
-// sandbox a newer build recorded.
+// programmed in one iptables backend, the node's now leading to the
+// other, writes there, records it, and then asks for the earlier copy of
+// the families it wrote to be removed where they are whole elsewhere
+// (podnet.Network.RemoveCopy); a failed removal is a warning. Native
+// tables, a record naming no backend and a newer build's are not acted
+// on. One that passes the pod through keeps the earlier rules and their
+// record, as does one whose record does not read.
 func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
-	v4 := []iptables.Family{iptables.IPv4}
+	model := func(v4, v6 bool) iptables.Model { return iptables.Build(iptables.DefaultSpec(), v4, v6) }
+	legacy := applied.Writer{Backend: release.Legacy}
 	for name, tc := range map[string]struct {
 		entry     string // its keys before records_dir
 		earlier   applied.Record
+		raw       string // the record file as written, instead of earlier
 		passNow   bool
+		hasIPv6   bool // the pod's namespace
 		removeErr error
 		removed   *removal                  // the RemoveCopy expected, after the write
 		removedBy applied.Writer            // its writer
 		record    func(applied.Record) bool // the sandbox's record afterwards
 	}{
-		"recorded native, iptables now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Native: true},
-			removed: &removal{nil, 1}, removedBy: applied.Writer{Native: true}, record: programmedIn(release.NFT)},
 		"recorded in legacy, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
-			removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: programmedIn(release.NFT)},
-		"recorded in legacy, native now": {entry: `"native_nftables":true,`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
-			removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: func(r applied.Record) bool { return r.Native }},
+			removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
+		"recorded dual-stack in legacy, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy}, hasIPv6: true,
+			removed: &removal{model(true, true), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
+		"recorded dual-stack in legacy, nft now, IPv4 only": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy},
+			removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
 		"recorded in nft, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.NFT},
 			record: programmedIn(release.NFT)},
+		"recorded native, iptables now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Native: true},
+			record: programmedIn(release.NFT)},
+		"recorded in legacy, native now": {entry: `"native_nftables":true,`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			record: func(r applied.Record) bool { return r.Native }},
 		"recorded with no backend": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true},
 			record: programmedIn(release.NFT)},
 		"recorded passed through": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{Passed: true},
 			record: programmedIn(release.NFT)},
 		"the removal fails": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
-			removeErr: errors.New("iptables-legacy-restore: not found"), removed: &removal{v4, 1}, removedBy: applied.Writer{Backend: release.Legacy}, record: programmedIn(release.NFT)},
+			removeErr: errors.New("iptables-legacy-save: not found"), removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
 		"recorded in legacy, passed through now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.Legacy}, passNow: true,
 			record: programmedIn(release.Legacy)},
-		"recorded by a newer build, passed through now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Version: applied.Version + 1}, passNow: true,
-			record: func(r applied.Record) bool { return r.Version == applied.Version+1 }},
+		"recorded by a newer build, passed through now": {entry: `"iptables_backend":"nft",`, passNow: true,
+			raw:    `{"version":99,"podUID":"` + uid + `","pod":"team-a/web-1","container":"c1","spec":"of tomorrow"}`,
+			record: func(r applied.Record) bool { return r.Version == 99 }},
+		"a record that does not read, passed through now": {entry: `"iptables_backend":"nft",`, passNow: true, raw: `{"version":1,"podUID":`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()
@@ -260,7 +269,7 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			if tc.passNow {
 				h.api.pods["team-a/web-1"] = meshedPod(map[string]string{"sidecar.istio.io/inject": "false"})
 			}
-			h.net.removeErr = tc.removeErr
+			h.net.removeErr, h.net.hasIPv6 = tc.removeErr, tc.hasIPv6
 			var writers []applied.Writer
 			h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork { writers = append(writers, w); return h.net }
 			dir := t.TempDir()
@@ -274,12 +283,9 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			if err := (applied.Store{Dir: dir}).Write(r); err != nil {
 				t.Fatal(err)
 			}
-			if r.Version > applied.Version {
-				// Write writes this build's version: a newer build's
-				// record is written as it would be, with fields this
-				// build does not know.
-				newer := fmt.Sprintf(`{"version":%d,"podUID":%q,"pod":"team-a/web-1","container":%q,"netnsInode":%d,"spec":"of tomorrow"}`, r.Version, uid, a.ContainerID, r.NetnsInode)
-				if err := os.WriteFile(filepath.Join(dir, uid, a.ContainerID+".json"), []byte(newer), 0o600); err != nil {
+			file := filepath.Join(dir, uid, a.ContainerID+".json")
+			if tc.raw != "" {
+				if err := os.WriteFile(file, []byte(tc.raw), 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -292,7 +298,7 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			switch {
 			case tc.removed == nil && len(h.net.removed) > 0:
 				t.Errorf("removed %+v, want nothing", h.net.removed)
-			case tc.removed != nil && (len(h.net.removed) != 1 || !slices.Equal(h.net.removed[0].families, tc.removed.families) || h.net.removed[0].after != tc.removed.after):
+			case tc.removed != nil && (len(h.net.removed) != 1 || !reflect.DeepEqual(h.net.removed[0], *tc.removed)):
 				t.Errorf("removed %+v, want %+v", h.net.removed, *tc.removed)
 			case tc.removed != nil && writers[len(writers)-1] != tc.removedBy:
 				t.Errorf("removed by %+v, want %+v", writers[len(writers)-1], tc.removedBy)
@@ -300,6 +306,15 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			warned := strings.Contains(h.stderr.String(), "earlier ADD of this sandbox")
 			if want := tc.removeErr != nil || tc.passNow; warned != want {
 				t.Errorf("warned %v, want %v: %s", warned, want, h.stderr)
+			}
+			if tc.passNow && !strings.Contains(h.stderr.String(), `"redirect":true`) {
+				t.Errorf("the log line does not say the sandbox stays redirected: %s", h.stderr)
+			}
+			if tc.record == nil {
+				if b, err := os.ReadFile(file); err != nil || string(b) != tc.raw { // #nosec G304 -- the test's own file
+					t.Errorf("the record that did not read is now %q, %v", b, err)
+				}
+				return
 			}
 			recs, err := applied.Store{Dir: dir}.ForPod(uid)
 			if err != nil || len(recs) != 1 || !tc.record(recs[0]) {

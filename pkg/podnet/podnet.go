@@ -17,7 +17,6 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
@@ -349,16 +348,33 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 	})
 }
 
-// RemoveCopy removes the rules of ours n writes in families (native
-// nftables: its tables, whichever families), leaving the policy routes:
-// for the copy an earlier ADD left where a repeated one no longer writes,
-// once that one's rules, and any routes they need, are in.
-func (n *Network) RemoveCopy(ctx context.Context, path string, families ...iptables.Family) error {
+// RemoveCopy removes, from each of m's families, the copy of its rules in
+// n's iptables backend for the family while they are whole in the other
+// backend, read just before: the copy an earlier ADD left where a
+// repeated one, which wrote m, no longer writes. A family whose rules the
+// other backend does not hold whole (the repeated ADD wrote them in n's
+// after all) keeps them. Policy routes stay: they are the model's.
+func (n *Network) RemoveCopy(ctx context.Context, path string, m iptables.Model) error {
+	if n.Native {
+		return errors.New("podnet: RemoveCopy is for iptables copies")
+	}
 	return n.do(path, func(p *xtables.Programmer) error {
-		if n.Native {
-			return nfnl.DeleteNative()
+		var errs []error
+		for _, rs := range m.Rulesets() {
+			other := p.BackendFor(rs.Family).Other()
+			if other == "" {
+				continue
+			}
+			obs, err := p.WithBackend(other).Read(ctx, rs.Family)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(iptables.Diff(rs, obs)) == 0 {
+				errs = append(errs, p.Cleanup(ctx, rs.Family))
+			}
 		}
-		return p.Cleanup(ctx, families...)
+		return errors.Join(errs...)
 	})
 }
 

@@ -1017,6 +1017,56 @@ func TestRepairClearsOnlyTheDoubledFamily(t *testing.T) {
 	heldIn(t, n, release.NFT, release.Legacy)
 }
 
+// A repeated ADD's removal of the copy an earlier one left in legacy: a
+// family whose rules nft holds whole loses its legacy copy; one whose
+// rules are in legacy only (written there after all) keeps them.
+func TestRemoveCopyOnlyWhereWholeElsewhere(t *testing.T) {
+	requireRoot(t)
+	n, ctx := newNS(t), context.Background()
+	m := iptables.Build(iptables.DefaultSpec(), true, true)
+	for _, rs := range m.Rulesets() {
+		in := []release.Backend{release.Legacy}
+		if rs.Family == iptables.IPv4 {
+			in = append(in, release.NFT)
+		}
+		for _, b := range in {
+			if err := n.Do(func(ns.NetNS) error {
+				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	earlier := For(applied.Writer{Backend: release.Legacy}, xtables.Programmer{Runner: xtables.ExecRunner{}})
+	if err := earlier.RemoveCopy(ctx, n.Path(), m); err != nil {
+		t.Fatal(err)
+	}
+	heldIn(t, n, release.NFT, release.Legacy)
+	// IPv4's nft rules short of one: its legacy copy would be the
+	// whole one, and stays.
+	n2 := newNS(t)
+	for _, b := range []release.Backend{release.Legacy, release.NFT} {
+		if err := n2.Do(func(ns.NetNS) error {
+			_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, m.V4, xtables.Write{Trusted: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ipt(t, n2, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := earlier.RemoveCopy(ctx, n2.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil {
+		t.Fatal(err)
+	}
+	if diffs, err := earlier.Check(ctx, n2.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil || len(diffs) != 0 {
+		t.Errorf("legacy's IPv4 rules after a removal nft could not stand for: %q, %v", diffs, err)
+	}
+}
+
 // heldIn checks that istio-cni's chains are in v4 for IPv4 and v6 for
 // IPv6, and in neither family's other backend.
 func heldIn(t *testing.T, n ns.NetNS, v4, v6 release.Backend) {
