@@ -63,18 +63,19 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 			earlier = &r
 		}
 	}
-	if !ok {
-		if earlier != nil || unread {
-			// Istio reads annotations when a pod starts: an edit since
-			// (or a namespace excluded since) must not weaken what the
-			// sandbox holds, and its record says what that is.
-			out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
-			if earlier != nil {
-				out.families = decision.FamilyNames(earlier.IPv4, earlier.IPv6)
-			}
-			out.warnings = append(out.warnings, "an earlier ADD of this sandbox may have redirected it: its rules and record stay")
-			return nil
-		}
+	// Istio reads annotations when a pod starts: an edit since (or a
+	// namespace excluded since) must not weaken what the sandbox holds,
+	// and its record says what that is.
+	switch {
+	case !ok && earlier != nil:
+		out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+		out.families = decision.FamilyNames(earlier.IPv4, earlier.IPv6)
+		out.warnings = append(out.warnings, "an earlier ADD of this sandbox redirected it: its rules and record stay")
+		return nil
+	case !ok && unread:
+		out.warnings = append(out.warnings, "an earlier ADD of this sandbox left a record that does not read: it, and any rules, stay")
+		return nil
+	case !ok:
 		p.recordPassed(conf, args, out)
 		return nil
 	}
@@ -130,31 +131,30 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 // record r says: after the node's alternatives moved in between (a
 // runtime's retry, Multus adding a network to the pod), that copy would
 // stay beside the new one, and DEL, following the new record, would leave
-// it. Only the families this ADD wrote, and each only where the other
-// backend, read just before, holds it whole (podnet.Network.RemoveCopy):
-// whatever the node resolves, the pod is never left without its rules.
-// A copy left is a warning: the new rules are whole and verified.
+// it. Only the families this ADD wrote whose backend the node's programs
+// now lead to is not the recorded one, and each only where that backend,
+// read just before, holds it whole (podnet.Network.RemoveCopy): the pod
+// is never left without a whole copy. A copy left is a warning: the new
+// rules are whole and verified.
 func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record, m iptables.Model) {
 	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
 	if _, known := r.Model(); !known || r.Native || conf.parsed.Native || !concrete(r.Backend) {
 		return // a newer build's record, native tables, or no backend named
 	}
-	// A record before version 3 names one backend: this build wrote
-	// both families there (an older build may have written IPv6 in the
-	// other, and then none of ours is in IPv4's to remove).
-	was := applied.Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6}
-	if now := conf.nodeWriter(); was.For(iptables.IPv4) == now.For(iptables.IPv4) && was.For(iptables.IPv6) == now.For(iptables.IPv6) {
-		return // the node writes where the earlier ADD did: no other copy to look for
+	// A record before version 3 names one backend, both families'.
+	was, now := writerOf(conf, r), conf.nodeWriter()
+	moved := func(f iptables.Family, recorded bool) bool {
+		return recorded && concrete(was.For(f)) && concrete(now.For(f)) && was.For(f) != now.For(f)
 	}
 	copies := m
-	if !r.IPv4 {
+	if !moved(iptables.IPv4, r.IPv4) {
 		copies.V4 = nil
 	}
-	if !r.IPv6 || !concrete(was.For(iptables.IPv6)) {
+	if !moved(iptables.IPv6, r.IPv6) {
 		copies.V6 = nil
 	}
 	if copies.V4 == nil && copies.V6 == nil {
-		return
+		return // the node writes each family where the earlier ADD did
 	}
 	if err := p.deps.NewPodNetwork(was).RemoveCopy(ctx, args.Netns, copies); err != nil {
 		out.warnings = append(out.warnings, "removing the rules an earlier ADD of this sandbox wrote in the other iptables backend: "+err.Error())

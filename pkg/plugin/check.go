@@ -16,19 +16,14 @@ import (
 // writerOf is how the recorded sandbox's rules are read and removed: as
 // its ADD wrote them, native nftables or iptables in the backend of each
 // family it names, whatever the entry's iptables_backend says now or the
-// node's alternatives lead to (the audit and inspect read them there
-// too). A record naming no backend, an older build's, is guessed: the
-// node's backend (nodeWriter), and where the rules are found.
+// node's alternatives lead to, as the audit and inspect read them
+// (applied.Record.Writer; a record before version 3 names one backend,
+// both families'). A record naming no backend, an older build's, is
+// guessed: the node's backend (nodeWriter), and where the rules are found.
 func writerOf(conf *Config, r applied.Record) applied.Writer {
 	w := r.Writer(conf.writer())
 	if w.Guessed {
 		w = r.Writer(conf.nodeWriter())
-	}
-	if !w.Native && !w.Guessed && r.Version < 3 && r.IPv6 && conf.parsed.Backend != w.Backend {
-		// Before version 3 a record names IPv4's backend only (an
-		// older build on a split node wrote IPv6 elsewhere): IPv6 is
-		// read where the entry leads now, as before.
-		w.BackendIPv6 = conf.parsed.Backend
 	}
 	return w
 }

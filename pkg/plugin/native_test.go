@@ -61,9 +61,10 @@ func TestCheckAndDelFollowTheRecordsWriter(t *testing.T) {
 // iptables_backend says now or the node's alternatives lead to: the
 // audit and inspect read them there, and a CHECK reading elsewhere would
 // call a pod whose rules are intact broken. A record naming no backend
-// (one an older build wrote) is read as the entry says, and where the
-// rules are found (as the audit reads an unrecorded sandbox); so is IPv6
-// where a record older than version 3 names IPv4's backend only.
+// (one an older build wrote) is read as the node's programs lead, and
+// where the rules are found (as the audit reads an unrecorded sandbox). A
+// record before version 3 names one backend, both families', as the
+// audit reads it.
 func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 	type backends struct {
 		v4, v6 release.Backend
@@ -89,10 +90,8 @@ func TestCheckAndDelReadTheRecordedBackends(t *testing.T) {
 		recorded backends
 		want     backends
 	}{
-		// Before version 3 a record names IPv4's backend only: IPv6 is
-		// read where the entry leads now.
-		{"", backends{release.Legacy, "", false}, backends{release.Legacy, release.Auto, false}},
-		{"nft", backends{release.Legacy, "", false}, backends{release.Legacy, release.NFT, false}},
+		{"", backends{release.Legacy, "", false}, backends{release.Legacy, "", false}},
+		{"nft", backends{release.Legacy, "", false}, backends{release.Legacy, "", false}},
 		{"legacy", backends{release.Legacy, "", false}, backends{release.Legacy, "", false}},
 		{"legacy", backends{release.NFT, release.Legacy, false}, backends{release.NFT, release.Legacy, false}},
 		{"", backends{release.NFT, release.Legacy, false}, backends{release.NFT, release.Legacy, false}},

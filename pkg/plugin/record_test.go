@@ -232,6 +232,7 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 		earlier   applied.Record
 		raw       string // the record file as written, instead of earlier
 		passNow   bool
+		split     bool // the node's iptables leads to legacy, its ip6tables to nft (entry: auto)
 		hasIPv6   bool // the pod's namespace
 		removeErr error
 		removed   *removal                  // the RemoveCopy expected, after the write
@@ -244,6 +245,11 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			removed: &removal{model(true, true), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
 		"recorded dual-stack in legacy, nft now, IPv4 only": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy},
 			removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
+		"recorded in legacy, the node split since, IPv4 only": {split: true, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
+			record: programmedIn(release.Legacy)},
+		"recorded dual-stack in legacy, the node split since": {split: true, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy}, hasIPv6: true,
+			removed: &removal{iptables.Model{V6: model(true, true).V6, Spec: iptables.DefaultSpec()}, 1}, removedBy: legacy,
+			record: func(r applied.Record) bool { return r.Backend == release.Legacy && r.BackendIPv6 == release.NFT }},
 		"recorded in nft, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Backend: release.NFT},
 			record: programmedIn(release.NFT)},
 		"recorded native, iptables now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, Native: true},
@@ -270,6 +276,9 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 				h.api.pods["team-a/web-1"] = meshedPod(map[string]string{"sidecar.istio.io/inject": "false"})
 			}
 			h.net.removeErr, h.net.hasIPv6 = tc.removeErr, tc.hasIPv6
+			if tc.split {
+				splitNode(t)
+			}
 			var writers []applied.Writer
 			h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork { writers = append(writers, w); return h.net }
 			dir := t.TempDir()
@@ -307,7 +316,7 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			if want := tc.removeErr != nil || tc.passNow; warned != want {
 				t.Errorf("warned %v, want %v: %s", warned, want, h.stderr)
 			}
-			if tc.passNow && !strings.Contains(h.stderr.String(), `"redirect":true`) {
+			if tc.passNow && tc.record != nil && !strings.Contains(h.stderr.String(), `"redirect":true`) {
 				t.Errorf("the log line does not say the sandbox stays redirected: %s", h.stderr)
 			}
 			if tc.record == nil {
@@ -322,6 +331,26 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// splitNode makes this process's iptables programs lead to legacy and its
+// ip6tables programs to nft, as Debian's two alternatives can: programs
+// found by name, never run.
+func splitNode(t *testing.T) {
+	t.Helper()
+	bin := t.TempDir()
+	for prefix, multi := range map[string]string{"iptables": "xtables-legacy-multi", "ip6tables": "xtables-nft-multi"} {
+		target := filepath.Join(bin, multi)
+		if err := os.WriteFile(target, nil, 0o755); err != nil { // #nosec G306 -- found by name, never run
+			t.Fatal(err)
+		}
+		for _, tool := range []string{"-restore", "-save"} {
+			if err := os.Symlink(target, filepath.Join(bin, prefix+tool)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 }
 
 // programmedIn: the sandbox's record says ADD programmed it in iptables b.
