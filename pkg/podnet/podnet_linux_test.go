@@ -920,15 +920,8 @@ func TestFindsEachFamilysBackend(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, guess release.Backend) {
 		n, ctx := newNS(t), context.Background()
 		m := iptables.Build(iptables.DefaultSpec(), true, true)
-		for _, rs := range m.Rulesets() {
-			b := map[iptables.Family]release.Backend{iptables.IPv4: release.NFT, iptables.IPv6: release.Legacy}[rs.Family]
-			if err := n.Do(func(ns.NetNS) error {
-				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeIn(t, n, m.V4, release.NFT)
+		writeIn(t, n, m.V6, release.Legacy)
 		if err := n.Do(func(ns.NetNS) error { return addPassthroughV6() }); err != nil {
 			t.Fatal(err)
 		}
@@ -996,20 +989,8 @@ func TestRepairClearsOnlyTheDoubledFamily(t *testing.T) {
 	requireRoot(t)
 	n, ctx := newNS(t), context.Background()
 	m := iptables.Build(iptables.DefaultSpec(), true, true)
-	for _, rs := range m.Rulesets() {
-		in := []release.Backend{release.Legacy}
-		if rs.Family == iptables.IPv4 {
-			in = append(in, release.NFT)
-		}
-		for _, b := range in {
-			if err := n.Do(func(ns.NetNS) error {
-				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	writeIn(t, n, m.V4, release.Legacy, release.NFT)
+	writeIn(t, n, m.V6, release.Legacy)
 	net := &Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: release.NFT}, FindBackend: true}
 	if err := net.Reconcile(ctx, n.Path(), m); err != nil {
 		t.Fatal(err)
@@ -1024,20 +1005,8 @@ func TestRemoveCopyOnlyWhereWholeElsewhere(t *testing.T) {
 	requireRoot(t)
 	n, ctx := newNS(t), context.Background()
 	m := iptables.Build(iptables.DefaultSpec(), true, true)
-	for _, rs := range m.Rulesets() {
-		in := []release.Backend{release.Legacy}
-		if rs.Family == iptables.IPv4 {
-			in = append(in, release.NFT)
-		}
-		for _, b := range in {
-			if err := n.Do(func(ns.NetNS) error {
-				_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, rs, xtables.Write{Trusted: true})
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	writeIn(t, n, m.V4, release.Legacy, release.NFT)
+	writeIn(t, n, m.V6, release.Legacy)
 	earlier := For(applied.Writer{Backend: release.Legacy}, xtables.Programmer{Runner: xtables.ExecRunner{}})
 	if err := earlier.RemoveCopy(ctx, n.Path(), m); err != nil {
 		t.Fatal(err)
@@ -1046,14 +1015,7 @@ func TestRemoveCopyOnlyWhereWholeElsewhere(t *testing.T) {
 	// IPv4's nft rules short of one: its legacy copy would be the
 	// whole one, and stays.
 	n2 := newNS(t)
-	for _, b := range []release.Backend{release.Legacy, release.NFT} {
-		if err := n2.Do(func(ns.NetNS) error {
-			_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(ctx, m.V4, xtables.Write{Trusted: true})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeIn(t, n2, m.V4, release.Legacy, release.NFT)
 	ipt(t, n2, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
 		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
 			t.Fatal(err)
@@ -1064,6 +1026,20 @@ func TestRemoveCopyOnlyWhereWholeElsewhere(t *testing.T) {
 	}
 	if diffs, err := earlier.Check(ctx, n2.Path(), iptables.Build(iptables.DefaultSpec(), true, false)); err != nil || len(diffs) != 0 {
 		t.Errorf("legacy's IPv4 rules after a removal nft could not stand for: %q, %v", diffs, err)
+	}
+}
+
+// writeIn writes one family's rules into the namespace in each backend,
+// as a writer that trusts its restore does.
+func writeIn(t *testing.T, n ns.NetNS, rs *iptables.Ruleset, backends ...release.Backend) {
+	t.Helper()
+	for _, b := range backends {
+		if err := n.Do(func(ns.NetNS) error {
+			_, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Apply(context.Background(), rs, xtables.Write{Trusted: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
