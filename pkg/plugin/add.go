@@ -78,6 +78,8 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	case !ok:
 		p.recordPassed(conf, args, out)
 		return nil
+	case earlier != nil:
+		keepRecordedSpec(&pl, *earlier, out)
 	}
 	network := p.deps.NewPodNetwork(conf.writer())
 	start := p.deps.Now()
@@ -124,6 +126,23 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 		p.removeCopy(ctx, conf, args, out, *earlier, pl.model())
 	}
 	return nil
+}
+
+// keepRecordedSpec makes a repeated ADD of a sandbox an earlier ADD
+// redirected write the spec that ADD recorded, which is what the audit
+// repairs to: an edit since to the pod's annotations (or to the node's
+// settings) must not change a running pod's rules through a runtime's
+// retry or a network Multus adds. Its families stay the namespace's now
+// (stack): a network added since with IPv6 is redirected too. A newer
+// build's record is not read here: the ADD plans as a first one would.
+func keepRecordedSpec(pl *plan, r applied.Record, out *outcome) {
+	if _, known := r.Model(); !known {
+		return
+	}
+	if !applied.SameSpec(r.Spec, pl.spec) {
+		out.warnings = append(out.warnings, "the pod's annotations or the node's settings changed since this sandbox's first ADD: it keeps the rules recorded then ("+applied.SpecDiff(r.Spec, pl.spec)+")")
+	}
+	pl.spec = r.Spec
 }
 
 // removeCopy removes, once this ADD's iptables rules are in and recorded,

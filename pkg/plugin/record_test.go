@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/applied"
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
@@ -356,4 +357,73 @@ func splitNode(t *testing.T) {
 // programmedIn: the sandbox's record says ADD programmed it in iptables b.
 func programmedIn(b release.Backend) func(applied.Record) bool {
 	return func(r applied.Record) bool { return !r.Passed && !r.Native && r.Backend == b }
+}
+
+// TestRepeatedAddWritesTheRecordedSpec: a repeated ADD of a redirected
+// sandbox (a runtime's retry, Multus adding a network) writes the spec its
+// first ADD recorded, as the audit repairs to, not one planned from
+// annotations edited since; its families are the namespace's now, so an
+// address family added since is redirected too.
+func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
+	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
+	edited := map[string]string{decision.ExcludeOutboundPorts: "5432", decision.ExcludeInboundPorts: "8080"}
+	for name, tc := range map[string]struct {
+		prev        string
+		now         map[string]string // the pod's annotations at the second ADD
+		raw         bool              // the first record rewritten as a newer build's
+		v6Now       bool              // IPv6 in the namespace at the second ADD
+		wantEdited  bool              // the second ADD writes the edited spec
+		wantWarning bool
+	}{
+		"annotations unchanged":             {prev: prevV4},
+		"annotations edited":                {prev: prevV4, now: edited, wantWarning: true},
+		"annotations edited, IPv6 added":    {now: edited, v6Now: true, wantWarning: true},
+		"recorded by a newer build, edited": {prev: prevV4, now: edited, raw: true, wantEdited: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness()
+			h.api.pods["team-a/web-1"] = meshedPod(nil)
+			dir := t.TempDir()
+			a := cmdArgs(strings.TrimSuffix(conf("1.0.0", tc.prev), "}")+`,"records_dir":"`+dir+`"}`, podArgsUID)
+			a.Netns = t.TempDir()
+			if err := h.p.Add(a); err != nil {
+				t.Fatalf("first ADD: %v", err)
+			}
+			first := h.net.programmed[a.Netns]
+			if tc.raw {
+				file := filepath.Join(dir, uid, a.ContainerID+".json")
+				raw := `{"version":99,"podUID":"` + uid + `","pod":"team-a/web-1","container":"` + a.ContainerID + `","spec":"of tomorrow"}`
+				if err := os.WriteFile(file, []byte(raw), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.api.pods["team-a/web-1"] = meshedPod(tc.now)
+			h.net.hasIPv6 = tc.v6Now
+			h.stderr.Reset()
+			if err := h.p.Add(a); err != nil {
+				t.Fatalf("repeated ADD: %v", err)
+			}
+			second := h.net.programmed[a.Netns]
+			if (second.V6 != nil) != tc.v6Now {
+				t.Errorf("IPv6 rules %v, want %v", second.V6 != nil, tc.v6Now)
+			}
+			if same := applied.SameSpec(first.Spec, second.Spec); same == tc.wantEdited {
+				t.Errorf("the repeated ADD wrote %s, want the edited spec: %v", applied.SpecDiff(first.Spec, second.Spec), tc.wantEdited)
+			}
+			if want := iptables.Build(second.Spec, true, tc.v6Now); !reflect.DeepEqual(second, want) {
+				t.Errorf("wrote a model that is not its spec's")
+			}
+			recs, err := applied.Store{Dir: dir}.ForPod(uid)
+			if err != nil || len(recs) != 1 || !applied.SameSpec(recs[0].Spec, second.Spec) || recs[0].IPv6 != tc.v6Now {
+				t.Errorf("records %+v, %v: not what the repeated ADD wrote", recs, err)
+			}
+			warned := strings.Contains(h.stderr.String(), "annotations")
+			if warned != tc.wantWarning {
+				t.Errorf("warned %v, want %v: %s", warned, tc.wantWarning, h.stderr)
+			}
+			if tc.wantWarning && !strings.Contains(h.stderr.String(), "OutboundExclude") {
+				t.Errorf("the warning does not name what changed: %s", h.stderr)
+			}
+		})
+	}
 }

@@ -17,8 +17,9 @@ import (
 // wrote, a second reconciles: the rules whole, no jump twice. After the
 // node's alternatives moved from legacy to nft, the rules are written in
 // nft and then removed from legacy, as the first's record says it wrote
-// them. Once the pod is annotated out of the mesh, its rules and record
-// stay, and CHECK passes against them.
+// them. An annotation edited since the first ADD changes nothing: the
+// rules stay those recorded. Once the pod is annotated out of the mesh,
+// its rules and record stay, and CHECK passes against them.
 func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	name := podName(t)
 	ann, ctrs := meshed(nil)
@@ -47,10 +48,18 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 	assertNoRules(t, s.Path(), legacy)
 
-	patch := []byte(`[{"op":"add","path":"/metadata/annotations/sidecar.istio.io~1inject","value":"false"}]`)
-	if status, body, err := env.api.Do(context.Background(), http.MethodPatch, "/api/v1/namespaces/team-a/pods/"+name, patch); err != nil || status != http.StatusOK {
-		t.Fatalf("annotating the pod: %d %s %v", status, body, err)
+	annotate := func(key, value string) {
+		t.Helper()
+		patch := []byte(`[{"op":"add","path":"/metadata/annotations/` + strings.ReplaceAll(key, "/", "~1") + `","value":"` + value + `"}]`)
+		if status, body, err := env.api.Do(context.Background(), http.MethodPatch, "/api/v1/namespaces/team-a/pods/"+name, patch); err != nil || status != http.StatusOK {
+			t.Fatalf("annotating the pod: %d %s %v", status, body, err)
+		}
 	}
+	annotate("traffic.sidecar.istio.io/excludeOutboundPorts", "5432")
+	add("again, the pod's outbound port 5432 excluded since")
+	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
+
+	annotate("sidecar.istio.io/inject", "false")
 	add("again, the pod annotated out of the mesh")
 	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 	assertNoRules(t, s.Path(), legacy)
