@@ -33,11 +33,10 @@ func (w Writer) For(f iptables.Family) release.Backend {
 // iptables leads to legacy while its primary's image writes nf_tables,
 // only the record tells.
 func (r Record) Writer(node Writer) Writer {
-	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
 	switch {
 	case r.Native:
 		return Writer{Native: true}
-	case concrete(r.Backend) && (r.BackendIPv6 == "" || concrete(r.BackendIPv6)):
+	case r.Backend.Concrete() && (r.BackendIPv6 == "" || r.BackendIPv6.Concrete()):
 		return Writer{Backend: r.Backend, BackendIPv6: r.BackendIPv6}
 	case node.Native:
 		// An iptables record on a node now native: the node's iptables

@@ -11,7 +11,6 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
-	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/kube"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
@@ -156,14 +155,13 @@ func keepRecordedSpec(pl *plan, r applied.Record, out *outcome) {
 // is never left without a whole copy. A copy left is a warning: the new
 // rules are whole and verified.
 func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record, m iptables.Model) {
-	concrete := func(b release.Backend) bool { return b == release.Legacy || b == release.NFT }
-	if _, known := r.Model(); !known || r.Native || conf.parsed.Native || !concrete(r.Backend) {
+	if _, known := r.Model(); !known || r.Native || conf.parsed.Native || !r.Backend.Concrete() {
 		return // a newer build's record, native tables, or no backend named
 	}
 	// A record before version 3 names one backend, both families'.
 	was, now := writerOf(conf, r), conf.nodeWriter()
 	moved := func(f iptables.Family, recorded bool) bool {
-		return recorded && concrete(was.For(f)) && concrete(now.For(f)) && was.For(f) != now.For(f)
+		return recorded && was.For(f).Concrete() && now.For(f).Concrete() && was.For(f) != now.For(f)
 	}
 	copies := m
 	if !moved(iptables.IPv4, r.IPv4) {

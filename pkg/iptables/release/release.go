@@ -75,6 +75,10 @@ func (b Backend) Programs(ipv6 bool) (restore, save string) {
 	return base + "-restore", base + "-save"
 }
 
+// Concrete reports whether b names one backend (legacy or nft), not
+// Auto or nothing.
+func (b Backend) Concrete() bool { return b == Legacy || b == NFT }
+
 // Other is the concrete backend b is not; "" for Auto.
 func (b Backend) Other() Backend {
 	switch b {
