@@ -26,7 +26,9 @@ const opBudget = 30 * time.Second
 func (p *Plugin) Add(args *skel.CmdArgs) error { return p.add(args, inPlugin{}) }
 
 // add is ADD on host h. redirect's steps, in order: plan (the pod's
-// decision and spec), its families, how h writes them (the
+// decision and spec), what an earlier ADD of the sandbox left
+// (earlierADD), its families, a repeated ADD's recorded spec
+// (keepRecorded), how h writes them (the
 // xtables.Write), whether it may, the model written in the pod's
 // namespace, the record, and a repeated ADD's removal of what an earlier
 // one wrote elsewhere (removeCopy).
@@ -44,28 +46,23 @@ func (p *Plugin) add(args *skel.CmdArgs, h host) error {
 }
 
 func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome) error {
-	pl, ok, err := p.plan(args, conf, out)
-	if err != nil {
-		return err
-	}
-	// A repeated ADD: this sandbox has a record (one stat: most ADDs
-	// are a sandbox's first).
-	repeated := conf.RecordsDir != "" && (applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID)
-	var earlier *applied.Record // an earlier ADD's, unless it passed the sandbox through
-	unread := false             // a record there that does not read
-	if repeated {
-		r, found := recorded(conf, args, out.podUID)
-		switch {
-		case !found:
-			unread = true
-		case !r.Passed:
-			earlier = &r
-		}
-	}
+	pl, ok, planErr := p.plan(args, conf, out)
+	repeated, earlier, unread := p.earlierADD(conf, args, out)
+	// The spec an earlier ADD recorded, where this build reads it, is
+	// what this one writes (keepRecorded).
+	recordedSpec := earlier != nil && !earlier.Newer()
+	switch {
+	case planErr != nil && !recordedSpec:
+		return planErr
+	case planErr != nil:
+		// An edit since the pod started that does not parse, or a
+		// lookup that failed: the record already says what to write.
+		out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+		out.warnings = append(out.warnings, "an earlier ADD of this sandbox redirected it, and its recorded rules are written: "+planErr.Error())
+		pl.spec = earlier.Spec
 	// Istio reads annotations when a pod starts: an edit since (or a
 	// namespace excluded since) must not weaken what the sandbox holds,
 	// and its record says what that is.
-	switch {
 	case !ok && earlier != nil:
 		out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
 		out.families = decision.FamilyNames(earlier.IPv4, earlier.IPv6)
@@ -77,14 +74,15 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	case !ok:
 		p.recordPassed(conf, args, out)
 		return nil
-	case earlier != nil:
-		keepRecordedSpec(&pl, *earlier, out)
 	}
 	network := p.deps.NewPodNetwork(conf.writer())
 	start := p.deps.Now()
 	defer func() { out.netnsTime = p.deps.Now().Sub(start) }()
 	if err := p.stack(conf, out, &pl, func() (bool, error) { return network.HasIPv6(args.Netns) }); err != nil {
 		return err
+	}
+	if recordedSpec {
+		keepRecorded(&pl, *earlier, out)
 	}
 	// A write is trusted without its read-back only when the agent's
 	// audit reads it back instead, and only into a sandbox ADD never
@@ -121,27 +119,44 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 		out.rulesBy = "nftables"
 	}
 	committed = true
-	if rec.commit(out) && earlier != nil {
+	if rec.commit(out) && recordedSpec {
 		p.removeCopy(ctx, conf, args, out, *earlier, pl.model())
 	}
 	return nil
 }
 
-// keepRecordedSpec makes a repeated ADD of a sandbox an earlier ADD
+// earlierADD reads what an earlier ADD of this sandbox left (a runtime's
+// retry, Multus adding a network): repeated when there is a record (one
+// stat: most ADDs are a sandbox's first), earlier when it redirected the
+// sandbox, unread when it is there but does not read.
+func (p *Plugin) earlierADD(conf *Config, args *skel.CmdArgs, out *outcome) (repeated bool, earlier *applied.Record, unread bool) {
+	if out.podUID == "" || conf.RecordsDir == "" || !(applied.Store{Dir: conf.RecordsDir}).Has(out.podUID, args.ContainerID) {
+		return false, nil, false
+	}
+	r, found := recorded(conf, args, out.podUID)
+	switch {
+	case !found:
+		return true, nil, true
+	case r.Passed:
+		return true, nil, false
+	}
+	return true, &r, false
+}
+
+// keepRecorded makes a repeated ADD of a sandbox an earlier ADD
 // redirected write the spec that ADD recorded, which is what the audit
 // repairs to: an edit since to the pod's annotations (or to the node's
-// settings) must not change a running pod's rules through a runtime's
-// retry or a network Multus adds. Its families stay the namespace's now
-// (stack): a network added since with IPv6 is redirected too. A newer
-// build's record is not read here: the ADD plans as a first one would.
-func keepRecordedSpec(pl *plan, r applied.Record, out *outcome) {
-	if _, known := r.Model(); !known {
-		return
-	}
+// TPROXY mark and table) must not change a running pod's rules through a
+// runtime's retry or a network Multus adds. Its families are the
+// recorded ones and any this ADD finds (stack): a network added since
+// with IPv6 is redirected too, and a family redirected stays so.
+func keepRecorded(pl *plan, r applied.Record, out *outcome) {
 	if !applied.SameSpec(r.Spec, pl.spec) {
-		out.warnings = append(out.warnings, "the pod's annotations or the node's settings changed since this sandbox's first ADD: it keeps the rules recorded then ("+applied.SpecDiff(r.Spec, pl.spec)+")")
+		out.warnings = append(out.warnings, "the pod's annotations or the node's settings changed since this sandbox's first ADD: it keeps the rules recorded then (recorded -> now: "+applied.SpecDiff(r.Spec, pl.spec)+")")
 	}
 	pl.spec = r.Spec
+	pl.v4, pl.v6 = pl.v4 || r.IPv4, pl.v6 || r.IPv6
+	out.families = decision.FamilyNames(pl.v4, pl.v6)
 }
 
 // removeCopy removes, once this ADD's iptables rules are in and recorded,
@@ -155,8 +170,8 @@ func keepRecordedSpec(pl *plan, r applied.Record, out *outcome) {
 // is never left without a whole copy. A copy left is a warning: the new
 // rules are whole and verified.
 func (p *Plugin) removeCopy(ctx context.Context, conf *Config, args *skel.CmdArgs, out *outcome, r applied.Record, m iptables.Model) {
-	if _, known := r.Model(); !known || r.Native || conf.parsed.Native || !r.Backend.Concrete() {
-		return // a newer build's record, native tables, or no backend named
+	if r.Native || conf.parsed.Native || !r.Backend.Concrete() {
+		return // native tables, or no backend named
 	}
 	// A record before version 3 names one backend, both families'.
 	was, now := writerOf(conf, r), conf.nodeWriter()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,8 +245,8 @@ func TestRepeatedAddRemovesTheEarlierCopy(t *testing.T) {
 			removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
 		"recorded dual-stack in legacy, nft now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy}, hasIPv6: true,
 			removed: &removal{model(true, true), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
-		"recorded dual-stack in legacy, nft now, IPv4 only": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy},
-			removed: &removal{model(true, false), 1}, removedBy: legacy, record: programmedIn(release.NFT)},
+		"recorded dual-stack in legacy, nft now, an IPv4 prevResult now": {entry: `"iptables_backend":"nft",`, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy},
+			removed: &removal{model(true, true), 1}, removedBy: legacy, record: func(r applied.Record) bool { return programmedIn(release.NFT)(r) && r.IPv6 }},
 		"recorded in legacy, the node split since, IPv4 only": {split: true, earlier: applied.Record{IPv4: true, Backend: release.Legacy},
 			record: programmedIn(release.Legacy)},
 		"recorded dual-stack in legacy, the node split since": {split: true, earlier: applied.Record{IPv4: true, IPv6: true, Backend: release.Legacy}, hasIPv6: true,
@@ -362,29 +363,39 @@ func programmedIn(b release.Backend) func(applied.Record) bool {
 // TestRepeatedAddWritesTheRecordedSpec: a repeated ADD of a redirected
 // sandbox (a runtime's retry, Multus adding a network) writes the spec its
 // first ADD recorded, as the audit repairs to, not one planned from
-// annotations edited since; its families are the namespace's now, so an
-// address family added since is redirected too.
+// annotations or node settings edited since, nor fails on an edit that
+// does not parse; its families are the recorded ones and any it finds
+// now, so IPv6 added since is redirected and IPv6 redirected stays so.
 func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
 	const uid = "0d5e2f4c-aaaa-bbbb-cccc-444455556666"
 	edited := map[string]string{decision.ExcludeOutboundPorts: "5432", decision.ExcludeInboundPorts: "8080"}
 	for name, tc := range map[string]struct {
-		prev        string
-		now         map[string]string // the pod's annotations at the second ADD
-		raw         bool              // the first record rewritten as a newer build's
-		v6Now       bool              // IPv6 in the namespace at the second ADD
-		wantEdited  bool              // the second ADD writes the edited spec
-		wantWarning bool
+		prev, prevNow string            // the primary's result at each ADD
+		now           map[string]string // the pod's annotations at the second ADD
+		entryNow      string            // keys added to the entry at the second ADD
+		raw           bool              // the first record rewritten as a newer build's
+		v6Now         bool              // IPv6 in the namespace at the second ADD
+		wantV6        bool
+		wantEdited    bool // the second ADD writes the edited annotations' spec
+		warning       string
 	}{
-		"annotations unchanged":             {prev: prevV4},
-		"annotations edited":                {prev: prevV4, now: edited, wantWarning: true},
-		"annotations edited, IPv6 added":    {now: edited, v6Now: true, wantWarning: true},
-		"recorded by a newer build, edited": {prev: prevV4, now: edited, raw: true, wantEdited: true},
+		"annotations unchanged":                          {prev: prevV4, prevNow: prevV4},
+		"annotations edited":                             {prev: prevV4, prevNow: prevV4, now: edited, warning: "OutboundExclude"},
+		"annotations edited, IPv6 added":                 {now: edited, v6Now: true, wantV6: true, warning: "OutboundExclude"},
+		"recorded dual-stack, an IPv4 prevResult now":    {prev: prevDual, prevNow: prevV4, wantV6: true},
+		"the node's TPROXY mark changed":                 {prev: prevV4, prevNow: prevV4, entryNow: `"tproxy_mark":1340,`, warning: "TProxyMark"},
+		"an edit that does not parse":                    {prev: prevV4, prevNow: prevV4, now: map[string]string{decision.ExcludeOutboundPorts: "abc"}, warning: "recorded rules are written"},
+		"recorded by a newer build, annotations edited":  {prev: prevV4, prevNow: prevV4, now: edited, raw: true, wantEdited: true},
+		"recorded by a newer build, IPv4 prevResult now": {prev: prevDual, prevNow: prevV4, raw: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()
 			h.api.pods["team-a/web-1"] = meshedPod(nil)
 			dir := t.TempDir()
-			a := cmdArgs(strings.TrimSuffix(conf("1.0.0", tc.prev), "}")+`,"records_dir":"`+dir+`"}`, podArgsUID)
+			entry := func(prev, keys string) string {
+				return strings.TrimSuffix(conf("1.0.0", prev), "}") + `,` + keys + `"records_dir":"` + dir + `"}`
+			}
+			a := cmdArgs(entry(tc.prev, ""), podArgsUID)
 			a.Netns = t.TempDir()
 			if err := h.p.Add(a); err != nil {
 				t.Fatalf("first ADD: %v", err)
@@ -400,29 +411,28 @@ func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
 			h.api.pods["team-a/web-1"] = meshedPod(tc.now)
 			h.net.hasIPv6 = tc.v6Now
 			h.stderr.Reset()
+			a.StdinData = []byte(entry(tc.prevNow, tc.entryNow))
 			if err := h.p.Add(a); err != nil {
 				t.Fatalf("repeated ADD: %v", err)
 			}
 			second := h.net.programmed[a.Netns]
-			if (second.V6 != nil) != tc.v6Now {
-				t.Errorf("IPv6 rules %v, want %v", second.V6 != nil, tc.v6Now)
+			if (second.V6 != nil) != tc.wantV6 {
+				t.Errorf("IPv6 rules %v, want %v", second.V6 != nil, tc.wantV6)
 			}
-			if same := applied.SameSpec(first.Spec, second.Spec); same == tc.wantEdited {
+			excluded := slices.Contains(second.Spec.OutboundExclude, 5432)
+			if same := applied.SameSpec(first.Spec, second.Spec); same == tc.wantEdited || excluded != tc.wantEdited {
 				t.Errorf("the repeated ADD wrote %s, want the edited spec: %v", applied.SpecDiff(first.Spec, second.Spec), tc.wantEdited)
 			}
-			if want := iptables.Build(second.Spec, true, tc.v6Now); !reflect.DeepEqual(second, want) {
+			if want := iptables.Build(second.Spec, true, tc.wantV6); !reflect.DeepEqual(second, want) {
 				t.Errorf("wrote a model that is not its spec's")
 			}
 			recs, err := applied.Store{Dir: dir}.ForPod(uid)
-			if err != nil || len(recs) != 1 || !applied.SameSpec(recs[0].Spec, second.Spec) || recs[0].IPv6 != tc.v6Now {
+			if err != nil || len(recs) != 1 || !applied.SameSpec(recs[0].Spec, second.Spec) || recs[0].IPv6 != tc.wantV6 {
 				t.Errorf("records %+v, %v: not what the repeated ADD wrote", recs, err)
 			}
-			warned := strings.Contains(h.stderr.String(), "annotations")
-			if warned != tc.wantWarning {
-				t.Errorf("warned %v, want %v: %s", warned, tc.wantWarning, h.stderr)
-			}
-			if tc.wantWarning && !strings.Contains(h.stderr.String(), "OutboundExclude") {
-				t.Errorf("the warning does not name what changed: %s", h.stderr)
+			warned := strings.Contains(h.stderr.String(), "warn")
+			if want := tc.warning != ""; warned != want || !strings.Contains(h.stderr.String(), tc.warning) {
+				t.Errorf("warned %v, want %q: %s", warned, tc.warning, h.stderr)
 			}
 		})
 	}

@@ -17,8 +17,8 @@ import (
 // wrote, a second reconciles: the rules whole, no jump twice. After the
 // node's alternatives moved from legacy to nft, the rules are written in
 // nft and then removed from legacy, as the first's record says it wrote
-// them. An annotation edited since the first ADD changes nothing: the
-// rules stay those recorded. Once the pod is annotated out of the mesh,
+// them. An annotation edited since the first ADD changes nothing, nor
+// fails the ADD when it does not parse: the rules stay those recorded. Once the pod is annotated out of the mesh,
 // its rules and record stay, and CHECK passes against them.
 func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	name := podName(t)
@@ -57,6 +57,9 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	}
 	annotate("traffic.sidecar.istio.io/excludeOutboundPorts", "5432")
 	add("again, the pod's outbound port 5432 excluded since")
+	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
+	annotate("traffic.sidecar.istio.io/excludeOutboundPorts", "abc")
+	add("again, the pod's excluded ports edited to a value that does not parse")
 	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 
 	annotate("sidecar.istio.io/inject", "false")
