@@ -57,7 +57,10 @@ func (p *Plugin) redirect(args *skel.CmdArgs, conf *Config, h host, out *outcome
 	case planErr != nil:
 		// An edit since the pod started that does not parse, or a
 		// lookup that failed: the record already says what to write.
-		out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded}
+		// A dual-stack proxy's record holds IPv6 (decision.Families),
+		// and a container's env never changes: the record says what
+		// the unread pod would.
+		out.decision = decision.Decision{Redirect: true, Reason: decision.Recorded, DualStack: earlier.IPv6}
 		out.warnings = append(out.warnings, "an earlier ADD of this sandbox redirected it, and its recorded rules are written: "+planErr.Error())
 		pl.spec = earlier.Spec
 	// Istio reads annotations when a pod starts: an edit since (or a

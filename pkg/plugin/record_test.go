@@ -374,19 +374,22 @@ func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
 		now           map[string]string // the pod's annotations at the second ADD
 		entryNow      string            // keys added to the entry at the second ADD
 		raw           bool              // the first record rewritten as a newer build's
-		v6Now         bool              // IPv6 in the namespace at the second ADD
+		lookupErr     error             // the API's answer at the second ADD
+		wantErr       bool
+		v6Now         bool // IPv6 in the namespace at the second ADD
 		wantV6        bool
 		wantEdited    bool // the second ADD writes the edited annotations' spec
 		warning       string
 	}{
-		"annotations unchanged":                          {prev: prevV4, prevNow: prevV4},
-		"annotations edited":                             {prev: prevV4, prevNow: prevV4, now: edited, warning: "OutboundExclude"},
-		"annotations edited, IPv6 added":                 {now: edited, v6Now: true, wantV6: true, warning: "OutboundExclude"},
-		"recorded dual-stack, an IPv4 prevResult now":    {prev: prevDual, prevNow: prevV4, wantV6: true},
-		"the node's TPROXY mark changed":                 {prev: prevV4, prevNow: prevV4, entryNow: `"tproxy_mark":1340,`, warning: "TProxyMark"},
-		"an edit that does not parse":                    {prev: prevV4, prevNow: prevV4, now: map[string]string{decision.ExcludeOutboundPorts: "abc"}, warning: "recorded rules are written"},
-		"recorded by a newer build, annotations edited":  {prev: prevV4, prevNow: prevV4, now: edited, raw: true, wantEdited: true},
-		"recorded by a newer build, IPv4 prevResult now": {prev: prevDual, prevNow: prevV4, raw: true},
+		"annotations unchanged":                                  {prev: prevV4, prevNow: prevV4},
+		"annotations edited":                                     {prev: prevV4, prevNow: prevV4, now: edited, warning: "OutboundExclude"},
+		"annotations edited, IPv6 added":                         {now: edited, v6Now: true, wantV6: true, warning: "OutboundExclude"},
+		"recorded dual-stack, no IPv6 found now":                 {prev: prevDual, prevNow: prevV4, wantV6: true},
+		"the pod lookup fails":                                   {prev: prevV4, prevNow: prevV4, lookupErr: errors.New("connection refused"), warning: "recorded rules are written"},
+		"the node's TPROXY mark changed":                         {prev: prevV4, prevNow: prevV4, entryNow: `"tproxy_mark":1340,`, warning: "TProxyMark"},
+		"an edit that does not parse":                            {prev: prevV4, prevNow: prevV4, now: map[string]string{decision.ExcludeOutboundPorts: "abc"}, warning: "recorded rules are written"},
+		"recorded by a newer build, annotations edited":          {prev: prevV4, prevNow: prevV4, now: edited, raw: true, wantEdited: true},
+		"recorded by a newer build, an edit that does not parse": {prev: prevV4, prevNow: prevV4, now: map[string]string{decision.ExcludeOutboundPorts: "abc"}, raw: true, wantErr: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness()
@@ -409,10 +412,16 @@ func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
 				}
 			}
 			h.api.pods["team-a/web-1"] = meshedPod(tc.now)
-			h.net.hasIPv6 = tc.v6Now
+			h.net.hasIPv6, h.api.err = tc.v6Now, tc.lookupErr
 			h.stderr.Reset()
 			a.StdinData = []byte(entry(tc.prevNow, tc.entryNow))
-			if err := h.p.Add(a); err != nil {
+			err := h.p.Add(a)
+			switch {
+			case tc.wantErr && err == nil:
+				t.Fatal("repeated ADD passed, want the plan's error: a newer build's record is not read for its spec")
+			case tc.wantErr:
+				return
+			case err != nil:
 				t.Fatalf("repeated ADD: %v", err)
 			}
 			second := h.net.programmed[a.Netns]
@@ -430,7 +439,7 @@ func TestRepeatedAddWritesTheRecordedSpec(t *testing.T) {
 			if err != nil || len(recs) != 1 || !applied.SameSpec(recs[0].Spec, second.Spec) || recs[0].IPv6 != tc.wantV6 {
 				t.Errorf("records %+v, %v: not what the repeated ADD wrote", recs, err)
 			}
-			warned := strings.Contains(h.stderr.String(), "warn")
+			warned := strings.Contains(h.stderr.String(), `"warnings":`)
 			if want := tc.warning != ""; warned != want || !strings.Contains(h.stderr.String(), tc.warning) {
 				t.Errorf("warned %v, want %q: %s", warned, tc.warning, h.stderr)
 			}

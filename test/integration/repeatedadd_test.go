@@ -29,11 +29,13 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 	s := newSandbox(t, "team-a", name)
 	records := t.TempDir()
 	stdin := pluginStdin(t, "1.0.0", istioConf(map[string]any{"records_dir": records}), prevV4)
-	add := func(when string) {
+	add := func(when string) string {
 		t.Helper()
-		if r := execPlugin(t, "ADD", stdin, s.Path(), args); r.code != 0 {
+		r := execPlugin(t, "ADD", stdin, s.Path(), args)
+		if r.code != 0 {
 			t.Fatalf("ADD %s: %d %s", when, r.code, r.msg)
 		}
+		return string(r.stderr)
 	}
 	legacy, nft := writer{"legacy", release.Legacy}, writer{"nft", release.NFT}
 
@@ -56,10 +58,14 @@ func TestRepeatedAddFollowsItsRecord(t *testing.T) {
 		}
 	}
 	annotate("traffic.sidecar.istio.io/excludeOutboundPorts", "5432")
-	add("again, the pod's outbound port 5432 excluded since")
+	if log := add("again, the pod's outbound port 5432 excluded since"); !strings.Contains(log, "OutboundExclude") {
+		t.Errorf("the log does not name the edit the ADD did not write: %s", log)
+	}
 	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 	annotate("traffic.sidecar.istio.io/excludeOutboundPorts", "abc")
-	add("again, the pod's excluded ports edited to a value that does not parse")
+	if log := add("again, the pod's excluded ports edited to a value that does not parse"); !strings.Contains(log, `bad port \"abc\"`) {
+		t.Errorf("the log does not say why the plan was not used: %s", log)
+	}
 	assertRules(t, s.Path(), nft, iptables.DefaultSpec(), false)
 
 	annotate("sidecar.istio.io/inject", "false")
