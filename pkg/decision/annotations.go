@@ -66,18 +66,20 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 			unread = append(unread, name)
 		}
 	}
-	invalidDrop, err := envBool(env, envInvalidDrop)
-	if err != nil {
-		return Decision{}, err
+	// A value that is not true or false is false to the proxy (its
+	// pilot-agent falls back to the default) and to upstream istio-cni:
+	// the pod starts with the rules of false, and Unparsed says so.
+	// DISABLE_ENVOY was read before: not true, so redirected.
+	var unparsed []string
+	flag := func(name string) bool {
+		b, ok := envBool(env, name)
+		if !ok {
+			unparsed = append(unparsed, name)
+		}
+		return b
 	}
-	dns, err := envBool(env, envDNSCapture)
-	if err != nil {
-		return Decision{}, err
-	}
-	dual, err := envBool(env, envDualStack)
-	if err != nil {
-		return Decision{}, err
-	}
+	flag(envDisableEnvoy)
+	dns, dual, invalidDrop := flag(envDNSCapture), flag(envDualStack), flag(envInvalidDrop)
 	spec := iptables.DefaultSpec()
 	if err := applyAnnotations(&spec, ann); err != nil {
 		return Decision{}, err
@@ -86,7 +88,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 		return Decision{}, err
 	}
 	spec.DNSCapture, spec.TProxy, spec.InvalidDrop = dns, tproxy, invalidDrop
-	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual, Unread: unread}, nil
+	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual, Unread: unread, Unparsed: unparsed}, nil
 }
 
 // applyAnnotations overrides the default spec with the traffic annotations.
@@ -158,16 +160,16 @@ func applyProxyIDs(spec *iptables.Spec, proxy *kube.Container) error {
 	return nil
 }
 
-func envBool(env map[string]string, name string) (bool, error) {
-	v, ok := env[name]
-	if !ok || v == "" {
-		return false, nil
+// envBool reads a boolean setting of istio-proxy's as its pilot-agent
+// does (strconv.ParseBool; false when unset or empty); ok is false when
+// the value is set but not a boolean, and then reads as false.
+func envBool(env map[string]string, name string) (b, ok bool) {
+	v := env[name]
+	if v == "" {
+		return false, true
 	}
 	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, &InvalidError{"istio-proxy env " + name, v, "want true or false"}
-	}
-	return b, nil
+	return b, err == nil
 }
 
 func dedup(ports []uint16) []uint16 {

@@ -229,26 +229,6 @@ func checkNames(t *testing.T, err error, field, value string) {
 	}
 }
 
-func TestProxyEnvErrors(t *testing.T) {
-	for _, tc := range []struct {
-		env, value string
-		kind       errKind
-	}{
-		{"INVALID_DROP", "dropped", invalid},
-		{"ISTIO_META_DNS_CAPTURE", "enabled", invalid},
-		{"ISTIO_DUAL_STACK", "on", invalid},
-	} {
-		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
-			d, err := Pod(meshedPod(proxyEnv(tc.env, tc.value)))
-			checkErrKind(t, err, tc.kind)
-			if d.Redirect {
-				t.Errorf("decision on error is a redirect: %+v", d)
-			}
-			checkNames(t, err, "istio-proxy env "+tc.env, tc.value)
-		})
-	}
-}
-
 func TestProxyIDErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -355,6 +335,42 @@ func TestProxyEnvByReference(t *testing.T) {
 			if err != nil || len(d.Unread) != 0 || !read {
 				t.Errorf("%s by reference, then by value: %+v, %v; want it read, true", name, d, err)
 			}
+		}
+	}
+}
+
+// A boolean setting of istio-proxy's that is not true or false (as
+// strconv.ParseBool reads them) is false to the proxy, whose pilot-agent
+// falls back to the default, and to upstream istio-cni, which warns: the
+// pod starts with the rules of the unset value, and the decision names
+// it. An empty value is unset, and no note.
+func TestProxyEnvNotABoolean(t *testing.T) {
+	for _, name := range []string{"DISABLE_ENVOY", "ISTIO_META_DNS_CAPTURE", "ISTIO_DUAL_STACK", "INVALID_DROP"} {
+		for kind, newPod := range sidecarKinds() {
+			unset, err := Pod(newPod())
+			checkErrKind(t, err, noErr)
+			for _, v := range []string{"yes", "on", "TRUE ", "2"} {
+				d, err := Pod(newPod(proxyEnv(name, v)))
+				checkErrKind(t, err, noErr)
+				if !d.Redirect || !reflect.DeepEqual(d.Spec, unset.Spec) || d.DualStack || !slices.Equal(d.Unparsed, []string{name}) || len(d.Unread) != 0 {
+					t.Errorf("%s %s=%q: %+v; want the unset spec, Unparsed [%s]", kind, name, v, d, name)
+				}
+			}
+			d, err := Pod(newPod(proxyEnv(name, "")))
+			if err != nil || !reflect.DeepEqual(d, unset) {
+				t.Errorf("%s %s empty: %+v, %v; want the unset decision", kind, name, d, err)
+			}
+		}
+	}
+	d, err := Pod(meshedPod(proxyEnv("INVALID_DROP", "yes"), proxyEnv("ISTIO_DUAL_STACK", "on"), proxyEnv("ISTIO_META_DNS_CAPTURE", "1")))
+	checkErrKind(t, err, noErr)
+	if !slices.Equal(d.Unparsed, []string{"ISTIO_DUAL_STACK", "INVALID_DROP"}) || !d.Spec.DNSCapture {
+		t.Errorf("%+v: want DNS capture read, Unparsed [ISTIO_DUAL_STACK INVALID_DROP]", d)
+	}
+	note := UnparsedNote(d.Unparsed)
+	for _, want := range []string{"ISTIO_DUAL_STACK, INVALID_DROP", "true or false", "taken as false"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("note %q does not say %q", note, want)
 		}
 	}
 }

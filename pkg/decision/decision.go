@@ -65,6 +65,10 @@ type Decision struct {
 	// set with valueFrom, which only the kubelet resolves: taken as unset,
 	// as upstream istio-cni takes them (UnreadNote).
 	Unread []string
+	// Unparsed names the istio-proxy env vars the decision reads that are
+	// set to a value that is not true or false: taken as false, as the
+	// proxy and upstream istio-cni take them (UnparsedNote).
+	Unparsed []string
 }
 
 // UnreadNote is what is said of a pod whose proxy sets env vars the
@@ -72,6 +76,13 @@ type Decision struct {
 func UnreadNote(names []string) string {
 	return "istio-proxy sets " + strings.Join(names, ", ") + " with valueFrom, which istio-cni cannot read before the pod starts: " +
 		"taken as unset, as upstream istio-cni takes such settings; set them with value for the rules to follow them"
+}
+
+// UnparsedNote is what is said of a pod whose proxy sets env vars the
+// decision reads to values that are not booleans.
+func UnparsedNote(names []string) string {
+	return "istio-proxy sets " + strings.Join(names, ", ") + " to a value that is not true or false: " +
+		"taken as false, as the proxy and upstream istio-cni take it; set true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
 }
 
 func skip(r Reason) Decision { return Decision{Reason: r} }

@@ -134,6 +134,10 @@ const (
 	// ReasonProxyEnvNotRead: ADD took env vars of the pod's proxy set
 	// with valueFrom as unset, as upstream does.
 	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
+	// ReasonProxyEnvInvalid: ADD took boolean env vars of the pod's proxy
+	// set to something else than true or false as false, as the proxy
+	// and upstream do.
+	ReasonProxyEnvInvalid = "IstioProxyEnvInvalid"
 )
 
 // podNotes says what the plugin's reports note of a pod, once per pod and
@@ -163,6 +167,9 @@ func (n *podNotes) tell(rep reports.Report, note string, log *slog.Logger) {
 	case strings.HasPrefix(note, reports.NoteProxyEnvNotRead):
 		names := strings.Split(strings.TrimPrefix(note, reports.NoteProxyEnvNotRead), "+")
 		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvNotRead, decision.UnreadNote(names)
+	case strings.HasPrefix(note, reports.NoteProxyEnvNotBool):
+		names := strings.Split(strings.TrimPrefix(note, reports.NoteProxyEnvNotBool), "+")
+		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvInvalid, decision.UnparsedNote(names)
 	}
 	log.Warn("pod note", "pod", rep.Pod, "uid", rep.PodUID, "note", msg)
 	ns, name, ok := strings.Cut(rep.Pod, "/")

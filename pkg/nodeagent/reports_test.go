@@ -64,6 +64,28 @@ func TestProxyEnvNotReadOncePerPod(t *testing.T) {
 	}
 }
 
+// The plugin's note that a boolean proxy setting was not true or false
+// becomes one Warning Event on the pod naming it.
+func TestProxyEnvNotBoolOncePerPod(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
+		notes: podNotes{events: &Events{recorder: rec}}}
+	handle := a.reportHandler(nil)
+	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1",
+		Note: reports.ProxyEnvNotBool([]string{"ISTIO_DUAL_STACK", "INVALID_DROP"})}
+	for range 3 {
+		handle(rep)
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonProxyEnvInvalid+" istio-proxy sets ISTIO_DUAL_STACK, INVALID_DROP to a value that is not true or false") {
+		t.Errorf("Events %q, want one %s naming both", got, ReasonProxyEnvInvalid)
+	}
+}
+
 // The handler takes reports from the socket's loop and from every ADD the
 // agent runs at once: notes, counts and wakes stay right. Enough reports
 // that the runtime catches concurrent map writes without -race too.

@@ -240,6 +240,10 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 		out.warnings = append(out.warnings, decision.UnreadNote(out.decision.Unread))
 		out.notes = append(out.notes, reports.ProxyEnvNotRead(out.decision.Unread))
 	}
+	if len(out.decision.Unparsed) > 0 {
+		out.warnings = append(out.warnings, decision.UnparsedNote(out.decision.Unparsed))
+		out.notes = append(out.notes, reports.ProxyEnvNotBool(out.decision.Unparsed))
+	}
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node())}, true, nil
 }
 

@@ -136,6 +136,35 @@ func TestProxyEnvByReference(t *testing.T) {
 	}
 }
 
+// A boolean proxy setting that is not true or false starts the pod as
+// upstream and the proxy take it, false, where it failed ADD with code 102
+// before: the log line warns, naming it, and the report notes it.
+func TestProxyEnvNotABoolean(t *testing.T) {
+	a := listenAgent(t)
+	h := newHarness()
+	pod := meshedPod(nil)
+	pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"}}
+	h.api.pods["team-a/web-1"] = pod
+	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	unset := newHarness()
+	unset.api.pods["team-a/web-1"] = meshedPod(nil)
+	if err := unset.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgsUID)); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed, unset.net.programmed) {
+		t.Errorf("programmed %+v, want the rules of ISTIO_META_DNS_CAPTURE unset, %+v", h.net.programmed, unset.net.programmed)
+	}
+	rep := a.next(t)
+	if want := reports.ProxyEnvNotBool([]string{"ISTIO_META_DNS_CAPTURE"}); !rep.Redirect || rep.Error != "" || rep.Note != want {
+		t.Errorf("report %+v, want a redirected pod noted %q", rep, want)
+	}
+	if !strings.Contains(h.stderr.String(), `"level":"WARN"`) || !strings.Contains(h.stderr.String(), "istio-proxy sets ISTIO_META_DNS_CAPTURE to a value that is not true or false") {
+		t.Errorf("the log line does not name ISTIO_META_DNS_CAPTURE:\n%s", h.stderr)
+	}
+}
+
 func TestEventForFailedAdd(t *testing.T) {
 	a := listenAgent(t)
 	h := newHarness()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/plugin"
 	"istio-cni.local/istio-cni/test/podsim"
 )
@@ -85,5 +86,27 @@ func TestDNSCaptureTraffic(t *testing.T) {
 			}
 			assertNoRules(t, s.Path(), w)
 		})
+	}
+}
+
+// TestProxyEnvNotABooleanStartsAsFalse: a proxy whose boolean settings are
+// neither true nor false (yes, on) starts as the proxy and upstream read
+// them, false: the real plugin writes the default rules, where it failed
+// with code 102 before, and its log names the variables.
+func TestProxyEnvNotABooleanStartsAsFalse(t *testing.T) {
+	w := writer{"nft", release.NFT}
+	name := podName(t)
+	ann, ctrs := meshed(nil)
+	ctrs[1]["env"] = []map[string]string{{"name": "ISTIO_META_DNS_CAPTURE", "value": "yes"}, {"name": "INVALID_DROP", "value": "on"}}
+	createPod(t, "team-a", name, ann, ctrs, nil)
+	args := "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=" + name + ";K8S_POD_UID=" + podUID(t, "team-a", name)
+	s := newSandbox(t, "team-a", name)
+	r := execPlugin(t, "ADD", pluginStdin(t, "1.0.0", istioConf(w.keys()), prevV4), s.Path(), args)
+	if r.code != 0 {
+		t.Fatalf("ADD: %d %s", r.code, r.msg)
+	}
+	assertRules(t, s.Path(), w, iptables.DefaultSpec(), false)
+	if !strings.Contains(string(r.stderr), "istio-proxy sets ISTIO_META_DNS_CAPTURE, INVALID_DROP to a value that is not true or false") {
+		t.Errorf("the log does not name the variables:\n%s", r.stderr)
 	}
 }

@@ -204,6 +204,21 @@ func TestInvalidSettingsAreFoundNotRepaired(t *testing.T) {
 	}
 }
 
+// A pod whose proxy sets a boolean setting to something else than true or
+// false started with the rules of false, as upstream's plugin starts it
+// (a switch from it leaves no record): the audit holds it to those, and
+// finds nothing.
+func TestProxyEnvNotABooleanIsHeldToFalse(t *testing.T) {
+	h := newHarness(t, Delete)
+	p := meshed("dns")
+	p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"}}
+	h.add(p, true)
+	h.passesPastConfirm()
+	if evs := h.drainEvents(); len(evs) != 0 || len(h.net.programmed) != 0 || testutil.ToFloat64(h.metrics.Unredirected) != 0 {
+		t.Errorf("events %q, programmed %d, gauge %v: want none", evs, len(h.net.programmed), testutil.ToFloat64(h.metrics.Unredirected))
+	}
+}
+
 func TestGonePodsAreForgotten(t *testing.T) {
 	h := newHarness(t, Report)
 	h.add(meshed("gone"), false)

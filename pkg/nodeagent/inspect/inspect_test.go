@@ -201,6 +201,20 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 	}
 }
 
+// A boolean proxy env var that is not true or false is read as false;
+// inspect says so, and holds the pod to the rules of false.
+func TestProxyEnvNotABooleanNote(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	p.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", Value: "yes"}}
+	r, err := Run(context.Background(), opts(configDir(t, true)), deps(p, "*nat\nCOMMIT\n", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "note:      "+decision.UnparsedNote([]string{"INVALID_DROP"})) || r.Invalid != "" || !r.Redirect {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
 // A proxy env var set with valueFrom is read as unset; inspect says so.
 func TestProxyEnvByReferenceNote(t *testing.T) {
 	p := pod(map[string]string{decision.StatusAnnotation: "{}"})

@@ -72,6 +72,15 @@ const NoteProxyEnvNotRead = "proxy-env-not-read:"
 // ProxyEnvNotRead is the note naming env vars ADD took as unset.
 func ProxyEnvNotRead(names []string) string { return NoteProxyEnvNotRead + strings.Join(names, "+") }
 
+// NoteProxyEnvNotBool opens the note that ADD took boolean istio-proxy
+// env vars set to something else than true or false as false
+// (decision.Decision.Unparsed): the prefix, then their names joined by
+// "+" (ProxyEnvNotBool). An agent before it logs the note only.
+const NoteProxyEnvNotBool = "proxy-env-not-bool:"
+
+// ProxyEnvNotBool is the note naming env vars ADD took as false.
+func ProxyEnvNotBool(names []string) string { return NoteProxyEnvNotBool + strings.Join(names, "+") }
+
 // Notes are the report's Note codes.
 func (r Report) Notes() []string {
 	if r.Note == "" {
