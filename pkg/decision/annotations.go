@@ -59,27 +59,22 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 		last[e.Name] = e
 	}
 	// DISABLE_ENVOY was read before (Pod): by reference it is unset,
-	// and the pod redirected to a proxy that may never listen.
-	var unread []string
+	// and the pod redirected to a proxy that may never listen. A value
+	// that is not true or false is false to the proxy (its pilot-agent
+	// falls back to the default) and to upstream istio-cni: the pod
+	// starts with the rules of false, and NotBool says so.
+	var unread, notBool []string
 	for _, name := range []string{envDisableEnvoy, envDNSCapture, envDualStack, envInvalidDrop} {
 		if len(last[name].ValueFrom) > 0 {
 			unread = append(unread, name)
 		}
-	}
-	// A value that is not true or false is false to the proxy (its
-	// pilot-agent falls back to the default) and to upstream istio-cni:
-	// the pod starts with the rules of false, and Unparsed says so.
-	// DISABLE_ENVOY was read before: not true, so redirected.
-	var unparsed []string
-	flag := func(name string) bool {
-		b, ok := envBool(env, name)
-		if !ok {
-			unparsed = append(unparsed, name)
+		if _, ok := envBool(env, name); !ok {
+			notBool = append(notBool, name)
 		}
-		return b
 	}
-	flag(envDisableEnvoy)
-	dns, dual, invalidDrop := flag(envDNSCapture), flag(envDualStack), flag(envInvalidDrop)
+	invalidDrop, _ := envBool(env, envInvalidDrop)
+	dns, _ := envBool(env, envDNSCapture)
+	dual, _ := envBool(env, envDualStack)
 	spec := iptables.DefaultSpec()
 	if err := applyAnnotations(&spec, ann); err != nil {
 		return Decision{}, err
@@ -88,7 +83,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 		return Decision{}, err
 	}
 	spec.DNSCapture, spec.TProxy, spec.InvalidDrop = dns, tproxy, invalidDrop
-	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual, Unread: unread, Unparsed: unparsed}, nil
+	return Decision{Redirect: true, Reason: Redirected, Spec: spec, DualStack: dual, Unread: unread, NotBool: notBool}, nil
 }
 
 // applyAnnotations overrides the default spec with the traffic annotations.

@@ -352,8 +352,8 @@ func TestProxyEnvNotABoolean(t *testing.T) {
 			for _, v := range []string{"yes", "on", "TRUE ", "2"} {
 				d, err := Pod(newPod(proxyEnv(name, v)))
 				checkErrKind(t, err, noErr)
-				if !d.Redirect || !reflect.DeepEqual(d.Spec, unset.Spec) || d.DualStack || !slices.Equal(d.Unparsed, []string{name}) || len(d.Unread) != 0 {
-					t.Errorf("%s %s=%q: %+v; want the unset spec, Unparsed [%s]", kind, name, v, d, name)
+				if !d.Redirect || !reflect.DeepEqual(d.Spec, unset.Spec) || d.DualStack || !slices.Equal(d.NotBool, []string{name}) || len(d.Unread) != 0 {
+					t.Errorf("%s %s=%q: %+v; want the unset spec, NotBool [%s]", kind, name, v, d, name)
 				}
 			}
 			d, err := Pod(newPod(proxyEnv(name, "")))
@@ -364,10 +364,10 @@ func TestProxyEnvNotABoolean(t *testing.T) {
 	}
 	d, err := Pod(meshedPod(proxyEnv("INVALID_DROP", "yes"), proxyEnv("ISTIO_DUAL_STACK", "on"), proxyEnv("ISTIO_META_DNS_CAPTURE", "1")))
 	checkErrKind(t, err, noErr)
-	if !slices.Equal(d.Unparsed, []string{"ISTIO_DUAL_STACK", "INVALID_DROP"}) || !d.Spec.DNSCapture {
-		t.Errorf("%+v: want DNS capture read, Unparsed [ISTIO_DUAL_STACK INVALID_DROP]", d)
+	if !slices.Equal(d.NotBool, []string{"ISTIO_DUAL_STACK", "INVALID_DROP"}) || !d.Spec.DNSCapture {
+		t.Errorf("%+v: want DNS capture read, NotBool [ISTIO_DUAL_STACK INVALID_DROP]", d)
 	}
-	note := UnparsedNote(d.Unparsed)
+	note := NotBoolNote(d.NotBool)
 	for _, want := range []string{"ISTIO_DUAL_STACK, INVALID_DROP", "true or false", "taken as false"} {
 		if !strings.Contains(note, want) {
 			t.Errorf("note %q does not say %q", note, want)

@@ -65,10 +65,10 @@ type Decision struct {
 	// set with valueFrom, which only the kubelet resolves: taken as unset,
 	// as upstream istio-cni takes them (UnreadNote).
 	Unread []string
-	// Unparsed names the istio-proxy env vars the decision reads that are
+	// NotBool names the istio-proxy env vars the decision reads that are
 	// set to a value that is not true or false: taken as false, as the
-	// proxy and upstream istio-cni take them (UnparsedNote).
-	Unparsed []string
+	// proxy and upstream istio-cni take them (NotBoolNote).
+	NotBool []string
 }
 
 // UnreadNote is what is said of a pod whose proxy sets env vars the
@@ -78,9 +78,9 @@ func UnreadNote(names []string) string {
 		"taken as unset, as upstream istio-cni takes such settings; set them with value for the rules to follow them"
 }
 
-// UnparsedNote is what is said of a pod whose proxy sets env vars the
+// NotBoolNote is what is said of a pod whose proxy sets env vars the
 // decision reads to values that are not booleans.
-func UnparsedNote(names []string) string {
+func NotBoolNote(names []string) string {
 	return "istio-proxy sets " + strings.Join(names, ", ") + " to a value that is not true or false: " +
 		"taken as false, as the proxy and upstream istio-cni take it; set true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
 }
@@ -131,10 +131,8 @@ func Pod(pod *kube.Pod) (Decision, error) {
 		return skip(NoProxy), nil
 	}
 	env := envOf(proxy)
-	if v, ok := env[envDisableEnvoy]; ok {
-		if b, err := strconv.ParseBool(v); err == nil && b {
-			return skip(EnvoyDisabled), nil
-		}
+	if off, _ := envBool(env, envDisableEnvoy); off {
+		return skip(EnvoyDisabled), nil
 	}
 	if len(proxy.Args) >= 2 && proxy.Args[0] == proxyArgsSubcmd && proxy.Args[1] != sidecarProxyType {
 		return skip(NotSidecar), nil

@@ -134,10 +134,10 @@ const (
 	// ReasonProxyEnvNotRead: ADD took env vars of the pod's proxy set
 	// with valueFrom as unset, as upstream does.
 	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
-	// ReasonProxyEnvInvalid: ADD took boolean env vars of the pod's proxy
+	// ReasonProxyEnvNotBool: ADD took boolean env vars of the pod's proxy
 	// set to something else than true or false as false, as the proxy
 	// and upstream do.
-	ReasonProxyEnvInvalid = "IstioProxyEnvInvalid"
+	ReasonProxyEnvNotBool = "IstioProxyEnvNotBool"
 )
 
 // podNotes says what the plugin's reports note of a pod, once per pod and
@@ -169,7 +169,7 @@ func (n *podNotes) tell(rep reports.Report, note string, log *slog.Logger) {
 		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvNotRead, decision.UnreadNote(names)
 	case strings.HasPrefix(note, reports.NoteProxyEnvNotBool):
 		names := strings.Split(strings.TrimPrefix(note, reports.NoteProxyEnvNotBool), "+")
-		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvInvalid, decision.UnparsedNote(names)
+		kind, reason, msg = corev1.EventTypeWarning, ReasonProxyEnvNotBool, decision.NotBoolNote(names)
 	}
 	log.Warn("pod note", "pod", rep.Pod, "uid", rep.PodUID, "note", msg)
 	ns, name, ok := strings.Cut(rep.Pod, "/")

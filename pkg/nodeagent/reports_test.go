@@ -81,8 +81,8 @@ func TestProxyEnvNotBoolOncePerPod(t *testing.T) {
 	for e := range rec.Events {
 		got = append(got, e)
 	}
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonProxyEnvInvalid+" istio-proxy sets ISTIO_DUAL_STACK, INVALID_DROP to a value that is not true or false") {
-		t.Errorf("Events %q, want one %s naming both", got, ReasonProxyEnvInvalid)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonProxyEnvNotBool+" istio-proxy sets ISTIO_DUAL_STACK, INVALID_DROP to a value that is not true or false") {
+		t.Errorf("Events %q, want one %s naming both", got, ReasonProxyEnvNotBool)
 	}
 }
 

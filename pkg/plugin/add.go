@@ -240,9 +240,9 @@ func (p *Plugin) plan(args *skel.CmdArgs, conf *Config, out *outcome) (plan, boo
 		out.warnings = append(out.warnings, decision.UnreadNote(out.decision.Unread))
 		out.notes = append(out.notes, reports.ProxyEnvNotRead(out.decision.Unread))
 	}
-	if len(out.decision.Unparsed) > 0 {
-		out.warnings = append(out.warnings, decision.UnparsedNote(out.decision.Unparsed))
-		out.notes = append(out.notes, reports.ProxyEnvNotBool(out.decision.Unparsed))
+	if len(out.decision.NotBool) > 0 {
+		out.warnings = append(out.warnings, decision.NotBoolNote(out.decision.NotBool))
+		out.notes = append(out.notes, reports.ProxyEnvNotBool(out.decision.NotBool))
 	}
 	return plan{spec: decision.FinalSpec(out.decision, conf.parsed.Node())}, true, nil
 }

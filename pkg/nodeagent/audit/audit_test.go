@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/apipod"
 	"istio-cni.local/istio-cni/pkg/nodeagent/health"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
@@ -206,16 +207,31 @@ func TestInvalidSettingsAreFoundNotRepaired(t *testing.T) {
 
 // A pod whose proxy sets a boolean setting to something else than true or
 // false started with the rules of false, as upstream's plugin starts it
-// (a switch from it leaves no record): the audit holds it to those, and
-// finds nothing.
+// (a switch from it leaves no record): the audit finds nothing wrong with
+// those rules, and repairs a pod that lost them to them, never to DNS
+// capture's.
 func TestProxyEnvNotABooleanIsHeldToFalse(t *testing.T) {
+	notBool := func(name string) *corev1.Pod {
+		p := meshed(name)
+		p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"}}
+		return p
+	}
 	h := newHarness(t, Delete)
-	p := meshed("dns")
-	p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"}}
-	h.add(p, true)
+	h.add(notBool("dns"), true)
 	h.passesPastConfirm()
-	if evs := h.drainEvents(); len(evs) != 0 || len(h.net.programmed) != 0 || testutil.ToFloat64(h.metrics.Unredirected) != 0 {
-		t.Errorf("events %q, programmed %d, gauge %v: want none", evs, len(h.net.programmed), testutil.ToFloat64(h.metrics.Unredirected))
+	if evs := h.drainEvents(); len(evs) != 0 || testutil.ToFloat64(h.metrics.Unredirected) != 0 {
+		t.Errorf("events %q, gauge %v: want none", evs, testutil.ToFloat64(h.metrics.Unredirected))
+	}
+
+	repaired := func(p *corev1.Pod) []iptables.Model {
+		h := newHarness(t, Repair)
+		h.add(p, false)
+		h.passesPastConfirm()
+		return h.net.programmed
+	}
+	got, unset := repaired(notBool("lost")), repaired(meshed("lost"))
+	if len(got) != 1 || !reflect.DeepEqual(got, unset) {
+		t.Errorf("repaired %+v, want the rules of the setting unset, %+v", got, unset)
 	}
 }
 

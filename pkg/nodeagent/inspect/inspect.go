@@ -170,8 +170,8 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if len(dec.Unread) > 0 {
 		r.Notes = append(r.Notes, decision.UnreadNote(dec.Unread))
 	}
-	if len(dec.Unparsed) > 0 {
-		r.Notes = append(r.Notes, decision.UnparsedNote(dec.Unparsed))
+	if len(dec.NotBool) > 0 {
+		r.Notes = append(r.Notes, decision.NotBoolNote(dec.NotBool))
 	}
 	if d.NamespaceLabels != nil && d.Injectors != nil {
 		if labels, err := d.NamespaceLabels(ctx, o.Namespace); err != nil {

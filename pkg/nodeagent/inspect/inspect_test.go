@@ -210,8 +210,12 @@ func TestProxyEnvNotABooleanNote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := render(t, r); !strings.Contains(out, "note:      "+decision.UnparsedNote([]string{"INVALID_DROP"})) || r.Invalid != "" || !r.Redirect {
+	if out := render(t, r); !strings.Contains(out, "note:      "+decision.NotBoolNote([]string{"INVALID_DROP"})) || r.Invalid != "" || !r.Redirect {
 		t.Errorf("report:\n%s", out)
+	}
+	unset, err := Run(context.Background(), opts(configDir(t, true)), deps(pod(map[string]string{decision.StatusAnnotation: "{}"}), "*nat\nCOMMIT\n", nil))
+	if err != nil || len(r.Want) == 0 || !slices.Equal(r.Want, unset.Want) {
+		t.Errorf("want %q, %v; want the rules of INVALID_DROP unset, %q", r.Want, err, unset.Want)
 	}
 }
 

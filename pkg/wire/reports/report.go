@@ -74,7 +74,7 @@ func ProxyEnvNotRead(names []string) string { return NoteProxyEnvNotRead + strin
 
 // NoteProxyEnvNotBool opens the note that ADD took boolean istio-proxy
 // env vars set to something else than true or false as false
-// (decision.Decision.Unparsed): the prefix, then their names joined by
+// (decision.Decision.NotBool): the prefix, then their names joined by
 // "+" (ProxyEnvNotBool). An agent before it logs the note only.
 const NoteProxyEnvNotBool = "proxy-env-not-bool:"
 

@@ -2,6 +2,7 @@ package reports
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,15 @@ func TestTruncate(t *testing.T) {
 		if got := truncate(tc.s, tc.n); got != tc.want {
 			t.Errorf("truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
 		}
+	}
+}
+
+// A report's notes read back one by one: the env var names inside a note
+// are joined by "+", never by the notes' ",".
+func TestNotesSplitIntoEachNote(t *testing.T) {
+	want := []string{NoteIPv4OnlyProxy, ProxyEnvNotRead([]string{"ISTIO_DUAL_STACK", "DISABLE_ENVOY"}), ProxyEnvNotBool([]string{"ISTIO_META_DNS_CAPTURE", "INVALID_DROP"})}
+	r := Report{Note: strings.Join(want, ",")}
+	if got := r.Notes(); !slices.Equal(got, want) {
+		t.Errorf("Notes() = %q, want %q", got, want)
 	}
 }
