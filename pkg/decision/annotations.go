@@ -113,10 +113,15 @@ func applyAnnotations(spec *iptables.Spec, ann map[string]string) error {
 	if spec.OutboundPorts, err = parsePortsAnn(ann, IncludeOutboundPorts); err != nil {
 		return err
 	}
-	if spec.OutboundExclude, err = parsePortsAnn(ann, ExcludeOutboundPorts); err != nil {
-		return err
+	// The status port is excluded outbound only by default: upstream
+	// takes the annotation, once set, as the whole list.
+	if _, ok := ann[ExcludeOutboundPorts]; ok {
+		ports, err := parsePortsAnn(ann, ExcludeOutboundPorts)
+		if err != nil {
+			return err
+		}
+		spec.OutboundExclude = dedup(ports)
 	}
-	spec.OutboundExclude = dedup(append(spec.OutboundExclude, iptables.ProxyStatusPort))
 	if spec.ExcludeInterfaces, err = ParseInterfaces(ExcludeInterfaces, ann[ExcludeInterfaces]); err != nil {
 		return err
 	}

@@ -79,9 +79,11 @@ func portSpecCases() []specCase {
 		{"excludeInboundPorts empty", ann(ExcludeInboundPorts, ""), iptables.DefaultSpec()},
 		{"includeOutboundPorts", ann(IncludeOutboundPorts, "3306,5432"), spec(func(s *iptables.Spec) { s.OutboundPorts = []uint16{3306, 5432} })},
 		{"includeOutboundPorts empty", ann(IncludeOutboundPorts, ""), iptables.DefaultSpec()},
-		{"excludeOutboundPorts", ann(ExcludeOutboundPorts, "5432"), spec(func(s *iptables.Spec) { s.OutboundExclude = []uint16{5432, 15020} })},
+		// Once set, the annotation is the whole list, as upstream takes
+		// it: the status port is excluded outbound by default only.
+		{"excludeOutboundPorts", ann(ExcludeOutboundPorts, "5432"), spec(func(s *iptables.Spec) { s.OutboundExclude = []uint16{5432} })},
 		{"excludeOutboundPorts with 15020", ann(ExcludeOutboundPorts, "15020,5432"), spec(func(s *iptables.Spec) { s.OutboundExclude = []uint16{15020, 5432} })},
-		{"excludeOutboundPorts empty", ann(ExcludeOutboundPorts, ""), iptables.DefaultSpec()},
+		{"excludeOutboundPorts empty", ann(ExcludeOutboundPorts, ""), spec(func(s *iptables.Spec) { s.OutboundExclude = []uint16{} })},
 	}
 }
 
@@ -118,7 +120,7 @@ func idSpecCases() []specCase {
 			s.OutboundIPs = iptables.Prefixes{List: pfx("10.0.0.0/8")}
 			s.OutboundIPExclude = pfx("10.96.0.1/32")
 			s.OutboundPorts = []uint16{3306}
-			s.OutboundExclude = []uint16{5432, 15020}
+			s.OutboundExclude = []uint16{5432}
 		})},
 	}
 }
