@@ -18,6 +18,24 @@ func SameSpec(a, b iptables.Spec) bool {
 	return errA == nil && errB == nil && bytes.Equal(ja, jb)
 }
 
+// SameSettings says whether a recorded spec is what the pod's settings
+// give now (now): the same spec, or the one builds before excluded the
+// status port outbound only by default read from the same settings. Those
+// builds always added it to excludeOutboundPorts, and a record of theirs
+// with it is no edit of the pod's. (An edit that dropped 15020 from the
+// annotation since passes for none, as it changes only that port.)
+func SameSettings(recorded, now iptables.Spec) bool {
+	if SameSpec(recorded, now) {
+		return true
+	}
+	if slices.Contains(now.OutboundExclude, iptables.ProxyStatusPort) {
+		return false
+	}
+	older := now
+	older.OutboundExclude = append(slices.Clone(now.OutboundExclude), iptables.ProxyStatusPort)
+	return SameSpec(recorded, older)
+}
+
 // SpecDiff names the fields that differ, with both values, for messages:
 // "OutboundIPExclude [] -> [\"0.0.0.0/0\"]".
 func SpecDiff(was, now iptables.Spec) string {

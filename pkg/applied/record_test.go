@@ -102,6 +102,35 @@ func TestSpecDiff(t *testing.T) {
 	}
 }
 
+// A record of a build that excluded the status port outbound whatever
+// excludeOutboundPorts said holds the settings it was given; any other
+// difference, and a record without the port where it is now excluded, is
+// a change.
+func TestSameSettings(t *testing.T) {
+	spec := func(exclude ...uint16) iptables.Spec {
+		s := iptables.DefaultSpec()
+		s.OutboundExclude = exclude
+		return s
+	}
+	for _, tc := range []struct {
+		name          string
+		recorded, now iptables.Spec
+		same          bool
+	}{
+		{"same", spec(5432), spec(5432), true},
+		{"the older builds' status port", spec(5432, 15020), spec(5432), true},
+		{"the older builds' status port, an empty annotation", spec(15020), spec(), true},
+		{"listed by the pod", spec(15020, 5432), spec(15020, 5432), true},
+		{"a port edited in", spec(5432, 15020), spec(5432, 9092), false},
+		{"the status port dropped since", spec(5432), spec(15020), false},
+		{"another field", spec(5432, 15020), func() iptables.Spec { s := spec(5432); s.DNSCapture = true; return s }(), false},
+	} {
+		if got := SameSettings(tc.recorded, tc.now); got != tc.same {
+			t.Errorf("%s: SameSettings(%v, %v) = %v, want %v", tc.name, tc.recorded.OutboundExclude, tc.now.OutboundExclude, got, tc.same)
+		}
+	}
+}
+
 // The store's directory is the installer's to make: Write into a missing
 // one fails and creates nothing (a late ADD after the uninstall).
 func TestWriteNeverMakesTheDirectory(t *testing.T) {

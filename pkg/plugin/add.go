@@ -154,7 +154,7 @@ func (p *Plugin) earlierADD(conf *Config, args *skel.CmdArgs, out *outcome) (rep
 // recorded ones and any this ADD finds (stack): a network added since
 // with IPv6 is redirected too, and a family redirected stays so.
 func keepRecorded(pl *plan, r applied.Record, out *outcome) {
-	if !applied.SameSpec(r.Spec, pl.spec) {
+	if !applied.SameSettings(r.Spec, pl.spec) {
 		out.warnings = append(out.warnings, "the pod's annotations or the node's settings changed since this sandbox's first ADD: it keeps the rules recorded then (recorded -> now: "+applied.SpecDiff(r.Spec, pl.spec)+")")
 	}
 	pl.spec = r.Spec

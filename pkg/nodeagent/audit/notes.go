@@ -33,7 +33,7 @@ func (a *Auditor) noteSettingsChanged(c candidate, r applied.Record) {
 	case !c.decision.Redirect:
 		now = "no longer meshed: " + string(c.decision.Reason)
 	default:
-		if spec := decision.FinalSpec(c.decision, a.cfg.Settings); !applied.SameSpec(spec, r.Spec) {
+		if spec := decision.FinalSpec(c.decision, a.cfg.Settings); !applied.SameSettings(r.Spec, spec) {
 			now = "changed: " + applied.SpecDiff(r.Spec, spec)
 		}
 	}

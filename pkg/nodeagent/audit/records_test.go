@@ -69,6 +69,32 @@ func TestRepairRestoresWhatADDApplied(t *testing.T) {
 	}
 }
 
+// TestOlderBuildsStatusPortIsNoChange: builds before this one excluded
+// the status port outbound whatever excludeOutboundPorts said, and their
+// records say so. A pod they started, annotated as the injector annotates
+// every pod of a mesh that sets global.proxy.excludeOutboundPorts, has not
+// had its settings changed, and no Event says so; a real edit still does.
+func TestOlderBuildsStatusPortIsNoChange(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("older")
+	p.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"] = "5432"
+	h.add(p, true)
+	r := h.recordADD(t, p)
+	r.Spec.OutboundExclude = []uint16{5432, 15020} // as those builds recorded it
+	if err := h.records.Write(r); err != nil {
+		t.Fatal(err)
+	}
+	h.passesPastConfirm()
+	if evs := h.drainEvents(); len(evs) != 0 {
+		t.Errorf("events %q: want none", evs)
+	}
+	p.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"] = "5432,9092"
+	h.passesPastConfirm()
+	if evs := h.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], ReasonSettingsChanged) || !strings.Contains(evs[0], "OutboundExclude") {
+		t.Errorf("events %q: want one %s naming the field", evs, ReasonSettingsChanged)
+	}
+}
+
 // TestRecordedPodNoLongerMeshedIsKept: annotations that now say "not
 // meshed" (inject=false, added after start) do not take the pod out of
 // the audit: it was redirected at ADD and stays so.

@@ -341,7 +341,7 @@ func want(r *Report, o Options, d Deps, pod *Pod, dec decision.Decision, ns netn
 				r.SettingsChanged = "invalid now: " + invalid
 			case !dec.Redirect:
 				r.SettingsChanged = "no longer meshed: " + string(dec.Reason)
-			case !applied.SameSpec(decision.FinalSpec(dec, o.Settings), rec.Spec):
+			case !applied.SameSettings(rec.Spec, decision.FinalSpec(dec, o.Settings)):
 				r.SettingsChanged = applied.SpecDiff(rec.Spec, decision.FinalSpec(dec, o.Settings))
 			}
 			if err == nil && rec.IPv6 && stack.IPv4OnlyProxy {
