@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
 
@@ -19,21 +20,12 @@ func SameSpec(a, b iptables.Spec) bool {
 }
 
 // SameSettings says whether a recorded spec is what the pod's settings
-// give now (now): the same spec, or the one builds before excluded the
-// status port outbound only by default read from the same settings. Those
-// builds always added it to excludeOutboundPorts, and a record of theirs
-// with it is no edit of the pod's. (An edit that dropped 15020 from the
-// annotation since passes for none, as it changes only that port.)
+// give now (now): the same spec, or the one an earlier build decided from
+// them (decision.EarlierSpec), which its records hold. (An edit since
+// that changed only whether the annotation lists 15020 passes for none.)
 func SameSettings(recorded, now iptables.Spec) bool {
-	if SameSpec(recorded, now) {
-		return true
-	}
-	if slices.Contains(now.OutboundExclude, iptables.ProxyStatusPort) {
-		return false
-	}
-	older := now
-	older.OutboundExclude = append(slices.Clone(now.OutboundExclude), iptables.ProxyStatusPort)
-	return SameSpec(recorded, older)
+	earlier, differs := decision.EarlierSpec(now)
+	return SameSpec(recorded, now) || differs && SameSpec(recorded, earlier)
 }
 
 // SpecDiff names the fields that differ, with both values, for messages:

@@ -87,7 +87,7 @@ func redirect(pod *kube.Pod, proxy *kube.Container, env map[string]string) (Deci
 }
 
 // applyAnnotations overrides the default spec with the traffic annotations.
-// The always-excluded ports stay excluded whatever the pod says.
+// The always-excluded inbound ports stay excluded whatever the pod says.
 func applyAnnotations(spec *iptables.Spec, ann map[string]string) error {
 	var err error
 	if v, ok := ann[IncludeInboundPorts]; ok {

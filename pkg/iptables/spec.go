@@ -113,7 +113,7 @@ const (
 	DefaultOutboundPort = 15001
 	DefaultInboundPort  = 15006
 	DefaultTunnelPort   = 15008
-	ProxyStatusPort     = 15020 // pilot-agent status: never captured either way
+	ProxyStatusPort     = 15020 // pilot-agent status: never captured inbound; outbound by default
 	ProxyHealthPort     = 15021 // health checks, reached by the kubelet
 	ProxyMetricsPort    = 15090 // Envoy's Prometheus endpoint
 	DNSPort             = 53

@@ -66,22 +66,34 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			w = writerOf(conf, r)
 		}
 	}
+	var earlier *iptables.Model
 	if m.V4 == nil && m.V6 == nil {
 		pl, ok, err := p.plan(args, conf, out)
 		if err != nil || !ok {
 			return err
 		}
 		// No record: the rules are read where they are found, as the
-		// audit and inspect read them.
+		// audit and inspect read them, and an earlier build's for the
+		// same settings pass too (decision.EarlierSpec).
 		w = conf.nodeWriter().Guess()
 		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(w).HasIPv6(args.Netns) }); err != nil {
 			return err
 		}
 		m = pl.model()
+		if spec, differs := decision.EarlierSpec(pl.spec); differs {
+			e := iptables.Build(spec, pl.v4, pl.v6)
+			earlier = &e
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
-	diffs, err := p.deps.NewPodNetwork(w).Check(ctx, args.Netns, m)
+	network := p.deps.NewPodNetwork(w)
+	diffs, err := network.Check(ctx, args.Netns, m)
+	if err == nil && len(diffs) > 0 && earlier != nil {
+		if d, err := network.Check(ctx, args.Netns, *earlier); err == nil && len(d) == 0 {
+			diffs = nil
+		}
+	}
 	if err != nil {
 		return netnsError(out.pod, "reading the rules", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ type fakeNet struct {
 	// writes are how each Program was told to write.
 	writes     []xtables.Write
 	checkDiffs []string
+	// holds, when set, is what the namespace holds: a check of another
+	// model finds it differs.
+	holds      *iptables.Model
 	cleanupErr error
 	hasIPv6    bool
 	// removed are the models of each RemoveCopy, after how many
@@ -69,7 +73,10 @@ func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model, w x
 	return nil, nil
 }
 
-func (f *fakeNet) Check(_ context.Context, _ string, _ iptables.Model) ([]string, error) {
+func (f *fakeNet) Check(_ context.Context, _ string, m iptables.Model) ([]string, error) {
+	if f.holds != nil && !reflect.DeepEqual(*f.holds, m) {
+		return []string{"nat ISTIO_OUTPUT: the rules differ"}, nil
+	}
 	return f.checkDiffs, nil
 }
 

@@ -200,6 +200,39 @@ func TestCheck(t *testing.T) {
 	wantCode(t, h.p.Check(cmdArgs(conf("1.0.0", ""), podArgs)), types.ErrInvalidNetworkConfig)
 }
 
+// With no record of the sandbox (records go with an uninstall), CHECK
+// takes the rules an earlier build wrote for the same settings for the
+// pod's: it excluded the status port outbound whatever excludeOutboundPorts
+// said. Other rules still fail it.
+func TestCheckTakesAnEarlierBuildsRules(t *testing.T) {
+	ann := map[string]string{"traffic.sidecar.istio.io/excludeOutboundPorts": "5432"}
+	now := iptables.DefaultSpec()
+	now.OutboundExclude = []uint16{5432}
+	earlier := now
+	earlier.OutboundExclude = []uint16{5432, iptables.ProxyStatusPort}
+	for _, tc := range []struct {
+		name  string
+		holds iptables.Spec
+		code  uint
+	}{
+		{"this build's", now, 0},
+		{"an earlier build's", earlier, 0},
+		{"neither", iptables.DefaultSpec(), ErrRulesMismatch},
+	} {
+		h := newHarness()
+		h.api.pods["team-a/web-1"] = meshedPod(ann)
+		m := iptables.Build(tc.holds, true, false)
+		h.net.holds = &m
+		err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs))
+		if tc.code == 0 && err != nil {
+			t.Errorf("%s: CHECK = %v, want success", tc.name, err)
+		}
+		if tc.code != 0 {
+			wantCode(t, err, tc.code)
+		}
+	}
+}
+
 func TestDelAlwaysSucceeds(t *testing.T) {
 	h := newHarness()
 	h.api.err = errors.New("DEL must not call the API")

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -74,6 +75,16 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		m = iptables.Model{}
 	} else {
 		diffs, err = network.Check(checkCtx, ns.Path, m)
+		if err == nil && len(diffs) > 0 && !recordedFor(c, ns) {
+			// No record: an earlier build's rules for the same
+			// settings are the pod's too (decision.EarlierRules); a
+			// repair writes this build's.
+			if earlier, differs := decision.EarlierRules(c.decision, a.cfg.Settings, m.V4 != nil, m.V6 != nil); differs {
+				if d, err := network.Check(checkCtx, ns.Path, earlier); err == nil && len(d) == 0 {
+					diffs = nil
+				}
+			}
+		}
 	}
 	if err != nil {
 		if !errors.Is(err, podnet.ErrNoNetns) {

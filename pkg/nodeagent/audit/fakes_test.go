@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,6 +49,9 @@ func (f fakeNamespaces) Find(pods map[string][]netip.Addr) (netnsdir.Result, err
 type fakeNetwork struct {
 	mu         sync.Mutex
 	redirected map[uint64]bool
+	// holds, where set, is the model a namespace holds: a check of any
+	// other finds it differs.
+	holds      map[uint64]iptables.Model
 	programmed []iptables.Model
 	programErr error
 	checked    int // namespaces read
@@ -61,10 +65,16 @@ func inodeOf(path string) uint64 {
 	return st.Ino
 }
 
-func (f *fakeNetwork) Check(_ context.Context, path string, _ iptables.Model) ([]string, error) {
+func (f *fakeNetwork) Check(_ context.Context, path string, m iptables.Model) ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.checked++
+	if held, ok := f.holds[inodeOf(path)]; ok {
+		if reflect.DeepEqual(held, m) {
+			return nil, nil
+		}
+		return []string{"nat ISTIO_OUTPUT: the rules differ"}, nil
+	}
 	if f.redirected[inodeOf(path)] {
 		return nil, nil
 	}

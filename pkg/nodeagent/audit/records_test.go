@@ -17,6 +17,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
@@ -92,6 +93,43 @@ func TestOlderBuildsStatusPortIsNoChange(t *testing.T) {
 	h.passesPastConfirm()
 	if evs := h.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], ReasonSettingsChanged) || !strings.Contains(evs[0], "OutboundExclude") {
 		t.Errorf("events %q: want one %s naming the field", evs, ReasonSettingsChanged)
+	}
+}
+
+// TestEarlierBuildsRulesWithoutARecord: records go with an uninstall, so
+// a pod an earlier build started, annotated as the injector annotates
+// every pod of a mesh that sets global.proxy.excludeOutboundPorts, holds
+// that build's rules (the status port excluded outbound too) and no
+// record: they are the pod's, and nothing is done; rules that are neither
+// this build's nor that one's are still repaired, to this build's.
+func TestEarlierBuildsRulesWithoutARecord(t *testing.T) {
+	p := meshed("unrecorded")
+	p.Annotations["traffic.sidecar.istio.io/excludeOutboundPorts"] = "5432"
+	d := mustDecide(t, p)
+	now := decision.Rules(d, decision.DefaultNodeSettings(), true, false)
+	earlier, differs := decision.EarlierRules(d, decision.DefaultNodeSettings(), true, false)
+	if !differs {
+		t.Fatal("no earlier rules for excludeOutboundPorts=5432")
+	}
+	for _, tc := range []struct {
+		name   string
+		holds  iptables.Model
+		repair bool
+	}{
+		{"this build's", now, false},
+		{"an earlier build's", earlier, false},
+		{"neither", iptables.Build(iptables.DefaultSpec(), true, false), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Delete)
+			h.add(p, true)
+			h.net.holds = map[uint64]iptables.Model{h.ns[string(p.UID)].Inode: tc.holds}
+			h.passesPastConfirm()
+			evs := h.drainEvents()
+			if found := len(evs) > 0; found != tc.repair {
+				t.Errorf("events %q, want some: %v", evs, tc.repair)
+			}
+		})
 	}
 }
 

@@ -53,6 +53,16 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, applied
 	return m, a.cfg.Writer.Guess(), true, err
 }
 
+// recordedFor says whether ADD left a record of this sandbox.
+func recordedFor(c candidate, ns netnsdir.NSFile) bool {
+	for _, r := range c.records {
+		if r.NetnsInode == ns.Inode {
+			return true
+		}
+	}
+	return false
+}
+
 // model is the pod's rule model, its families from its addresses and its
 // namespace, exactly as ADD computes it.
 func (a *Auditor) model(c candidate, ns netnsdir.NSFile) (iptables.Model, error) {

@@ -231,6 +231,17 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if !ok {
 		return r, nil
 	}
+	if r.Diffs, err = d.Check(ctx, ns.Path, m, check); err != nil {
+		r.NetnsErr = err.Error()
+	}
+	if earlier, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); err == nil && len(r.Diffs) > 0 && !r.Recorded && differs {
+		// No record: an earlier build's rules for the same settings
+		// are the pod's too, as the audit takes them.
+		if diffs, err := d.Check(ctx, ns.Path, earlier, check); err == nil && len(diffs) == 0 {
+			m, r.Diffs = earlier, nil
+			r.Notes = append(r.Notes, EarlierBuildNote)
+		}
+	}
 	if r.Native {
 		r.Want = nativeListing(m)
 	} else {
@@ -238,11 +249,13 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 			r.Want = append(r.Want, prefixed(rs.Family, rs.Listing())...)
 		}
 	}
-	if r.Diffs, err = d.Check(ctx, ns.Path, m, check); err != nil {
-		r.NetnsErr = err.Error()
-	}
 	return r, nil
 }
+
+// EarlierBuildNote says a sandbox with no record holds the rules an
+// earlier build wrote for the pod's settings (decision.EarlierRules).
+const EarlierBuildNote = "no record of this sandbox; it holds the rules an earlier istio-cni wrote for these settings " +
+	"(the status port 15020 excluded outbound beside excludeOutboundPorts): the audit takes them for the pod's; a restart gives it upstream's"
 
 // observe lists the rules of ours the namespace holds, as w wrote them:
 // iptables' in each family, or our native nftables tables.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -216,6 +217,42 @@ func TestProxyEnvNotABooleanNote(t *testing.T) {
 	unset, err := Run(context.Background(), opts(configDir(t, true)), deps(pod(map[string]string{decision.StatusAnnotation: "{}"}), "*nat\nCOMMIT\n", nil))
 	if err != nil || len(r.Want) == 0 || !slices.Equal(r.Want, unset.Want) {
 		t.Errorf("want %q, %v; want the rules of INVALID_DROP unset, %q", r.Want, err, unset.Want)
+	}
+}
+
+// With no record of the sandbox, the rules an earlier build wrote for the
+// pod's settings (the status port excluded outbound beside the
+// annotation's) are the pod's, as the audit takes them: consistent, with
+// a note saying why; other rules are not.
+func TestEarlierBuildsRulesWithoutARecord(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}", "traffic.sidecar.istio.io/excludeOutboundPorts": "5432"})
+	dec, err := decision.Pod(p.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier, _ := decision.EarlierRules(dec, decision.DefaultNodeSettings(), true, false)
+	for _, tc := range []struct {
+		name  string
+		holds iptables.Model
+		ok    bool
+	}{
+		{"an earlier build's", earlier, true},
+		{"neither", iptables.Build(iptables.DefaultSpec(), true, false), false},
+	} {
+		dp := deps(p, "*nat\nCOMMIT\n", nil)
+		dp.Check = func(_ context.Context, _ string, m iptables.Model, _ applied.Writer) ([]string, error) {
+			if reflect.DeepEqual(m, tc.holds) {
+				return nil, nil
+			}
+			return []string{"nat ISTIO_OUTPUT: the rules differ"}, nil
+		}
+		r, err := Run(context.Background(), opts(configDir(t, true)), dp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if noted := slices.Contains(r.Notes, EarlierBuildNote); (len(r.Diffs) == 0) != tc.ok || noted != tc.ok {
+			t.Errorf("%s: diffs %q, notes %q", tc.name, r.Diffs, r.Notes)
+		}
 	}
 }
 
