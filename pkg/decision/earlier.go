@@ -25,5 +25,8 @@ func EarlierSpec(now iptables.Spec) (iptables.Spec, bool) {
 // it differs from Rules (EarlierSpec).
 func EarlierRules(d Decision, node NodeSettings, v4, v6 bool) (iptables.Model, bool) {
 	spec, differs := EarlierSpec(FinalSpec(d, node))
-	return iptables.Build(spec, v4, v6), differs
+	if !differs {
+		return iptables.Model{}, false
+	}
+	return iptables.Build(spec, v4, v6), true
 }

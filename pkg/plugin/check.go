@@ -66,7 +66,7 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			w = writerOf(conf, r)
 		}
 	}
-	var earlier *iptables.Model
+	var earlier func() (iptables.Model, bool)
 	if m.V4 == nil && m.V6 == nil {
 		pl, ok, err := p.plan(args, conf, out)
 		if err != nil || !ok {
@@ -80,9 +80,8 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			return err
 		}
 		m = pl.model()
-		if spec, differs := decision.EarlierSpec(pl.spec); differs {
-			e := iptables.Build(spec, pl.v4, pl.v6)
-			earlier = &e
+		earlier = func() (iptables.Model, bool) {
+			return decision.EarlierRules(out.decision, conf.parsed.Node(), pl.v4, pl.v6)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
@@ -90,8 +89,11 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	network := p.deps.NewPodNetwork(w)
 	diffs, err := network.Check(ctx, args.Netns, m)
 	if err == nil && len(diffs) > 0 && earlier != nil {
-		if d, err := network.Check(ctx, args.Netns, *earlier); err == nil && len(d) == 0 {
-			diffs = nil
+		if em, differs := earlier(); differs {
+			var d []string
+			if d, err = network.Check(ctx, args.Netns, em); err == nil && len(d) == 0 {
+				diffs = nil
+			}
 		}
 	}
 	if err != nil {

@@ -213,17 +213,23 @@ func TestCheckTakesAnEarlierBuildsRules(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		holds iptables.Spec
+		dual  bool
 		code  uint
 	}{
-		{"this build's", now, 0},
-		{"an earlier build's", earlier, 0},
-		{"neither", iptables.DefaultSpec(), ErrRulesMismatch},
+		{"this build's", now, false, 0},
+		{"an earlier build's", earlier, false, 0},
+		{"an earlier build's, dual-stack", earlier, true, 0},
+		{"neither", iptables.DefaultSpec(), false, ErrRulesMismatch},
 	} {
 		h := newHarness()
 		h.api.pods["team-a/web-1"] = meshedPod(ann)
-		m := iptables.Build(tc.holds, true, false)
+		m := iptables.Build(tc.holds, true, tc.dual)
 		h.net.holds = &m
-		err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs))
+		prev := prevV4
+		if tc.dual {
+			prev = prevDual
+		}
+		err := h.p.Check(cmdArgs(conf("1.0.0", prev), podArgs))
 		if tc.code == 0 && err != nil {
 			t.Errorf("%s: CHECK = %v, want success", tc.name, err)
 		}

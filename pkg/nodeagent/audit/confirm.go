@@ -80,7 +80,8 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 			// settings are the pod's too (decision.EarlierRules); a
 			// repair writes this build's.
 			if earlier, differs := decision.EarlierRules(c.decision, a.cfg.Settings, m.V4 != nil, m.V6 != nil); differs {
-				if d, err := network.Check(checkCtx, ns.Path, earlier); err == nil && len(d) == 0 {
+				var d []string
+				if d, err = network.Check(checkCtx, ns.Path, earlier); err == nil && len(d) == 0 {
 					diffs = nil
 				}
 			}

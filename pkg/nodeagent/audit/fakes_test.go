@@ -51,7 +51,9 @@ type fakeNetwork struct {
 	redirected map[uint64]bool
 	// holds, where set, is the model a namespace holds: a check of any
 	// other finds it differs.
-	holds      map[uint64]iptables.Model
+	holds map[uint64]iptables.Model
+	// errFor, where set, is a model whose check fails to read.
+	errFor     *iptables.Model
 	programmed []iptables.Model
 	programErr error
 	checked    int // namespaces read
@@ -69,6 +71,9 @@ func (f *fakeNetwork) Check(_ context.Context, path string, m iptables.Model) ([
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.checked++
+	if f.errFor != nil && reflect.DeepEqual(*f.errFor, m) {
+		return nil, errors.New("iptables-save: the xtables lock is held")
+	}
 	if held, ok := f.holds[inodeOf(path)]; ok {
 		if reflect.DeepEqual(held, m) {
 			return nil, nil

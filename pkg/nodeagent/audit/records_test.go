@@ -111,23 +111,37 @@ func TestEarlierBuildsRulesWithoutARecord(t *testing.T) {
 	if !differs {
 		t.Fatal("no earlier rules for excludeOutboundPorts=5432")
 	}
+	neither := iptables.Build(iptables.DefaultSpec(), true, false)
 	for _, tc := range []struct {
 		name   string
 		holds  iptables.Model
+		record bool // this build's record of the sandbox
+		errFor *iptables.Model
 		repair bool
 	}{
-		{"this build's", now, false},
-		{"an earlier build's", earlier, false},
-		{"neither", iptables.Build(iptables.DefaultSpec(), true, false), true},
+		{name: "this build's", holds: now},
+		{name: "an earlier build's", holds: earlier},
+		{name: "neither", holds: neither, repair: true},
+		// A record says what the sandbox holds: nothing else passes.
+		{name: "an earlier build's, this build's record", holds: earlier, record: true, repair: true},
+		// A second read that fails is no pass: the pod is not checked.
+		{name: "neither, the second read failing", holds: neither, errFor: &earlier},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Delete)
 			h.add(p, true)
+			if tc.record {
+				h.recordADD(t, p)
+			}
 			h.net.holds = map[uint64]iptables.Model{h.ns[string(p.UID)].Inode: tc.holds}
+			h.net.errFor = tc.errFor
 			h.passesPastConfirm()
 			evs := h.drainEvents()
 			if found := len(evs) > 0; found != tc.repair {
 				t.Errorf("events %q, want some: %v", evs, tc.repair)
+			}
+			if unread := testutil.ToFloat64(h.metrics.Errors) > 0; unread != (tc.errFor != nil) {
+				t.Errorf("read errors %v, want some: %v", testutil.ToFloat64(h.metrics.Errors), tc.errFor != nil)
 			}
 		})
 	}

@@ -234,12 +234,18 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if r.Diffs, err = d.Check(ctx, ns.Path, m, check); err != nil {
 		r.NetnsErr = err.Error()
 	}
-	if earlier, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); err == nil && len(r.Diffs) > 0 && !r.Recorded && differs {
+	if err == nil && len(r.Diffs) > 0 && !r.Recorded {
 		// No record: an earlier build's rules for the same settings
 		// are the pod's too, as the audit takes them.
-		if diffs, err := d.Check(ctx, ns.Path, earlier, check); err == nil && len(diffs) == 0 {
-			m, r.Diffs = earlier, nil
-			r.Notes = append(r.Notes, EarlierBuildNote)
+		if earlier, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); differs {
+			diffs, err := d.Check(ctx, ns.Path, earlier, check)
+			switch {
+			case err != nil:
+				r.NetnsErr = err.Error()
+			case len(diffs) == 0:
+				m, r.Diffs = earlier, nil
+				r.Notes = append(r.Notes, EarlierBuildNote)
+			}
 		}
 	}
 	if r.Native {
