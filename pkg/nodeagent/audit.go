@@ -12,6 +12,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
@@ -54,15 +55,13 @@ func newAudit(cfg Config, cs kubeclient.Interface, pods *podcache.Pods, rec reco
 		ValidationContainer: cfg.ValidationContainer,
 	}, audit.Deps{
 		Namespaces: netnsdir.NewFinder(cfg.Install.NetnsDir, time.Now()),
-		Network: func(w applied.Writer) audit.Network {
-			return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}, Confirmed: confirmed})
-		},
-		Pods:    pods,
-		Records: applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},
-		Actions: audit.APIActions{Client: cs},
-		Events:  rec,
-		Metrics: metrics,
-		Log:     log,
+		Network:    func(w applied.Writer) audit.Network { return repairNetwork(cfg, w, confirmed) },
+		Pods:       pods,
+		Records:    applied.Store{Dir: filepath.Join(cfg.Install.RunDir, install.RecordsDirName), Cache: applied.NewCache()},
+		Actions:    audit.APIActions{Client: cs},
+		Events:     rec,
+		Metrics:    metrics,
+		Log:        log,
 	})
 }
 
@@ -74,4 +73,25 @@ func nodeSettings(cfg Config) decision.NodeSettings {
 		s.IPv6 = cfg.Install.IPv6Redirect
 	}
 	return s
+}
+
+// repairNetwork reads and repairs a sandbox's rules as w says ADD wrote
+// them, with the image's iptables, and writes a repair as the node's own
+// iptables-nft would (nodeLayouts).
+func repairNetwork(cfg Config, w applied.Writer, confirmed *xtables.Confirmed) *podnet.Network {
+	n := podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}, Confirmed: confirmed})
+	n.Layouts = nodeLayouts(filepath.Join(cfg.Install.RunDir, install.CacheDirName))
+	return n
+}
+
+// nodeLayouts is how the node's own iptables-nft lays out each family's
+// rules, from the release the plugin remembered in cacheDir: a repair
+// writes so, never in the image's release's encoding, which the node's
+// iptables-save can misprint (1.8.7's prints 1.8.9's --dport as
+// nothing). It is read at each repair: the plugin remembers the release
+// at its first ADD on the node, which may come after the agent starts.
+func nodeLayouts(cacheDir string) func(iptables.Family) (nfnl.Layout, bool) {
+	return func(f iptables.Family) (nfnl.Layout, bool) {
+		return nfnl.LayoutOf(release.Recalled(cacheDir, f == iptables.IPv6))
+	}
 }

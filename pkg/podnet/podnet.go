@@ -17,6 +17,8 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/podnet/nsthread"
 )
@@ -32,6 +34,13 @@ type Network struct {
 	// are (xtables.Programmer.Holding), and Reconcile repairs them there,
 	// clearing ours from the other backend if both held some.
 	FindBackend bool
+	// Layouts, if set, is how the node's own iptables-nft lays out a
+	// family's rules: Reconcile writes a family whose backend is nft so,
+	// replacing what it held in one transaction (xtables.Write.Replace),
+	// where the image's iptables-restore would write its own release's
+	// encoding, which another release's iptables-save can misprint.
+	// Asked only when a repair runs.
+	Layouts func(iptables.Family) (nfnl.Layout, bool)
 }
 
 // For is the Network that reads and writes a sandbox's rules as w says
@@ -189,17 +198,17 @@ func (n *Network) program(ctx context.Context, path string, m iptables.Model, w 
 }
 
 // Reconcile makes the namespace hold the model, whatever it holds now, and
-// verifies it: Program as the audit's repair runs it, always restoring and
-// reading back. A failure rolls back the families that failed only: the
-// pod is running, and a family repaired redirects its traffic whatever
-// another's write did.
+// verifies it: Program as the audit's repair runs it, always reading
+// back, in the node's layout where Layouts knows it. A failure rolls back
+// the families that failed only: the pod is running, and a family
+// repaired redirects its traffic whatever another's write did.
 func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) error {
 	if n.Native {
 		_, err := n.Program(ctx, path, m, xtables.Write{})
 		return err
 	}
 	if !n.FindBackend {
-		_, err := n.program(ctx, path, m, xtables.Write{}, rollbackFailed)
+		_, err := n.program(ctx, path, m, n.repairWrite(n.Programmer, m), rollbackFailed)
 		return err
 	}
 	var found *xtables.Programmer
@@ -211,7 +220,7 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 		return err
 	}
 	at := &Network{Programmer: n.Programmer.WithBackends(found.BackendFor(iptables.IPv4), found.BackendFor(iptables.IPv6))}
-	if _, err := at.program(ctx, path, m, xtables.Write{}, rollbackFailed); err != nil {
+	if _, err := at.program(ctx, path, m, n.repairWrite(at.Programmer, m), rollbackFailed); err != nil {
 		return err
 	}
 	if len(also) == 0 {
@@ -228,6 +237,28 @@ func (n *Network) Reconcile(ctx context.Context, path string, m iptables.Model) 
 		}
 		return errors.Join(errs...)
 	})
+}
+
+// repairWrite is how Reconcile writes: each family whose backend is nft
+// and whose node layout is known replaces its rules over netlink in that
+// layout (then reads back); the others restore and read back.
+func (n *Network) repairWrite(p *xtables.Programmer, m iptables.Model) xtables.Write {
+	var w xtables.Write
+	if n.Layouts == nil {
+		return w
+	}
+	for _, rs := range m.Rulesets() {
+		if b, err := p.BackendFor(rs.Family).Resolve(rs.Family == iptables.IPv6); err != nil || b != release.NFT {
+			continue
+		}
+		if l, ok := n.Layouts(rs.Family); ok {
+			if w.Netlink == nil {
+				w.Netlink, w.Replace = map[iptables.Family]nfnl.Layout{}, true
+			}
+			w.Netlink[rs.Family] = l
+		}
+	}
+	return w
 }
 
 // programFamily writes one family's ruleset from a thread in the namespace.

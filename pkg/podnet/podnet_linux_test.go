@@ -1061,3 +1061,67 @@ func heldIn(t *testing.T, n ns.NetNS, v4, v6 release.Backend) {
 		}
 	}
 }
+
+// The audit's repair writes a family whose rules are in nf_tables in the
+// node's own layout (Layouts), replacing what it held in one transaction,
+// and one in legacy, or whose layout is not known, with iptables-restore,
+// whether the record names the backends or the repair finds them.
+func TestRepairWritesInTheNodesLayout(t *testing.T) {
+	requireRoot(t)
+	layout, why, ok := machineLayout()
+	if !ok {
+		t.Skipf("no layout of this machine's iptables (%s)", why)
+	}
+	for _, tc := range []struct {
+		name    string
+		writer  applied.Writer
+		v6      release.Backend // where IPv6's rules are; IPv4's are in nft
+		layouts func(iptables.Family) (nfnl.Layout, bool)
+		want    []iptables.Family // replaced over netlink
+	}{
+		{"recorded", applied.Writer{Backend: release.NFT, BackendIPv6: release.Legacy}, release.Legacy,
+			func(iptables.Family) (nfnl.Layout, bool) { return layout, true }, []iptables.Family{iptables.IPv4}},
+		{"found", applied.Writer{Backend: release.Legacy, Guessed: true}, release.Legacy,
+			func(iptables.Family) (nfnl.Layout, bool) { return layout, true }, []iptables.Family{iptables.IPv4}},
+		{"both-nft", applied.Writer{Backend: release.NFT}, release.NFT,
+			func(iptables.Family) (nfnl.Layout, bool) { return layout, true }, []iptables.Family{iptables.IPv4, iptables.IPv6}},
+		{"no-layout-remembered", applied.Writer{Backend: release.NFT}, release.NFT, func(iptables.Family) (nfnl.Layout, bool) { return nfnl.Layout{}, false }, nil},
+		{"no-layouts", applied.Writer{Backend: release.NFT}, release.NFT, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, ctx := newNS(t), context.Background()
+			m := iptables.Build(iptables.DefaultSpec(), true, true)
+			writeIn(t, n, m.V4, release.NFT)
+			writeIn(t, n, m.V6, tc.v6)
+			for fam, b := range map[iptables.Family]release.Backend{iptables.IPv4: release.NFT, iptables.IPv6: tc.v6} {
+				ipt(t, n, b, fam, func(i *goipt.IPTables) {
+					if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+			var mu sync.Mutex
+			var replaced []iptables.Family
+			net := For(tc.writer, xtables.Programmer{Runner: xtables.ExecRunner{}, Replacement: func(rs *iptables.Ruleset, l nfnl.Layout) error {
+				if l != layout {
+					t.Errorf("%s replaced in %s's layout, want %s's", rs.Family, l.Release(), layout.Release())
+				}
+				mu.Lock()
+				replaced = append(replaced, rs.Family)
+				mu.Unlock()
+				return nfnl.Replace(rs, l)
+			}})
+			net.Layouts = tc.layouts
+			if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(replaced)
+			if !slices.Equal(replaced, tc.want) {
+				t.Errorf("replaced over netlink: %v, want %v", replaced, tc.want)
+			}
+			if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+				t.Errorf("Check after the repair: %q, %v", diffs, err)
+			}
+		})
+	}
+}

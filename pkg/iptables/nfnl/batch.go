@@ -41,6 +41,14 @@ var baseChains = map[string]map[string]baseChain{
 // transaction fails rather than merge into it. ops names each message for
 // errors, rendered only for one the kernel refuses.
 func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, err error) {
+	return encodeOnto(rs, l, nil)
+}
+
+// encodeOnto is encode for a namespace whose built-in chains in held
+// (table, then chain; nil: none) exist: those are left as they are, as
+// iptables-nft-restore leaves them, not declared again (which would
+// reset the counters 1.8.10 and later give them).
+func encodeOnto(rs *iptables.Ruleset, l Layout, held map[string]map[string]bool) (msgs []msg, ops []func() string, err error) {
 	if l.release == "" {
 		return nil, nil, fmt.Errorf("no iptables release to lay the rules out as: %w", ErrUnsupported)
 	}
@@ -79,7 +87,7 @@ func encode(rs *iptables.Ruleset, l Layout) (msgs []msg, ops []func() string, er
 			if ir.Table != table {
 				continue
 			}
-			if b, builtin := bases[ir.Chain]; builtin && !made[ir.Chain] {
+			if b, builtin := bases[ir.Chain]; builtin && !made[ir.Chain] && !held[table][ir.Chain] {
 				// No policy: a new chain's is accept, and an existing
 				// one keeps its own, as with iptables-restore.
 				made[ir.Chain] = true

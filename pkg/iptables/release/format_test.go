@@ -1,6 +1,8 @@
 package release
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"istio-cni.local/istio-cni/test/formats"
@@ -17,6 +19,13 @@ func TestCacheFileFormatIsItsVersion(t *testing.T) {
 	for _, future := range []string{"v2\niptables /usr/sbin/iptables 1:1 1 1 1\n1.8.9\n"} {
 		if _, ok := parseCache([]byte(future), "iptables /usr/sbin/iptables 1:1 1 1 1"); ok {
 			t.Errorf("a later format %q was read as a release", future)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "iptables-restore.version"), []byte(future), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if v := Recalled(dir, false); v != "" {
+			t.Errorf("the agent recalls %q from a later format %q", v, future)
 		}
 	}
 }

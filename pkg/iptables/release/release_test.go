@@ -179,3 +179,45 @@ func TestLookPathSkipsWhatTheKernelWontRun(t *testing.T) {
 		t.Errorf("LookPath of the noexec program by its path: %q, want refused", p)
 	}
 }
+
+// The node agent recalls the release the plugin remembered for each
+// family's program, whichever name the entry's backend gave it, without
+// seeing the program; anything but a cache file for that name is none.
+func TestRecalled(t *testing.T) {
+	key := func(name string) string {
+		return name + " /usr/sbin/" + name + " 2049:131 225720 1700000000 1700000001"
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		ipv6  bool
+		want  string
+	}{
+		{"auto", map[string]string{"iptables-restore.version": string(File(key("iptables-restore"), "1.8.7"))}, false, "1.8.7"},
+		{"auto-ipv6", map[string]string{
+			"iptables-restore.version":  string(File(key("iptables-restore"), "1.8.7")),
+			"ip6tables-restore.version": string(File(key("ip6tables-restore"), "1.8.11")),
+		}, true, "1.8.11"},
+		{"pinned-nft", map[string]string{"iptables-nft-restore.version": string(File(key("iptables-nft-restore"), "1.8.10"))}, false, "1.8.10"},
+		{"auto-before-pinned", map[string]string{
+			"iptables-restore.version":     string(File(key("iptables-restore"), "1.8.9")),
+			"iptables-nft-restore.version": string(File(key("iptables-nft-restore"), "1.8.10")),
+		}, false, "1.8.9"},
+		{"another-programs-key", map[string]string{"iptables-restore.version": string(File(key("ip6tables-restore"), "1.8.7"))}, false, ""},
+		{"no-release", map[string]string{"iptables-restore.version": key("iptables-restore") + "\n"}, false, ""},
+		{"only-the-other-family", map[string]string{"iptables-restore.version": string(File(key("iptables-restore"), "1.8.7"))}, true, ""},
+		{"none", nil, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, body := range tc.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := Recalled(dir, tc.ipv6); got != tc.want {
+				t.Errorf("Recalled = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package release
 
 import (
 	"errors"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -32,11 +33,37 @@ func Remembered(cacheFile, name, path string) (release, key string, err error) {
 // parseCache reads a cache file's release for key: exactly the two lines
 // File writes, else a miss (another program, or another format).
 func parseCache(b []byte, key string) (string, bool) {
+	k, v, ok := splitCache(b)
+	return v, ok && k == key
+}
+
+// splitCache splits a cache file into its key and release.
+func splitCache(b []byte) (key, release string, ok bool) {
 	k, v, ok := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	if !ok || k != key || v == "" || strings.Contains(v, "\n") {
-		return "", false
+	if !ok || v == "" || strings.Contains(v, "\n") {
+		return "", "", false
 	}
-	return v, true
+	return k, v, true
+}
+
+// Recalled is the release the plugin last remembered in cacheDir for a
+// family's iptables (the node's own, or iptables-nft where the entry pins
+// nft), whatever file that program is now: for the node agent, whose
+// container does not see the node's programs to key them. "" when none is
+// remembered: the node's is legacy, or the plugin has not run an ADD since
+// the cache was emptied.
+func Recalled(cacheDir string, ipv6 bool) string {
+	for _, b := range []Backend{Auto, NFT} {
+		name, _ := b.Programs(ipv6)
+		raw, err := readSmall(path.Join(cacheDir, name+".version"))
+		if err != nil {
+			continue
+		}
+		if k, v, ok := splitCache(raw); ok && strings.HasPrefix(k, name+" ") {
+			return v
+		}
+	}
+	return ""
 }
 
 // File is what a cache file holds for release remembered under key.

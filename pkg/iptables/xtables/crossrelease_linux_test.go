@@ -19,6 +19,7 @@ import (
 
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/iptablestest"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/test/oldiptables"
 )
@@ -202,4 +203,117 @@ func droppedFrom(have, want []string) ([]string, bool) {
 		}
 	}
 	return gone, i == len(have) && len(gone) > 0
+}
+
+// The audit's repair on a node whose iptables-nft is another release than
+// the image's writes the rules as the node's own release does (podnet's
+// Reconcile, given the layout the plugin remembered): whatever the
+// namespace held, the node's own iptables-save then prints exactly the
+// model, and what is not ours stays. On 1.8.7 the image's restore, which
+// the repair ran before, leaves rules that release misprints (the
+// control at the end).
+func TestRepairWritesAsTheNodesRelease(t *testing.T) {
+	requireAuditRelease(t)
+	specs := iptablestest.Specs()
+	names := slices.Sorted(maps.Keys(specs))
+	// A rule and a chain not ours, in a table of ours: a repair keeps them.
+	const notOurs = "*nat\n:KEEP - [0:0]\n-A KEEP -j RETURN\n-A OUTPUT -d 192.0.2.1/32 -j KEEP\nCOMMIT\n"
+	// What the namespace holds before the repair, written by the node's
+	// iptables (node) or the image's; other is another spec's model.
+	starts := []struct {
+		name  string
+		write func(ctx context.Context, node Runner, m, other iptables.Model) error
+	}{
+		{"nothing", func(context.Context, Runner, iptables.Model, iptables.Model) error { return nil }},
+		{"the-image-release-wrote-it", func(ctx context.Context, _ Runner, m, _ iptables.Model) error {
+			return writeModel(ctx, ExecRunner{}, m)
+		}},
+		{"another-spec-and-rules-not-ours", func(ctx context.Context, node Runner, _, other iptables.Model) error {
+			if _, err := node.Run(ctx, []byte(notOurs), CommandsFor(release.NFT, iptables.IPv4).Restore, "--noflush"); err != nil {
+				return err
+			}
+			return writeModel(ctx, node, other)
+		}},
+	}
+	for _, rel := range oldiptables.Releases() {
+		layout, ok := nfnl.LayoutOf(rel.Version)
+		if !ok {
+			t.Fatalf("no layout of %s", rel.Version)
+		}
+		node := runner(t, rel)
+		for i, name := range names {
+			m := iptables.Build(specs[name], true, true)
+			other := iptables.Build(specs[names[(i+1)%len(names)]], true, true)
+			for _, start := range starts {
+				t.Run(rel.Version+"/"+name+"/"+start.name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+					defer cancel()
+					err := newNS(t).Do(func(ns.NetNS) error {
+						if err := start.write(ctx, node, m, other); err != nil {
+							return fmt.Errorf("before the repair: %w", err)
+						}
+						repair := &Programmer{Runner: ExecRunner{}, Backend: release.NFT}
+						for _, rs := range m.Rulesets() {
+							w, err := repair.Apply(ctx, rs, Write{Netlink: map[iptables.Family]nfnl.Layout{rs.Family: layout}, Replace: true})
+							if err != nil {
+								return fmt.Errorf("repairing: %w", err)
+							}
+							if !w.Netlink {
+								return fmt.Errorf("%s: the repair restored with the image's iptables (%w), not in %s's layout", rs.Family, w.Refused, rel.Version)
+							}
+						}
+						byNode := &Programmer{Runner: node, Backend: release.NFT}
+						d, err := byNode.Check(ctx, m)
+						if err != nil {
+							return err
+						}
+						if len(d) > 0 {
+							t.Errorf("iptables %s reads the repaired rules as other than the model:\n%s", rel.Version, strings.Join(d, "\n"))
+						}
+						if start.name == "another-spec-and-rules-not-ours" {
+							return keptNotOurs(ctx, byNode)
+						}
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				})
+			}
+		}
+	}
+	// The control: the repair as it was, with the image's restore.
+	t.Run("control/1.8.7-reads-a-restore-by-"+auditRelease, func(t *testing.T) {
+		oldest := oldiptables.Releases()[0]
+		reader := runner(t, oldest)
+		d := writeAndCheck(t, iptables.Build(specs["outbound-ports"], true, true), release.NFT, ExecRunner{}, reader)
+		if err := misprints(d, map[string]bool{}); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// writeModel writes both families of m with r's iptables-nft-restore.
+func writeModel(ctx context.Context, r Runner, m iptables.Model) error {
+	p := &Programmer{Runner: r, Backend: release.NFT}
+	for _, rs := range m.Rulesets() {
+		if _, err := p.Apply(ctx, rs, Write{Trusted: true}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keptNotOurs checks that the nat table still holds the chain and rule not
+// ours that the namespace held before the repair.
+func keptNotOurs(ctx context.Context, p *Programmer) error {
+	obs, err := p.Read(ctx, iptables.IPv4)
+	if err != nil {
+		return err
+	}
+	nat := obs.Tables[iptables.TableNat]
+	if nat == nil || !slices.Contains(nat.Rules["KEEP"], "-j RETURN") || !slices.Contains(nat.Rules[iptables.Output], "-d 192.0.2.1/32 -j KEEP") {
+		return fmt.Errorf("the repair removed what is not ours: nat holds %+v", nat)
+	}
+	return nil
 }

@@ -32,6 +32,9 @@ type Programmer struct {
 	// out as an iptables release does; nil is nfnl.Write. It is the
 	// netlink seam, as Runner is the exec one.
 	Transaction func(*iptables.Ruleset, nfnl.Layout) error
+	// Replacement is Transaction for a Write that replaces (Write.
+	// Replace); nil is nfnl.Replace.
+	Replacement func(*iptables.Ruleset, nfnl.Layout) error
 	// Replace writes a ruleset's tables into x_tables, laid out as
 	// iptables-legacy-restore does, waiting for the xtables lock until
 	// the time given; nil is legacy.Write. It is the x_tables seam.
@@ -45,9 +48,10 @@ type Programmer struct {
 	restorer Runner
 }
 
-// Write is how Apply writes a ruleset into a namespace that holds none of
-// its chains, chosen once per ADD by the caller. The zero Write restores
-// and reads back, as the audit's repairs and every reconcile do.
+// Write is how Apply first writes a ruleset, chosen once per ADD or
+// repair by the caller: into a namespace that holds none of its chains,
+// or, with Replace, over whatever of ours it holds. The zero Write
+// restores and reads back, as every reconcile does.
 type Write struct {
 	// Netlink: the families whose first write is one nf_tables
 	// transaction (nfnl.Write) in place of iptables-restore, each laid
@@ -56,6 +60,11 @@ type Write struct {
 	// transaction fails, iptables-restore writes instead; when its
 	// outcome is unknown, Apply reads back and reconciles.
 	Netlink map[iptables.Family]nfnl.Layout
+	// Replace makes the Netlink families' transaction replace whatever
+	// of ours the family holds (nfnl.Replace), where alone it is for a
+	// namespace that holds none: the audit's repair of a running pod,
+	// in the node's own layout and with no moment without a redirect.
+	Replace bool
 	// Legacy: the families whose first write is one x_tables replace
 	// per table (legacy.Write) in place of iptables-legacy-restore; the
 	// caller found them legacy. A refusal restores instead (unless
@@ -208,7 +217,12 @@ func (p *Programmer) fresh(rs *iptables.Ruleset, w Write) Written {
 		return Written{Replaced: true}
 	}
 	write := p.Transaction
-	if write == nil {
+	switch {
+	case w.Replace:
+		if write = p.Replacement; write == nil {
+			write = nfnl.Replace
+		}
+	case write == nil:
 		write = nfnl.Write
 	}
 	if err := write(rs, layout); err != nil {
