@@ -186,10 +186,12 @@ func (n *Network) program(ctx context.Context, path string, m iptables.Model, w 
 	if rollback == rollbackFailed {
 		// A family half written (mangle's TPROXY marks without their
 		// route, nat's DNS redirect without raw's zones) can break
-		// what a rollback leaves flowing: the failed ones go.
+		// what a rollback leaves flowing: the failed ones go. One
+		// written whole and only not read back stays: it is the
+		// model, and the pod would go without a redirect.
 		undo = nil
 		for i, rs := range rulesets {
-			if errs[i] != nil {
+			if errs[i] != nil && !errors.Is(errs[i], xtables.ErrUnverified) {
 				undo = append(undo, rs)
 			}
 		}
@@ -269,13 +271,20 @@ func programFamily(ctx context.Context, p *xtables.Programmer, rs *iptables.Rule
 		}
 	}
 	written, err := p.Apply(ctx, rs, w)
-	if err != nil {
+	if err != nil && !errors.Is(err, xtables.ErrUnverified) {
 		return written, err
 	}
 	if rs.Route != nil {
-		return written, addPolicyRoute(rs.Family, rs.Route)
+		if rerr := addPolicyRoute(rs.Family, rs.Route); rerr != nil {
+			if err != nil {
+				// Half written, not only unverified: rolled back,
+				// so ErrUnverified is no longer to be found in it.
+				rerr = errors.Join(errors.New(err.Error()), rerr)
+			}
+			return written, rerr
+		}
 	}
-	return written, nil
+	return written, err
 }
 
 // rollback removes what a failed Program wrote.

@@ -1106,10 +1106,13 @@ func TestRepairWritesInTheNodesLayout(t *testing.T) {
 				if l != layout {
 					t.Errorf("%s replaced in %s's layout, want %s's", rs.Family, l.Release(), layout.Release())
 				}
-				mu.Lock()
-				replaced = append(replaced, rs.Family)
-				mu.Unlock()
-				return nfnl.Replace(rs, l)
+				err := nfnl.Replace(rs, l)
+				if err == nil {
+					mu.Lock()
+					replaced = append(replaced, rs.Family)
+					mu.Unlock()
+				}
+				return err
 			}})
 			net.Layouts = tc.layouts
 			if err := net.Reconcile(ctx, n.Path(), m); err != nil {
@@ -1123,5 +1126,68 @@ func TestRepairWritesInTheNodesLayout(t *testing.T) {
 				t.Errorf("Check after the repair: %q, %v", diffs, err)
 			}
 		})
+	}
+}
+
+// countingRunner runs every command for real and counts the restores.
+type countingRunner struct {
+	xtables.Runner
+	restores atomic.Int32
+}
+
+func (r *countingRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	if strings.HasSuffix(name, "-restore") {
+		r.restores.Add(1)
+	}
+	return r.Runner.Run(ctx, stdin, name, args...)
+}
+
+// A repair whose transaction went in whole but whose read-back failed
+// keeps the rules, which are the model: rolled back, the pod would be
+// without a redirect until the next round. The repair still fails.
+func TestRepairKeepsAWholeWriteNotReadBack(t *testing.T) {
+	requireRoot(t)
+	layout, why, ok := machineLayout()
+	if !ok {
+		t.Skipf("no layout of this machine's iptables (%s)", why)
+	}
+	n, ctx := newNS(t), context.Background()
+	m := iptables.Build(iptables.DefaultSpec(), true, true)
+	net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: &failingV6Once{}})
+	net.Layouts = func(iptables.Family) (nfnl.Layout, bool) { return layout, true }
+	if err := net.Reconcile(ctx, n.Path(), m); !errors.Is(err, xtables.ErrUnverified) {
+		t.Fatalf("Reconcile with ip6tables-save failing after the write: %v, want ErrUnverified", err)
+	}
+	if diffs, err := netnsFor(release.NFT, nil).Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+		t.Errorf("after the unverified repair: %q, %v; want the model in both families", diffs, err)
+	}
+}
+
+// A replacing write the kernel refuses, in a namespace holding rules of
+// ours, is followed by a read and one restore that reconciles from it: a
+// fresh namespace's restore on top would append the jumps twice first.
+func TestRefusedReplaceReconcilesFromWhatIsThere(t *testing.T) {
+	requireRoot(t)
+	n, ctx := newNS(t), context.Background()
+	m := iptables.Build(iptables.DefaultSpec(), true, false)
+	writeIn(t, n, m.V4, release.NFT)
+	ipt(t, n, release.NFT, iptables.IPv4, func(i *goipt.IPTables) {
+		if err := i.Delete("nat", iptables.ChainOutput, "-j", iptables.ChainRedirect); err != nil {
+			t.Fatal(err)
+		}
+	})
+	r := &countingRunner{Runner: xtables.ExecRunner{}}
+	net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: r, Replacement: func(*iptables.Ruleset, nfnl.Layout) error {
+		return errors.New("refused here")
+	}})
+	net.Layouts = func(iptables.Family) (nfnl.Layout, bool) { return fakeLayout(), true }
+	if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.restores.Load(); got != 1 {
+		t.Errorf("%d restores after the refusal, want 1", got)
+	}
+	if diffs, err := net.Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+		t.Errorf("after the repair: %q, %v", diffs, err)
 	}
 }

@@ -23,9 +23,8 @@ import (
 // writing, the pod's traffic is never without a redirect that the
 // namespace held before, as with one iptables-restore; and the rules are
 // those the node's own release writes, which its iptables-save prints
-// right (Write). Errors are Write's; the read is bound to the
-// transaction, which is read again and retried when a commit came in
-// between.
+// right (Write). Errors are Write's, or errChanged when a commit came
+// between the read and the transaction bound to it every time.
 func Replace(rs *iptables.Ruleset, l Layout) error {
 	if _, _, err := encode(rs, l); err != nil {
 		return err // unsupported: nothing sent, not even a read
@@ -55,8 +54,8 @@ func Replace(rs *iptables.Ruleset, l Layout) error {
 }
 
 // heldXtables is what of a family's iptables tables a replacement removes
-// or keeps: by table, the chains held (built in or not), and our rules in
-// chains not ours, by handle.
+// or keeps: by table, the chains held (the built-in ones only if they
+// hook), and our rules in chains not ours, by handle.
 type heldXtables struct {
 	chains map[string]map[string]bool
 	ours   []ourRule
@@ -102,6 +101,11 @@ func heldOf(chains, rules [][]byte) heldXtables {
 	for _, d := range chains {
 		table, chain := stringAttr(d, unix.NFTA_CHAIN_TABLE), stringAttr(d, unix.NFTA_CHAIN_NAME)
 		if !slices.Contains(xtablesTables, table) {
+			continue
+		}
+		if _, builtin := baseChains[table][chain]; builtin && attrValue(parseAttrs(d), unix.NFTA_CHAIN_HOOK) == nil {
+			// A regular chain with a built-in one's name: declaring
+			// the hook makes the kernel refuse, never write into it.
 			continue
 		}
 		if h.chains[table] == nil {

@@ -2,6 +2,7 @@ package nfnl_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -13,8 +14,8 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
-// Replace removes what iptables' Plan counts ours (our chains; a jump into
-// one, and a rule with our tag, from any chain not ours), writes the model,
+// Replace removes what iptables' Plan counts ours (our chains; a jump or goto
+// into one, and a rule with our tag, from any chain not ours), writes the model,
 // and keeps everything else: the namespace then reads as the model, and
 // the rules not ours are where they were.
 func TestReplaceRemovesWhatIsOursOnly(t *testing.T) {
@@ -24,6 +25,7 @@ func TestReplaceRemovesWhatIsOursOnly(t *testing.T) {
 	restore(t, n, &other, own)
 	const notOurs = "*nat\n:FOO - [0:0]\n" +
 		"-A FOO -j ISTIO_OUTPUT\n" +
+		"-A FOO -p icmp -g ISTIO_REDIRECT\n" +
 		"-A FOO -p tcp -m comment --comment istio-cni -j RETURN\n" +
 		"-A FOO -p udp -m comment --comment istio-cni-not -j RETURN\n" +
 		"-A FOO -j RETURN\n" +
@@ -75,5 +77,23 @@ func TestReplaceOfNothingIsWrite(t *testing.T) {
 				t.Errorf("Replace wrote other rules than Write:\n%s", lineDiff(r.kernel, w.kernel))
 			}
 		})
+	}
+}
+
+// A regular chain with a built-in chain's name (made with nft) is not
+// taken for the built-in one: the kernel refuses the transaction that
+// declares the hook, and Replace writes nothing into a chain no packet
+// passes through.
+func TestReplaceRefusesARegularChainNamedAsABuiltIn(t *testing.T) {
+	own := ownRelease(t)
+	n := newNS(t)
+	nft(t, n, "add", "table", "ip", "nat")
+	nft(t, n, "add", "chain", "ip", "nat", "OUTPUT")
+	m := iptables.BuildFamily(iptables.DefaultSpec(), iptables.IPv4)
+	if err := n.Do(func(ns.NetNS) error { return nfnl.Replace(&m, own.layout) }); err == nil {
+		t.Fatal("Replace wrote into a regular chain named OUTPUT")
+	}
+	if out := nft(t, n, "list", "table", "ip", "nat"); strings.Contains(out, "ISTIO") {
+		t.Errorf("after the refusal nat holds:\n%s", out)
 	}
 }

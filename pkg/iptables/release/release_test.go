@@ -181,8 +181,8 @@ func TestLookPathSkipsWhatTheKernelWontRun(t *testing.T) {
 }
 
 // The node agent recalls the release the plugin remembered for each
-// family's program, whichever name the entry's backend gave it, without
-// seeing the program; anything but a cache file for that name is none.
+// family's own program, without seeing the program; anything but a cache
+// file for that name is none.
 func TestRecalled(t *testing.T) {
 	key := func(name string) string {
 		return name + " /usr/sbin/" + name + " 2049:131 225720 1700000000 1700000001"
@@ -198,11 +198,7 @@ func TestRecalled(t *testing.T) {
 			"iptables-restore.version":  string(File(key("iptables-restore"), "1.8.7")),
 			"ip6tables-restore.version": string(File(key("ip6tables-restore"), "1.8.11")),
 		}, true, "1.8.11"},
-		{"pinned-nft", map[string]string{"iptables-nft-restore.version": string(File(key("iptables-nft-restore"), "1.8.10"))}, false, "1.8.10"},
-		{"auto-before-pinned", map[string]string{
-			"iptables-restore.version":     string(File(key("iptables-restore"), "1.8.9")),
-			"iptables-nft-restore.version": string(File(key("iptables-nft-restore"), "1.8.10")),
-		}, false, "1.8.9"},
+		{"a-pinned-backends-file", map[string]string{"iptables-nft-restore.version": string(File(key("iptables-nft-restore"), "1.8.10"))}, false, ""},
 		{"another-programs-key", map[string]string{"iptables-restore.version": string(File(key("ip6tables-restore"), "1.8.7"))}, false, ""},
 		{"no-release", map[string]string{"iptables-restore.version": key("iptables-restore") + "\n"}, false, ""},
 		{"only-the-other-family", map[string]string{"iptables-restore.version": string(File(key("iptables-restore"), "1.8.7"))}, true, ""},

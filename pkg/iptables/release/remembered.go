@@ -47,21 +47,19 @@ func splitCache(b []byte) (key, release string, ok bool) {
 }
 
 // Recalled is the release the plugin last remembered in cacheDir for a
-// family's iptables (the node's own, or iptables-nft where the entry pins
-// nft), whatever file that program is now: for the node agent, whose
-// container does not see the node's programs to key them. "" when none is
-// remembered: the node's is legacy, or the plugin has not run an ADD since
-// the cache was emptied.
+// family's own iptables (Auto's program: the installer's entry pins no
+// backend), whatever file that program is now: for the node agent, whose
+// container does not see the node's programs to key them. "" when none
+// is: the node's program is legacy (a switch to it removes the file), or
+// the plugin has run no ADD since the cache was emptied.
 func Recalled(cacheDir string, ipv6 bool) string {
-	for _, b := range []Backend{Auto, NFT} {
-		name, _ := b.Programs(ipv6)
-		raw, err := readSmall(path.Join(cacheDir, name+".version"))
-		if err != nil {
-			continue
-		}
-		if k, v, ok := splitCache(raw); ok && strings.HasPrefix(k, name+" ") {
-			return v
-		}
+	name, _ := Auto.Programs(ipv6)
+	raw, err := readSmall(path.Join(cacheDir, name+".version"))
+	if err != nil {
+		return ""
+	}
+	if k, v, ok := splitCache(raw); ok && strings.HasPrefix(k, name+" ") {
+		return v
 	}
 	return ""
 }

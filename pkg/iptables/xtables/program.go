@@ -61,9 +61,10 @@ type Write struct {
 	// outcome is unknown, Apply reads back and reconciles.
 	Netlink map[iptables.Family]nfnl.Layout
 	// Replace makes the Netlink families' transaction replace whatever
-	// of ours the family holds (nfnl.Replace), where alone it is for a
-	// namespace that holds none: the audit's repair of a running pod,
-	// in the node's own layout and with no moment without a redirect.
+	// of ours the family holds (nfnl.Replace); without it, the
+	// transaction is for a namespace that holds none. It is the audit's
+	// repair of a running pod: in the node's own layout, and with no
+	// moment between removing and writing.
 	Replace bool
 	// Legacy: the families whose first write is one x_tables replace
 	// per table (legacy.Write) in place of iptables-legacy-restore; the
@@ -144,7 +145,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 			// holds rules already: read back and reconcile, never
 			// restore a fresh namespace's rules on top.
 			restoreErr = written.Refused
-			if !unknownOutcome(restoreErr) && !errors.Is(restoreErr, legacy.ErrNotFresh) {
+			if !unknownOutcome(restoreErr) && !notFresh(restoreErr, w) {
 				if w.Late() {
 					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
 				}
@@ -155,11 +156,14 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 			return written, nil
 		}
 		if observed, err = p.Read(ctx, rs.Family); err != nil {
+			if attempt == 0 && restoreErr == nil && written.byKernel() {
+				err = fmt.Errorf("%w: %w", ErrUnverified, err)
+			}
 			return written, errors.Join(restoreErr, err)
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
-		case len(diff) == 0 && (unknownOutcome(restoreErr) || errors.Is(restoreErr, legacy.ErrNotFresh)):
+		case len(diff) == 0 && (unknownOutcome(restoreErr) || notFresh(restoreErr, w)):
 			return written, nil // the lost transaction was committed, or the rules were there
 		case restoreErr != nil:
 			lastErr = restoreErr
@@ -180,6 +184,19 @@ func (w Write) Late() bool { return !w.Deadline.IsZero() && !time.Now().Before(w
 
 // ErrLate: the caller's deadline passed before the first write.
 var ErrLate = errLate
+
+// ErrUnverified: the family's rules went in whole, in one transaction
+// (or x_tables replaces, a family written whole or not at all), but could
+// not be read back. A repair keeps them: they are the model.
+var ErrUnverified = errors.New("written whole, but not read back")
+
+// notFresh: the first write was refused in a namespace known to hold
+// rules of ours (a table found not fresh; any refusal of a replacing
+// write), which is read back and reconciled, never restored into as if
+// fresh.
+func notFresh(err error, w Write) bool {
+	return errors.Is(err, legacy.ErrNotFresh) || (w.Replace && err != nil)
+}
 
 // unknownOutcome: the first write may or may not be in.
 func unknownOutcome(err error) bool {

@@ -194,6 +194,9 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	if l, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err != nil || l.Release() != machineRelease {
 		t.Fatalf("remembered: %q, %v; want %s's layout", l.Release(), err, machineRelease)
 	}
+	if v := release.Recalled(cache, false); v != machineRelease {
+		t.Fatalf("the agent recalls release %q, want %s", v, machineRelease)
+	}
 	link("xtables-nft-multi.new")
 	if _, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "is remembered in") {
 		t.Errorf("another file of the same size and time: %v, want not remembered", err)
@@ -201,6 +204,9 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	link("xtables-legacy-multi")
 	if _, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
 		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
+	}
+	if v := release.Recalled(cache, false); v != "" {
+		t.Errorf("after the switch to legacy the agent recalls release %s", v)
 	}
 }
 
