@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/nodeagent/audit"
 	"istio-cni.local/istio-cni/pkg/nodeagent/install"
 	"istio-cni.local/istio-cni/pkg/wire/reports"
 )
@@ -131,13 +132,11 @@ const (
 	// ReasonIPv4OnlyProxy: a pod's IPv6 is captured but its proxy is not
 	// dual-stack.
 	ReasonIPv4OnlyProxy = "IstioIPv6CapturedIPv4OnlyProxy"
-	// ReasonProxyEnvNotRead: ADD took env vars of the pod's proxy set
-	// with valueFrom as unset, as upstream does.
-	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
-	// ReasonProxyEnvNotBool: ADD took boolean env vars of the pod's proxy
-	// set to something else than true or false as false, as the proxy
-	// and upstream do.
-	ReasonProxyEnvNotBool = "IstioProxyEnvNotBool"
+	// ReasonProxyEnvNotRead and ReasonProxyEnvNotBool: ADD took env
+	// vars of the pod's proxy as unset or false; the audit says the same
+	// of the pods ADD left no record of.
+	ReasonProxyEnvNotRead = audit.ReasonProxyEnvNotRead
+	ReasonProxyEnvNotBool = audit.ReasonProxyEnvNotBool
 )
 
 // podNotes says what the plugin's reports note of a pod, once per pod and

@@ -80,6 +80,14 @@ const (
 	// the pod's (another pod claims its address, or ADD recorded the
 	// namespace for another pod), so it neither reads nor programs one.
 	ReasonNotChecked = "IstioRedirectNotChecked"
+	// ReasonProxyEnvNotRead: the rules take env vars of the pod's proxy
+	// set with valueFrom as unset, as upstream does. ADD's report says so
+	// of the pods it starts; the audit of those it has no record of.
+	ReasonProxyEnvNotRead = "IstioProxyEnvNotRead"
+	// ReasonProxyEnvNotBool: the rules take boolean env vars of the pod's
+	// proxy set to something else than true or false as false, as the
+	// proxy and upstream do. Said as ReasonProxyEnvNotRead is.
+	ReasonProxyEnvNotBool = "IstioProxyEnvNotBool"
 )
 
 // Auditor checks the node's meshed pods; Run drives it.
@@ -100,6 +108,9 @@ type Auditor struct {
 	// notes are what was said once of a pod (its settings changed, it has
 	// no record), so it is not said every pass; by pod UID.
 	notes map[string]string
+	// envNoted is, by pod UID, what was said of a pod's proxy env vars
+	// (noteProxyEnv).
+	envNoted map[string]string
 }
 
 // New returns an auditor; call Run.
@@ -108,7 +119,7 @@ func New(cfg Config, deps Deps) *Auditor {
 		deps.Now = time.Now
 	}
 	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), after: time.After,
-		pods: map[string]*podState{}, notes: map[string]string{}}
+		pods: map[string]*podState{}, notes: map[string]string{}, envNoted: map[string]string{}}
 	a.blind.Store(true)
 	return a
 }

@@ -219,8 +219,8 @@ func TestProxyEnvNotABooleanIsHeldToFalse(t *testing.T) {
 	h := newHarness(t, Delete)
 	h.add(notBool("dns"), true)
 	h.passesPastConfirm()
-	if evs := h.drainEvents(); len(evs) != 0 || testutil.ToFloat64(h.metrics.Unredirected) != 0 {
-		t.Errorf("events %q, gauge %v: want none", evs, testutil.ToFloat64(h.metrics.Unredirected))
+	if evs := h.drainEvents(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning "+ReasonProxyEnvNotBool+" ") || testutil.ToFloat64(h.metrics.Unredirected) != 0 {
+		t.Errorf("events %q, gauge %v: want only the note of the value, and no pod unredirected", evs, testutil.ToFloat64(h.metrics.Unredirected))
 	}
 
 	repaired := func(p *corev1.Pod) []iptables.Model {
@@ -432,5 +432,40 @@ func TestValidationContainerIsConfigured(t *testing.T) {
 	}
 	if evs := h.drainEvents(); len(evs) == 0 || !strings.Contains(evs[0], "check-redirect failed (exit 126)") {
 		t.Errorf("events %q, want the configured container named", evs)
+	}
+}
+
+// A sandbox ADD left no record of (a pod upstream's istio-cni started
+// before a switch) whose proxy sets env vars the rules take as unset or
+// false gets the Events ADD's report would have given it, once per pod
+// and note; one ADD recorded gets them from its report, not here.
+func TestProxyEnvNotedForSandboxesWithoutARecord(t *testing.T) {
+	withEnv := func(name string, env ...corev1.EnvVar) *corev1.Pod {
+		p := meshed(name)
+		p.Spec.Containers[1].Env = env
+		return p
+	}
+	fromField := &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}
+	h := newHarness(t, Repair)
+	h.add(withEnv("unread", corev1.EnvVar{Name: "ISTIO_META_DNS_CAPTURE", ValueFrom: fromField}), true)
+	h.add(withEnv("both", corev1.EnvVar{Name: "INVALID_DROP", ValueFrom: fromField}, corev1.EnvVar{Name: "ISTIO_DUAL_STACK", Value: "on"}), true)
+	h.add(withEnv("plain"), true)
+	recorded := withEnv("recorded", corev1.EnvVar{Name: "ISTIO_DUAL_STACK", Value: "on"})
+	h.add(recorded, true)
+	h.recordADD(t, recorded)
+	h.passesPastConfirm()
+	got := h.drainEvents()
+	slices.Sort(got)
+	want := []string{
+		"Warning " + ReasonProxyEnvNotBool + " " + decision.NotBoolNote([]string{"ISTIO_DUAL_STACK"}),
+		"Warning " + ReasonProxyEnvNotRead + " " + decision.UnreadNote([]string{"INVALID_DROP"}),
+		"Warning " + ReasonProxyEnvNotRead + " " + decision.UnreadNote([]string{"ISTIO_META_DNS_CAPTURE"}),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	h.passesPastConfirm()
+	if again := h.drainEvents(); len(again) != 0 {
+		t.Errorf("said again on later passes: %q", again)
 	}
 }

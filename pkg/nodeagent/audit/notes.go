@@ -107,3 +107,35 @@ func (a *Auditor) leftToANewerBuild(pod *corev1.Pod, r applied.Record) {
 }
 
 const noteNewerRecord = "newer record"
+
+// noteProxyEnv says, once per pod and what is said, which env vars of its
+// proxy the rules of a sandbox ADD left no record of take as unset
+// (valueFrom) or false (not a boolean): a pod upstream's istio-cni started
+// before a switch, which this agent never had a report of. ADD's report
+// says it of the pods this plugin starts (so those are not said twice).
+func (a *Auditor) noteProxyEnv(c candidate) {
+	var said []string
+	for _, n := range []struct {
+		names  []string
+		reason string
+		note   func([]string) string
+	}{
+		{c.decision.Unread, ReasonProxyEnvNotRead, decision.UnreadNote},
+		{c.decision.NotBool, ReasonProxyEnvNotBool, decision.NotBoolNote},
+	} {
+		if len(n.names) > 0 {
+			said = append(said, n.reason+": "+n.note(n.names))
+		}
+	}
+	uid := string(c.pod.UID)
+	key := strings.Join(said, "\n")
+	if key == a.envNoted[uid] {
+		return
+	}
+	a.envNoted[uid] = key
+	for _, s := range said {
+		reason, msg, _ := strings.Cut(s, ": ")
+		a.deps.Log.Warn("audit: the pod's rules take some of its proxy's env vars as unset or false", "pod", podName(c.pod), "uid", uid, "note", msg)
+		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, reason, msg)
+	}
+}

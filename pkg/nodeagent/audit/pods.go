@@ -65,6 +65,11 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			delete(a.notes, uid)
 		}
 	}
+	for uid := range a.envNoted {
+		if listed[uid] == nil {
+			delete(a.envNoted, uid)
+		}
+	}
 	defer a.updateGauge()
 	if len(cands) == 0 {
 		a.view.Beat() // nothing to find: no view to doubt

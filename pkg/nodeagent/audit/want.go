@@ -49,6 +49,7 @@ func (a *Auditor) want(c candidate, ns netnsdir.NSFile) (iptables.Model, applied
 	if c.err != nil {
 		return iptables.Model{}, a.cfg.Writer.Guess(), true, c.err
 	}
+	a.noteProxyEnv(c)
 	m, err := a.model(c, ns)
 	return m, a.cfg.Writer.Guess(), true, err
 }
