@@ -325,15 +325,19 @@ func TestCheckDetectsTampering(t *testing.T) {
 	})
 }
 
-// countingSaves runs every command for real and counts iptables-saves.
-type countingSaves struct {
+// countingRunner runs every command for real and counts the saves and
+// the restores.
+type countingRunner struct {
 	xtables.ExecRunner
-	saves atomic.Int32
+	saves, restores atomic.Int32
 }
 
-func (c *countingSaves) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if strings.HasSuffix(name, "-save") {
+func (c *countingRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
+	switch {
+	case strings.HasSuffix(name, "-save"):
 		c.saves.Add(1)
+	case strings.HasSuffix(name, "-restore"):
+		c.restores.Add(1)
 	}
 	return c.ExecRunner.Run(ctx, stdin, name, args...)
 }
@@ -353,7 +357,7 @@ func TestCheckOfAConfirmedState(t *testing.T) {
 
 func checkOfAConfirmedState(t *testing.T, b release.Backend) {
 	ctx, m := context.Background(), iptables.Build(iptables.DefaultSpec(), true, true)
-	run := &countingSaves{}
+	run := &countingRunner{}
 	net := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: b,
 		Confirmed: xtables.NewConfirmed(nfnl.ReadFingerprint, legacy.Holds)}}
 	check := func(n ns.NetNS) ([]string, int32) {
@@ -465,7 +469,7 @@ func checkConfirmsNoStateChangedDuringTheRead(t *testing.T, b release.Backend) {
 	if d, err := racing.Check(ctx, bypassed().Path(), m); err != nil || len(d) > 0 {
 		t.Fatalf("the racing check: %v %v; want no difference (the rule was hidden)", d, err)
 	}
-	run := &countingSaves{}
+	run := &countingRunner{}
 	checker := &Network{Programmer: &xtables.Programmer{Runner: run, Backend: b, Confirmed: confirmed}}
 	d, err := checker.Check(ctx, bypassed().Path(), m)
 	if err != nil || len(d) == 0 || !strings.Contains(d[0], `rule 1 is "-j RETURN"`) || run.saves.Load() != 1 {
@@ -1129,19 +1133,6 @@ func TestRepairWritesInTheNodesLayout(t *testing.T) {
 	}
 }
 
-// countingRunner runs every command for real and counts the restores.
-type countingRunner struct {
-	xtables.Runner
-	restores atomic.Int32
-}
-
-func (r *countingRunner) Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error) {
-	if strings.HasSuffix(name, "-restore") {
-		r.restores.Add(1)
-	}
-	return r.Runner.Run(ctx, stdin, name, args...)
-}
-
 // A repair whose transaction went in whole but whose read-back failed
 // keeps the rules, which are the model: rolled back, the pod would be
 // without a redirect until the next round. The repair still fails.
@@ -1151,15 +1142,19 @@ func TestRepairKeepsAWholeWriteNotReadBack(t *testing.T) {
 	if !ok {
 		t.Skipf("no layout of this machine's iptables (%s)", why)
 	}
-	n, ctx := newNS(t), context.Background()
-	m := iptables.Build(iptables.DefaultSpec(), true, true)
-	net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: &failingV6Once{}})
-	net.Layouts = func(iptables.Family) (nfnl.Layout, bool) { return layout, true }
-	if err := net.Reconcile(ctx, n.Path(), m); !errors.Is(err, xtables.ErrUnverified) {
-		t.Fatalf("Reconcile with ip6tables-save failing after the write: %v, want ErrUnverified", err)
-	}
-	if diffs, err := netnsFor(release.NFT, nil).Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
-		t.Errorf("after the unverified repair: %q, %v; want the model in both families", diffs, err)
+	for _, name := range []string{"default", "tproxy"} { // TPROXY: and its policy route
+		t.Run(name, func(t *testing.T) {
+			n, ctx := newNS(t), context.Background()
+			m := iptables.Build(iptablestest.Specs()[name], true, true)
+			net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: &failingV6Once{}})
+			net.Layouts = func(iptables.Family) (nfnl.Layout, bool) { return layout, true }
+			if err := net.Reconcile(ctx, n.Path(), m); !errors.Is(err, xtables.ErrUnverified) {
+				t.Fatalf("Reconcile with ip6tables-save failing after the write: %v, want ErrUnverified", err)
+			}
+			if diffs, err := netnsFor(release.NFT, nil).Check(ctx, n.Path(), m); err != nil || len(diffs) != 0 {
+				t.Errorf("after the unverified repair: %q, %v; want the model in both families", diffs, err)
+			}
+		})
 	}
 }
 
@@ -1176,7 +1171,7 @@ func TestRefusedReplaceReconcilesFromWhatIsThere(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	r := &countingRunner{Runner: xtables.ExecRunner{}}
+	r := &countingRunner{}
 	net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: r, Replacement: func(*iptables.Ruleset, nfnl.Layout) error {
 		return errors.New("refused here")
 	}})

@@ -49,9 +49,11 @@ func splitCache(b []byte) (key, release string, ok bool) {
 // Recalled is the release the plugin last remembered in cacheDir for a
 // family's own iptables (Auto's program: the installer's entry pins no
 // backend), whatever file that program is now: for the node agent, whose
-// container does not see the node's programs to key them. "" when none
-// is: the node's program is legacy (a switch to it removes the file), or
-// the plugin has run no ADD since the cache was emptied.
+// container does not see the node's programs to key them; the agent uses
+// it only for rules in nf_tables, which a later switch of the node's
+// alternatives to legacy leaves as the same release wrote them. "" when
+// none is: the node's program was legacy at every ADD, or the plugin has
+// run none since the cache was emptied.
 func Recalled(cacheDir string, ipv6 bool) string {
 	name, _ := Auto.Programs(ipv6)
 	raw, err := readSmall(path.Join(cacheDir, name+".version"))

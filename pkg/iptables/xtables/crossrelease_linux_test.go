@@ -260,8 +260,12 @@ func TestRepairWritesAsTheNodesRelease(t *testing.T) {
 							return ExecRunner{}.Run(ctx, stdin, name, args...)
 						}), Backend: release.NFT}
 						for _, rs := range m.Rulesets() {
-							if _, err := repair.Apply(ctx, rs, Write{Netlink: map[iptables.Family]nfnl.Layout{rs.Family: layout}, Replace: true}); err != nil {
+							w, err := repair.Apply(ctx, rs, Write{Netlink: map[iptables.Family]nfnl.Layout{rs.Family: layout}, Replace: true})
+							if err != nil {
 								return fmt.Errorf("repairing: %w", err)
+							}
+							if !w.Netlink || w.Refused != nil {
+								return fmt.Errorf("%s: the replacing write did not go in: %w", rs.Family, w.Refused)
 							}
 						}
 						if restores > 0 {

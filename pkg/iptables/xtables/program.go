@@ -145,7 +145,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 			// holds rules already: read back and reconcile, never
 			// restore a fresh namespace's rules on top.
 			restoreErr = written.Refused
-			if !unknownOutcome(restoreErr) && !notFresh(restoreErr, w) {
+			if !unknownOutcome(restoreErr) && !notFresh(written, w) {
 				if w.Late() {
 					return written, fmt.Errorf("%s rules not written: %w", rs.Family, errLate)
 				}
@@ -163,7 +163,7 @@ func (p *Programmer) Apply(ctx context.Context, rs *iptables.Ruleset, w Write) (
 		}
 		diff := iptables.Diff(rs, observed)
 		switch {
-		case len(diff) == 0 && (unknownOutcome(restoreErr) || notFresh(restoreErr, w)):
+		case len(diff) == 0 && (unknownOutcome(restoreErr) || (attempt == 0 && notFresh(written, w))):
 			return written, nil // the lost transaction was committed, or the rules were there
 		case restoreErr != nil:
 			lastErr = restoreErr
@@ -194,8 +194,8 @@ var ErrUnverified = errors.New("written whole, but not read back")
 // rules of ours (a table found not fresh; any refusal of a replacing
 // write), which is read back and reconciled, never restored into as if
 // fresh.
-func notFresh(err error, w Write) bool {
-	return errors.Is(err, legacy.ErrNotFresh) || (w.Replace && err != nil)
+func notFresh(first Written, w Write) bool {
+	return errors.Is(first.Refused, legacy.ErrNotFresh) || (w.Replace && first.Refused != nil)
 }
 
 // unknownOutcome: the first write may or may not be in.

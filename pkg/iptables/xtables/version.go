@@ -137,10 +137,6 @@ func NetlinkWritable(b release.Backend, f iptables.Family, cacheDir string, run 
 			return "", err
 		}
 		if b != release.NFT && r != release.NFT {
-			// The node switched to legacy: the release remembered
-			// for the nf_tables program goes, or the node agent,
-			// which reads it without the key, would repair in it.
-			_ = os.Remove(cacheFile)
 			return "", fmt.Errorf("%s backend %s", f, r)
 		}
 		if !run {

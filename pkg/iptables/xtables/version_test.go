@@ -205,9 +205,6 @@ func TestNetlinkWritableFollowsTheLink(t *testing.T) {
 	if _, err := NetlinkWritable(release.Auto, iptables.IPv4, cache, false); err == nil || !strings.Contains(err.Error(), "backend legacy") || countRuns(t, runs) != 1 {
 		t.Errorf("a legacy program: %v after %d runs, want backend legacy and no run", err, countRuns(t, runs))
 	}
-	if v := release.Recalled(cache, false); v != "" {
-		t.Errorf("after the switch to legacy the agent recalls release %s", v)
-	}
 }
 
 // The cache holds nothing stale or hostile: a program rewritten in place
