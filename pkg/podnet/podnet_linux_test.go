@@ -1186,3 +1186,50 @@ func TestRefusedReplaceReconcilesFromWhatIsThere(t *testing.T) {
 		t.Errorf("after the repair: %q, %v", diffs, err)
 	}
 }
+
+// BenchmarkRepair is the audit's repair of a dual-stack pod whose IPv6
+// rules are missing: in the node's layout over netlink, or with the
+// image's iptables-restore (no layout known); both read back.
+//
+//	go test ./pkg/podnet -run '^$' -bench Repair -benchtime 100x
+func BenchmarkRepair(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to create network namespaces")
+	}
+	layout, why, ok := machineLayout()
+	if !ok {
+		b.Skipf("no layout of this machine's iptables (%s)", why)
+	}
+	m := iptables.Build(iptables.DefaultSpec(), true, true)
+	v4, err := iptables.Plan(m.V4, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		layouts func(iptables.Family) (nfnl.Layout, bool)
+	}{
+		{"netlink", func(iptables.Family) (nfnl.Layout, bool) { return layout, true }},
+		{"restore", nil},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			net := For(applied.Writer{Backend: release.NFT}, xtables.Programmer{Runner: xtables.ExecRunner{}})
+			net.Layouts = tc.layouts
+			ctx := context.Background()
+			for range b.N {
+				b.StopTimer()
+				n := iptablestest.NewNS(b)
+				if err := n.Do(func(ns.NetNS) error {
+					_, err := xtables.ExecRunner{}.Run(ctx, v4, "iptables-nft-restore", "--noflush")
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := net.Reconcile(ctx, n.Path(), m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
