@@ -53,3 +53,13 @@ func (w Writer) Guess() Writer {
 	w.Guessed = !w.Native
 	return w
 }
+
+// OtherKind is how a plugin with the other native_nftables setting than
+// w's would have written a sandbox no record names a writer for: native
+// nftables for iptables, and for native the node's iptables, read where
+// found. Upstream's istio-cni writes either, as global.nativeNftables
+// said when it started the pod, which the switch to this one may have
+// changed.
+func (w Writer) OtherKind() Writer {
+	return Writer{Backend: w.Backend, BackendIPv6: w.BackendIPv6, Native: !w.Native, Guessed: w.Native}
+}

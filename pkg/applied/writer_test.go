@@ -33,3 +33,16 @@ func TestRecordWriter(t *testing.T) {
 		t.Errorf("a native record's writer: %+v", w)
 	}
 }
+
+// TestOtherKind: the other kind of a node's writer keeps the node's
+// iptables backend, and its iptables are read where found.
+func TestOtherKind(t *testing.T) {
+	iptablesNode := Writer{Backend: release.Legacy, BackendIPv6: release.NFT}
+	nativeNode := Writer{Backend: release.Legacy, BackendIPv6: release.NFT, Native: true}
+	if got := iptablesNode.Guess().OtherKind(); got != nativeNode {
+		t.Errorf("an iptables node's other kind %+v, want %+v", got, nativeNode)
+	}
+	if got, want := nativeNode.Guess().OtherKind(), iptablesNode.Guess(); got != want || !got.Guessed {
+		t.Errorf("a native node's other kind %+v, want %+v", got, want)
+	}
+}

@@ -66,35 +66,39 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			w = writerOf(conf, r)
 		}
 	}
-	var earlier func() (iptables.Model, bool)
+	var unrecorded bool
+	var earlier *iptables.Model
 	if m.V4 == nil && m.V6 == nil {
 		pl, ok, err := p.plan(args, conf, out)
 		if err != nil || !ok {
 			return err
 		}
 		// No record: the rules are read where they are found, as the
-		// audit and inspect read them, and an earlier build's for the
-		// same settings pass too (decision.EarlierSpec).
-		w = conf.nodeWriter().Guess()
+		// audit and inspect read them: an earlier build's for the same
+		// settings pass too (decision.EarlierSpec), and so do the other
+		// kind of writer's (native nftables or iptables).
+		unrecorded, w = true, conf.nodeWriter().Guess()
 		if err := p.stack(conf, out, &pl, func() (bool, error) { return p.deps.NewPodNetwork(w).HasIPv6(args.Netns) }); err != nil {
 			return err
 		}
 		m = pl.model()
-		earlier = func() (iptables.Model, bool) {
-			return decision.EarlierRules(out.decision, conf.parsed.Node(), pl.v4, pl.v6)
+		if e, differs := decision.EarlierRules(out.decision, conf.parsed.Node(), pl.v4, pl.v6); differs {
+			earlier = &e
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
-	network := p.deps.NewPodNetwork(w)
-	diffs, err := network.Check(ctx, args.Netns, m)
-	if err == nil && len(diffs) > 0 && earlier != nil {
-		if em, differs := earlier(); differs {
-			var d []string
-			if d, err = network.Check(ctx, args.Netns, em); err == nil && len(d) == 0 {
-				diffs = nil
-			}
-		}
+	check := func(w applied.Writer, m iptables.Model) ([]string, error) {
+		return p.deps.NewPodNetwork(w).Check(ctx, args.Netns, m)
+	}
+	var diffs []string
+	var err error
+	if unrecorded {
+		var held applied.Held
+		held, err = applied.ReadUnrecorded(check, w, m, earlier)
+		diffs = held.Diffs
+	} else {
+		diffs, err = check(w, m)
 	}
 	if err != nil {
 		return netnsError(out.pod, "reading the rules", err)

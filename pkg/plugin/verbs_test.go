@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/kube"
@@ -236,6 +237,48 @@ func TestCheckTakesAnEarlierBuildsRules(t *testing.T) {
 		if tc.code != 0 {
 			wantCode(t, err, tc.code)
 		}
+	}
+}
+
+// With no record of the sandbox, CHECK takes the rules the other kind of
+// writer wrote for the pod's (upstream's istio-cni started it with another
+// global.nativeNftables than this node's native_nftables), as the audit
+// and inspect do.
+func TestCheckWithoutARecordReadsTheOtherKind(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		nodeNative, held bool // held: the native writer holds the rules, else iptables
+	}{
+		{"iptables node, native rules", false, true},
+		{"native node, iptables rules", true, false},
+		{"native node, native rules", true, true},
+	} {
+		h := newHarness()
+		h.api.pods["team-a/web-1"] = meshedPod(nil)
+		var asked []applied.Writer
+		h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork {
+			asked = append(asked, w)
+			if w.Native == tc.held {
+				return h.net
+			}
+			return &fakeNet{checkDiffs: []string{"nat ISTIO_OUTPUT: chain missing"}}
+		}
+		c := conf("1.0.0", prevV4)
+		if tc.nodeNative {
+			c = strings.Replace(c, `"agent_namespace"`, `"native_nftables":true,"agent_namespace"`, 1)
+		}
+		if err := h.p.Check(cmdArgs(c, podArgs)); err != nil {
+			t.Errorf("%s: CHECK = %v (read with %+v), want success", tc.name, err, asked)
+		}
+	}
+	// Neither holds them: the node's writer's differences.
+	h := newHarness()
+	h.api.pods["team-a/web-1"] = meshedPod(nil)
+	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: chain missing"}
+	err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs))
+	wantCode(t, err, ErrRulesMismatch)
+	if !strings.Contains(err.Error(), "ISTIO_OUTPUT: chain missing") {
+		t.Errorf("CHECK = %v", err)
 	}
 }
 

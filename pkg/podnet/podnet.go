@@ -388,6 +388,36 @@ func (n *Network) Cleanup(ctx context.Context, path string) error {
 	})
 }
 
+// ClearRules removes the rules of ours that n's kind of writer writes,
+// and nothing else: our native tables, or our iptables chains and the
+// jumps into them in both families (with FindBackend, in whichever
+// backend holds them, both if both do). The policy routes and ::6 stay:
+// it clears what another writer left in a sandbox whose redirect is now
+// n's other's, whose model they are.
+func (n *Network) ClearRules(ctx context.Context, path string) error {
+	if n.Native {
+		return n.do(path, func(*xtables.Programmer) error { return nfnl.DeleteNative() })
+	}
+	return n.do(path, func(p *xtables.Programmer) error {
+		errs := []error{p.Cleanup(ctx, iptables.IPv4, iptables.IPv6)}
+		if !n.FindBackend {
+			return errors.Join(errs...)
+		}
+		for _, f := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+			other := p.WithBackend(p.BackendFor(f).Other())
+			if other.Backend == "" {
+				continue
+			}
+			// A read that fails finds nothing to clear: the other
+			// backend may not exist on the node.
+			if obs, err := other.Read(ctx, f); err == nil && !obs.Empty() {
+				errs = append(errs, other.Cleanup(ctx, f))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
 // RemoveCopy removes, from each of m's families, the copy of its rules in
 // n's iptables backend for the family while they are whole in the other
 // backend, read just before: the copy an earlier ADD left where a

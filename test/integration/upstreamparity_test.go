@@ -53,36 +53,8 @@ func TestUpstreamRulesForInjectedAnnotations(t *testing.T) {
 		t.Fatalf("records %+v, %v", recs, err)
 	}
 
-	// Upstream's, after the primary: it refuses a namespace without an
-	// address.
-	n := newNetwork(t)
 	theirs := newSandbox(t, "team-a", name)
-	mustAdd(t, n, theirs, conflist(t, n, "1.0.0", nil))
-	// Upstream reads its kubeconfig from its run directory.
-	runDir := t.TempDir()
-	kc, err := os.ReadFile(env.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(runDir, "istio-cni-kubeconfig"), kc, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	entry, err := json.Marshal(map[string]any{
-		"cniVersion": "1.0.0", "name": "itest", "type": "istio-cni",
-		"plugin_log_level": "info", "cni_agent_run_dir": runDir, "pod_namespace": "istio-system",
-		"kubernetes": map[string]any{"kubeconfig": env.kubeconfig, "cni_bin_dir": filepath.Dir(upstreamPlugin)},
-		"prevResult": map[string]any{
-			"cniVersion": "1.0.0", "interfaces": []any{map[string]any{"name": "eth0"}},
-			"ips": []any{map[string]any{"address": theirs.V4.String() + "/24", "interface": 0}},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := podsim.PluginCommand(upstreamPlugin, "ADD", theirs.Path(), args, entry)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("upstream's ADD: %v: %s", err, out)
-	}
+	upstreamAdd(t, theirs, args, nil)
 
 	rs := iptables.BuildFamily(recs[0].Spec, iptables.IPv4)
 	read := 0
@@ -98,5 +70,47 @@ func TestUpstreamRulesForInjectedAnnotations(t *testing.T) {
 	}
 	if read != 1 {
 		t.Errorf("upstream's rules found in %d backends, want 1", read)
+	}
+}
+
+// upstreamAdd runs upstream's plugin's ADD in s after the primary (it
+// refuses a namespace without an address), its entry as upstream's
+// installer writes it with extra added.
+func upstreamAdd(t *testing.T, s *podsim.Sandbox, cniArgs string, extra map[string]any) {
+	t.Helper()
+	n := newNetwork(t)
+	mustAdd(t, n, s, conflist(t, n, "1.0.0", nil))
+	// Upstream reads its kubeconfig from its run directory.
+	runDir := t.TempDir()
+	kc, err := os.ReadFile(env.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "istio-cni-kubeconfig"), kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ips := []any{map[string]any{"address": s.V4.String() + "/24", "interface": 0}}
+	if s.V6.IsValid() {
+		ips = append(ips, map[string]any{"address": s.V6.String() + "/64", "interface": 0})
+	}
+	conf := map[string]any{
+		"cniVersion": "1.0.0", "name": "itest", "type": "istio-cni",
+		"plugin_log_level": "info", "cni_agent_run_dir": runDir, "pod_namespace": "istio-system",
+		"kubernetes": map[string]any{"kubeconfig": env.kubeconfig, "cni_bin_dir": filepath.Dir(upstreamPlugin)},
+		"prevResult": map[string]any{
+			"cniVersion": "1.0.0", "interfaces": []any{map[string]any{"name": "eth0"}},
+			"ips": ips,
+		},
+	}
+	for k, v := range extra {
+		conf[k] = v
+	}
+	entry, err := json.Marshal(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := podsim.PluginCommand(upstreamPlugin, "ADD", s.Path(), cniArgs, entry)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("upstream's ADD: %v: %s", err, out)
 	}
 }

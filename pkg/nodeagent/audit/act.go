@@ -12,8 +12,10 @@ import (
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 )
 
-// act does the configured action for a pod confirmed unredirected.
-func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, network Network, m iptables.Model, st *podState) {
+// act does the configured action for a pod confirmed unredirected. A
+// repair writes with network, then clears stray's rules of ours (nil:
+// none to clear): a sandbox holds one redirect.
+func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, network, stray Network, m iptables.Model, st *podState) {
 	log := a.deps.Log.With("pod", podName(c.pod), "uid", string(c.pod.UID), "action", string(a.cfg.Action))
 	switch a.cfg.Action {
 	case Repair:
@@ -36,6 +38,13 @@ func (a *Auditor) act(ctx context.Context, c candidate, ns netnsdir.NSFile, netw
 		if err != nil {
 			a.failed(c.pod, log, err)
 			return
+		}
+		if stray != nil {
+			// The redirect is whole; what the other writer left of it
+			// could only take a connection's NAT decision first.
+			if err := stray.ClearRules(ctx, ns.Path); err != nil {
+				log.Warn("audit: repaired, but the rules of ours another kind of writer left stay", "netns", ns.Path, "error", err.Error())
+			}
 		}
 		ms := float64(a.deps.Now().Sub(start).Microseconds()) / 1000
 		a.deps.Metrics.acted(Repair, true)

@@ -31,6 +31,9 @@ type Namespaces interface {
 type Network interface {
 	Check(ctx context.Context, netns string, m iptables.Model) ([]string, error)
 	Reconcile(ctx context.Context, netns string, m iptables.Model) error
+	// ClearRules removes the rules of ours its writer writes, and no
+	// policy route.
+	ClearRules(ctx context.Context, netns string) error
 	HasIPv6(netns string) (bool, error)
 }
 
@@ -108,9 +111,9 @@ type Auditor struct {
 	// notes are what was said once of a pod (its settings changed, it has
 	// no record), so it is not said every pass; by pod UID.
 	notes map[string]string
-	// envNoted is, by pod UID, what was said of a pod's proxy env vars
-	// (noteProxyEnv).
-	envNoted map[string]string
+	// said is, by pod UID and then topic, what was said of a pod that
+	// another topic's note must not replace (sayOnce).
+	said map[string]map[string]string
 }
 
 // New returns an auditor; call Run.
@@ -119,7 +122,7 @@ func New(cfg Config, deps Deps) *Auditor {
 		deps.Now = time.Now
 	}
 	a := &Auditor{cfg: cfg, deps: deps, wake: make(chan string, 256), after: time.After,
-		pods: map[string]*podState{}, notes: map[string]string{}, envNoted: map[string]string{}}
+		pods: map[string]*podState{}, notes: map[string]string{}, said: map[string]map[string]string{}}
 	a.blind.Store(true)
 	return a
 }

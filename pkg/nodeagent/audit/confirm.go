@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
@@ -70,22 +71,26 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	}
 	network := a.deps.Network(writer)
 	var diffs []string
-	if err != nil {
+	var stray Network // no record: the other kind of writer, whose rules of ours a repair clears
+	switch {
+	case err != nil:
 		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil
 		m = iptables.Model{}
-	} else {
+	case recordedFor(c, ns):
 		diffs, err = network.Check(checkCtx, ns.Path, m)
-		if err == nil && len(diffs) > 0 && !recordedFor(c, ns) {
-			// No record: an earlier build's rules for the same
-			// settings are the pod's too (decision.EarlierRules); a
-			// repair writes this build's.
-			if earlier, differs := decision.EarlierRules(c.decision, a.cfg.Settings, m.V4 != nil, m.V6 != nil); differs {
-				var d []string
-				if d, err = network.Check(checkCtx, ns.Path, earlier); err == nil && len(d) == 0 {
-					diffs = nil
-				}
-			}
+	default:
+		// No record: an earlier build's rules for the same settings
+		// are the pod's too, and so are the other kind of writer's; a
+		// repair writes this build's, the node's way, and clears the
+		// other kind's.
+		var held applied.Held
+		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
+			return a.deps.Network(w).Check(checkCtx, ns.Path, m)
+		}, writer, m, a.earlier(c, m))
+		if diffs = held.Diffs; held.By != writer {
+			a.noteOtherKind(c, held.By)
 		}
+		stray = a.deps.Network(writer.OtherKind())
 	}
 	if err != nil {
 		if !errors.Is(err, podnet.ErrNoNetns) {
@@ -124,8 +129,17 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	// must not leave it too little to finish, and fail half-way.
 	actCtx, cancelAct := context.WithTimeout(ctx, CheckBudget)
 	defer cancelAct()
-	a.act(actCtx, c, ns, network, m, st)
+	a.act(actCtx, c, ns, network, stray, m, st)
 	return true
+}
+
+// earlier is the rules an earlier build wrote for the pod's settings
+// (decision.EarlierRules), nil where they are m.
+func (a *Auditor) earlier(c candidate, m iptables.Model) *iptables.Model {
+	if e, differs := decision.EarlierRules(c.decision, a.cfg.Settings, m.V4 != nil, m.V6 != nil); differs {
+		return &e
+	}
+	return nil
 }
 
 func (a *Auditor) updateGauge() {

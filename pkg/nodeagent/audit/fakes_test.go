@@ -57,6 +57,7 @@ type fakeNetwork struct {
 	programmed []iptables.Model
 	programErr error
 	checked    int // namespaces read
+	cleared    int // ClearRules calls
 }
 
 func inodeOf(path string) uint64 {
@@ -94,6 +95,13 @@ func (f *fakeNetwork) Reconcile(_ context.Context, path string, m iptables.Model
 		return f.programErr
 	}
 	f.redirected[inodeOf(path)] = true
+	return nil
+}
+
+func (f *fakeNetwork) ClearRules(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cleared++
 	return nil
 }
 

@@ -128,14 +128,41 @@ func (a *Auditor) noteProxyEnv(c candidate) {
 		}
 	}
 	uid := string(c.pod.UID)
-	key := strings.Join(said, "\n")
-	if key == a.envNoted[uid] {
+	if !a.sayOnce(uid, "proxy env", strings.Join(said, "\n")) {
 		return
 	}
-	a.envNoted[uid] = key
 	for _, s := range said {
 		reason, msg, _ := strings.Cut(s, ": ")
 		a.deps.Log.Warn("audit: the pod's rules take some of its proxy's env vars as unset or false", "pod", podName(c.pod), "uid", uid, "note", msg)
 		a.deps.Events.Event(c.pod, corev1.EventTypeWarning, reason, msg)
 	}
+}
+
+// noteOtherKind says, once per pod, that a sandbox ADD left no record of
+// holds its rules as the other kind of writer writes them (native
+// nftables on a node writing iptables, or iptables on a native one): a pod
+// upstream's istio-cni started with another global.nativeNftables. It is
+// redirected; a restart gives it the node's writer.
+func (a *Auditor) noteOtherKind(c candidate, w applied.Writer) {
+	kind := "iptables"
+	if w.Native {
+		kind = "native nftables"
+	}
+	if a.sayOnce(string(c.pod.UID), "writer", kind) {
+		a.deps.Log.Info("audit: no record of this sandbox; its rules are "+kind+", which this node's plugin does not write (native_nftables differs from the plugin that started it); taking them for the pod's",
+			"pod", podName(c.pod), "uid", string(c.pod.UID))
+	}
+}
+
+// sayOnce records that what is said of a pod on a topic is now s, and
+// reports whether it was not said already ("" is never said).
+func (a *Auditor) sayOnce(uid, topic, s string) bool {
+	if a.said[uid][topic] == s {
+		return false
+	}
+	if a.said[uid] == nil {
+		a.said[uid] = map[string]string{}
+	}
+	a.said[uid][topic] = s
+	return true
 }

@@ -65,9 +65,9 @@ func (a *Auditor) pass(ctx context.Context, only map[string]bool) int {
 			delete(a.notes, uid)
 		}
 	}
-	for uid := range a.envNoted {
+	for uid := range a.said {
 		if listed[uid] == nil {
-			delete(a.envNoted, uid)
+			delete(a.said, uid)
 		}
 	}
 	defer a.updateGauge()

@@ -444,3 +444,21 @@ func TestRecordSaysHowToReadTheRules(t *testing.T) {
 		})
 	}
 }
+
+// TestRepairClearsTheOtherKindWithoutARecordOnly: a record names the
+// writer of a sandbox's rules, and its repair touches no other; a sandbox
+// with none is read in both kinds, and its repair clears the other's.
+func TestRepairClearsTheOtherKindWithoutARecordOnly(t *testing.T) {
+	h := newHarness(t, Repair)
+	recorded, unrecorded := meshed("recorded"), meshed("unrecorded")
+	h.add(recorded, false)
+	h.add(unrecorded, false)
+	h.recordADD(t, recorded)
+	h.passesPastConfirm()
+	if got := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")); got != 2 {
+		t.Fatalf("%v repairs, want 2; events %q", got, h.drainEvents())
+	}
+	if h.net.cleared != 1 {
+		t.Errorf("the other kind's rules cleared %d times, want once (the unrecorded sandbox's repair)", h.net.cleared)
+	}
+}

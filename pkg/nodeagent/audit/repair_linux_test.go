@@ -13,6 +13,8 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
+	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
@@ -32,7 +34,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-	for _, w := range []applied.Writer{{Backend: release.Legacy}, {Backend: release.NFT}, {Native: true}} {
+	for _, w := range []applied.Writer{{Backend: release.Legacy}, {Backend: release.NFT}, {Backend: release.NFT, Native: true}} {
 		name := string(w.Backend)
 		if w.Native {
 			name = "native"
@@ -42,9 +44,13 @@ func TestRepairInRealNamespace(t *testing.T) {
 			t.Cleanup(func() { _ = network.Cleanup(context.Background(), netns.Path()) })
 			h := newHarness(t, Repair)
 			h.a.deps.Network = func(got applied.Writer) Network {
-				if got != w && got != w.Guess() { // no record: the node's, a guess
-					t.Errorf("the audit asked for writer %+v, the node's is %+v", got, w)
+				switch got {
+				case w, w.Guess(): // no record: the node's, a guess
+					return network
+				case w.OtherKind(): // no record: where else they may be
+					return podnet.For(got, xtables.Programmer{Runner: xtables.ExecRunner{}})
 				}
+				t.Errorf("the audit asked for writer %+v, the node's is %+v", got, w)
 				return network
 			}
 			h.a.cfg.Writer = w
@@ -155,6 +161,115 @@ func TestUnrecordedPodReadWhereItsRulesAre(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnrecordedPodReadInTheOtherWriter: a sandbox no record names a
+// writer for whose rules are whole as the other writer writes them
+// (switched from upstream's istio-cni with another
+// global.nativeNftables: its iptables rules on a node now native, or its
+// native tables on a node writing iptables) is redirected, not repaired
+// over. One whose rules there are another pod's settings' (stale) is
+// repaired with the node's writer, and the other writer's rules of ours
+// go: a sandbox holds one redirect.
+func TestUnrecordedPodReadInTheOtherWriter(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	nft, legacy, native := applied.Writer{Backend: release.NFT}, applied.Writer{Backend: release.Legacy}, applied.Writer{Backend: release.NFT, Native: true}
+	for _, tc := range []struct {
+		name          string
+		node, written applied.Writer
+		stale         bool // written holds another spec's rules
+		repairs       float64
+	}{
+		{"node native, rules in iptables-nft", native, nft, false, 0},
+		{"node native, rules in iptables-legacy", native, legacy, false, 0},
+		{"node iptables, rules native", nft, native, false, 0},
+		{"node native, stale rules in iptables", native, nft, true, 1},
+		{"node native, stale rules in iptables-legacy", native, legacy, true, 1},
+		{"node iptables, stale native rules", nft, native, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			netns, err := testutils.NewNS()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+			h := newHarness(t, Repair)
+			p := meshed("switched")
+			h.pods.pods = append(h.pods.pods, p)
+			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
+			m := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+			ctx := context.Background()
+			at := func(w applied.Writer) *podnet.Network {
+				n := podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}})
+				t.Cleanup(func() { _ = n.Cleanup(context.Background(), netns.Path()) })
+				return n
+			}
+			written := m
+			if tc.stale {
+				spec := iptables.DefaultSpec()
+				spec.OutboundExclude = []uint16{5432}
+				written = decision.Rules(decision.Decision{Redirect: true, Spec: spec}, decision.DefaultNodeSettings(), true, false)
+			}
+			if err := at(tc.written).Reconcile(ctx, netns.Path(), written); err != nil {
+				t.Fatal(err)
+			}
+			h.a.cfg.Writer = tc.node
+			h.a.deps.Network = func(w applied.Writer) Network {
+				return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}}) // as the agent's
+			}
+			h.a.pass(ctx, nil)
+			h.clock.advance(2 * time.Second)
+			h.a.pass(ctx, nil)
+			if got := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")); got != tc.repairs {
+				t.Fatalf("%v repairs, want %v; events %q", got, tc.repairs, h.drainEvents())
+			}
+			whole, gone := tc.written, tc.node
+			if tc.stale {
+				whole, gone = tc.node, tc.written
+			}
+			if diffs, err := at(whole).Check(ctx, netns.Path(), m); err != nil || len(diffs) != 0 {
+				t.Errorf("afterwards %+v holds %v, %v; want the model", whole, diffs, err)
+			}
+			if tc.repairs == 0 {
+				if events := h.drainEvents(); len(events) != 0 {
+					t.Errorf("events %q for a redirected pod", events)
+				}
+				return
+			}
+			if held := oursIn(t, netns.Path(), gone, m); len(held) != 0 {
+				t.Errorf("afterwards %+v still holds %q; want none of ours", gone, held)
+			}
+		})
+	}
+}
+
+// oursIn lists the rules of ours w's kind holds in the namespace at
+// path: native tables, or iptables chains in each backend.
+func oursIn(t *testing.T, path string, w applied.Writer, m iptables.Model) []string {
+	t.Helper()
+	var held []string
+	err := podnet.Enter(path, func() error {
+		if w.Native {
+			rs := nftables.Of(m)
+			var err error
+			held, err = nfnl.ListNative(&rs)
+			return err
+		}
+		for _, b := range []release.Backend{release.NFT, release.Legacy} {
+			obs, err := (&xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}).Read(context.Background(), iptables.IPv4)
+			if err != nil {
+				return err
+			}
+			held = append(held, obs.OursListing()...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held
 }
 
 // flushOutput empties nat ISTIO_OUTPUT in b's tables of the namespace at

@@ -231,22 +231,28 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	if !ok {
 		return r, nil
 	}
-	if r.Diffs, err = d.Check(ctx, ns.Path, m, check); err != nil {
-		r.NetnsErr = err.Error()
-	}
-	if err == nil && len(r.Diffs) > 0 && !r.Recorded {
-		// No record: an earlier build's rules for the same settings
-		// are the pod's too, as the audit takes them.
-		if earlier, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); differs {
-			diffs, err := d.Check(ctx, ns.Path, earlier, check)
-			switch {
-			case err != nil:
-				r.NetnsErr = err.Error()
-			case len(diffs) == 0:
-				m, r.Diffs = earlier, nil
-				r.Notes = append(r.Notes, EarlierBuildNote)
-			}
+	if r.Recorded {
+		r.Diffs, err = d.Check(ctx, ns.Path, m, check)
+	} else {
+		// No record: read as the audit reads such a sandbox.
+		var held applied.Held
+		var earlier *iptables.Model
+		if e, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); differs {
+			earlier = &e
 		}
+		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
+			return d.Check(ctx, ns.Path, m, w)
+		}, check, m, earlier)
+		r.Diffs, m = held.Diffs, held.Model
+		if held.Earlier {
+			r.Notes = append(r.Notes, EarlierBuildNote)
+		}
+		if err == nil && held.By != check {
+			err = otherKind(ctx, d, ns.Path, &r, m, held.By)
+		}
+	}
+	if err != nil {
+		r.NetnsErr = err.Error()
 	}
 	if r.Native {
 		r.Want = nativeListing(m)
@@ -257,6 +263,30 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	}
 	return r, nil
 }
+
+// otherKind reports a sandbox with no record whose rules w, the other kind
+// of writer than the node's, holds whole: read as w wrote them, no
+// differences, and said so.
+func otherKind(ctx context.Context, d Deps, netns string, r *Report, m iptables.Model, w applied.Writer) error {
+	if !w.Native && d.Holding != nil {
+		found, err := d.Holding(ctx, netns, m)
+		if err != nil {
+			return err
+		}
+		w.Backend, w.BackendIPv6 = found.Backend, found.BackendIPv6
+	}
+	r.setWriter(w)
+	r.Notes = append(r.Notes, OtherKindNote)
+	var err error
+	r.Have, err = observe(ctx, d, netns, m, w)
+	return err
+}
+
+// OtherKindNote says a sandbox with no record holds its rules as the
+// other kind of writer writes them.
+const OtherKindNote = "no record of this sandbox; its rules are of the other kind than this node's plugin writes " +
+	"(native nftables against iptables: native_nftables differs from the plugin that started it, as after a switch from upstream's istio-cni " +
+	"with another global.nativeNftables): the audit takes them for the pod's; a restart gives it this node's"
 
 // EarlierBuildNote says a sandbox with no record holds the rules an
 // earlier build wrote for the pod's settings (decision.EarlierRules).

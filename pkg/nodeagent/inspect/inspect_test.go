@@ -607,3 +607,60 @@ func TestStrayRulesOfEachFamily(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A sandbox with no record whose rules are the other kind than the node's
+// plugin writes (switched from upstream's istio-cni with another
+// global.nativeNftables) is read and shown as that kind wrote it, and is
+// redirected, as the audit takes it.
+func TestOtherKindWithoutARecord(t *testing.T) {
+	p := pod(map[string]string{decision.StatusAnnotation: "{}"})
+	save, err := iptables.Plan(iptables.Build(iptables.DefaultSpec(), true, false).Rulesets()[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		nodeNative bool
+		rules      string // what the report says of the rules
+		have       string // a rule it lists as there
+	}{
+		{"native node, iptables rules", true, "rules:     iptables, legacy", "ipv4 nat -A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001"},
+		{"iptables node, native rules", false, "rules:     native nftables", "table inet istio-proxy-nat"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := deps(p, "", nil)
+			d.Holding = func(context.Context, string, iptables.Model) (applied.Writer, error) {
+				return applied.Writer{Backend: release.Legacy}, nil
+			}
+			d.Observe = func(_ context.Context, _ string, b release.Backend, f iptables.Family) (*iptables.Observed, error) {
+				if !tc.nodeNative || b != release.Legacy || f == iptables.IPv6 {
+					return iptables.ParseSave(nil)
+				}
+				return iptables.ParseSave(save)
+			}
+			d.ObserveNative = func(context.Context, string, iptables.Model) ([]string, error) {
+				if tc.nodeNative {
+					return nil, nil
+				}
+				return []string{"table inet istio-proxy-nat"}, nil
+			}
+			d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+				if w.Native == tc.nodeNative {
+					return []string{"missing"}, nil
+				}
+				return nil, nil
+			}
+			o := opts(configDir(t, true))
+			o.Writer = applied.Writer{Backend: release.NFT, Native: tc.nodeNative}
+			r, err := Run(context.Background(), o, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := render(t, r)
+			if r.Native == tc.nodeNative || !slices.Contains(r.Notes, OtherKindNote) || !slices.Contains(r.Have, tc.have) ||
+				!strings.Contains(out, tc.rules) || !strings.Contains(out, "verdict:   ok: redirected") {
+				t.Errorf("report:\n%s", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,49 @@
+package applied
+
+import "istio-cni.local/istio-cni/pkg/iptables"
+
+// Held is what a sandbox no record names a writer for was found holding.
+type Held struct {
+	// Diffs are how the sandbox differs from the model as the node's
+	// writer writes it; nil: it holds Model, as By writes it.
+	Diffs []string
+	Model iptables.Model
+	// Earlier: Model is the rules an earlier build wrote for the pod's
+	// settings (decision.EarlierRules).
+	Earlier bool
+	By      Writer
+}
+
+// ReadUnrecorded reads a sandbox no record names a writer for, as CHECK,
+// the audit and inspect all read one: it holds the pod's model m, or
+// earlier (an earlier build's rules for the same settings; nil: none
+// differ), as node (the node's writer, Guess()ed) or node.OtherKind()
+// writes them. A pod upstream's istio-cni started holds either kind, as
+// its global.nativeNftables said, which a switch may have changed. check
+// reads the sandbox as a writer wrote it. A read with node's writer that
+// fails is the error; one with the other kind holds nothing.
+func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, m iptables.Model, earlier *iptables.Model) (Held, error) {
+	diffs, err := check(node, m)
+	if err != nil || len(diffs) == 0 {
+		return Held{Model: m, By: node}, err
+	}
+	if earlier != nil {
+		d, err := check(node, *earlier)
+		if err != nil {
+			return Held{Diffs: diffs, Model: m, By: node}, err
+		}
+		if len(d) == 0 {
+			return Held{Model: *earlier, Earlier: true, By: node}, nil
+		}
+	}
+	other := node.OtherKind()
+	if d, err := check(other, m); err == nil && len(d) == 0 {
+		return Held{Model: m, By: other}, nil
+	}
+	if earlier != nil {
+		if d, err := check(other, *earlier); err == nil && len(d) == 0 {
+			return Held{Model: *earlier, Earlier: true, By: other}, nil
+		}
+	}
+	return Held{Diffs: diffs, Model: m, By: node}, nil
+}
