@@ -39,50 +39,41 @@ func TestPodNoteOncePerPod(t *testing.T) {
 	}
 }
 
-// TestProxyEnvNotReadOncePerPod: the plugin's note that ADD took proxy
-// env vars set with valueFrom as unset becomes one Warning Event on the
-// pod naming them, beside the IPv6 note of the same report; a note this
-// agent does not know is logged only.
-func TestProxyEnvNotReadOncePerPod(t *testing.T) {
-	rec := record.NewFakeRecorder(10)
-	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
-		notes: podNotes{events: &Events{recorder: rec}}}
-	handle := a.reportHandler(nil)
-	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1",
-		Note: reports.NoteIPv4OnlyProxy + "," + reports.ProxyEnvNotRead([]string{"ISTIO_META_DNS_CAPTURE", "INVALID_DROP"}) + ",a-later-note"}
-	for range 3 {
-		handle(rep)
-	}
-	close(rec.Events)
-	var got []string
-	for e := range rec.Events {
-		got = append(got, e)
-	}
-	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal "+ReasonIPv4OnlyProxy+" ") ||
-		!strings.HasPrefix(got[1], "Warning "+ReasonProxyEnvNotRead+" istio-proxy sets ISTIO_META_DNS_CAPTURE, INVALID_DROP with valueFrom") {
-		t.Errorf("Events %q, want the IPv6 note and one %s naming both", got, ReasonProxyEnvNotRead)
-	}
-}
-
-// The plugin's note that a boolean proxy setting was not true or false
-// becomes one Warning Event on the pod naming it.
-func TestProxyEnvNotBoolOncePerPod(t *testing.T) {
-	rec := record.NewFakeRecorder(10)
-	a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
-		notes: podNotes{events: &Events{recorder: rec}}}
-	handle := a.reportHandler(nil)
-	rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1",
-		Note: reports.ProxyEnvNotBool([]string{"ISTIO_DUAL_STACK", "INVALID_DROP"})}
-	for range 3 {
-		handle(rep)
-	}
-	close(rec.Events)
-	var got []string
-	for e := range rec.Events {
-		got = append(got, e)
-	}
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+ReasonProxyEnvNotBool+" istio-proxy sets ISTIO_DUAL_STACK, INVALID_DROP to a value that is not true or false") {
-		t.Errorf("Events %q, want one %s naming both", got, ReasonProxyEnvNotBool)
+// TestProxyEnvNotesOncePerPod: the plugin's note that ADD took proxy env
+// vars set with valueFrom as unset, or a boolean setting that was not true
+// or false as false, becomes one Warning Event on the pod naming them,
+// beside the IPv6 note of the same report; a note this agent does not
+// know is logged only.
+func TestProxyEnvNotesOncePerPod(t *testing.T) {
+	for _, tc := range []struct {
+		note string
+		want []string // the Events' prefixes
+	}{
+		{reports.NoteIPv4OnlyProxy + "," + reports.ProxyEnvNotRead([]string{"ISTIO_META_DNS_CAPTURE", "INVALID_DROP"}) + ",a-later-note",
+			[]string{"Normal " + ReasonIPv4OnlyProxy + " ", "Warning " + ReasonProxyEnvNotRead + " istio-proxy sets ISTIO_META_DNS_CAPTURE, INVALID_DROP with valueFrom"}},
+		{reports.ProxyEnvNotBool([]string{"ISTIO_DUAL_STACK", "INVALID_DROP"}),
+			[]string{"Warning " + ReasonProxyEnvNotBool + " istio-proxy sets ISTIO_DUAL_STACK, INVALID_DROP to a value that is not true or false"}},
+	} {
+		rec := record.NewFakeRecorder(10)
+		a := &Agent{log: slog.New(slog.NewTextHandler(io.Discard, nil)), metrics: install.NewMetrics(),
+			notes: podNotes{events: &Events{recorder: rec}}}
+		handle := a.reportHandler(nil)
+		rep := reports.Report{Verb: "ADD", Pod: "team-a/web-1", PodUID: "uid-1", Note: tc.note}
+		for range 3 {
+			handle(rep)
+		}
+		close(rec.Events)
+		var got []string
+		for e := range rec.Events {
+			got = append(got, e)
+		}
+		ok := len(got) == len(tc.want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = strings.HasPrefix(got[i], tc.want[i])
+		}
+		if !ok {
+			t.Errorf("note %q: Events %q, want one each of %q", tc.note, got, tc.want)
+		}
 	}
 }
 

@@ -106,62 +106,45 @@ func TestIPv4OnlyProxyNote(t *testing.T) {
 	}
 }
 
-// TestProxyEnvByReference: a pod whose proxy sets INVALID_DROP from a
-// ConfigMap starts as upstream starts it, with the rules of the unset
-// value; the log line warns, naming what was not read, and the report
-// notes it for the agent to put on the pod.
-func TestProxyEnvByReference(t *testing.T) {
-	a := listenAgent(t)
-	h := newHarness()
-	pod := meshedPod(nil)
-	pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "INVALID_DROP", ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"drop"}}`)}}
-	h.api.pods["team-a/web-1"] = pod
-	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
-		t.Fatal(err)
-	}
-	unset := newHarness()
-	unset.api.pods["team-a/web-1"] = meshedPod(nil)
-	if err := unset.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgsUID)); err != nil {
-		t.Fatal(err)
-	}
-	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed, unset.net.programmed) {
-		t.Errorf("programmed %+v, want the rules of INVALID_DROP unset, %+v", h.net.programmed, unset.net.programmed)
-	}
-	rep := a.next(t)
-	if !rep.Redirect || rep.Error != "" || rep.Note != reports.ProxyEnvNotRead([]string{"INVALID_DROP"}) {
-		t.Errorf("report %+v, want a redirected pod noted %q", rep, reports.ProxyEnvNotRead([]string{"INVALID_DROP"}))
-	}
-	if !strings.Contains(h.stderr.String(), `"level":"WARN"`) || !strings.Contains(h.stderr.String(), "istio-proxy sets INVALID_DROP with valueFrom") {
-		t.Errorf("the log line does not say INVALID_DROP was not read:\n%s", h.stderr)
-	}
-}
-
-// A boolean proxy setting that is not true or false starts the pod as
-// upstream and the proxy take it, false, where it failed ADD with code 102
-// before: the log line warns, naming it, and the report notes it.
-func TestProxyEnvNotABoolean(t *testing.T) {
-	a := listenAgent(t)
-	h := newHarness()
-	pod := meshedPod(nil)
-	pod.Spec.Containers[1].Env = []kube.EnvVar{{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"}}
-	h.api.pods["team-a/web-1"] = pod
-	if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
-		t.Fatal(err)
-	}
-	unset := newHarness()
-	unset.api.pods["team-a/web-1"] = meshedPod(nil)
-	if err := unset.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgsUID)); err != nil {
-		t.Fatal(err)
-	}
-	if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed, unset.net.programmed) {
-		t.Errorf("programmed %+v, want the rules of ISTIO_META_DNS_CAPTURE unset, %+v", h.net.programmed, unset.net.programmed)
-	}
-	rep := a.next(t)
-	if want := reports.ProxyEnvNotBool([]string{"ISTIO_META_DNS_CAPTURE"}); !rep.Redirect || rep.Error != "" || rep.Note != want {
-		t.Errorf("report %+v, want a redirected pod noted %q", rep, want)
-	}
-	if !strings.Contains(h.stderr.String(), `"level":"WARN"`) || !strings.Contains(h.stderr.String(), "istio-proxy sets ISTIO_META_DNS_CAPTURE to a value that is not true or false") {
-		t.Errorf("the log line does not name ISTIO_META_DNS_CAPTURE:\n%s", h.stderr)
+// TestProxyEnvUnreadOrNotABoolean: a pod whose proxy sets a setting from
+// a ConfigMap (valueFrom), or to a value that is not true or false, starts
+// as upstream and the proxy take it (unset; false), where a value not a
+// boolean failed ADD with code 102 before: the rules are those of the
+// unset value, the log line warns, naming it, and the report notes it
+// for the agent to put on the pod.
+func TestProxyEnvUnreadOrNotABoolean(t *testing.T) {
+	for _, tc := range []struct {
+		env  kube.EnvVar
+		note string
+		log  string
+	}{
+		{kube.EnvVar{Name: "INVALID_DROP", ValueFrom: []byte(`{"configMapKeyRef":{"name":"mesh","key":"drop"}}`)},
+			reports.ProxyEnvNotRead([]string{"INVALID_DROP"}), "istio-proxy sets INVALID_DROP with valueFrom"},
+		{kube.EnvVar{Name: "ISTIO_META_DNS_CAPTURE", Value: "yes"},
+			reports.ProxyEnvNotBool([]string{"ISTIO_META_DNS_CAPTURE"}), "istio-proxy sets ISTIO_META_DNS_CAPTURE to a value that is not true or false"},
+	} {
+		a := listenAgent(t)
+		h := newHarness()
+		pod := meshedPod(nil)
+		pod.Spec.Containers[1].Env = []kube.EnvVar{tc.env}
+		h.api.pods["team-a/web-1"] = pod
+		if err := h.p.Add(cmdArgs(withSocket(conf("1.0.0", prevV4), a.path), podArgsUID)); err != nil {
+			t.Fatal(err)
+		}
+		unset := newHarness()
+		unset.api.pods["team-a/web-1"] = meshedPod(nil)
+		if err := unset.p.Add(cmdArgs(conf("1.0.0", prevV4), podArgsUID)); err != nil {
+			t.Fatal(err)
+		}
+		if len(h.net.programmed) != 1 || !reflect.DeepEqual(h.net.programmed, unset.net.programmed) {
+			t.Errorf("%s: programmed %+v, want the rules of it unset, %+v", tc.env.Name, h.net.programmed, unset.net.programmed)
+		}
+		if rep := a.next(t); !rep.Redirect || rep.Error != "" || rep.Note != tc.note {
+			t.Errorf("report %+v, want a redirected pod noted %q", rep, tc.note)
+		}
+		if !strings.Contains(h.stderr.String(), `"level":"WARN"`) || !strings.Contains(h.stderr.String(), tc.log) {
+			t.Errorf("the log line does not name %s:\n%s", tc.env.Name, h.stderr)
+		}
 	}
 }
 
