@@ -58,9 +58,7 @@ func TestRepairInRealNamespace(t *testing.T) {
 			h.pods.pods = append(h.pods.pods, p)
 			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
 			ctx := context.Background()
-			h.a.pass(ctx, nil)
-			h.clock.advance(2 * time.Second)
-			h.a.pass(ctx, nil)
+			h.pastConfirm(ctx)
 			if testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")) != 1 {
 				t.Fatalf("events %q", h.drainEvents())
 			}
@@ -104,47 +102,36 @@ func TestUnrecordedPodReadWhereItsRulesAre(t *testing.T) {
 		{"no rules anywhere", release.NFT, "", nil, false, 1, release.NFT},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			netns, err := testutils.NewNS()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-			h := newHarness(t, Repair)
-			p := meshed("unrecorded")
-			h.pods.pods = append(h.pods.pods, p)
-			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
-			m := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+			h, netns, m := unrecordedInNS(t, "unrecorded")
 			ctx := context.Background()
 			in := map[release.Backend]*podnet.Network{}
 			for _, b := range []release.Backend{release.Legacy, release.NFT} {
 				in[b] = &podnet.Network{Programmer: &xtables.Programmer{Runner: xtables.ExecRunner{}, Backend: b}}
-				t.Cleanup(func() { _ = in[b].Cleanup(context.Background(), netns.Path()) })
+				t.Cleanup(func() { _ = in[b].Cleanup(context.Background(), netns) })
 			}
 			if tc.written != "" {
-				if err := in[tc.written].Reconcile(ctx, netns.Path(), m); err != nil {
+				if err := in[tc.written].Reconcile(ctx, netns, m); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if tc.partial {
-				if err := in[tc.node].Reconcile(ctx, netns.Path(), m); err != nil {
+				if err := in[tc.node].Reconcile(ctx, netns, m); err != nil {
 					t.Fatal(err)
 				}
-				flushOutput(t, netns.Path(), tc.node)
+				flushOutput(t, netns, tc.node)
 			}
 			for _, b := range tc.flushed {
-				flushOutput(t, netns.Path(), b)
+				flushOutput(t, netns, b)
 			}
 			h.a.cfg.Writer = applied.Writer{Backend: tc.node}
 			h.a.deps.Network = func(w applied.Writer) Network {
 				return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}}) // as the agent's
 			}
-			h.a.pass(ctx, nil)
-			h.clock.advance(2 * time.Second)
-			h.a.pass(ctx, nil)
+			h.pastConfirm(ctx)
 			if got := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")); got != tc.repairs {
 				t.Fatalf("%v repairs, want %v; events %q", got, tc.repairs, h.drainEvents())
 			}
-			if diffs, err := in[tc.whole].Check(ctx, netns.Path(), m); err != nil || len(diffs) != 0 {
+			if diffs, err := in[tc.whole].Check(ctx, netns, m); err != nil || len(diffs) != 0 {
 				t.Errorf("afterwards %s holds %v, %v; want the model", tc.whole, diffs, err)
 			}
 			other := release.Legacy
@@ -152,7 +139,7 @@ func TestUnrecordedPodReadWhereItsRulesAre(t *testing.T) {
 				other = release.NFT
 			}
 			var obs *iptables.Observed
-			err = podnet.Enter(netns.Path(), func() (err error) {
+			err := podnet.Enter(netns, func() (err error) {
 				obs, err = in[other].Programmer.Read(ctx, iptables.IPv4)
 				return err
 			})
@@ -190,20 +177,11 @@ func TestUnrecordedPodReadInTheOtherWriter(t *testing.T) {
 		{"node iptables, stale native rules", nft, native, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			netns, err := testutils.NewNS()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
-			h := newHarness(t, Repair)
-			p := meshed("switched")
-			h.pods.pods = append(h.pods.pods, p)
-			h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
-			m := decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+			h, netns, m := unrecordedInNS(t, "switched")
 			ctx := context.Background()
 			at := func(w applied.Writer) *podnet.Network {
 				n := podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}})
-				t.Cleanup(func() { _ = n.Cleanup(context.Background(), netns.Path()) })
+				t.Cleanup(func() { _ = n.Cleanup(context.Background(), netns) })
 				return n
 			}
 			written := m
@@ -212,16 +190,14 @@ func TestUnrecordedPodReadInTheOtherWriter(t *testing.T) {
 				spec.OutboundExclude = []uint16{5432}
 				written = decision.Rules(decision.Decision{Redirect: true, Spec: spec}, decision.DefaultNodeSettings(), true, false)
 			}
-			if err := at(tc.written).Reconcile(ctx, netns.Path(), written); err != nil {
+			if err := at(tc.written).Reconcile(ctx, netns, written); err != nil {
 				t.Fatal(err)
 			}
 			h.a.cfg.Writer = tc.node
 			h.a.deps.Network = func(w applied.Writer) Network {
 				return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}}) // as the agent's
 			}
-			h.a.pass(ctx, nil)
-			h.clock.advance(2 * time.Second)
-			h.a.pass(ctx, nil)
+			h.pastConfirm(ctx)
 			if got := testutil.ToFloat64(h.metrics.Actions.WithLabelValues("repair", "success")); got != tc.repairs {
 				t.Fatalf("%v repairs, want %v; events %q", got, tc.repairs, h.drainEvents())
 			}
@@ -229,7 +205,7 @@ func TestUnrecordedPodReadInTheOtherWriter(t *testing.T) {
 			if tc.stale {
 				whole, gone = tc.node, tc.written
 			}
-			if diffs, err := at(whole).Check(ctx, netns.Path(), m); err != nil || len(diffs) != 0 {
+			if diffs, err := at(whole).Check(ctx, netns, m); err != nil || len(diffs) != 0 {
 				t.Errorf("afterwards %+v holds %v, %v; want the model", whole, diffs, err)
 			}
 			if tc.repairs == 0 {
@@ -238,7 +214,7 @@ func TestUnrecordedPodReadInTheOtherWriter(t *testing.T) {
 				}
 				return
 			}
-			if held := oursIn(t, netns.Path(), gone, m); len(held) != 0 {
+			if held := oursIn(t, netns, gone, m); len(held) != 0 {
 				t.Errorf("afterwards %+v still holds %q; want none of ours", gone, held)
 			}
 		})
@@ -270,6 +246,29 @@ func oursIn(t *testing.T, path string, w applied.Writer, m iptables.Model) []str
 		t.Fatal(err)
 	}
 	return held
+}
+
+// unrecordedInNS is a harness whose node has one meshed pod, running in a
+// new network namespace at path, that no record names; m is its model.
+func unrecordedInNS(t *testing.T, name string) (h *harness, path string, m iptables.Model) {
+	t.Helper()
+	netns, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netns.Close(); _ = testutils.UnmountNS(netns) })
+	h = newHarness(t, Repair)
+	p := meshed(name)
+	h.pods.pods = append(h.pods.pods, p)
+	h.ns[string(p.UID)] = netnsdir.NSFile{Path: netns.Path(), Inode: inodeOf(netns.Path())}
+	return h, netns.Path(), decision.Rules(mustDecide(t, p), decision.DefaultNodeSettings(), true, false)
+}
+
+// pastConfirm runs a pass, and another once the confirmation is over.
+func (h *harness) pastConfirm(ctx context.Context) {
+	h.a.pass(ctx, nil)
+	h.clock.advance(2 * time.Second)
+	h.a.pass(ctx, nil)
 }
 
 // flushOutput empties nat ISTIO_OUTPUT in b's tables of the namespace at
