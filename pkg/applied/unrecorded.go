@@ -21,11 +21,20 @@ type Held struct {
 // writes them. A pod upstream's istio-cni started holds either kind, as
 // its global.nativeNftables said, which a switch may have changed. check
 // reads the sandbox as a writer wrote it. A read with node's writer that
-// fails is the error; one with the other kind holds nothing.
-func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, m iptables.Model, earlier *iptables.Model) (Held, error) {
+// fails is the error; one with the other kind holds nothing. otherFirst
+// reads the other kind first (the audit's, for a sandbox whose rules it
+// last found there): a writer's read of a sandbox it holds nothing of can
+// cost several processes (iptables-save in both backends).
+func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, m iptables.Model, earlier *iptables.Model, otherFirst bool) (Held, error) {
+	other := node.OtherKind()
+	if otherFirst {
+		if h, ok := holds(check, other, m, earlier); ok {
+			return h, nil
+		}
+	}
 	diffs, err := check(node, m)
 	if err != nil || len(diffs) == 0 {
-		return Held{Model: m, By: node}, err
+		return Held{Diffs: diffs, Model: m, By: node}, err
 	}
 	if earlier != nil {
 		d, err := check(node, *earlier)
@@ -36,14 +45,24 @@ func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node W
 			return Held{Model: *earlier, Earlier: true, By: node}, nil
 		}
 	}
-	other := node.OtherKind()
-	if d, err := check(other, m); err == nil && len(d) == 0 {
-		return Held{Model: m, By: other}, nil
-	}
-	if earlier != nil {
-		if d, err := check(other, *earlier); err == nil && len(d) == 0 {
-			return Held{Model: *earlier, Earlier: true, By: other}, nil
+	if !otherFirst {
+		if h, ok := holds(check, other, m, earlier); ok {
+			return h, nil
 		}
 	}
 	return Held{Diffs: diffs, Model: m, By: node}, nil
+}
+
+// holds is what w holds whole of m, else of earlier; a read that fails
+// holds nothing.
+func holds(check func(Writer, iptables.Model) ([]string, error), w Writer, m iptables.Model, earlier *iptables.Model) (Held, bool) {
+	if d, err := check(w, m); err == nil && len(d) == 0 {
+		return Held{Model: m, By: w}, true
+	}
+	if earlier != nil {
+		if d, err := check(w, *earlier); err == nil && len(d) == 0 {
+			return Held{Model: *earlier, Earlier: true, By: w}, true
+		}
+	}
+	return Held{}, false
 }

@@ -51,9 +51,35 @@ func TestReadUnrecorded(t *testing.T) {
 		if tc.earlier {
 			e = &earlier
 		}
-		got, err := ReadUnrecorded(check, node, m, e)
+		got, err := ReadUnrecorded(check, node, m, e, false)
 		if (err != nil) != tc.err || (!tc.err && !reflect.DeepEqual(got, tc.want)) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestReadUnrecordedOtherFirst: read the other kind first, a sandbox it
+// holds is not read with the node's writer; one it no longer holds is,
+// and its differences stand.
+func TestReadUnrecordedOtherFirst(t *testing.T) {
+	node := Writer{Backend: release.NFT, Native: true}
+	m := iptables.Build(iptables.DefaultSpec(), true, false)
+	for _, otherHolds := range []bool{true, false} {
+		var read []bool // Native of each read
+		check := func(w Writer, _ iptables.Model) ([]string, error) {
+			read = append(read, w.Native)
+			if !w.Native && otherHolds {
+				return nil, nil
+			}
+			return []string{"missing"}, nil
+		}
+		got, err := ReadUnrecorded(check, node, m, nil, true)
+		want, wantRead := Held{Model: m, By: node.OtherKind()}, []bool{false}
+		if !otherHolds {
+			want, wantRead = Held{Diffs: []string{"missing"}, Model: m, By: node}, []bool{false, true}
+		}
+		if err != nil || !reflect.DeepEqual(got, want) || !reflect.DeepEqual(read, wantRead) {
+			t.Errorf("the other kind holding %v: %+v, %v, read native %v; want %+v, read native %v", otherHolds, got, err, read, want, wantRead)
 		}
 	}
 }

@@ -95,7 +95,7 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	var err error
 	if unrecorded {
 		var held applied.Held
-		held, err = applied.ReadUnrecorded(check, w, m, earlier)
+		held, err = applied.ReadUnrecorded(check, w, m, earlier, false)
 		diffs = held.Diffs
 	} else {
 		diffs, err = check(w, m)

@@ -248,7 +248,7 @@ func TestGonePodsAreForgotten(t *testing.T) {
 	}
 }
 
-func mustDecide(t *testing.T, p *corev1.Pod) decision.Decision {
+func mustDecide(t testing.TB, p *corev1.Pod) decision.Decision {
 	t.Helper()
 	kp, err := apipod.ToKube(p)
 	if err != nil {

@@ -32,6 +32,10 @@ type podState struct {
 	found bool
 	// acted: the label or delete was done (not repeated every pass).
 	acted bool
+	// otherKind: a sandbox with no record whose rules were found whole
+	// as the other kind of writer than the node's writes them; they are
+	// read there first.
+	otherKind bool
 }
 
 // check compares one pod's namespace with its model and acts on a
@@ -72,6 +76,7 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	network := a.deps.Network(writer)
 	var diffs []string
 	var stray Network // no record: the other kind of writer, whose rules of ours a repair clears
+	var otherKind bool
 	switch {
 	case err != nil:
 		diffs, err = []string{"cannot build the rules: " + err.Error()}, nil
@@ -86,8 +91,9 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		var held applied.Held
 		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
 			return a.deps.Network(w).Check(checkCtx, ns.Path, m)
-		}, writer, m, a.earlier(c, m))
-		if diffs = held.Diffs; held.By != writer {
+		}, writer, m, a.earlier(c, m), st.otherKind)
+		diffs, otherKind = held.Diffs, err == nil && held.By != writer
+		if otherKind {
 			a.noteOtherKind(c, held.By)
 		}
 		stray = a.deps.Network(writer.OtherKind())
@@ -104,7 +110,7 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		if st.found {
 			a.deps.Log.Info("audit: pod has its redirect again", "pod", podName(c.pod))
 		}
-		*st = podState{inode: ns.Inode}
+		*st = podState{inode: ns.Inode, otherKind: otherKind}
 		return true
 	}
 	if st.suspect.IsZero() {

@@ -137,7 +137,7 @@ type harness struct {
 	records applied.Store
 }
 
-func newHarness(t *testing.T, action Action) *harness {
+func newHarness(t testing.TB, action Action) *harness {
 	h := &harness{
 		dir:     t.TempDir(),
 		pods:    &fakePods{},

@@ -462,3 +462,29 @@ func TestRepairClearsTheOtherKindWithoutARecordOnly(t *testing.T) {
 		t.Errorf("the other kind's rules cleared %d times, want once (the unrecorded sandbox's repair)", h.net.cleared)
 	}
 }
+
+// TestOtherKindReadFirstOnceFound: a sandbox with no record found whole
+// as the other kind of writer writes it is read that way first on later
+// passes, without the node's writer's read of a sandbox it holds nothing
+// of (iptables-save in both backends on an iptables node).
+func TestOtherKindReadFirstOnceFound(t *testing.T) {
+	h := newHarness(t, Repair)
+	p := meshed("switched")
+	h.add(p, false)
+	native := &fakeNetwork{redirected: map[uint64]bool{h.ns[string(p.UID)].Inode: true}}
+	h.a.deps.Network = func(w applied.Writer) Network {
+		if w.Native {
+			return native
+		}
+		return h.net
+	}
+	h.passesPastConfirm()
+	if h.net.checked == 0 || native.checked == 0 {
+		t.Fatalf("the node's writer read %d times, the other kind %d", h.net.checked, native.checked)
+	}
+	first := h.net.checked
+	h.passesPastConfirm()
+	if h.net.checked != first || len(h.drainEvents()) != 0 || len(h.net.programmed) != 0 {
+		t.Errorf("later passes read with the node's writer %d times, want none; events %q, repairs %v", h.net.checked-first, h.drainEvents(), h.net.programmed)
+	}
+}

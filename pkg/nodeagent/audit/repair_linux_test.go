@@ -13,6 +13,7 @@ import (
 	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
+	"istio-cni.local/istio-cni/pkg/iptables/legacy"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/nftables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
@@ -250,7 +251,7 @@ func oursIn(t *testing.T, path string, w applied.Writer, m iptables.Model) []str
 
 // unrecordedInNS is a harness whose node has one meshed pod, running in a
 // new network namespace at path, that no record names; m is its model.
-func unrecordedInNS(t *testing.T, name string) (h *harness, path string, m iptables.Model) {
+func unrecordedInNS(t testing.TB, name string) (h *harness, path string, m iptables.Model) {
 	t.Helper()
 	netns, err := testutils.NewNS()
 	if err != nil {
@@ -314,3 +315,45 @@ func BenchmarkCheckRedirectedPod(b *testing.B) {
 }
 
 func iptablesDefault() iptables.Spec { return iptables.DefaultSpec() }
+
+// BenchmarkCheckUnrecordedPod is the audit's cost per pass for a meshed
+// pod no record names, its rules whole as the node's writer writes them,
+// or as the other kind does (switched from upstream's istio-cni with
+// another global.nativeNftables): each read as the agent reads it, an
+// iptables state once printed by iptables-save then by its fingerprint.
+func BenchmarkCheckUnrecordedPod(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces")
+	}
+	nft, native := applied.Writer{Backend: release.NFT}, applied.Writer{Backend: release.NFT, Native: true}
+	for _, tc := range []struct {
+		name          string
+		node, written applied.Writer
+	}{
+		{"iptables node, iptables rules", nft, nft},
+		{"iptables node, native rules", nft, native},
+		{"native node, native rules", native, native},
+		{"native node, iptables rules", native, nft},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			h, netns, m := unrecordedInNS(b, "bench")
+			confirmed := xtables.NewConfirmed(nfnl.ReadFingerprint, legacy.Holds)
+			h.a.cfg.Writer = tc.node
+			h.a.deps.Network = func(w applied.Writer) Network {
+				return podnet.For(w, xtables.Programmer{Runner: xtables.ExecRunner{}, Confirmed: confirmed})
+			}
+			written := podnet.For(tc.written, xtables.Programmer{Runner: xtables.ExecRunner{}})
+			ctx := context.Background()
+			if err := written.Reconcile(ctx, netns, m); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = written.Cleanup(context.Background(), netns) })
+			for b.Loop() {
+				h.a.pass(ctx, nil)
+			}
+			if n := testutil.ToFloat64(h.metrics.Findings); n != 0 {
+				b.Fatalf("%v findings; events %q", n, h.drainEvents())
+			}
+		})
+	}
+}

@@ -242,7 +242,7 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		}
 		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
 			return d.Check(ctx, ns.Path, m, w)
-		}, check, m, earlier)
+		}, check, m, earlier, false)
 		r.Diffs, m = held.Diffs, held.Model
 		if held.Earlier {
 			r.Notes = append(r.Notes, EarlierBuildNote)
