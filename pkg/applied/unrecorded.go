@@ -1,6 +1,9 @@
 package applied
 
-import "istio-cni.local/istio-cni/pkg/iptables"
+import (
+	"istio-cni.local/istio-cni/pkg/decision"
+	"istio-cni.local/istio-cni/pkg/iptables"
+)
 
 // Held is what a sandbox no record names a writer for was found holding.
 type Held struct {
@@ -15,19 +18,29 @@ type Held struct {
 }
 
 // ReadUnrecorded reads a sandbox no record names a writer for, as CHECK,
-// the audit and inspect all read one: it holds the pod's model m, or
-// earlier (an earlier build's rules for the same settings; nil: none
-// differ), as node (the node's writer, Guess()ed) or node.OtherKind()
-// writes them. A pod upstream's istio-cni started holds either kind, as
-// its global.nativeNftables said, which a switch may have changed. check
-// reads the sandbox as a writer wrote it. A read with node's writer that
-// fails is the error; one with the other kind holds nothing. otherFirst
-// reads the other kind first (the audit's, for a sandbox whose rules it
-// last found there): a writer's read of a sandbox it holds nothing of can
-// cost several processes (iptables-save in both backends).
-func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, m iptables.Model, earlier *iptables.Model, otherFirst bool) (Held, error) {
+// the audit and inspect all read one: it holds the pod's model m (d's,
+// with the node's settings s), or what an earlier build wrote for the
+// same settings, as node (the node's writer, Guess()ed) or
+// node.OtherKind() writes them. A pod upstream's istio-cni started holds
+// either kind, as its global.nativeNftables said, which a switch may have
+// changed. Native nftables' inet table captures IPv6 whatever the model
+// says, so under ipv6_redirect: dual-stack-only a model without IPv6
+// (which sends the pod's IPv6 direct) is not taken as held by native
+// tables of the other kind. check reads the sandbox as a writer wrote
+// it. A read with node's writer that fails is the error; one with the
+// other kind holds nothing (the node may lack that kind: a repair then
+// leaves the node's kind). otherFirst reads the other kind first (the
+// audit's, for a sandbox whose rules it last found there): a writer's read
+// of a sandbox it holds nothing of can cost several processes
+// (iptables-save in both backends).
+func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, d decision.Decision, s decision.NodeSettings, m iptables.Model, otherFirst bool) (Held, error) {
+	var earlier *iptables.Model
+	if e, differs := decision.EarlierRules(d, s, m.V4 != nil, m.V6 != nil); differs {
+		earlier = &e
+	}
 	other := node.OtherKind()
-	if otherFirst {
+	readOther := !other.Native || m.V6 != nil || s.IPv6 != decision.IPv6DualStackOnly
+	if otherFirst && readOther {
 		if h, ok := holds(check, other, m, earlier); ok {
 			return h, nil
 		}
@@ -45,7 +58,7 @@ func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node W
 			return Held{Model: *earlier, Earlier: true, By: node}, nil
 		}
 	}
-	if !otherFirst {
+	if !otherFirst && readOther {
 		if h, ok := holds(check, other, m, earlier); ok {
 			return h, nil
 		}

@@ -5,9 +5,18 @@ import (
 	"reflect"
 	"testing"
 
+	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
+
+// excluding5432 is a pod whose excludeOutboundPorts is 5432: an earlier
+// build's rules for it also excluded the status port.
+func excluding5432() decision.Decision {
+	spec := iptables.DefaultSpec()
+	spec.OutboundExclude = []uint16{5432}
+	return decision.Decision{Redirect: true, Spec: spec}
+}
 
 // TestReadUnrecorded: a sandbox no record names a writer for holds the
 // model or an earlier build's rules, as the node's writer or the other
@@ -16,27 +25,26 @@ import (
 func TestReadUnrecorded(t *testing.T) {
 	node := Writer{Backend: release.NFT, Guessed: true}
 	other := node.OtherKind()
-	m := iptables.Build(iptables.DefaultSpec(), true, false)
-	spec := iptables.DefaultSpec()
-	spec.OutboundExclude = append(spec.OutboundExclude, 5432) // another spec stands for an earlier build's
-	earlier := iptables.Build(spec, true, false)
+	s := decision.DefaultNodeSettings()
+	d := excluding5432()
+	m := decision.Rules(d, s, true, false)
+	earlier, _ := decision.EarlierRules(d, s, true, false)
 	boom := errors.New("iptables-save: exit status 1")
 	for _, tc := range []struct {
-		name    string
-		holds   map[bool]*iptables.Model // by Native; nil: nothing of ours
-		fails   map[bool]bool            // the read with that kind fails
-		earlier bool                     // an earlier build's rules differ
-		want    Held
-		err     bool
+		name  string
+		d     decision.Decision
+		holds map[bool]*iptables.Model // by Native; nil: nothing of ours
+		fails map[bool]bool            // the read with that kind fails
+		want  Held
+		err   bool
 	}{
-		{"the node's", map[bool]*iptables.Model{false: &m}, nil, true, Held{Model: m, By: node}, false},
-		{"the node's, an earlier build's", map[bool]*iptables.Model{false: &earlier}, nil, true, Held{Model: earlier, Earlier: true, By: node}, false},
-		{"the other kind's", map[bool]*iptables.Model{true: &m}, nil, true, Held{Model: m, By: other}, false},
-		{"the other kind's, an earlier build's", map[bool]*iptables.Model{true: &earlier}, nil, true, Held{Model: earlier, Earlier: true, By: other}, false},
-		{"an earlier build's, none differ", map[bool]*iptables.Model{true: &earlier}, nil, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
-		{"neither", nil, nil, true, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
-		{"the node's read fails", map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, true, Held{Model: m, By: node}, true},
-		{"the other kind's read fails", nil, map[bool]bool{true: true}, true, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
+		{"the node's", d, map[bool]*iptables.Model{false: &m}, nil, Held{Model: m, By: node}, false},
+		{"the node's, an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, nil, Held{Model: earlier, Earlier: true, By: node}, false},
+		{"the other kind's", d, map[bool]*iptables.Model{true: &m}, nil, Held{Model: m, By: other}, false},
+		{"the other kind's, an earlier build's", d, map[bool]*iptables.Model{true: &earlier}, nil, Held{Model: earlier, Earlier: true, By: other}, false},
+		{"neither", d, nil, nil, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
+		{"the node's read fails", d, map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, Held{Model: m, By: node}, true},
+		{"the other kind's read fails", d, nil, map[bool]bool{true: true}, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
 	} {
 		check := func(w Writer, want iptables.Model) ([]string, error) {
 			if tc.fails[w.Native] {
@@ -47,13 +55,49 @@ func TestReadUnrecorded(t *testing.T) {
 			}
 			return []string{"missing"}, nil
 		}
-		var e *iptables.Model
-		if tc.earlier {
-			e = &earlier
-		}
-		got, err := ReadUnrecorded(check, node, m, e, false)
+		got, err := ReadUnrecorded(check, node, tc.d, s, m, false)
 		if (err != nil) != tc.err || (!tc.err && !reflect.DeepEqual(got, tc.want)) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+	// A pod whose settings an earlier build wrote alike: its rules are
+	// read once a kind.
+	plain := decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}
+	pm := decision.Rules(plain, s, true, false)
+	reads := 0
+	if _, err := ReadUnrecorded(func(Writer, iptables.Model) ([]string, error) { reads++; return []string{"missing"}, nil }, node, plain, s, pm, false); err != nil || reads != 2 {
+		t.Errorf("settings an earlier build wrote alike: %d reads, %v; want 2", reads, err)
+	}
+}
+
+// TestReadUnrecordedNativeWithoutIPv6: under ipv6_redirect: dual-stack-only
+// a model without IPv6 sends the pod's IPv6 direct, which native tables'
+// inet rules capture: they are not taken as the pod's. With IPv6 in the
+// model, or under the default policy, they are.
+func TestReadUnrecordedNativeWithoutIPv6(t *testing.T) {
+	node := Writer{Backend: release.NFT, Guessed: true}
+	d := decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}
+	only := decision.DefaultNodeSettings()
+	only.IPv6 = decision.IPv6DualStackOnly
+	for _, tc := range []struct {
+		name string
+		s    decision.NodeSettings
+		v6   bool
+		held bool
+	}{
+		{"dual-stack-only, IPv4 model", only, false, false},
+		{"dual-stack-only, dual-stack model", only, true, true},
+		{"always, IPv4 model", decision.DefaultNodeSettings(), false, true},
+	} {
+		m := decision.Rules(d, tc.s, true, tc.v6)
+		got, err := ReadUnrecorded(func(w Writer, _ iptables.Model) ([]string, error) {
+			if w.Native {
+				return nil, nil
+			}
+			return []string{"missing"}, nil
+		}, node, d, tc.s, m, false)
+		if err != nil || (got.Diffs == nil) != tc.held || (tc.held && !got.By.Native) {
+			t.Errorf("%s: %+v, %v; want held by native tables %v", tc.name, got, err, tc.held)
 		}
 	}
 }
@@ -63,7 +107,9 @@ func TestReadUnrecorded(t *testing.T) {
 // and its differences stand.
 func TestReadUnrecordedOtherFirst(t *testing.T) {
 	node := Writer{Backend: release.NFT, Native: true}
-	m := iptables.Build(iptables.DefaultSpec(), true, false)
+	d := decision.Decision{Redirect: true, Spec: iptables.DefaultSpec()}
+	s := decision.DefaultNodeSettings()
+	m := decision.Rules(d, s, true, false)
 	for _, otherHolds := range []bool{true, false} {
 		var read []bool // Native of each read
 		check := func(w Writer, _ iptables.Model) ([]string, error) {
@@ -73,7 +119,7 @@ func TestReadUnrecordedOtherFirst(t *testing.T) {
 			}
 			return []string{"missing"}, nil
 		}
-		got, err := ReadUnrecorded(check, node, m, nil, true)
+		got, err := ReadUnrecorded(check, node, d, s, m, true)
 		want, wantRead := Held{Model: m, By: node.OtherKind()}, []bool{false}
 		if !otherHolds {
 			want, wantRead = Held{Diffs: []string{"missing"}, Model: m, By: node}, []bool{false, true}

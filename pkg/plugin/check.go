@@ -67,7 +67,6 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 		}
 	}
 	var unrecorded bool
-	var earlier *iptables.Model
 	if m.V4 == nil && m.V6 == nil {
 		pl, ok, err := p.plan(args, conf, out)
 		if err != nil || !ok {
@@ -82,20 +81,17 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 			return err
 		}
 		m = pl.model()
-		if e, differs := decision.EarlierRules(out.decision, conf.parsed.Node(), pl.v4, pl.v6); differs {
-			earlier = &e
-		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opBudget)
 	defer cancel()
-	check := func(w applied.Writer, m iptables.Model) ([]string, error) {
-		return p.deps.NewPodNetwork(w).Check(ctx, args.Netns, m)
+	check := func(by applied.Writer, want iptables.Model) ([]string, error) {
+		return p.deps.NewPodNetwork(by).Check(ctx, args.Netns, want)
 	}
 	var diffs []string
 	var err error
 	if unrecorded {
 		var held applied.Held
-		held, err = applied.ReadUnrecorded(check, w, m, earlier, false)
+		held, err = applied.ReadUnrecorded(check, w, out.decision, conf.parsed.Node(), m, false)
 		diffs = held.Diffs
 	} else {
 		diffs, err = check(w, m)

@@ -3,14 +3,17 @@ package podnet
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 
+	"istio-cni.local/istio-cni/pkg/applied"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/iptables/nfnl"
 	"istio-cni.local/istio-cni/pkg/iptables/nftables"
+	"istio-cni.local/istio-cni/pkg/iptables/release"
 	"istio-cni.local/istio-cni/pkg/iptables/xtables"
 )
 
@@ -105,5 +108,50 @@ func TestNativeWriteHonoursTheDeadline(t *testing.T) {
 	}
 	if d := nativeHeld(t, n, nftables.Ruleset{}); len(d) > 0 {
 		t.Errorf("written past the deadline: %v", d)
+	}
+}
+
+// TestClearRulesKeepsTheOtherKindsRedirect: a dual-stack TPROXY pod's
+// rules written both as iptables and as native nftables; ClearRules of
+// either kind leaves the other's redirect whole, TPROXY's policy routes
+// and ::6 with it (they are the model's, whichever kind holds it), and
+// none of its own rules.
+func TestClearRulesKeepsTheOtherKindsRedirect(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	spec := iptables.DefaultSpec()
+	spec.TProxy = true
+	m := iptables.Build(spec, true, true)
+	ipt := For(applied.Writer{Backend: release.NFT, Guessed: true}, xtables.Programmer{Runner: xtables.ExecRunner{}})
+	native := For(applied.Writer{Backend: release.NFT, Native: true}, xtables.Programmer{Runner: xtables.ExecRunner{}})
+	for _, tc := range []struct {
+		name          string
+		cleared, kept *Network
+	}{
+		{"iptables cleared", ipt, native},
+		{"native cleared", native, ipt},
+	} {
+		n := newNS(t)
+		for _, w := range []*Network{ipt, native} {
+			if err := w.Reconcile(ctx, n.Path(), m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tc.cleared.ClearRules(ctx, n.Path()); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if d, err := tc.kept.Check(ctx, n.Path(), m); err != nil || len(d) > 0 {
+			t.Errorf("%s: the other kind's redirect afterwards: %v, %v", tc.name, d, err)
+		}
+		// What the cleared kind holds of the model: none of its rules.
+		d, err := tc.cleared.Check(ctx, n.Path(), m)
+		if err != nil || len(d) == 0 {
+			t.Fatalf("%s: the cleared kind still holds the model: %v, %v", tc.name, d, err)
+		}
+		for _, diff := range d {
+			if strings.Contains(diff, "policy") || strings.Contains(diff, "lacks ::6") || !strings.Contains(diff, "missing") {
+				t.Errorf("%s: the cleared kind's difference %q: want only its rules missing", tc.name, diff)
+			}
+		}
 	}
 }

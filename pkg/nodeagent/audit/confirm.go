@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"istio-cni.local/istio-cni/pkg/applied"
-	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 	"istio-cni.local/istio-cni/pkg/nodeagent/netnsdir"
 	"istio-cni.local/istio-cni/pkg/podnet"
@@ -89,9 +88,9 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		// repair writes this build's, the node's way, and clears the
 		// other kind's.
 		var held applied.Held
-		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
-			return a.deps.Network(w).Check(checkCtx, ns.Path, m)
-		}, writer, m, a.earlier(c, m), st.otherKind)
+		held, err = applied.ReadUnrecorded(func(by applied.Writer, want iptables.Model) ([]string, error) {
+			return a.deps.Network(by).Check(checkCtx, ns.Path, want)
+		}, writer, c.decision, a.cfg.Settings, m, st.otherKind)
 		diffs, otherKind = held.Diffs, err == nil && held.By != writer
 		if otherKind {
 			a.noteOtherKind(c, held.By)
@@ -137,15 +136,6 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	defer cancelAct()
 	a.act(actCtx, c, ns, network, stray, m, st)
 	return true
-}
-
-// earlier is the rules an earlier build wrote for the pod's settings
-// (decision.EarlierRules), nil where they are m.
-func (a *Auditor) earlier(c candidate, m iptables.Model) *iptables.Model {
-	if e, differs := decision.EarlierRules(c.decision, a.cfg.Settings, m.V4 != nil, m.V6 != nil); differs {
-		return &e
-	}
-	return nil
 }
 
 func (a *Auditor) updateGauge() {

@@ -236,13 +236,9 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 	} else {
 		// No record: read as the audit reads such a sandbox.
 		var held applied.Held
-		var earlier *iptables.Model
-		if e, differs := decision.EarlierRules(dec, o.Settings, m.V4 != nil, m.V6 != nil); differs {
-			earlier = &e
-		}
-		held, err = applied.ReadUnrecorded(func(w applied.Writer, m iptables.Model) ([]string, error) {
-			return d.Check(ctx, ns.Path, m, w)
-		}, check, m, earlier, false)
+		held, err = applied.ReadUnrecorded(func(by applied.Writer, want iptables.Model) ([]string, error) {
+			return d.Check(ctx, ns.Path, want, by)
+		}, check, dec, o.Settings, m, false)
 		r.Diffs, m = held.Diffs, held.Model
 		if held.Earlier {
 			r.Notes = append(r.Notes, EarlierBuildNote)
