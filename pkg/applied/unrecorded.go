@@ -1,6 +1,8 @@
 package applied
 
 import (
+	"fmt"
+
 	"istio-cni.local/istio-cni/pkg/decision"
 	"istio-cni.local/istio-cni/pkg/iptables"
 )
@@ -27,12 +29,14 @@ type Held struct {
 // says, so under ipv6_redirect: dual-stack-only a model without IPv6
 // (which sends the pod's IPv6 direct) is not taken as held by native
 // tables of the other kind. check reads the sandbox as a writer wrote
-// it. A read with node's writer that fails is the error; one with the
-// other kind holds nothing (the node may lack that kind: a repair then
-// leaves the node's kind). otherFirst reads the other kind first (the
-// audit's, for a sandbox whose rules it last found there): a writer's read
-// of a sandbox it holds nothing of can cost several processes
-// (iptables-save in both backends).
+// it. A read with node's writer that fails is the error. otherFirst reads
+// the other kind first (the audit's, for a sandbox whose rules it last
+// found there): a writer's read of a sandbox it holds nothing of can cost
+// several processes (iptables-save in both backends). A read of the other
+// kind that fails is the error too when otherFirst (the sandbox held that
+// kind: a failed read is not a sandbox without its rules, whose repair
+// or report would follow) unless the node's kind holds the model; without
+// otherFirst it holds nothing (the node may lack that kind).
 func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, d decision.Decision, s decision.NodeSettings, m iptables.Model, otherFirst bool) (Held, error) {
 	var earlier *iptables.Model
 	if e, differs := decision.EarlierRules(d, s, m.V4 != nil, m.V6 != nil); differs {
@@ -40,42 +44,57 @@ func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node W
 	}
 	other := node.OtherKind()
 	readOther := !other.Native || m.V6 != nil || s.IPv6 != decision.IPv6DualStackOnly
+	var otherErr error // the other kind's read, read first, failed
 	if otherFirst && readOther {
-		if h, ok := holds(check, other, m, earlier); ok {
+		h, ok, err := holds(check, other, m, earlier)
+		if ok {
 			return h, nil
 		}
+		otherErr = err
 	}
 	diffs, err := check(node, m)
 	if err != nil || len(diffs) == 0 {
 		return Held{Diffs: diffs, Model: m, By: node}, err
 	}
 	if earlier != nil {
-		d, err := check(node, *earlier)
+		e, err := check(node, *earlier)
 		if err != nil {
 			return Held{Diffs: diffs, Model: m, By: node}, err
 		}
-		if len(d) == 0 {
+		if len(e) == 0 {
 			return Held{Model: *earlier, Earlier: true, By: node}, nil
 		}
 	}
+	if otherErr != nil {
+		kind := "iptables"
+		if other.Native {
+			kind = "native nftables"
+		}
+		return Held{Diffs: diffs, Model: m, By: node}, fmt.Errorf("reading the rules as %s, where they were last found: %w", kind, otherErr)
+	}
 	if !otherFirst && readOther {
-		if h, ok := holds(check, other, m, earlier); ok {
+		if h, ok, _ := holds(check, other, m, earlier); ok {
 			return h, nil
 		}
 	}
 	return Held{Diffs: diffs, Model: m, By: node}, nil
 }
 
-// holds is what w holds whole of m, else of earlier; a read that fails
-// holds nothing.
-func holds(check func(Writer, iptables.Model) ([]string, error), w Writer, m iptables.Model, earlier *iptables.Model) (Held, bool) {
-	if d, err := check(w, m); err == nil && len(d) == 0 {
-		return Held{Model: m, By: w}, true
+// holds is what w holds whole of m, else of earlier, and the first read
+// that failed.
+func holds(check func(Writer, iptables.Model) ([]string, error), w Writer, m iptables.Model, earlier *iptables.Model) (Held, bool, error) {
+	d, err := check(w, m)
+	if err == nil && len(d) == 0 {
+		return Held{Model: m, By: w}, true, nil
 	}
 	if earlier != nil {
-		if d, err := check(w, *earlier); err == nil && len(d) == 0 {
-			return Held{Model: *earlier, Earlier: true, By: w}, true
+		d, eerr := check(w, *earlier)
+		if eerr == nil && len(d) == 0 {
+			return Held{Model: *earlier, Earlier: true, By: w}, true, nil
+		}
+		if err == nil {
+			err = eerr
 		}
 	}
-	return Held{}, false
+	return Held{}, false, err
 }

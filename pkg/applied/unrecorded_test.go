@@ -20,8 +20,11 @@ func excluding5432() decision.Decision {
 
 // TestReadUnrecorded: a sandbox no record names a writer for holds the
 // model or an earlier build's rules, as the node's writer or the other
-// kind writes them; the node's differences stand when neither does, and
-// only a read with the node's writer can fail the reading.
+// kind writes them; the node's differences stand when neither does. A
+// read with the node's writer that fails is the error; one with the other
+// kind only where the sandbox was last found holding that kind (first)
+// and the node's does not hold the model: otherwise the node may lack
+// that kind, and it holds nothing.
 func TestReadUnrecorded(t *testing.T) {
 	node := Writer{Backend: release.NFT, Guessed: true}
 	other := node.OtherKind()
@@ -35,16 +38,20 @@ func TestReadUnrecorded(t *testing.T) {
 		d     decision.Decision
 		holds map[bool]*iptables.Model // by Native; nil: nothing of ours
 		fails map[bool]bool            // the read with that kind fails
+		first bool                     // otherFirst
 		want  Held
 		err   bool
 	}{
-		{"the node's", d, map[bool]*iptables.Model{false: &m}, nil, Held{Model: m, By: node}, false},
-		{"the node's, an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, nil, Held{Model: earlier, Earlier: true, By: node}, false},
-		{"the other kind's", d, map[bool]*iptables.Model{true: &m}, nil, Held{Model: m, By: other}, false},
-		{"the other kind's, an earlier build's", d, map[bool]*iptables.Model{true: &earlier}, nil, Held{Model: earlier, Earlier: true, By: other}, false},
-		{"neither", d, nil, nil, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
-		{"the node's read fails", d, map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, Held{Model: m, By: node}, true},
-		{"the other kind's read fails", d, nil, map[bool]bool{true: true}, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
+		{"the node's", d, map[bool]*iptables.Model{false: &m}, nil, false, Held{Model: m, By: node}, false},
+		{"the node's, an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: node}, false},
+		{"the other kind's", d, map[bool]*iptables.Model{true: &m}, nil, false, Held{Model: m, By: other}, false},
+		{"the other kind's, an earlier build's", d, map[bool]*iptables.Model{true: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: other}, false},
+		{"neither", d, nil, nil, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
+		{"the node's read fails", d, map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, false, Held{Model: m, By: node}, true},
+		{"the other kind's read fails", d, nil, map[bool]bool{true: true}, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
+		{"the other kind's read fails where last found", d, nil, map[bool]bool{true: true}, true, Held{}, true},
+		{"the other kind's read fails where last found, the node's holds", d, map[bool]*iptables.Model{false: &m}, map[bool]bool{true: true}, true, Held{Model: m, By: node}, false},
+		{"the other kind's, read first", d, map[bool]*iptables.Model{true: &m}, nil, true, Held{Model: m, By: other}, false},
 	} {
 		check := func(w Writer, want iptables.Model) ([]string, error) {
 			if tc.fails[w.Native] {
@@ -55,7 +62,7 @@ func TestReadUnrecorded(t *testing.T) {
 			}
 			return []string{"missing"}, nil
 		}
-		got, err := ReadUnrecorded(check, node, tc.d, s, m, false)
+		got, err := ReadUnrecorded(check, node, tc.d, s, m, tc.first)
 		if (err != nil) != tc.err || (!tc.err && !reflect.DeepEqual(got, tc.want)) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.err)
 		}

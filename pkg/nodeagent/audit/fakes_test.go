@@ -54,6 +54,7 @@ type fakeNetwork struct {
 	holds map[uint64]iptables.Model
 	// errFor, where set, is a model whose check fails to read.
 	errFor     *iptables.Model
+	readErr    error // where set, every check fails to read
 	programmed []iptables.Model
 	programErr error
 	checked    int // namespaces read
@@ -72,6 +73,9 @@ func (f *fakeNetwork) Check(_ context.Context, path string, m iptables.Model) ([
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.checked++
+	if f.readErr != nil {
+		return nil, f.readErr
+	}
 	if f.errFor != nil && reflect.DeepEqual(*f.errFor, m) {
 		return nil, errors.New("iptables-save: the xtables lock is held")
 	}

@@ -466,7 +466,8 @@ func TestRepairClearsTheOtherKindWithoutARecordOnly(t *testing.T) {
 // TestOtherKindReadFirstOnceFound: a sandbox with no record found whole
 // as the other kind of writer writes it is read that way first on later
 // passes, without the node's writer's read of a sandbox it holds nothing
-// of (iptables-save in both backends on an iptables node).
+// of (iptables-save in both backends on an iptables node). A read there
+// that fails is no finding: the pod is not reported or repaired for it.
 func TestOtherKindReadFirstOnceFound(t *testing.T) {
 	h := newHarness(t, Repair)
 	p := meshed("switched")
@@ -482,9 +483,20 @@ func TestOtherKindReadFirstOnceFound(t *testing.T) {
 	if h.net.checked == 0 || native.checked == 0 {
 		t.Fatalf("the node's writer read %d times, the other kind %d", h.net.checked, native.checked)
 	}
-	first := h.net.checked
+	first, firstNative := h.net.checked, native.checked
 	h.passesPastConfirm()
-	if h.net.checked != first || len(h.drainEvents()) != 0 || len(h.net.programmed) != 0 {
-		t.Errorf("later passes read with the node's writer %d times, want none; events %q, repairs %v", h.net.checked-first, h.drainEvents(), h.net.programmed)
+	if h.net.checked != first || native.checked == firstNative || len(h.drainEvents()) != 0 || len(h.net.programmed) != 0 {
+		t.Errorf("later passes read with the node's writer %d times, want none, and natively %d, want some; events %q, repairs %v",
+			h.net.checked-first, native.checked-firstNative, h.drainEvents(), h.net.programmed)
+	}
+	native.mu.Lock()
+	native.readErr = errors.New("netlink receive: interrupted system call")
+	native.mu.Unlock()
+	h.passesPastConfirm()
+	if events := h.drainEvents(); len(events) != 0 || len(h.net.programmed) != 0 || h.net.cleared != 0 || native.cleared != 0 {
+		t.Errorf("the native read failing: events %q, repairs %v, cleared %d and %d; want none", events, h.net.programmed, h.net.cleared, native.cleared)
+	}
+	if testutil.ToFloat64(h.metrics.Errors) == 0 {
+		t.Error("the failed reads are not counted as audit errors")
 	}
 }
