@@ -1,6 +1,7 @@
 package applied
 
 import (
+	"errors"
 	"fmt"
 
 	"istio-cni.local/istio-cni/pkg/decision"
@@ -17,7 +18,15 @@ type Held struct {
 	// settings (decision.EarlierRules).
 	Earlier bool
 	By      Writer
+	// OtherErr: the read as the other kind of writer failed, and was
+	// taken as holding nothing (ReadUnrecorded without otherFirst).
+	OtherErr error
 }
+
+// ErrUnreadWhereFound marks ReadUnrecorded's error when, read first
+// (otherFirst), the other kind of writer's read failed and the node's
+// kind does not hold the rules.
+var ErrUnreadWhereFound = errors.New("cannot read the rules where they were last found")
 
 // ReadUnrecorded reads a sandbox no record names a writer for, as CHECK,
 // the audit and inspect all read one: it holds the pod's model m (d's,
@@ -33,10 +42,11 @@ type Held struct {
 // the other kind first (the audit's, for a sandbox whose rules it last
 // found there): a writer's read of a sandbox it holds nothing of can cost
 // several processes (iptables-save in both backends). A read of the other
-// kind that fails is the error too when otherFirst (the sandbox held that
-// kind: a failed read is not a sandbox without its rules, whose repair
-// or report would follow) unless the node's kind holds the model; without
-// otherFirst it holds nothing (the node may lack that kind).
+// kind that fails is the error too when otherFirst (ErrUnreadWhereFound:
+// the sandbox held that kind, and a failed read is not a sandbox without
+// its rules, whose repair or report would follow) unless the node's kind
+// holds the model; without otherFirst it holds nothing (the node may lack
+// that kind), and Held.OtherErr says why.
 func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node Writer, d decision.Decision, s decision.NodeSettings, m iptables.Model, otherFirst bool) (Held, error) {
 	var earlier *iptables.Model
 	if e, differs := decision.EarlierRules(d, s, m.V4 != nil, m.V6 != nil); differs {
@@ -50,34 +60,38 @@ func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node W
 		if ok {
 			return h, nil
 		}
-		otherErr = err
+		if err != nil {
+			otherErr = fmt.Errorf("%w, as %s: %w", ErrUnreadWhereFound, other.Kind(), err)
+		}
 	}
 	diffs, err := check(node, m)
-	if err != nil || len(diffs) == 0 {
-		return Held{Diffs: diffs, Model: m, By: node}, err
+	switch {
+	case err != nil:
+		return Held{Diffs: diffs, Model: m, By: node}, errors.Join(err, otherErr)
+	case len(diffs) == 0:
+		return Held{Model: m, By: node}, nil
 	}
 	if earlier != nil {
 		e, err := check(node, *earlier)
 		if err != nil {
-			return Held{Diffs: diffs, Model: m, By: node}, err
+			return Held{Diffs: diffs, Model: m, By: node}, errors.Join(err, otherErr)
 		}
 		if len(e) == 0 {
 			return Held{Model: *earlier, Earlier: true, By: node}, nil
 		}
 	}
 	if otherErr != nil {
-		kind := "iptables"
-		if other.Native {
-			kind = "native nftables"
-		}
-		return Held{Diffs: diffs, Model: m, By: node}, fmt.Errorf("reading the rules as %s, where they were last found: %w", kind, otherErr)
+		return Held{Diffs: diffs, Model: m, By: node}, otherErr
 	}
+	held := Held{Diffs: diffs, Model: m, By: node}
 	if !otherFirst && readOther {
-		if h, ok, _ := holds(check, other, m, earlier); ok {
+		h, ok, err := holds(check, other, m, earlier)
+		if ok {
 			return h, nil
 		}
+		held.OtherErr = err
 	}
-	return Held{Diffs: diffs, Model: m, By: node}, nil
+	return held, nil
 }
 
 // holds is what w holds whole of m, else of earlier, and the first read

@@ -3,6 +3,7 @@ package applied
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"istio-cni.local/istio-cni/pkg/decision"
@@ -24,7 +25,7 @@ func excluding5432() decision.Decision {
 // read with the node's writer that fails is the error; one with the other
 // kind only where the sandbox was last found holding that kind (first)
 // and the node's does not hold the model: otherwise the node may lack
-// that kind, and it holds nothing.
+// that kind, and it holds nothing (OtherErr says why).
 func TestReadUnrecorded(t *testing.T) {
 	node := Writer{Backend: release.NFT, Guessed: true}
 	other := node.OtherKind()
@@ -40,18 +41,19 @@ func TestReadUnrecorded(t *testing.T) {
 		fails map[bool]bool            // the read with that kind fails
 		first bool                     // otherFirst
 		want  Held
-		err   bool
+		err   error // errors.Is
 	}{
-		{"the node's", d, map[bool]*iptables.Model{false: &m}, nil, false, Held{Model: m, By: node}, false},
-		{"the node's, an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: node}, false},
-		{"the other kind's", d, map[bool]*iptables.Model{true: &m}, nil, false, Held{Model: m, By: other}, false},
-		{"the other kind's, an earlier build's", d, map[bool]*iptables.Model{true: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: other}, false},
-		{"neither", d, nil, nil, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
-		{"the node's read fails", d, map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, false, Held{Model: m, By: node}, true},
-		{"the other kind's read fails", d, nil, map[bool]bool{true: true}, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, false},
-		{"the other kind's read fails where last found", d, nil, map[bool]bool{true: true}, true, Held{}, true},
-		{"the other kind's read fails where last found, the node's holds", d, map[bool]*iptables.Model{false: &m}, map[bool]bool{true: true}, true, Held{Model: m, By: node}, false},
-		{"the other kind's, read first", d, map[bool]*iptables.Model{true: &m}, nil, true, Held{Model: m, By: other}, false},
+		{"the node's", d, map[bool]*iptables.Model{false: &m}, nil, false, Held{Model: m, By: node}, nil},
+		{"the node's, an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: node}, nil},
+		{"the other kind's", d, map[bool]*iptables.Model{true: &m}, nil, false, Held{Model: m, By: other}, nil},
+		{"the other kind's, an earlier build's", d, map[bool]*iptables.Model{true: &earlier}, nil, false, Held{Model: earlier, Earlier: true, By: other}, nil},
+		{"neither", d, nil, nil, false, Held{Diffs: []string{"missing"}, Model: m, By: node}, nil},
+		{"the node's read fails", d, map[bool]*iptables.Model{true: &m}, map[bool]bool{false: true}, false, Held{}, boom},
+		{"the other kind's read fails", d, nil, map[bool]bool{true: true}, false, Held{Diffs: []string{"missing"}, Model: m, By: node, OtherErr: boom}, nil},
+		{"the other kind's read fails where last found", d, nil, map[bool]bool{true: true}, true, Held{}, ErrUnreadWhereFound},
+		{"the other kind's read fails where last found, the node's holds", d, map[bool]*iptables.Model{false: &m}, map[bool]bool{true: true}, true, Held{Model: m, By: node}, nil},
+		{"the other kind's read fails where last found, the node's holds an earlier build's", d, map[bool]*iptables.Model{false: &earlier}, map[bool]bool{true: true}, true, Held{Model: earlier, Earlier: true, By: node}, nil},
+		{"both reads fail where last found", d, nil, map[bool]bool{true: true, false: true}, true, Held{}, ErrUnreadWhereFound},
 	} {
 		check := func(w Writer, want iptables.Model) ([]string, error) {
 			if tc.fails[w.Native] {
@@ -63,8 +65,11 @@ func TestReadUnrecorded(t *testing.T) {
 			return []string{"missing"}, nil
 		}
 		got, err := ReadUnrecorded(check, node, tc.d, s, m, tc.first)
-		if (err != nil) != tc.err || (!tc.err && !reflect.DeepEqual(got, tc.want)) {
+		if !errors.Is(err, tc.err) || (err == nil && !reflect.DeepEqual(got, tc.want)) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", tc.name, got, err, tc.want, tc.err)
+		}
+		if errors.Is(err, ErrUnreadWhereFound) && (!errors.Is(err, boom) || !strings.Contains(err.Error(), "as native nftables")) {
+			t.Errorf("%s: %q does not say which kind's read failed, and why", tc.name, err)
 		}
 	}
 	// A pod whose settings an earlier build wrote alike: its rules are

@@ -63,3 +63,11 @@ func (w Writer) Guess() Writer {
 func (w Writer) OtherKind() Writer {
 	return Writer{Backend: w.Backend, BackendIPv6: w.BackendIPv6, Native: !w.Native, Guessed: w.Native}
 }
+
+// Kind names w's kind of writer as logs and errors say it.
+func (w Writer) Kind() string {
+	if w.Native {
+		return "native nftables"
+	}
+	return "iptables"
+}

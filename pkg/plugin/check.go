@@ -89,10 +89,14 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	}
 	var diffs []string
 	var err error
+	var unread string // the other kind's read failed: why
 	if unrecorded {
 		var held applied.Held
 		held, err = applied.ReadUnrecorded(check, w, out.decision, conf.parsed.Node(), m, false)
 		diffs = held.Diffs
+		if held.OtherErr != nil {
+			unread = fmt.Sprintf(" (reading them as %s failed: %v)", w.OtherKind().Kind(), held.OtherErr)
+		}
 	} else {
 		diffs, err = check(w, m)
 	}
@@ -101,7 +105,7 @@ func (p *Plugin) check(args *skel.CmdArgs, conf *Config, out *outcome) error {
 	}
 	if len(diffs) > 0 {
 		return types.NewError(ErrRulesMismatch,
-			fmt.Sprintf("pod %s: redirect rules missing or different: %s", out.pod, strings.Join(diffs, "; ")), "")
+			fmt.Sprintf("pod %s: redirect rules missing or different: %s%s", out.pod, strings.Join(diffs, "; "), unread), "")
 	}
 	return nil
 }

@@ -43,6 +43,7 @@ type fakeNet struct {
 	// writes are how each Program was told to write.
 	writes     []xtables.Write
 	checkDiffs []string
+	checkErr   error // every Check fails to read
 	// holds, when set, is what the namespace holds: a check of another
 	// model finds it differs.
 	holds      *iptables.Model
@@ -74,6 +75,9 @@ func (f *fakeNet) Program(_ context.Context, netns string, m iptables.Model, w x
 }
 
 func (f *fakeNet) Check(_ context.Context, _ string, m iptables.Model) ([]string, error) {
+	if f.checkErr != nil {
+		return nil, f.checkErr
+	}
 	if f.holds != nil && !reflect.DeepEqual(*f.holds, m) {
 		return []string{"nat ISTIO_OUTPUT: the rules differ"}, nil
 	}

@@ -271,14 +271,24 @@ func TestCheckWithoutARecordReadsTheOtherKind(t *testing.T) {
 			t.Errorf("%s: CHECK = %v (read with %+v), want success", tc.name, err, asked)
 		}
 	}
-	// Neither holds them: the node's writer's differences.
-	h := newHarness()
-	h.api.pods["team-a/web-1"] = meshedPod(nil)
-	h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: chain missing"}
-	err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs))
-	wantCode(t, err, ErrRulesMismatch)
-	if !strings.Contains(err.Error(), "ISTIO_OUTPUT: chain missing") {
-		t.Errorf("CHECK = %v", err)
+	// Neither holds them: the node's writer's differences, and why the
+	// other kind's were not read where that failed.
+	for _, otherErr := range []error{nil, errors.New("netlink receive: interrupted system call")} {
+		h := newHarness()
+		h.api.pods["team-a/web-1"] = meshedPod(nil)
+		h.net.checkDiffs = []string{"nat ISTIO_OUTPUT: chain missing"}
+		h.p.deps.NewPodNetwork = func(w applied.Writer) PodNetwork {
+			if w.Native {
+				return &fakeNet{checkDiffs: h.net.checkDiffs, checkErr: otherErr}
+			}
+			return h.net
+		}
+		err := h.p.Check(cmdArgs(conf("1.0.0", prevV4), podArgs))
+		wantCode(t, err, ErrRulesMismatch)
+		unread := strings.Contains(err.Error(), "(reading them as native nftables failed: netlink receive: interrupted system call)")
+		if !strings.Contains(err.Error(), "ISTIO_OUTPUT: chain missing") || unread != (otherErr != nil) {
+			t.Errorf("the other kind's read failing: %v; CHECK = %v", otherErr, err)
+		}
 	}
 }
 

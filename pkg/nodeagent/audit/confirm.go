@@ -35,6 +35,9 @@ type podState struct {
 	// as the other kind of writer than the node's writes them; they are
 	// read there first.
 	otherKind bool
+	// unreadSince: when reading them there first began to fail
+	// (applied.ErrUnreadWhereFound); zero while it does not.
+	unreadSince time.Time
 }
 
 // check compares one pod's namespace with its model and acts on a
@@ -98,12 +101,16 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		stray = a.deps.Network(writer.OtherKind())
 	}
 	if err != nil {
+		if errors.Is(err, applied.ErrUnreadWhereFound) {
+			a.unreadWhereFound(st)
+		}
 		if !errors.Is(err, podnet.ErrNoNetns) {
 			a.deps.Metrics.Errors.Inc()
 			a.deps.Log.Warn("audit: cannot check pod", "pod", podName(c.pod), "netns", found.Path, "error", err.Error())
 		}
 		return false
 	}
+	st.unreadSince = time.Time{}
 	now := a.deps.Now()
 	if len(diffs) == 0 {
 		if st.found {
@@ -136,6 +143,21 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	defer cancelAct()
 	a.act(actCtx, c, ns, network, stray, m, st)
 	return true
+}
+
+// unreadWhereFound: a failed read where a sandbox's rules were last found
+// is not a pod without them, for Confirm. Failing longer, the sandbox is
+// read as one whose kind is not known (a failed read there holds
+// nothing), so that rules gone meanwhile are found and acted on, not
+// hidden behind the failure for as long as it lasts.
+func (a *Auditor) unreadWhereFound(st *podState) {
+	now := a.deps.Now()
+	switch {
+	case st.unreadSince.IsZero():
+		st.unreadSince = now
+	case now.Sub(st.unreadSince) >= a.cfg.Confirm:
+		st.otherKind, st.unreadSince = false, time.Time{}
+	}
 }
 
 func (a *Auditor) updateGauge() {

@@ -144,10 +144,7 @@ func (a *Auditor) noteProxyEnv(c candidate) {
 // upstream's istio-cni started with another global.nativeNftables. It is
 // redirected; a restart gives it the node's writer.
 func (a *Auditor) noteOtherKind(c candidate, w applied.Writer) {
-	kind := "iptables"
-	if w.Native {
-		kind = "native nftables"
-	}
+	kind := w.Kind()
 	if a.sayOnce(string(c.pod.UID), "writer", kind) {
 		a.deps.Log.Info("audit: no record of this sandbox; its rules are "+kind+", which this node's plugin does not write (native_nftables differs from the plugin that started it); taking them for the pod's",
 			"pod", podName(c.pod), "uid", string(c.pod.UID))

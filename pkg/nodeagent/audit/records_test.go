@@ -467,7 +467,8 @@ func TestRepairClearsTheOtherKindWithoutARecordOnly(t *testing.T) {
 // as the other kind of writer writes it is read that way first on later
 // passes, without the node's writer's read of a sandbox it holds nothing
 // of (iptables-save in both backends on an iptables node). A read there
-// that fails is no finding: the pod is not reported or repaired for it.
+// that fails is no finding for Confirm; failing longer, the pod is read as
+// one whose kind is not known, and rules gone meanwhile are found.
 func TestOtherKindReadFirstOnceFound(t *testing.T) {
 	h := newHarness(t, Repair)
 	p := meshed("switched")
@@ -485,18 +486,27 @@ func TestOtherKindReadFirstOnceFound(t *testing.T) {
 	}
 	first, firstNative := h.net.checked, native.checked
 	h.passesPastConfirm()
-	if h.net.checked != first || native.checked == firstNative || len(h.drainEvents()) != 0 || len(h.net.programmed) != 0 {
+	if events := h.drainEvents(); h.net.checked != first || native.checked == firstNative || len(events) != 0 || len(h.net.programmed) != 0 {
 		t.Errorf("later passes read with the node's writer %d times, want none, and natively %d, want some; events %q, repairs %v",
-			h.net.checked-first, native.checked-firstNative, h.drainEvents(), h.net.programmed)
+			h.net.checked-first, native.checked-firstNative, events, h.net.programmed)
 	}
+	// The native read fails, and the pod's rules are gone meanwhile.
 	native.mu.Lock()
 	native.readErr = errors.New("netlink receive: interrupted system call")
 	native.mu.Unlock()
-	h.passesPastConfirm()
-	if events := h.drainEvents(); len(events) != 0 || len(h.net.programmed) != 0 || h.net.cleared != 0 || native.cleared != 0 {
-		t.Errorf("the native read failing: events %q, repairs %v, cleared %d and %d; want none", events, h.net.programmed, h.net.cleared, native.cleared)
+	unread := testutil.ToFloat64(h.metrics.Errors)
+	for range 2 { // Confirm apart: a pod without its rules would be found
+		h.a.fullPass(context.Background())
+		h.clock.advance(3 * time.Second)
 	}
-	if testutil.ToFloat64(h.metrics.Errors) == 0 {
-		t.Error("the failed reads are not counted as audit errors")
+	if events := h.drainEvents(); len(events) != 0 || len(h.net.programmed) != 0 || native.cleared != 0 {
+		t.Errorf("the native read failing for Confirm: events %q, repairs %v, native rules cleared %d times; want none", events, h.net.programmed, native.cleared)
+	}
+	if got := testutil.ToFloat64(h.metrics.Errors) - unread; got != 2 {
+		t.Errorf("%v failed reads counted as audit errors, want 2", got)
+	}
+	h.passesPastConfirm()
+	if events := h.drainEvents(); len(events) == 0 || !strings.Contains(events[0], ReasonMissing) || len(h.net.programmed) == 0 {
+		t.Errorf("the native read failing past Confirm: events %q, repairs %v; want the pod found and repaired", events, h.net.programmed)
 	}
 }

@@ -243,6 +243,9 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 		if held.Earlier {
 			r.Notes = append(r.Notes, EarlierBuildNote)
 		}
+		if held.OtherErr != nil {
+			r.Notes = append(r.Notes, "no record of this sandbox, and reading its rules as "+check.OtherKind().Kind()+" failed: "+held.OtherErr.Error())
+		}
 		if err == nil && held.By != check {
 			err = otherKind(ctx, d, ns.Path, &r, m, held.By)
 		}

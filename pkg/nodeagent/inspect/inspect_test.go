@@ -663,4 +663,21 @@ func TestOtherKindWithoutARecord(t *testing.T) {
 			}
 		})
 	}
+	// Read as neither, the other kind's read failing: the report says why.
+	d := deps(p, "", nil)
+	d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+		if w.Native {
+			return nil, errors.New("netlink receive: interrupted system call")
+		}
+		return []string{"missing"}, nil
+	}
+	o := opts(configDir(t, true))
+	o.Writer = applied.Writer{Backend: release.NFT}
+	r, err := Run(context.Background(), o, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := render(t, r); !strings.Contains(out, "reading its rules as native nftables failed: netlink receive: interrupted system call") || strings.Contains(out, "ok: redirected") {
+		t.Errorf("the other kind's read failing, report:\n%s", out)
+	}
 }
