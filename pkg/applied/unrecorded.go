@@ -67,14 +67,14 @@ func ReadUnrecorded(check func(Writer, iptables.Model) ([]string, error), node W
 	diffs, err := check(node, m)
 	switch {
 	case err != nil:
-		return Held{Diffs: diffs, Model: m, By: node}, errors.Join(err, otherErr)
+		return Held{Diffs: diffs, Model: m, By: node}, joinErr(err, otherErr)
 	case len(diffs) == 0:
 		return Held{Model: m, By: node}, nil
 	}
 	if earlier != nil {
 		e, err := check(node, *earlier)
 		if err != nil {
-			return Held{Diffs: diffs, Model: m, By: node}, errors.Join(err, otherErr)
+			return Held{Diffs: diffs, Model: m, By: node}, joinErr(err, otherErr)
 		}
 		if len(e) == 0 {
 			return Held{Model: *earlier, Earlier: true, By: node}, nil
@@ -111,4 +111,13 @@ func holds(check func(Writer, iptables.Model) ([]string, error), w Writer, m ipt
 		}
 	}
 	return Held{}, false, err
+}
+
+// joinErr is err, and then otherErr where set, on one line (a log
+// field, inspect's report).
+func joinErr(err, otherErr error) error {
+	if otherErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w; %w", err, otherErr)
 }

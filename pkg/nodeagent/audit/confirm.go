@@ -36,7 +36,8 @@ type podState struct {
 	// read there first.
 	otherKind bool
 	// unreadSince: when reading them there first began to fail
-	// (applied.ErrUnreadWhereFound); zero while it does not.
+	// (applied.ErrUnreadWhereFound), a failed check, not a finding, for
+	// Confirm; zero while it does not.
 	unreadSince time.Time
 }
 
@@ -90,6 +91,12 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		// are the pod's too, and so are the other kind of writer's; a
 		// repair writes this build's, the node's way, and clears the
 		// other kind's.
+		if st.otherKind && !st.unreadSince.IsZero() && a.deps.Now().Sub(st.unreadSince) >= a.cfg.Confirm {
+			// Unreadable where last found for Confirm: read as a sandbox
+			// of unknown kind, where a failed read holds nothing, so
+			// that rules gone meanwhile are not hidden behind it.
+			st.otherKind, st.unreadSince = false, time.Time{}
+		}
 		var held applied.Held
 		held, err = applied.ReadUnrecorded(func(by applied.Writer, want iptables.Model) ([]string, error) {
 			return a.deps.Network(by).Check(checkCtx, ns.Path, want)
@@ -98,11 +105,15 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 		if otherKind {
 			a.noteOtherKind(c, held.By)
 		}
+		if held.OtherErr != nil {
+			// Taken as holding nothing there: the finding says so.
+			diffs = append([]string{writer.OtherKind().Kind() + ": cannot read them: " + held.OtherErr.Error()}, diffs...)
+		}
 		stray = a.deps.Network(writer.OtherKind())
 	}
 	if err != nil {
-		if errors.Is(err, applied.ErrUnreadWhereFound) {
-			a.unreadWhereFound(st)
+		if errors.Is(err, applied.ErrUnreadWhereFound) && st.unreadSince.IsZero() {
+			st.unreadSince = a.deps.Now()
 		}
 		if !errors.Is(err, podnet.ErrNoNetns) {
 			a.deps.Metrics.Errors.Inc()
@@ -143,21 +154,6 @@ func (a *Auditor) check(ctx context.Context, c candidate, found netnsdir.NSFile,
 	defer cancelAct()
 	a.act(actCtx, c, ns, network, stray, m, st)
 	return true
-}
-
-// unreadWhereFound: a failed read where a sandbox's rules were last found
-// is not a pod without them, for Confirm. Failing longer, the sandbox is
-// read as one whose kind is not known (a failed read there holds
-// nothing), so that rules gone meanwhile are found and acted on, not
-// hidden behind the failure for as long as it lasts.
-func (a *Auditor) unreadWhereFound(st *podState) {
-	now := a.deps.Now()
-	switch {
-	case st.unreadSince.IsZero():
-		st.unreadSince = now
-	case now.Sub(st.unreadSince) >= a.cfg.Confirm:
-		st.otherKind, st.unreadSince = false, time.Time{}
-	}
 }
 
 func (a *Auditor) updateGauge() {
