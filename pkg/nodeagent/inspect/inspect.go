@@ -265,17 +265,19 @@ func Run(ctx context.Context, o Options, d Deps) (Report, error) {
 
 // otherKind reports a sandbox with no record whose rules w, the other kind
 // of writer than the node's, holds whole: read as w wrote them, no
-// differences, and said so.
+// differences, and said so, whether or not the iptables backend holding
+// them can be told.
 func otherKind(ctx context.Context, d Deps, netns string, r *Report, m iptables.Model, w applied.Writer) error {
+	r.setWriter(w)
+	r.Notes = append(r.Notes, OtherKindNote)
 	if !w.Native && d.Holding != nil {
 		found, err := d.Holding(ctx, netns, m)
 		if err != nil {
 			return err
 		}
 		w.Backend, w.BackendIPv6 = found.Backend, found.BackendIPv6
+		r.setWriter(w)
 	}
-	r.setWriter(w)
-	r.Notes = append(r.Notes, OtherKindNote)
 	var err error
 	r.Have, err = observe(ctx, d, netns, m, w)
 	return err

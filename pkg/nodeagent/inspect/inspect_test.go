@@ -663,17 +663,38 @@ func TestOtherKindWithoutARecord(t *testing.T) {
 			}
 		})
 	}
-	// Read as neither, the other kind's read failing: the report says why.
+	// Whole as iptables on a native node, which backend holds them
+	// unreadable: still reported as iptables, with the note and the error.
 	d := deps(p, "", nil)
+	d.Holding = func(context.Context, string, iptables.Model) (applied.Writer, error) {
+		return applied.Writer{}, errors.New("iptables-legacy-save: exit status 4")
+	}
+	d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
+		if w.Native {
+			return []string{"missing"}, nil
+		}
+		return nil, nil
+	}
+	o := opts(configDir(t, true))
+	o.Writer = applied.Writer{Backend: release.NFT, Native: true}
+	r, err := Run(context.Background(), o, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Native || !slices.Contains(r.Notes, OtherKindNote) || !strings.Contains(r.NetnsErr, "iptables-legacy-save: exit status 4") {
+		t.Errorf("the backend unreadable, report:\n%s", render(t, r))
+	}
+	// Read as neither, the other kind's read failing: the report says why.
+	d = deps(p, "", nil)
 	d.Check = func(_ context.Context, _ string, _ iptables.Model, w applied.Writer) ([]string, error) {
 		if w.Native {
 			return nil, errors.New("netlink receive: interrupted system call")
 		}
 		return []string{"missing"}, nil
 	}
-	o := opts(configDir(t, true))
+	o = opts(configDir(t, true))
 	o.Writer = applied.Writer{Backend: release.NFT}
-	r, err := Run(context.Background(), o, d)
+	r, err = Run(context.Background(), o, d)
 	if err != nil {
 		t.Fatal(err)
 	}
