@@ -359,11 +359,11 @@ goldens:
 ## fuzz: run each fuzzer for FUZZTIME (30s) over the input istio-cni reads
 ## from others: pods' annotations, the primary's config, iptables-save output
 ## from a pod's namespace, the reports socket's datagrams, the shim's hand-off
-## frames, the kubeconfig.
+## frames, the kubeconfig; and the shim's CNI error against encoding/json's.
 FUZZTIME ?= 30s
 FUZZERS := decision:FuzzPodAnnotations decision:FuzzParsePorts decision:FuzzParsePrefixes \
 	chain:FuzzOwnedFromAnyPrimary iptables:FuzzPlanTouchesOnlyOurs wire/reports:FuzzDecode wire/handoff:FuzzRequestFrame \
-	kube/apiclient:FuzzParseKubeconfig shim:FuzzWalkEntry
+	kube/apiclient:FuzzParseKubeconfig shim:FuzzWalkEntry shim:FuzzErrorResult
 fuzz:
 	@for f in $(FUZZERS); do \
 		echo "== pkg/$${f%%:*} $${f##*:}"; \

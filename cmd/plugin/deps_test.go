@@ -56,9 +56,11 @@ var shimPackages = []string{
 // shimForbidden: besides the plugin's, what the shim leaves to
 // istio-cni-full, since every pod start pays to load what the shim links:
 // CNI's skel and types, the netlink library, the logger, regexp, crypto
-// (the audit's fingerprints), net/netip (the rule model) and os/exec.
+// (the audit's fingerprints), net/netip (the rule model), and os, fmt,
+// encoding/json and path/filepath, whose start alone cost each ADD about
+// 0.1 ms (BENCHMARKS.md): the shim makes its system calls itself.
 var shimForbidden = append([]string{"github.com/containernetworking/", "github.com/vishvananda/", "log/slog", "regexp",
-	"crypto/", "net/netip/", "os/exec/"}, forbidden...)
+	"crypto/", "net/netip/", "os", "fmt", "encoding/json", "path/filepath"}, forbidden...)
 
 // forbidden are packages the plugin must never link: a Kubernetes client
 // and the API types cost megabytes and milliseconds at every pod start;

@@ -12,11 +12,11 @@
 package main
 
 import (
-	"os"
+	"syscall"
 
 	"istio-cni.local/istio-cni/pkg/shim"
 )
 
 func main() {
-	os.Exit(shim.Run(shim.Process()))
+	syscall.Exit(shim.Run(shim.Process()))
 }

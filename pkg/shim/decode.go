@@ -1,7 +1,6 @@
 package shim
 
 import (
-	"encoding/json"
 	"strings"
 
 	"istio-cni.local/istio-cni/pkg/iptables/release"
@@ -27,32 +26,15 @@ type prevIP struct {
 	Address string `json:"address"`
 }
 
-// decodeEntry reads the runtime's stdin as the full plugin reads it
-// (json.Unmarshal): a config it would refuse is not handed to the agent.
-// The walker reads the plugin's own entries; json.Unmarshal the rest.
-func decodeEntry(stdin []byte) (entry, error) {
-	if json.Valid(stdin) {
-		if e, ok := walkEntry(stdin); ok {
-			return e, nil
-		}
-	}
-	var e entry
-	if err := json.Unmarshal(stdin, &e); err != nil {
-		return entry{}, err
-	}
-	return e, nil
-}
-
 // cniVersion is the config's cniVersion for an error result, "1.0.0" if
-// it names none. Unmarshal reads on past a field of the wrong type, so a
-// config the shim could not hand off still gets an error of its version.
+// it names none. Read as json.Unmarshal reads it, on past a field of the
+// wrong type, so a config the shim could not hand off still gets an
+// error of its version; "1.0.0" too for one the walker cannot read.
 func cniVersion(stdin []byte) string {
-	var e entry
-	_ = json.Unmarshal(stdin, &e)
-	if e.CNIVersion == "" {
-		return "1.0.0"
+	if v, ok := walkVersion(stdin); ok && v != "" {
+		return v
 	}
-	return e.CNIVersion
+	return "1.0.0"
 }
 
 // family is one whose iptables the shim checks: its name on the wire

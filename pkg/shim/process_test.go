@@ -127,9 +127,8 @@ func start(t *testing.T, cmd *exec.Cmd, f *os.File) <-chan error {
 	return done
 }
 
-// waitUntilPolling waits until a thread of pid sleeps in epoll_pwait,
-// which Go's runtime does only while a goroutine waits on a descriptor:
-// here the shim's stdin or stdout.
+// waitUntilPolling waits until a thread of pid sleeps in ppoll, which the
+// shim calls only while it waits on its stdin or stdout.
 func waitUntilPolling(t *testing.T, pid int, done <-chan error) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
@@ -141,7 +140,7 @@ func waitUntilPolling(t *testing.T, pid int, done <-chan error) {
 		files, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/syscall")
 		for _, f := range files {
 			b, _ := os.ReadFile(f)
-			if nr, _, _ := strings.Cut(string(b), " "); nr == strconv.Itoa(unix.SYS_EPOLL_PWAIT) {
+			if nr, _, _ := strings.Cut(string(b), " "); nr == strconv.Itoa(unix.SYS_PPOLL) {
 				return
 			}
 		}

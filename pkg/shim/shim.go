@@ -7,20 +7,19 @@
 // same arguments, environment and stdin.
 //
 // Every pod start pays to load what the shim links, so it links the
-// standard library, the hand-off and the node's iptables release check
-// only: no CNI library, netlink, rule model or Kubernetes client
-// (cmd/plugin's TestPluginLinksNoAgentCode).
+// hand-off, the node's iptables release check and the standard library's
+// smallest packages only: no CNI library, netlink, rule model or
+// Kubernetes client, and no os, fmt or encoding/json, whose start alone
+// cost each ADD about 0.15 ms (cmd/plugin's TestPluginLinksNoAgentCode,
+// BENCHMARKS.md).
 // It never decides anything about a pod: the plugin's code does, in the
 // agent or in istio-cni-full.
 package shim
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"os"
-	"path/filepath"
+	"path"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,9 +39,10 @@ type Env struct {
 	Stdout  io.Writer
 	Stderr  io.Writer
 	// Exe is the shim's own path, "" if unknown: the full plugin is
-	// beside it. Args are its arguments, passed on to the full plugin.
+	// beside it. Args are its arguments, passed on to the full plugin
+	// (read only then).
 	Exe  string
-	Args []string
+	Args func() []string
 	// Procs is the shim's own GOMAXPROCS, as Go's runtime sized it on
 	// this node (its CPUs, its cgroup's limit, or GOMAXPROCS); 0 if
 	// unknown.
@@ -75,7 +75,7 @@ func Run(e Env) int {
 	}
 	stdin, err := io.ReadAll(e.Stdin)
 	if err != nil {
-		return e.fail("", fmt.Errorf("reading stdin: %w", err))
+		return e.fail("", wrap("reading stdin", err))
 	}
 	resp, why, asked := e.handOff(stdin)
 	if why != "" {
@@ -96,11 +96,11 @@ func Run(e Env) int {
 // whether the agent got the request (it may then have written rules).
 func (e Env) handOff(stdin []byte) (resp handoff.Response, why string, asked bool) {
 	if len(stdin) > handoff.MaxRequest/2 {
-		return handoff.Response{}, fmt.Sprintf("stdin is %d bytes, over the hand-off's %d", len(stdin), handoff.MaxRequest/2), false
+		return handoff.Response{}, "stdin is " + strconv.Itoa(len(stdin)) + " bytes, over the hand-off's " + strconv.Itoa(handoff.MaxRequest/2), false
 	}
-	conf, err := decodeEntry(stdin)
-	if err != nil {
-		return handoff.Response{}, "the config does not decode", false
+	conf, ok := walkEntry(stdin)
+	if !ok {
+		return handoff.Response{}, "the config does not decode as the shim reads it (not JSON, or not the plain shapes of the plugin's own entry)", false
 	}
 	if conf.PodSocket == "" {
 		return handoff.Response{}, "the entry names no pod_socket", false
@@ -170,11 +170,11 @@ func (e Env) full(stdin []byte, why string) int {
 	}
 	env := fullEnv(e.Environ, e.Procs, why)
 	argv := []string{full}
-	if len(e.Args) > 1 {
-		argv = append(argv, e.Args[1:]...)
+	if args := e.Args(); len(args) > 1 {
+		argv = append(argv, args[1:]...)
 	}
 	err = e.Exec(full, argv, env, stdin)
-	return e.fail(cniVersion(stdin), fmt.Errorf("running %s: %w", full, err))
+	return e.fail(cniVersion(stdin), wrap("running "+full, err))
 }
 
 // fullProcs caps the full plugin's GOMAXPROCS. Its work waits on the API
@@ -210,26 +210,20 @@ func fullEnv(environ []string, procs int, why string) []string {
 // shim's own path (no /proc), it is looked for on CNI_PATH, where the
 // runtime found the shim; never relative to the working directory.
 func (e Env) fullPath() (string, error) {
-	if filepath.IsAbs(e.Exe) {
-		return filepath.Join(filepath.Dir(e.Exe), FullBinary), nil
+	if path.IsAbs(e.Exe) {
+		return path.Join(path.Dir(e.Exe), FullBinary), nil
 	}
-	for _, dir := range filepath.SplitList(e.Getenv("CNI_PATH")) {
-		if !filepath.IsAbs(dir) {
+	for _, dir := range strings.Split(e.Getenv("CNI_PATH"), ":") {
+		if !path.IsAbs(dir) {
 			continue
 		}
-		p := filepath.Join(dir, FullBinary)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		p := path.Join(dir, FullBinary)
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
 			return p, nil
 		}
 	}
 	return "", errors.New("finding " + FullBinary + ": the shim's own path is unknown (no /proc/self/exe) and CNI_PATH has none")
-}
-
-// cniError is a CNI error result, as skel prints one.
-type cniError struct {
-	CNIVersion string `json:"cniVersion"`
-	Code       int    `json:"code"`
-	Msg        string `json:"msg"`
 }
 
 // fail prints a CNI error (code 999, internal) and returns its status.
@@ -237,9 +231,7 @@ func (e Env) fail(version string, err error) int {
 	if version == "" {
 		version = "1.0.0"
 	}
-	enc := json.NewEncoder(e.Stdout)
-	enc.SetEscapeHTML(false) // the message as the plugin's own would print it
-	_ = enc.Encode(cniError{CNIVersion: version, Code: 999, Msg: "istio-cni: " + err.Error()})
+	_, _ = io.WriteString(e.Stdout, errorResult(version, 999, "istio-cni: "+err.Error()))
 	return 1
 }
 

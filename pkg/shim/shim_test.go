@@ -62,7 +62,7 @@ func (h *harness) run(t *testing.T) int {
 		Stdout:  &h.stdout,
 		Stderr:  &h.stderr,
 		Exe:     "/opt/cni/bin/istio-cni",
-		Args:    []string{"/opt/cni/bin/istio-cni"},
+		Args:    func() []string { return []string{"/opt/cni/bin/istio-cni"} },
 		Procs:   h.procs,
 		Exec: func(path string, argv, envv []string, stdin []byte) error {
 			h.execs = append(h.execs, execCall{path, argv, envv, stdin})
@@ -492,7 +492,7 @@ func TestNoProcFindsTheFullPluginOnCNIPath(t *testing.T) {
 		e := h.env
 		code := Run(Env{
 			Getenv: func(k string) string { return e[k] }, Stdin: strings.NewReader(h.stdin), Stdout: &h.stdout, Stderr: &h.stderr,
-			Exe: "", Args: []string{"istio-cni"}, // no /proc, a relative argv[0]
+			Exe: "", Args: func() []string { return []string{"istio-cni"} }, // no /proc, a relative argv[0]
 			Exec: func(path string, argv, envv []string, stdin []byte) error {
 				h.execs = append(h.execs, execCall{path, argv, envv, stdin})
 				return errors.New("exec'd")
@@ -581,7 +581,7 @@ func TestVersionReadsNoStdin(t *testing.T) {
 	e := Env{
 		Getenv: func(k string) string { return map[string]string{"CNI_COMMAND": "VERSION"}[k] },
 		Stdin:  iotest.ErrReader(errors.New("stdin read")),
-		Stdout: &out, Stderr: &out, Exe: "/opt/cni/bin/istio-cni", Args: []string{"istio-cni"},
+		Stdout: &out, Stderr: &out, Exe: "/opt/cni/bin/istio-cni", Args: func() []string { return []string{"istio-cni"} },
 		Exec: func(string, []string, []string, []byte) error { t.Fatal("VERSION exec'd"); return nil },
 		HandOff: func(string, handoff.Request, int) (handoff.Response, error) {
 			t.Fatal("VERSION handed off")

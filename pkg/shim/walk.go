@@ -6,24 +6,28 @@ import (
 	"istio-cni.local/istio-cni/pkg/iptables/release"
 )
 
-// walkEntry reads the entry from a document json.Valid accepted, in one
-// pass and without reflection. encoding/json's first decode in a fresh
-// process costs 0.09-0.11 ms (its code's page faults, its type cache), as
-// much as a legacy node's ADD was over 1.1x a bare restore; its validator
-// alone costs about a seventh of that (BENCHMARKS.md).
+// walkEntry reads the entry from the runtime's stdin in one pass, without
+// reflection, checking the JSON grammar as it goes. The shim links no
+// encoding/json: its start and first decode in a fresh process cost a
+// pod start more than a legacy node's ADD was over 1.1x a bare restore
+// (BENCHMARKS.md).
 //
 // It reads only the plain shapes the plugin's own entry has. ok is false
-// for anything else (an escape or a byte outside printable ASCII in a key
-// or a value it reads, a repeated key, a null, a type the field does not
-// take) and decodeEntry asks json.Unmarshal instead. When ok, the entry
-// is meant to be what json.Unmarshal reads: FuzzWalkEntry checks it.
+// for anything else (a document json.Valid refuses, an escape or a byte
+// outside printable ASCII in a key it matches or a value it reads, a
+// repeated key, a null, a type the field does not take, nesting deeper
+// than maxDepth), and the shim hands the ADD to the full plugin, which
+// reads it with encoding/json. When ok, the document is valid JSON and
+// the entry is what json.Unmarshal reads: FuzzWalkEntry checks both.
 func walkEntry(doc []byte) (entry, bool) {
 	var e entry
 	w := walker{doc: doc}
 	seen := map[string]bool{}
-	ok := w.object(func(key string) bool {
+	ok := w.object(func(key string, plain bool) bool {
 		name := field(key, "cniVersion", "pod_socket", "cache_dir", "iptables_backend", "native_nftables", "prevResult")
 		switch {
+		case !plain:
+			return false // it may name a field, as json.Unmarshal decodes and folds it
 		case name == "":
 			return w.skip()
 		case seen[name]:
@@ -49,13 +53,32 @@ func walkEntry(doc []byte) (entry, bool) {
 			return w.prevResult(e.PrevResult)
 		}
 	})
-	return e, ok
+	return e, ok && w.end()
+}
+
+// walkVersion reads the document's cniVersion as json.Unmarshal does when
+// other fields have the wrong type: the last plain string value under a
+// key that names it; ok is false for a document that is not a valid
+// JSON object.
+func walkVersion(doc []byte) (v string, ok bool) {
+	w := walker{doc: doc}
+	ok = w.object(func(key string, plain bool) bool {
+		var s string
+		if plain && field(key, "cniVersion") != "" && w.str(&s) {
+			v = s
+			return true
+		}
+		return w.skip()
+	})
+	return v, ok && w.end()
 }
 
 // prevResult reads the primary's result: its ips' addresses.
 func (w *walker) prevResult(r *prevResult) bool {
-	return w.object(func(key string) bool {
+	return w.object(func(key string, plain bool) bool {
 		switch {
+		case !plain:
+			return false
 		case field(key, "ips") == "":
 			return w.skip()
 		case r.IPs != nil:
@@ -65,8 +88,10 @@ func (w *walker) prevResult(r *prevResult) bool {
 		return w.array(func() bool {
 			var ip prevIP
 			had := false
-			ok := w.object(func(key string) bool {
+			ok := w.object(func(key string, plain bool) bool {
 				switch {
+				case !plain:
+					return false
 				case field(key, "address") == "":
 					return w.skip()
 				case had:
@@ -82,8 +107,8 @@ func (w *walker) prevResult(r *prevResult) bool {
 }
 
 // field is the one of fields key names, "" if none: matched as
-// encoding/json matches, exactly or regardless of case (the walker's keys
-// are printable ASCII, where its folding is ASCII's).
+// encoding/json matches, exactly or regardless of case (for a plain key,
+// printable ASCII, its folding is ASCII's).
 func field(key string, fields ...string) string {
 	for _, f := range fields {
 		if strings.EqualFold(key, f) {
@@ -93,11 +118,16 @@ func field(key string, fields ...string) string {
 	return ""
 }
 
-// walker steps through a valid JSON document. Validity is json.Valid's
-// to check: the walker trusts the grammar and checks only the shapes.
+// maxDepth bounds the nesting the walker follows (encoding/json's is
+// 10000); a primary's result nests five deep.
+const maxDepth = 64
+
+// walker steps through a JSON document (RFC 8259, as json.Valid takes
+// it), giving up at the first byte the grammar does not allow.
 type walker struct {
-	doc []byte
-	i   int
+	doc   []byte
+	i     int
+	depth int
 }
 
 func (w *walker) space() {
@@ -115,113 +145,221 @@ func (w *walker) next() byte {
 	return w.doc[w.i]
 }
 
+// end says whether only space is left.
+func (w *walker) end() bool { return w.next() == 0 && w.i == len(w.doc) }
+
 // object calls member for each key, with the walker on its value; member
-// consumes the value and returns false to give up.
-func (w *walker) object(member func(key string) bool) bool {
-	if w.next() != '{' {
+// consumes the value and returns false to give up. plain says the key is
+// printable ASCII without escapes, and so key is what json.Unmarshal
+// reads; a key that is not plain is "".
+func (w *walker) object(member func(key string, plain bool) bool) bool {
+	if !w.enter('{') {
 		return false
 	}
-	w.i++
-	for w.next() != '}' {
-		var key string
-		if !w.str(&key) {
+	if w.next() == '}' {
+		return w.leave()
+	}
+	for {
+		start, end, plain, ok := w.string()
+		if !ok {
 			return false
 		}
-		w.next() // ':'
+		key := ""
+		if plain {
+			key = string(w.doc[start:end])
+		}
+		if w.next() != ':' {
+			return false
+		}
 		w.i++
-		if !member(key) {
+		if !member(key, plain) {
 			return false
 		}
-		if w.next() == ',' {
+		switch w.next() {
+		case ',':
 			w.i++
+		case '}':
+			return w.leave()
+		default:
+			return false
 		}
 	}
-	w.i++
-	return true
 }
 
 // array calls elem for each element, the walker on it.
 func (w *walker) array(elem func() bool) bool {
-	if w.next() != '[' {
+	if !w.enter('[') {
 		return false
 	}
-	w.i++
-	for w.next() != ']' {
+	if w.next() == ']' {
+		return w.leave()
+	}
+	for {
 		if !elem() {
 			return false
 		}
-		if w.next() == ',' {
+		switch w.next() {
+		case ',':
 			w.i++
+		case ']':
+			return w.leave()
+		default:
+			return false
 		}
 	}
+}
+
+// enter steps into an object or array opened by c.
+func (w *walker) enter(c byte) bool {
+	if w.next() != c || w.depth == maxDepth {
+		return false
+	}
 	w.i++
+	w.depth++
 	return true
 }
 
-// str reads a string of printable ASCII without escapes into s: what
-// json.Unmarshal reads byte for byte.
-func (w *walker) str(s *string) bool {
+// leave steps out of the object or array whose closing byte is next.
+func (w *walker) leave() bool {
+	w.i++
+	w.depth--
+	return true
+}
+
+// string steps over a string, checking its escapes: its content is
+// doc[start:end]; plain says it is printable ASCII without escapes, what
+// json.Unmarshal reads byte for byte. Other bytes from 0x20 up pass, as
+// json.Valid passes them.
+func (w *walker) string() (start, end int, plain, ok bool) {
 	if w.next() != '"' {
-		return false
+		return 0, 0, false, false
 	}
-	start := w.i + 1
+	start, plain = w.i+1, true
 	for j := start; j < len(w.doc); j++ {
 		switch c := w.doc[j]; {
 		case c == '"':
 			w.i = j + 1
-			*s = string(w.doc[start:j])
-			return true
-		case c == '\\' || c < 0x20 || c > 0x7e:
+			return start, j, plain, true
+		case c == '\\':
+			plain = false
+			if j+1 == len(w.doc) {
+				return 0, 0, false, false
+			}
+			j++
+			switch w.doc[j] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if j+4 >= len(w.doc) || !hex4(w.doc[j+1:j+5]) {
+					return 0, 0, false, false
+				}
+				j += 4
+			default:
+				return 0, 0, false, false
+			}
+		case c < 0x20:
+			return 0, 0, false, false
+		case c > 0x7e:
+			plain = false
+		}
+	}
+	return 0, 0, false, false
+}
+
+func hex4(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
 			return false
 		}
 	}
-	return false
+	return true
+}
+
+// str reads a plain string into s.
+func (w *walker) str(s *string) bool {
+	i := w.i
+	start, end, plain, ok := w.string()
+	if !ok || !plain {
+		w.i = i
+		return false
+	}
+	*s = string(w.doc[start:end])
+	return true
 }
 
 // boolean reads true or false into b.
 func (w *walker) boolean(b *bool) bool {
-	for _, lit := range []string{"false", "true"} {
-		if w.next() != 0 && len(w.doc)-w.i >= len(lit) && string(w.doc[w.i:w.i+len(lit)]) == lit {
-			w.i += len(lit)
-			*b = lit == "true"
-			return true
-		}
+	switch {
+	case w.literal("true"):
+		*b = true
+	case w.literal("false"):
+		*b = false
+	default:
+		return false
 	}
-	return false
+	return true
 }
 
-// skip steps over any value.
+// literal steps over lit (true, false or null) when it is next.
+func (w *walker) literal(lit string) bool {
+	if w.next() == 0 || len(w.doc)-w.i < len(lit) || string(w.doc[w.i:w.i+len(lit)]) != lit {
+		return false
+	}
+	w.i += len(lit)
+	return true
+}
+
+// skip steps over any value, checking it.
 func (w *walker) skip() bool {
-	depth := 0
-	for {
-		switch c := w.next(); c {
-		case 0:
-			return false
-		case '"':
-			w.i++
-			for w.i < len(w.doc) && w.doc[w.i] != '"' {
-				if w.doc[w.i] == '\\' {
-					w.i++
-				}
-				w.i++
-			}
-			w.i++
-		case '{', '[':
-			depth++
-			w.i++
-		case '}', ']':
-			depth--
-			w.i++
-		case ',', ':':
-			w.i++
-			continue
-		default: // a number, true, false or null
-			for w.i < len(w.doc) && !strings.ContainsRune(",]} \t\n\r", rune(w.doc[w.i])) {
-				w.i++
-			}
+	switch c := w.next(); {
+	case c == '{':
+		return w.object(func(string, bool) bool { return w.skip() })
+	case c == '[':
+		return w.array(w.skip)
+	case c == '"':
+		_, _, _, ok := w.string()
+		return ok
+	case c == '-' || '0' <= c && c <= '9':
+		return w.number()
+	}
+	return w.literal("true") || w.literal("false") || w.literal("null")
+}
+
+// number steps over a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (w *walker) number() bool {
+	d, i := w.doc, w.i
+	digits := func() bool {
+		j := i
+		for i < len(d) && '0' <= d[i] && d[i] <= '9' {
+			i++
 		}
-		if depth == 0 {
-			return true
+		return i > j
+	}
+	if i < len(d) && d[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(d) && d[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(d) && d[i] == '.' {
+		i++
+		if !digits() {
+			return false
 		}
 	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	w.i = i
+	return true
 }

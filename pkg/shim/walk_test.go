@@ -135,8 +135,8 @@ func (c *captureExec) Decode(b []byte) (version.PluginInfo, error) {
 }
 
 // The walker reads the shapes an entry has, stepping over any value it
-// does not read (escapes, nesting, numbers), and leaves to json.Unmarshal
-// what it would have to interpret.
+// does not read (escapes, nesting, numbers), and leaves to the full
+// plugin's json.Unmarshal what it would have to interpret.
 func TestWalkEntry(t *testing.T) {
 	for in, walks := range map[string]bool{
 		`{"a":"\\\"","b":["]",{"c":"}\\"}],"n":-1.5e+3,"t":true,"z":null,"pod_socket":"/p"}`:                     true,
@@ -145,7 +145,7 @@ func TestWalkEntry(t *testing.T) {
 		`{}`:                             true,
 		`{"prevResult":{"ips":[]}}`:      true,
 		`{"pod_socket":"/a","x":"café"}`: true,
-		// For json.Unmarshal to read.
+		// For the full plugin to read.
 		`{"pod_\u0073ocket":"/e"}`:                               false,
 		`{"pod_socket":"/\u0065"}`:                               false,
 		`{"pod_socket":"/café"}`:                                 false,
@@ -176,7 +176,9 @@ func TestWalkEntry(t *testing.T) {
 	}
 }
 
-// When the walker reads an entry, it reads what json.Unmarshal reads.
+// When the walker reads an entry, the document is one json.Valid takes,
+// and the walker reads what json.Unmarshal reads; when it reads a
+// cniVersion, the document is valid too.
 func FuzzWalkEntry(f *testing.F) {
 	for _, seed := range []string{
 		`{"cniVersion":"1.0.0","pod_socket":"/p","cache_dir":"/c","iptables_backend":"auto","native_nftables":true,` +
@@ -187,16 +189,20 @@ func FuzzWalkEntry(f *testing.F) {
 		`{"pod_\u0073ocket":"/e"}`, `{"pod_ſocket":"/f"}`, `{"native_nftables":false,"native_nftables":true}`,
 		`{"prevResult":{"ips":[null]}}`, `{"prevResult":{"ips":[{"address":"a","address":"b"}]}}`, ` { } `,
 		`{"prevResult":{"ips":[{"address":"a"}],"ips":[{}]}}`, `{"prevResult":{"ips":[{"address":"a"}]},"PrevResult":{}}`,
+		`{"a":01}`, `{"a":1.}`, `{"a":[1,]}`, `{"a":"\x"}`, `{"a":1}x`, `{"a" 1}`, `{"a":truex}`,
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if !json.Valid(in) {
-			return
+		if _, ok := walkVersion(in); ok && !json.Valid(in) {
+			t.Fatalf("read a cniVersion from %q, which json.Valid refuses", in)
 		}
 		got, ok := walkEntry(in)
 		if !ok {
 			return
+		}
+		if !json.Valid(in) {
+			t.Fatalf("walked %+v from %q, which json.Valid refuses", got, in)
 		}
 		var want entry
 		if err := json.Unmarshal(in, &want); err != nil {
