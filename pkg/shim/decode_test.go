@@ -55,6 +55,7 @@ func TestWalkEntryRefusesInvalidJSON(t *testing.T) {
 		`{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"\u12g4"}`, "{\"a\":\"\x01\"}", "{\"a\":\"\t\"}", `{"a":"x}`, `{"a":"\`, `{"a":"\"}`,
 		`{"pod_socket":"/p"`, `{"pod_socket":"/p",}`, `{"native_nftables":tru}`, `{"native_nftables":truee}`,
 		`{"prevResult":{"ips":[{"address":"a",}]}}`, `{"prevResult":{"ips":[{"address":"a"}}}`,
+		"\xef\xbb\xbf{}", "{}\x00", `{"a":-01}`, `{"a":1.5.2}`, `{"a":--1}`, `{"a":1e5e5}`,
 	} {
 		if json.Valid([]byte(in)) {
 			t.Fatalf("%q: valid JSON", in)

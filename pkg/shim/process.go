@@ -40,8 +40,8 @@ func executable() string {
 }
 
 // args are the shim's arguments, from /proc: read only to pass them on
-// to the full plugin (runtimes pass a plugin none), nil when /proc has
-// none.
+// to the full plugin (runtimes pass a plugin none); nil without /proc,
+// and the full plugin then gets none either.
 func args() []string {
 	fd, err := syscall.Open("/proc/self/cmdline", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -55,9 +55,11 @@ func args() []string {
 	return strings.Split(string(bytes.TrimSuffix(b, []byte{0})), "\x00")
 }
 
-// fdFile reads and writes a descriptor the runtime passed. A runtime may
-// leave stdin or stdout non-blocking: the shim then waits in poll until
-// it is ready, where os.File would wait in Go's poller.
+// fdFile reads and writes a descriptor with plain system calls. A
+// runtime may leave stdin or stdout non-blocking: the shim then waits in
+// ppoll until it is ready, where os.File would wait in Go's poller. A
+// write to a closed stdout fails with EPIPE (the shim exits 1), where
+// os.File would raise SIGPIPE: the runtime gets a failure either way.
 type fdFile int
 
 func (f fdFile) Read(b []byte) (int, error) {
@@ -94,6 +96,8 @@ func (f fdFile) Write(b []byte) (int, error) {
 			continue
 		case err != nil:
 			return written, err
+		case n == 0:
+			return written, io.ErrShortWrite
 		}
 		written += n
 	}

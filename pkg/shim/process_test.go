@@ -147,3 +147,52 @@ func waitUntilPolling(t *testing.T, pid int, done <-chan error) {
 	}
 	t.Fatal("the shim never waited on its pipe")
 }
+
+// The real process passes its arguments on to the full plugin exactly,
+// read from /proc: empty ones and ones with spaces included.
+func TestShimPassesItsArgumentsOn(t *testing.T) {
+	shim := shimBinary(t, "#!/bin/sh\nprintf '<%s>' \"$@\"\n")
+	cmd := exec.CommandContext(t.Context(), shim, "a", "", "b c")
+	cmd.Env = append(os.Environ(), "SHIM_TEST_MAIN=1", "CNI_COMMAND=DEL", "CNI_PATH="+filepath.Dir(shim))
+	out, err := cmd.Output()
+	if want := "<a><><b c>"; err != nil || string(out) != want {
+		t.Errorf("the full plugin got %q (%v), want %q", out, err, want)
+	}
+}
+
+// An upgrade replaces the shim's file while a shim runs (/proc/self/exe
+// then ends in " (deleted)"): the shim still finds the full plugin beside
+// its path. The shim waits on its stdin while the file is replaced.
+func TestShimReplacedWhileRunningFindsTheFullPlugin(t *testing.T) {
+	shim := shimBinary(t, "#!/bin/sh\nexec cat\n")
+	r, w := nonBlockingPipe(t)
+	cmd := shimCmd(t, shim, "ADD")
+	cmd.Env = append(cmd.Env, "CNI_PATH=/nonexistent") // only /proc/self/exe leads to it
+	cmd.Stdin = r
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	done := start(t, cmd, r)
+	waitUntilPolling(t, cmd.Process.Pid, done)
+	b, err := os.ReadFile(shim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := shim + ".next"
+	if err := os.WriteFile(next, b, 0o755); err != nil { // #nosec G306 -- a test's executable
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, shim); err != nil {
+		t.Fatal(err)
+	}
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/exe"); err != nil || !strings.HasSuffix(exe, " (deleted)") {
+		t.Fatalf("the running shim's exe is %q (%v), want it deleted", exe, err)
+	}
+	const config = `{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni"}`
+	if _, err := w.WriteString(config); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	if err := <-done; err != nil || out.String() != config {
+		t.Errorf("the full plugin read %q (%v), want %q", out.String(), err, config)
+	}
+}

@@ -10,8 +10,8 @@
 // hand-off, the node's iptables release check and the standard library's
 // smallest packages only: no CNI library, netlink, rule model or
 // Kubernetes client, and no os, fmt or encoding/json, whose start alone
-// cost each ADD about 0.15 ms (cmd/plugin's TestPluginLinksNoAgentCode,
-// BENCHMARKS.md).
+// cost each pod start about 0.1 ms (cmd/plugin's
+// TestPluginLinksNoAgentCode, BENCHMARKS.md).
 // It never decides anything about a pod: the plugin's code does, in the
 // agent or in istio-cni-full.
 package shim
@@ -40,7 +40,7 @@ type Env struct {
 	Stderr  io.Writer
 	// Exe is the shim's own path, "" if unknown: the full plugin is
 	// beside it. Args are its arguments, passed on to the full plugin
-	// (read only then).
+	// (read only then; none when unknown, as runtimes pass none).
 	Exe  string
 	Args func() []string
 	// Procs is the shim's own GOMAXPROCS, as Go's runtime sized it on
@@ -170,8 +170,10 @@ func (e Env) full(stdin []byte, why string) int {
 	}
 	env := fullEnv(e.Environ, e.Procs, why)
 	argv := []string{full}
-	if args := e.Args(); len(args) > 1 {
-		argv = append(argv, args[1:]...)
+	if e.Args != nil {
+		if args := e.Args(); len(args) > 1 {
+			argv = append(argv, args[1:]...)
+		}
 	}
 	err = e.Exec(full, argv, env, stdin)
 	return e.fail(cniVersion(stdin), wrap("running "+full, err))

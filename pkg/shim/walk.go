@@ -13,11 +13,12 @@ import (
 // (BENCHMARKS.md).
 //
 // It reads only the plain shapes the plugin's own entry has. ok is false
-// for anything else (a document json.Valid refuses, an escape or a byte
-// outside printable ASCII in a key it matches or a value it reads, a
-// repeated key, a null, a type the field does not take, nesting deeper
-// than maxDepth), and the shim hands the ADD to the full plugin, which
-// reads it with encoding/json. When ok, the document is valid JSON and
+// for anything else (a document json.Valid refuses; an escape or a byte
+// outside printable ASCII in a key of the entry, its prevResult or an
+// ips element, since such a key may name a field once decoded and folded,
+// or in a value it reads; a repeated key; a null or a type a field it
+// reads does not take; nesting deeper than maxDepth), and the shim hands
+// the ADD to the full plugin, which reads it with encoding/json. When ok, the document is valid JSON and
 // the entry is what json.Unmarshal reads: FuzzWalkEntry checks both.
 func walkEntry(doc []byte) (entry, bool) {
 	var e entry
@@ -56,10 +57,12 @@ func walkEntry(doc []byte) (entry, bool) {
 	return e, ok && w.end()
 }
 
-// walkVersion reads the document's cniVersion as json.Unmarshal does when
-// other fields have the wrong type: the last plain string value under a
-// key that names it; ok is false for a document that is not a valid
-// JSON object.
+// walkVersion reads the document's cniVersion for an error result, as
+// json.Unmarshal reads it on past fields of the wrong type, for what the
+// walker reads: the last plain string under a plain key that names it. A
+// version escaped or under an escaped key is not read (libcni does not
+// check an error's version); ok is false for a document that is not a
+// valid JSON object, or nests deeper than maxDepth.
 func walkVersion(doc []byte) (v string, ok bool) {
 	w := walker{doc: doc}
 	ok = w.object(func(key string, plain bool) bool {
@@ -119,7 +122,7 @@ func field(key string, fields ...string) string {
 }
 
 // maxDepth bounds the nesting the walker follows (encoding/json's is
-// 10000); a primary's result nests five deep.
+// 10000); an entry with its primary's result nests four deep.
 const maxDepth = 64
 
 // walker steps through a JSON document (RFC 8259, as json.Valid takes

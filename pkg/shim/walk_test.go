@@ -145,6 +145,8 @@ func TestWalkEntry(t *testing.T) {
 		`{}`:                             true,
 		`{"prevResult":{"ips":[]}}`:      true,
 		`{"pod_socket":"/a","x":"café"}`: true,
+		// Valid, in a value it steps over: a lone surrogate, DEL, invalid UTF-8.
+		"{\"x\":\"\\ud800\",\"y\":\"\x7f\",\"z\":\"\xff\",\"n\":[-0,0.0e-0,1E5,-1.5e+3]}": true,
 		// For the full plugin to read.
 		`{"pod_\u0073ocket":"/e"}`:                               false,
 		`{"pod_socket":"/\u0065"}`:                               false,

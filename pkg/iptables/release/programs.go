@@ -88,9 +88,10 @@ func realPath(p string) (string, error) {
 	n, err := syscall.Readlink("/proc/self/fd/"+strconv.Itoa(fd), buf)
 	switch {
 	case err != nil:
-		return "", err
+		// Not the program's error: a missing /proc is not a missing file.
+		return "", errors.New("reading its path in /proc/self/fd: " + err.Error())
 	case n == len(buf) || !path.IsAbs(string(buf[:n])):
-		return "", errors.New("/proc names no path for it")
+		return "", errors.New("/proc/self/fd names no path for it")
 	}
 	return string(buf[:n]), nil
 }
