@@ -53,13 +53,23 @@ func TestShimWaitsOnNonBlockingPipes(t *testing.T) {
 		}
 	})
 	t.Run("stdin", func(t *testing.T) {
-		r, w := nonBlockingPipe(t)
-		cmd := shimCmd(t, shim, "ADD")
-		cmd.Stdin = r
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		done := start(t, cmd, r)
-		waitUntilPolling(t, cmd.Process.Pid, done)
+		addOnEmptyStdin(t, shimCmd(t, shim, "ADD"))()
+	})
+}
+
+// addOnEmptyStdin starts the shim's ADD on an empty non-blocking pipe and
+// waits until it polls it; feed then writes the config and checks that
+// the full plugin (cat) read it whole.
+func addOnEmptyStdin(t *testing.T, cmd *exec.Cmd) (feed func()) {
+	t.Helper()
+	r, w := nonBlockingPipe(t)
+	cmd.Stdin = r
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	done := start(t, cmd, r)
+	waitUntilPolling(t, cmd.Process.Pid, done)
+	return func() {
+		t.Helper()
 		const config = `{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni"}`
 		if _, err := w.WriteString(config); err != nil {
 			t.Fatal(err)
@@ -68,7 +78,7 @@ func TestShimWaitsOnNonBlockingPipes(t *testing.T) {
 		if err := <-done; err != nil || out.String() != config {
 			t.Errorf("the full plugin read %q (%v), want %q", out.String(), err, config)
 		}
-	})
+	}
 }
 
 // shimBinary is a copy of the test binary, run as the shim, with full as
@@ -165,14 +175,9 @@ func TestShimPassesItsArgumentsOn(t *testing.T) {
 // its path. The shim waits on its stdin while the file is replaced.
 func TestShimReplacedWhileRunningFindsTheFullPlugin(t *testing.T) {
 	shim := shimBinary(t, "#!/bin/sh\nexec cat\n")
-	r, w := nonBlockingPipe(t)
 	cmd := shimCmd(t, shim, "ADD")
 	cmd.Env = append(cmd.Env, "CNI_PATH=/nonexistent") // only /proc/self/exe leads to it
-	cmd.Stdin = r
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	done := start(t, cmd, r)
-	waitUntilPolling(t, cmd.Process.Pid, done)
+	feed := addOnEmptyStdin(t, cmd)
 	b, err := os.ReadFile(shim)
 	if err != nil {
 		t.Fatal(err)
@@ -187,12 +192,5 @@ func TestShimReplacedWhileRunningFindsTheFullPlugin(t *testing.T) {
 	if exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/exe"); err != nil || !strings.HasSuffix(exe, " (deleted)") {
 		t.Fatalf("the running shim's exe is %q (%v), want it deleted", exe, err)
 	}
-	const config = `{"cniVersion":"1.0.0","name":"k8s","type":"istio-cni"}`
-	if _, err := w.WriteString(config); err != nil {
-		t.Fatal(err)
-	}
-	_ = w.Close()
-	if err := <-done; err != nil || out.String() != config {
-		t.Errorf("the full plugin read %q (%v), want %q", out.String(), err, config)
-	}
+	feed()
 }
